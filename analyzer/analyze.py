@@ -1,0 +1,28 @@
+"""The analysis pipeline: load -> metrics -> classify, returning a frozen Report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analyzer.classify import classify
+from analyzer.findings import Report
+from analyzer.metrics import step_metrics
+from ingest.reader import Trace, load_trace
+
+
+def analyze(trace: str | Path | Trace) -> Report:
+    """Analyse a trace file (or an already loaded Trace); raises GpuAnalyzeError on bad input."""
+    loaded = trace if isinstance(trace, Trace) else load_trace(trace)
+    metrics = step_metrics(loaded)
+    bottleneck, confidence, findings = classify(metrics, loaded.run)
+    return Report(
+        path=str(loaded.path),
+        bottleneck=bottleneck,
+        confidence=confidence,
+        findings=findings,
+        metrics=metrics,
+        complete=loaded.complete,
+        notes=loaded.notes,
+        run=loaded.run,
+        end=loaded.end,
+    )

@@ -1,0 +1,132 @@
+"""Rules that turn step metrics into findings, and the choice of one primary bottleneck.
+
+Each rule is a pure function of the metrics. A finding's ``share`` estimates the fraction of
+step time a fix could give back; the primary bottleneck is the finding with the largest share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from analyzer import thresholds as T
+from analyzer.findings import Evidence, Finding
+from analyzer.metrics import StepMetrics
+from ingest import schema as S
+
+
+def _consistency(m: StepMetrics, column: str, threshold: float, *, below: bool = False) -> float:
+    if column not in m.step_share.columns or m.step_share.height == 0:
+        return 0.0
+    values = m.step_share.get_column(column).fill_null(0.0)
+    hits = (values < threshold) if below else (values >= threshold)
+    return float(hits.mean())
+
+
+def _severity(share: float, high: T.Threshold) -> str:
+    return "high" if share >= high.value else "moderate"
+
+
+def data_loading(m: StepMetrics) -> Finding | None:
+    share = m.share[S.DATA_WAIT_MS]
+    if share < T.DATA_WAIT_MODERATE.value:
+        return None
+    severity = _severity(share, T.DATA_WAIT_HIGH)
+    threshold = T.DATA_WAIT_HIGH if severity == "high" else T.DATA_WAIT_MODERATE
+    wait = m.breakdown_ms[S.DATA_WAIT_MS] or 0.0
+    return Finding(
+        bottleneck="data_loading",
+        severity=severity,
+        share=share,
+        summary=f"The training loop waits for the next batch {share:.0%} of the time (median {wait:.1f} ms per step).",
+        evidence=(Evidence("data_wait_share", share, threshold.value, ">=", "fraction of step time", threshold.source),),
+        recommendations=(
+            "Load in parallel: DataLoader(num_workers=N) with N from 4 up to the CPU cores per GPU, and raise prefetch_factor if waits are bursty.",
+            "Keep workers alive between epochs with persistent_workers=True.",
+            "Use pin_memory=True and move batches with .to(device, non_blocking=True) so the copy overlaps compute.",
+            "Make Dataset.__getitem__ cheaper: decode/augment once offline, cache, or move augmentation to the GPU.",
+        ),
+        consistency=_consistency(m, S.DATA_WAIT_MS, T.DATA_WAIT_MODERATE.value),
+    )
+
+
+def sync(m: StepMetrics) -> Finding | None:
+    share = m.share[S.SYNC_MS]
+    if share < T.SYNC_MODERATE.value:
+        return None
+    severity = _severity(share, T.SYNC_HIGH)
+    threshold = T.SYNC_HIGH if severity == "high" else T.SYNC_MODERATE
+    return Finding(
+        bottleneck="sync",
+        severity=severity,
+        share=share,
+        summary=f"The host is blocked on device synchronisation or collectives {share:.0%} of the time.",
+        evidence=(Evidence("sync_share", share, threshold.value, ">=", "fraction of step time", threshold.source),),
+        recommendations=(
+            "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and read them every N steps.",
+            "Drop explicit torch.cuda.synchronize() calls from the loop (time with CUDA events instead).",
+            "In DDP, overlap communication with backward (bucket_cap_mb, gradient_as_bucket_view=True) and use no_sync() during gradient accumulation.",
+        ),
+        consistency=_consistency(m, S.SYNC_MS, T.SYNC_MODERATE.value),
+    )
+
+
+def batch_size(m: StepMetrics) -> Finding | None:
+    if m.gpu_util is None or m.gpu_util >= T.GPU_UTIL_LOW.value:
+        return None
+    idle = max(0.0, 1.0 - m.gpu_util - m.share[S.DATA_WAIT_MS] - m.share[S.SYNC_MS])
+    if idle < T.DATA_WAIT_MODERATE.value:
+        return None
+    evidence = [Evidence("gpu_utilization", m.gpu_util, T.GPU_UTIL_LOW.value, "<", "fraction of step time", T.GPU_UTIL_LOW.source)]
+    recs = [
+        "Give the GPU more work per launch: raise the batch size (scale the learning rate with it) or use gradient accumulation less.",
+        "Cut launch overhead: torch.compile(model, mode='reduce-overhead') or CUDA graphs fuse small kernels and replay them.",
+    ]
+    if m.peak_mem_bytes and m.gpu_memory_bytes:
+        used = m.peak_mem_bytes / m.gpu_memory_bytes
+        evidence.append(Evidence("peak_memory_fraction", used, T.MEM_HEADROOM.value, "<", "fraction of device memory", T.MEM_HEADROOM.source))
+        if used < T.MEM_HEADROOM.value and m.batch_samples:
+            fit = int(m.batch_samples * 0.9 / used)
+            recs.insert(0, f"Memory headroom: peak {used:.0%} of the device; a batch of about {fit} samples (from {m.batch_samples:.0f}) should still fit.")
+    return Finding(
+        bottleneck="batch_size",
+        severity="high" if m.gpu_util < T.GPU_UTIL_LOW.value / 2 else "moderate",
+        share=idle,
+        summary=f"The GPU is busy only {m.gpu_util:.0%} of the step, and the idle time is not spent waiting for data or sync.",
+        evidence=tuple(evidence),
+        recommendations=tuple(recs),
+        consistency=_consistency(m, S.GPU_BUSY_MS, T.GPU_UTIL_LOW.value, below=True),
+    )
+
+
+def kernels(m: StepMetrics, run: dict[str, Any]) -> Finding | None:
+    if m.gpu_util is None or m.gpu_util < T.GPU_UTIL_BUSY.value:
+        return None
+    dtype = run.get("param_dtype")
+    recs = [
+        "Use tensor-core precisions: torch.autocast('cuda', dtype=torch.bfloat16) for forward and loss.",
+        "Allow TF32 for remaining fp32 matmuls: torch.set_float32_matmul_precision('high').",
+        "Fuse memory-bound elementwise chains with torch.compile(model); use fused optimizers (e.g. AdamW(fused=True)).",
+    ]
+    return Finding(
+        bottleneck="kernels",
+        severity="high" if dtype == "float32" else "moderate",
+        share=m.gpu_util * T.KERNEL_RECOVERABLE,
+        summary=f"The GPU is busy {m.gpu_util:.0%} of the step (parameters in {dtype}): the kernels set the pace.",
+        evidence=(Evidence("gpu_utilization", m.gpu_util, T.GPU_UTIL_BUSY.value, ">=", "fraction of step time", T.GPU_UTIL_BUSY.source),),
+        recommendations=tuple(recs),
+        consistency=_consistency(m, S.GPU_BUSY_MS, T.GPU_UTIL_BUSY.value),
+    )
+
+
+def classify(m: StepMetrics, run: dict[str, Any]) -> tuple[str, float, tuple[Finding, ...]]:
+    """(primary bottleneck, confidence, findings ranked by recoverable share)."""
+    found = [f for f in (data_loading(m), sync(m), batch_size(m), kernels(m, run)) if f is not None]
+    found.sort(key=lambda f: f.share, reverse=True)
+    if found:
+        return found[0].bottleneck, round(found[0].consistency, 3), tuple(found)
+    quiet = m.step_share.select(
+        ((pl.col(S.DATA_WAIT_MS) < T.DATA_WAIT_MODERATE.value) & (pl.col(S.SYNC_MS) < T.SYNC_MODERATE.value)).mean()
+    ).item()
+    return "none", round(float(quiet or 0.0), 3), ()

@@ -1,0 +1,81 @@
+"""The `gpuanalyze` command: thin wrappers that call the library and render its results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from analyzer import __version__
+from analyzer.analyze import analyze
+from analyzer.envcheck import check_env
+from analyzer.render.env import render_env
+from analyzer.render.json_report import render_json
+from analyzer.render.terminal import render_terminal
+from ingest.errors import GpuAnalyzeError
+
+_GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
+
+
+class _DefaultToAnalyze(TyperGroup):
+    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
+            args = ["analyze", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_DefaultToAnalyze, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find why a GPU training run is slow: data loading, batch size, kernels or sync.")
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit code 2: how every user error ends."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"gpuanalyze: error: {message}", markup=False)
+    raise typer.Exit(2)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuanalyze {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Find why a GPU training run is slow: data loading, batch size, kernels or sync."""
+
+
+@app.command("analyze")
+def analyze_cmd(
+    trace: Annotated[Path, typer.Argument(help="A trace written by analyzer.profile (.arrow).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
+) -> None:
+    """Classify the bottleneck of a recorded run, with evidence and recommendations."""
+    try:
+        report = analyze(trace)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    if json_out:
+        typer.echo(render_json(report))
+    else:
+        Console(highlight=False).print(render_terminal(report))
+
+
+@app.command("env")
+def env_cmd() -> None:
+    """Check torch, CUDA, the driver and the GPUs; never fails on a machine without a GPU."""
+    Console(highlight=False).print(render_env(check_env()))
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry point."""
+    return app(args=argv if argv is not None else sys.argv[1:], prog_name="gpuanalyze")

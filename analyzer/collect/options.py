@@ -1,0 +1,39 @@
+"""Options of ``analyzer.profile``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest.errors import GpuAnalyzeError
+
+
+@dataclass(kw_only=True, slots=True)
+class ProfileOptions:
+    """Where the trace goes and how the collector behaves."""
+
+    out: Path = Path("trace.arrow")
+    """Trace file. In a multi-rank run each rank writes ``<stem>.rank<N><suffix>`` beside it."""
+    overwrite: bool = False
+    """Replace an existing file. Without it an existing file is kept and a new unique name is used."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Free-form labels stored in the trace metadata (experiment name, commit, ...)."""
+    device: str = "auto"
+    """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto' picks cuda when available."""
+    flush_interval_s: float = 1.0
+    """Longest time a finished step waits in memory before it reaches the file."""
+    flush_every_steps: int = 50
+    """Write as soon as this many steps are pending."""
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise GpuAnalyzeError(f"device must be 'auto', 'cuda' or 'cpu', not {self.device!r}")
+        if self.out.suffix == "":
+            raise GpuAnalyzeError(f"out={str(self.out)!r} needs a file suffix such as .arrow")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.tags.items()):
+            raise GpuAnalyzeError("tags must map strings to strings")
+        if not 0 < self.flush_interval_s <= 60:
+            raise GpuAnalyzeError("flush_interval_s must be in (0, 60] seconds")
+        if self.flush_every_steps < 1:
+            raise GpuAnalyzeError("flush_every_steps must be at least 1")

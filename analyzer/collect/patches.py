@@ -1,0 +1,59 @@
+"""Temporary class-level wrappers that time DataLoader iteration and host-device syncs.
+
+They are installed only while a profile is active and restored on exit. Each wrapper calls
+the original unchanged and reports elapsed host time to a callback that never raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+Report = Callable[[str, int, Any, Any], None]
+"""report(kind, elapsed_ns, owner, result) with kind in {"fetch", "iter", "sync"}."""
+
+
+class Patches:
+    """Installs and removes the wrappers; each attribute is restored exactly as found."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def install(self, report: Report, *, sync: bool, before_fetch: Callable[[], None]) -> None:
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, before_fetch)
+        self._wrap(DataLoader, "__iter__", "iter", report, before_fetch)
+        if sync:
+            import torch
+
+            self._wrap(torch.cuda, "synchronize", "sync", report, None)
+            for name in ("item", "tolist", "cpu"):
+                self._wrap(torch.Tensor, name, "sync", report, None)
+
+    def remove(self) -> None:
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            setattr(owner, name, original)
+
+    def _wrap(self, owner: Any, name: str, kind: str, report: Report, before: Callable[[], None] | None) -> None:
+        original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
+        self._saved.append((owner, name, original))
+        clock = time.perf_counter_ns
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if before is not None:
+                before()
+            t0 = clock()
+            result = None
+            try:
+                result = original(*args, **kwargs)
+                return result
+            finally:
+                report(kind, clock() - t0, args[0] if args else None, result)
+
+        setattr(owner, name, wrapper)

@@ -1,0 +1,270 @@
+"""``analyzer.profile``: a context manager that times every step of a PyTorch training loop.
+
+Step boundaries come, in order of precedence, from explicit ``prof.step()`` calls, from the
+optimizer's ``step`` (global optimizer hooks), or from the model's forward when no optimizer
+steps. Every hook is guarded: an internal failure warns once, removes all hooks and lets the
+training loop run on. Hooks only observe; they never change tensors, so results are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from analyzer.collect.batch import batch_size_of, first_tensor
+from analyzer.collect.cuda_timer import CudaPhaseTimer, LazyResolver
+from analyzer.collect.options import ProfileOptions
+from analyzer.collect.patches import Patches
+from analyzer.collect.paths import free_path, rank_path
+from analyzer.collect.runinfo import collect_run_info
+from analyzer.collect.steps import StepTimes
+from ingest import schema as S
+from ingest.writer import TraceWriter, WriterOptions
+
+_clock = time.perf_counter_ns
+_active: list[Profiler] = []
+
+
+class GpuAnalyzeWarning(RuntimeWarning):
+    """Issued when profiling had to switch itself off; the training loop is unaffected."""
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., None]:
+    """Run a hook body only while enabled; turn any exception into a clean shutdown. Returns None."""
+
+    @functools.wraps(method)
+    def hook(self: Profiler, *args: Any) -> None:
+        if self.enabled:
+            try:
+                method(self, *args)
+            except Exception as exc:  # noqa: BLE001 - the training loop must never see it
+                self._fail(exc)
+
+    return hook
+
+
+class Profiler:
+    """Created by ``analyzer.profile``; use it as a context manager around the training loop."""
+
+    def __init__(self, model: Any, *, optimizer: Any = None, dataloader: Any = None, options: ProfileOptions) -> None:
+        self.model = model
+        self.options = options
+        self.path: Path | None = None
+        """The file actually written (differs from ``options.out`` when that already existed)."""
+        self.enabled = False
+        self.error: BaseException | None = None
+        self.steps_recorded = 0
+        self._optimizer = optimizer
+        self._loader = dataloader
+        self._manual = False
+        self._by_optimizer = optimizer is not None
+        self._handles: list[Any] = []
+        self._patches = Patches()
+        self._writer: TraceWriter | None = None
+        self._timer: CudaPhaseTimer | None = None
+        self._resolver: LazyResolver | None = None
+        self._rank = 0
+        self._step = StepTimes(index=0, start_ns=_clock())
+        self._cuda: Any = None
+
+    def __enter__(self) -> Profiler:
+        if _active:
+            warnings.warn("gpuanalyze: a profile is already active; this one records nothing", GpuAnalyzeWarning, stacklevel=2)
+            return self
+        try:
+            self._start()
+        except Exception as exc:  # noqa: BLE001 - e.g. unwritable directory; training goes on
+            self._fail(exc)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        end: dict[str, Any] = {"status": "ok" if exc is None else "exception", "end_unix_ns": time.time_ns()}
+        if exc is not None:
+            end["exception"] = f"{exc_type.__name__}: {exc}"[:2000]
+        if self.enabled:
+            try:
+                if not self._manual and not self._by_optimizer and self._step.forwards:
+                    self._close(_clock())
+                if self._resolver is not None:
+                    self._resolver.drain(force=True)
+            except Exception as exc2:  # noqa: BLE001
+                self._fail(exc2)
+        self._teardown({**end, "steps": self.steps_recorded})
+        return False
+
+    def step(self) -> None:
+        """Mark the end of a step explicitly; from then on automatic boundaries are ignored."""
+        self._manual = True
+        self._mark_step()
+
+    @_guarded
+    def _mark_step(self) -> None:
+        self._close(_clock())
+
+    def _start(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        opts = self.options
+        cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+        run = collect_run_info(self.model, "cuda" if cuda else "cpu")
+        self._rank = int(run["rank"] or 0)
+        self.path = self._choose_path(rank_path(opts.out, self._rank, int(run["world_size"] or 1)))
+        writer_opts = WriterOptions(flush_interval_s=opts.flush_interval_s, flush_every_steps=opts.flush_every_steps)
+        self._writer = TraceWriter(path=self.path, run=run, tags=dict(opts.tags), options=writer_opts)
+        self._writer.open()
+        _active.append(self)
+        self.enabled = True
+        if cuda:
+            self._cuda = torch.cuda
+            self._timer = CudaPhaseTimer()
+            self._resolver = LazyResolver(self._emit)
+            torch.cuda.reset_peak_memory_stats()
+        self._handles += [
+            self.model.register_forward_pre_hook(self._on_forward_pre),
+            self.model.register_forward_hook(self._on_forward),
+            register_optimizer_step_pre_hook(self._on_optimizer_pre),
+            register_optimizer_step_post_hook(self._on_optimizer_post),
+        ]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if params:
+            self._handles.append(torch.autograd.graph.register_multi_grad_hook(params, self._on_backward_end, mode="all"))
+        self._patches.install(self._on_patched_call, sync=cuda, before_fetch=self._before_fetch)
+        self._step = StepTimes(index=0, start_ns=_clock())
+
+    def _choose_path(self, path: Path) -> Path:
+        if path.exists() and self.options.overwrite:
+            path.unlink()
+        chosen = free_path(path)
+        if chosen != path:
+            warnings.warn(f"gpuanalyze: {path} exists and overwrite=False; writing {chosen} instead", GpuAnalyzeWarning, stacklevel=4)
+        return chosen
+
+    # -- hooks ------------------------------------------------------------------------------
+    @_guarded
+    def _on_forward_pre(self, module: Any, args: Any) -> None:
+        now = _clock()
+        if not self._manual and not self._by_optimizer and self._step.forwards:
+            self._close(now)
+        step = self._step
+        step.forward_start = now
+        step.add_samples(batch_size_of(args), from_loader=False)
+        if self._timer is not None:
+            self._timer.begin(S.FORWARD_MS)
+
+    @_guarded
+    def _on_forward(self, module: Any, args: Any, output: Any) -> None:
+        step = self._step
+        if step.forward_start is not None:
+            step.forward_ns += _clock() - step.forward_start
+            step.forward_start = None
+        step.forwards += 1
+        if self._timer is not None:
+            self._timer.end(S.FORWARD_MS)
+        tensor = first_tensor(output, need_grad=True)
+        if tensor is not None and tensor.grad_fn is not None:
+            tensor.register_hook(self._on_backward_start)
+
+    @_guarded
+    def _on_backward_start(self, grad: Any) -> None:
+        if self._step.backward_start is None:
+            self._step.backward_start = _clock()
+            if self._timer is not None:
+                self._timer.begin(S.BACKWARD_MS)
+
+    @_guarded
+    def _on_backward_end(self, grads: Any) -> None:
+        step = self._step
+        if step.backward_start is not None:
+            step.backward_ns += _clock() - step.backward_start
+            step.backward_start = None
+            if self._timer is not None:
+                self._timer.end(S.BACKWARD_MS)
+
+    @_guarded
+    def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._optimizer is None:
+            self._optimizer = optimizer
+        self._step.optimizer_start = _clock()
+        if self._timer is not None:
+            self._timer.begin(S.OPTIMIZER_MS)
+
+    @_guarded
+    def _on_optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        now = _clock()
+        step = self._step
+        if step.optimizer_start is not None:
+            step.optimizer_ns += now - step.optimizer_start
+            step.optimizer_start = None
+        if self._timer is not None:
+            self._timer.end(S.OPTIMIZER_MS)
+        if optimizer is self._optimizer and not self._manual:
+            self._by_optimizer = True
+            self._close(now)
+
+    @_guarded
+    def _before_fetch(self) -> None:
+        if not self._manual and not self._by_optimizer and self._step.forwards:
+            self._close(_clock())
+
+    @_guarded
+    def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any) -> None:
+        step = self._step
+        if kind == "sync":
+            step.sync_ns += elapsed_ns
+            return
+        if self._loader is not None and getattr(owner, "_dataset", getattr(owner, "dataset", None)) is not self._loader.dataset:
+            return
+        step.data_ns += elapsed_ns
+        if kind == "fetch" and result is not None:
+            step.add_samples(batch_size_of(result), from_loader=True)
+
+    # -- step rows ----------------------------------------------------------------------------
+    def _close(self, end_ns: int) -> None:
+        step = self._step
+        self._step = StepTimes(index=step.index + 1, start_ns=end_ns)
+        if self._resolver is not None:
+            peak = int(self._cuda.max_memory_allocated())
+            self._cuda.reset_peak_memory_stats()
+            self._resolver.push((step, end_ns, peak), self._timer.take())
+        else:
+            self._emit((step, end_ns, None), None)
+        if self._writer is not None and self._writer.error is not None:
+            self._fail(self._writer.error)
+
+    def _emit(self, closed: tuple[StepTimes, int, int | None], device_ms: dict[str, float] | None) -> None:
+        step, end_ns, peak = closed
+        row = step.row(end_ns, self._rank, device_ms)
+        row[S.PEAK_MEM_BYTES] = peak
+        self._writer.add(row)
+        self.steps_recorded += 1
+
+    # -- shutdown -------------------------------------------------------------------------------
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is not None:
+            return
+        self.error = exc
+        where = f"; the trace so far is in {self.path}" if self.path else ""
+        warnings.warn(
+            f"gpuanalyze: profiling switched off after an internal error ({type(exc).__name__}: {exc}); "
+            f"training continues{where}",
+            GpuAnalyzeWarning,
+            stacklevel=3,
+        )
+        self._teardown({"status": "profiler_error", "error": f"{type(exc).__name__}: {exc}", "steps": self.steps_recorded})
+
+    def _teardown(self, end: dict[str, Any]) -> None:
+        self.enabled = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._patches.remove()
+        if self in _active:
+            _active.remove(self)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close(end)

@@ -1,0 +1,49 @@
+"""The analysis result types: frozen, so renderers can only format them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from analyzer.metrics import StepMetrics
+
+Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "none"]
+BOTTLENECKS: tuple[str, ...] = ("data_loading", "batch_size", "kernels", "sync", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One measured number compared with one threshold, and where the threshold comes from."""
+
+    metric: str
+    value: float
+    threshold: float
+    comparison: Literal[">=", "<"]
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    bottleneck: Bottleneck
+    severity: Literal["high", "moderate"]
+    share: float
+    """Fraction of step time this finding could give back if fixed (the ranking key)."""
+    summary: str
+    evidence: tuple[Evidence, ...]
+    recommendations: tuple[str, ...]
+    consistency: float
+    """Fraction of analysed steps on which the per-step value crosses the threshold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    path: str
+    bottleneck: Bottleneck
+    confidence: float
+    findings: tuple[Finding, ...]
+    metrics: StepMetrics
+    complete: bool
+    notes: tuple[str, ...]
+    run: dict[str, Any] = field(default_factory=dict)
+    end: dict[str, Any] | None = None

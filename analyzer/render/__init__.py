@@ -1,0 +1,1 @@
+"""Renderers: format reports, never compute or print them."""

@@ -1,0 +1,55 @@
+"""The stable JSON shape of a report (keys documented in docs/json.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+from analyzer.findings import Report
+from ingest import schema as S
+
+
+def _num(x: float | None, digits: int = 4) -> float | None:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return round(float(x), digits)
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    m = report.metrics
+    return {
+        "trace": report.path,
+        "bottleneck": report.bottleneck,
+        "confidence": report.confidence,
+        "steps": m.steps,
+        "warmup_steps_skipped": m.warmup_steps,
+        "ranks": m.ranks,
+        "complete": report.complete,
+        "step_time_ms": {"median": _num(m.step_median_ms), "p90": _num(m.step_p90_ms)},
+        "breakdown_ms": {part.removesuffix("_ms"): _num(v) for part, v in m.breakdown_ms.items()},
+        "share": {part.removesuffix("_ms"): _num(v) for part, v in m.share.items()},
+        "gpu_utilization": _num(m.gpu_util),
+        "throughput_samples_per_s": _num(m.samples_per_s, 2),
+        "peak_mem_bytes": m.peak_mem_bytes,
+        "findings": [
+            {
+                "bottleneck": f.bottleneck,
+                "severity": f.severity,
+                "share": _num(f.share),
+                "consistency": _num(f.consistency),
+                "summary": f.summary,
+                "evidence": [{**asdict(e), "value": _num(e.value)} for e in f.evidence],
+                "recommendations": list(f.recommendations),
+            }
+            for f in report.findings
+        ],
+        "notes": list(report.notes),
+        "run": {k: report.run.get(k) for k in S.RUN_KEYS if k in report.run},
+        "end": report.end,
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_dict(report), indent=2, default=str)

@@ -1,0 +1,68 @@
+"""Rich terminal rendering of a report: verdict, breakdown table, evidence, recommendations."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from analyzer.findings import Report
+from ingest import schema as S
+
+_LABELS = {
+    S.DATA_WAIT_MS: "data wait",
+    S.H2D_MS: "host->device copy",
+    S.FORWARD_MS: "forward",
+    S.BACKWARD_MS: "backward",
+    S.OPTIMIZER_MS: "optimizer",
+    S.SYNC_MS: "sync",
+    S.OTHER_MS: "other",
+}
+_VERDICT = {
+    "data_loading": "DATA LOADING: the GPU waits for batches",
+    "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
+    "kernels": "KERNELS: the GPU code itself sets the pace",
+    "sync": "SYNC: the host waits on the device or on other ranks",
+    "none": "NO BOTTLENECK found by the rules",
+}
+
+
+def render_terminal(report: Report) -> RenderableType:
+    m = report.metrics
+    parts: list[RenderableType] = []
+    head = Text()
+    head.append(_VERDICT[report.bottleneck], style="bold")
+    head.append(f"   (confidence {report.confidence:.0%})\n")
+    head.append(f"{m.steps} steps analysed ({m.warmup_steps} warm-up skipped), {m.ranks} rank(s); ")
+    head.append(f"step time median {m.step_median_ms:.2f} ms, p90 {m.step_p90_ms:.2f} ms")
+    if m.samples_per_s:
+        head.append(f"; {m.samples_per_s:,.0f} samples/s")
+    if m.gpu_util is not None:
+        head.append(f"; GPU busy {m.gpu_util:.0%}")
+    parts.append(Panel(head, title=f"gpuanalyze: {report.path}", expand=False))
+    for note in report.notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+
+    table = Table(title="Step time breakdown", title_justify="left")
+    table.add_column("part")
+    table.add_column("median ms/step", justify="right")
+    table.add_column("share of time", justify="right")
+    for part in S.PARTS:
+        median = m.breakdown_ms[part]
+        table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", f"{m.share[part]:.1%}")
+    parts.append(table)
+
+    for i, f in enumerate(report.findings, 1):
+        body = Text(f.summary + "\n")
+        for e in f.evidence:
+            body.append(f"  evidence: {e.metric} = {e.value:.3f} {e.comparison} {e.threshold:.3f} ({e.unit})\n", style="dim")
+            body.append(f"            threshold source: {e.source}\n", style="dim")
+        body.append(f"  seen on {f.consistency:.0%} of steps; recoverable share ~{f.share:.0%}\n")
+        for r in f.recommendations:
+            body.append(f"  -> {r}\n")
+        parts.append(Panel(body, title=f"{i}. {f.bottleneck} ({f.severity})", title_align="left"))
+    if not report.findings:
+        parts.append(Text("No rule fired: data wait and sync are under 5% of step time" + (
+            "" if m.gpu_util is not None else " (no GPU timings in this trace, so GPU rules were not evaluated)") + "."))
+    return Group(*parts)

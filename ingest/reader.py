@@ -1,0 +1,172 @@
+"""Load a gpuanalyze trace into a polars frame, tolerating crashed runs, rejecting non-traces."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ingest import schema as S
+from ingest.errors import TraceError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A loaded trace: the step rows and what the file says about its run."""
+
+    path: Path
+    frame: pl.DataFrame
+    run: dict[str, Any]
+    tags: dict[str, str]
+    version: str
+    complete: bool
+    """True when the writer closed the file cleanly (the end marker is present)."""
+    end: dict[str, Any] | None
+    """The end marker's content: status, exception (if the loop raised), step count."""
+    notes: tuple[str, ...]
+    """What the reader skipped or repaired, in words for the report."""
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace file; raises TraceError with a one-line reason when it cannot."""
+    path = Path(path)
+    _check_file(path)
+    try:
+        reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
+        arrow_schema = reader.schema
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
+    meta = arrow_schema.metadata or {}
+    version = _check_format(path, meta)
+    _check_columns(path, arrow_schema)
+    batches, end, truncated = _read_batches(reader)
+    notes: list[str] = []
+    if truncated:
+        notes.append(f"the file ends inside a record batch (cut off while being written); kept the first {sum(b.num_rows for b in batches)} rows")
+    table = pa.Table.from_batches(batches, schema=arrow_schema) if batches else arrow_schema.empty_table()
+    frame, repair_notes = _normalise(pl.from_arrow(table))
+    notes.extend(repair_notes)
+    if end is None:
+        notes.insert(0, "trace is incomplete: the run ended without closing it (crash, kill or OOM); analysing the steps it recorded")
+    return Trace(
+        path=path,
+        frame=frame,
+        run=_json_meta(path, meta, S.META_RUN),
+        tags=_json_meta(path, meta, S.META_TAGS),
+        version=version,
+        complete=end is not None,
+        end=end,
+        notes=tuple(notes),
+    )
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory; pass one trace file")
+    if path.stat().st_size == 0:
+        raise TraceError(f"{path}: file is empty, so it holds no trace")
+
+
+def _hint(path: Path) -> str:
+    with open(path, "rb") as fh:
+        head = fh.read(64).lstrip()
+    if head.startswith(_GZIP_MAGIC) or head.startswith(b"{") or head.startswith(b"["):
+        return " (it looks like JSON; for a PyTorch profiler trace use `gpuanalyze import`)"
+    return ""
+
+
+def _check_format(path: Path, meta: dict[bytes, bytes]) -> str:
+    if meta.get(S.META_FORMAT) != S.FORMAT_NAME.encode():
+        raise TraceError(f"{path}: an Arrow stream but not a gpuanalyze trace (no '{S.FORMAT_NAME}' metadata)")
+    version = meta.get(S.META_VERSION, b"").decode(errors="replace")
+    try:
+        major = int(version.split(".")[0])
+    except ValueError as exc:
+        raise TraceError(f"{path}: unreadable trace format version {version!r}") from exc
+    if major > S.FORMAT_MAJOR:
+        raise TraceError(
+            f"{path}: trace format {version} is newer than this gpuanalyze reads ({S.FORMAT_VERSION}); upgrade gpuanalyze"
+        )
+    return version
+
+
+def _check_columns(path: Path, arrow_schema: pa.Schema) -> None:
+    missing = [c for c in S.REQUIRED if c not in arrow_schema.names]
+    if missing:
+        raise TraceError(f"{path}: not a valid trace, missing column(s) {', '.join(missing)}")
+
+
+def _read_batches(reader: Any) -> tuple[list[pa.RecordBatch], dict[str, Any] | None, bool]:
+    batches: list[pa.RecordBatch] = []
+    end: dict[str, Any] | None = None
+    while True:
+        try:
+            batch, custom = reader.read_next_batch_with_custom_metadata()
+        except StopIteration:
+            return batches, end, False
+        except (pa.ArrowException, OSError, ValueError):
+            return batches, None, True
+        if custom is not None and S.END_KEY in custom:
+            try:
+                end = json.loads(custom[S.END_KEY])
+            except ValueError:
+                end = {"status": "unknown"}
+        if batch.num_rows:
+            batches.append(batch)
+
+
+def _json_meta(path: Path, meta: dict[bytes, bytes], key: bytes) -> dict[str, Any]:
+    raw = meta.get(key)
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise TraceError(f"{path}: corrupt metadata {key.decode()!r}") from exc
+    if not isinstance(value, dict):
+        raise TraceError(f"{path}: corrupt metadata {key.decode()!r}")
+    return value
+
+
+def _normalise(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Give every column its schema type, drop unusable rows, sort; say what was done."""
+    notes: list[str] = []
+    casts = []
+    for f in S.FIELDS:
+        dtype = pl.from_arrow(pa.array([], type=f.type)).dtype
+        if f.name in frame.columns:
+            casts.append(pl.col(f.name).cast(dtype, strict=False))
+        else:
+            casts.append(pl.lit(None, dtype=dtype).alias(f.name))
+            if f.name not in S.REQUIRED:
+                notes.append(f"column {f.name} is absent; treated as unknown")
+    frame = frame.select(casts)
+    durations = [c for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS)]
+    for col in durations:
+        frame = frame.with_columns(pl.when(pl.col(col).is_nan()).then(None).otherwise(pl.col(col)).alias(col))
+    bad = (
+        pl.col(S.WALL_MS).is_null()
+        | (pl.col(S.WALL_MS) <= 0)
+        | (pl.col(S.WALL_MS) == math.inf)
+        | pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) == math.inf) for c in durations])
+    )
+    n_bad = frame.filter(bad).height
+    if n_bad:
+        notes.append(f"skipped {n_bad} row(s) with missing, infinite or negative durations")
+        frame = frame.filter(~bad)
+    n_dup = frame.height - frame.unique([S.RANK, S.STEP]).height
+    if n_dup:
+        notes.append(f"skipped {n_dup} duplicated (rank, step) row(s), keeping the first of each")
+        frame = frame.unique([S.RANK, S.STEP], keep="first", maintain_order=True)
+    if not frame.select((pl.col(S.STEP).diff().over(S.RANK).fill_null(1) > 0).all()).item():
+        notes.append("steps were out of order; sorted them")
+    return frame.sort([S.RANK, S.STEP]), notes

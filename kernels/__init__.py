@@ -1,0 +1,1 @@
+"""Benchmark kernels that measure this machine's own ceilings (CuPy, Numba CUDA, CPU)."""
