@@ -30,7 +30,7 @@ __all__ = [
 
 
 def profile(model: Any, *, out: str = "trace.arrow", optimizer: Any = None, dataloader: Any = None,
-            overwrite: bool = False, tags: dict[str, str] | None = None, device: str = "auto",
+            overwrite: bool = False, tags: dict[str, str] | None = None, manual_steps: bool = False, device: str = "auto",
             flush_interval_s: float = 1.0, flush_every_steps: int = 50) -> Any:
     """Profile a training loop: ``with analyzer.profile(model, out="trace.arrow"):``.
 
@@ -40,6 +40,6 @@ def profile(model: Any, *, out: str = "trace.arrow", optimizer: Any = None, data
     """
     from analyzer.collect.profiler import Profiler
 
-    options = ProfileOptions(out=out, overwrite=overwrite, tags=dict(tags or {}), device=device,
+    options = ProfileOptions(out=out, overwrite=overwrite, tags=dict(tags or {}), manual_steps=manual_steps, device=device,
                              flush_interval_s=flush_interval_s, flush_every_steps=flush_every_steps)
     return Profiler(model, optimizer=optimizer, dataloader=dataloader, options=options)

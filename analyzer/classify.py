@@ -29,7 +29,7 @@ def _severity(share: float, high: T.Threshold) -> str:
 
 
 def data_loading(m: StepMetrics) -> Finding | None:
-    share = m.share[S.DATA_WAIT_MS]
+    share = m.share[S.DATA_WAIT_MS] or 0.0
     if share < T.DATA_WAIT_MODERATE.value:
         return None
     severity = _severity(share, T.DATA_WAIT_HIGH)
@@ -52,7 +52,7 @@ def data_loading(m: StepMetrics) -> Finding | None:
 
 
 def sync(m: StepMetrics) -> Finding | None:
-    share = m.share[S.SYNC_MS]
+    share = m.share[S.SYNC_MS] or 0.0
     if share < T.SYNC_MODERATE.value:
         return None
     severity = _severity(share, T.SYNC_HIGH)
@@ -75,7 +75,7 @@ def sync(m: StepMetrics) -> Finding | None:
 def batch_size(m: StepMetrics) -> Finding | None:
     if m.gpu_util is None or m.gpu_util >= T.GPU_UTIL_LOW.value:
         return None
-    idle = max(0.0, 1.0 - m.gpu_util - m.share[S.DATA_WAIT_MS] - m.share[S.SYNC_MS])
+    idle = max(0.0, 1.0 - m.gpu_util - (m.share[S.DATA_WAIT_MS] or 0.0) - (m.share[S.SYNC_MS] or 0.0))
     if idle < T.DATA_WAIT_MODERATE.value:
         return None
     evidence = [Evidence("gpu_utilization", m.gpu_util, T.GPU_UTIL_LOW.value, "<", "fraction of step time", T.GPU_UTIL_LOW.source)]

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -25,7 +24,7 @@ _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-c
 class _DefaultToAnalyze(TyperGroup):
     """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
             args = ["analyze", *args]
         return super().parse_args(ctx, args)

@@ -23,8 +23,8 @@ class StepMetrics:
     step_p90_ms: float
     breakdown_ms: dict[str, float | None]
     """Median per step of each part; None where the trace does not know the part."""
-    share: dict[str, float]
-    """Each part's total over all analysed steps divided by total wall time."""
+    share: dict[str, float | None]
+    """Each part's total over all analysed steps divided by total wall time; None where unknown."""
     gpu_util: float | None
     """Sum of GPU-busy time over sum of wall time; None without a GPU."""
     peak_mem_bytes: int | None
@@ -48,7 +48,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
     frame = frame.filter(pl.col(S.STEP).rank("ordinal").over(S.RANK) > skip)
     wall_total = frame.get_column(S.WALL_MS).sum()
     breakdown = {part: _median_or_none(frame, part) for part in S.PARTS}
-    share = {part: (frame.get_column(part).sum() or 0.0) / wall_total for part in S.PARTS}
+    share = {part: None if breakdown[part] is None else float(frame.get_column(part).sum()) / wall_total for part in S.PARTS}
     busy = frame.get_column(S.GPU_BUSY_MS)
     gpu_util = None if busy.null_count() == busy.len() else float(busy.sum()) / wall_total
     mem = frame.get_column(S.PEAK_MEM_BYTES)

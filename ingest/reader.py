@@ -157,8 +157,8 @@ def _normalise(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         pl.col(S.WALL_MS).is_null()
         | (pl.col(S.WALL_MS) <= 0)
         | (pl.col(S.WALL_MS) == math.inf)
-        | pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) == math.inf) for c in durations])
-    )
+        | pl.any_horizontal([((pl.col(c) < 0) | (pl.col(c) == math.inf)).fill_null(False) for c in durations])
+    ).fill_null(True)
     n_bad = frame.filter(bad).height
     if n_bad:
         notes.append(f"skipped {n_bad} row(s) with missing, infinite or negative durations")

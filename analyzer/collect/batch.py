@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def first_tensor(obj: Any, *, depth: int = 0, need_grad: bool = False) -> Any:
+def first_tensor(obj: Any, *, depth: int = 0) -> Any:
     """The first torch tensor in nested tuples, lists, dicts or dataclass-like outputs, or None."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        if need_grad and not obj.requires_grad:
-            return None
         return obj
     if depth > 4:
         return None
@@ -27,7 +25,7 @@ def first_tensor(obj: Any, *, depth: int = 0, need_grad: bool = False) -> Any:
     else:
         return None
     for item in items:
-        found = first_tensor(item, depth=depth + 1, need_grad=need_grad)
+        found = first_tensor(item, depth=depth + 1)
         if found is not None:
             return found
     return None

@@ -18,6 +18,8 @@ class ProfileOptions:
     """Replace an existing file. Without it an existing file is kept and a new unique name is used."""
     tags: dict[str, str] = field(default_factory=dict)
     """Free-form labels stored in the trace metadata (experiment name, commit, ...)."""
+    manual_steps: bool = False
+    """Only ``prof.step()`` ends a step (otherwise its first call switches automatic boundaries off)."""
     device: str = "auto"
     """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto' picks cuda when available."""
     flush_interval_s: float = 1.0

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 Report = Callable[[str, int, Any, Any], None]
-"""report(kind, elapsed_ns, owner, result) with kind in {"fetch", "iter", "sync"}."""
+"""report(kind, elapsed_ns, owner, result) with kind in {"fetch", "iter", "backward", "sync"}."""
+Before = Callable[[str], None]
+"""before(kind), called just before the wrapped call starts."""
 
 
 class Patches:
@@ -21,15 +23,16 @@ class Patches:
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
 
-    def install(self, report: Report, *, sync: bool, before_fetch: Callable[[], None]) -> None:
+    def install(self, report: Report, before: Before, *, sync: bool) -> None:
+        import torch
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, before_fetch)
-        self._wrap(DataLoader, "__iter__", "iter", report, before_fetch)
+        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, before)
+        self._wrap(DataLoader, "__iter__", "iter", report, before)
+        # Tensor.backward calls torch.autograd.backward through the module attribute.
+        self._wrap(torch.autograd, "backward", "backward", report, before)
         if sync:
-            import torch
-
             self._wrap(torch.cuda, "synchronize", "sync", report, None)
             for name in ("item", "tolist", "cpu"):
                 self._wrap(torch.Tensor, name, "sync", report, None)
@@ -39,7 +42,7 @@ class Patches:
             owner, name, original = self._saved.pop()
             setattr(owner, name, original)
 
-    def _wrap(self, owner: Any, name: str, kind: str, report: Report, before: Callable[[], None] | None) -> None:
+    def _wrap(self, owner: Any, name: str, kind: str, report: Report, before: Before | None) -> None:
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
         self._saved.append((owner, name, original))
         clock = time.perf_counter_ns
@@ -47,7 +50,7 @@ class Patches:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if before is not None:
-                before()
+                before(kind)
             t0 = clock()
             result = None
             try:

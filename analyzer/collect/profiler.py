@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analyzer.collect.batch import batch_size_of, first_tensor
+from analyzer.collect.batch import batch_size_of
 from analyzer.collect.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.collect.options import ProfileOptions
 from analyzer.collect.patches import Patches
@@ -60,7 +61,8 @@ class Profiler:
         self.steps_recorded = 0
         self._optimizer = optimizer
         self._loader = dataloader
-        self._manual = False
+        self._loader_iters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._manual = options.manual_steps
         self._by_optimizer = optimizer is not None
         self._handles: list[Any] = []
         self._patches = Patches()
@@ -130,10 +132,7 @@ class Profiler:
             register_optimizer_step_pre_hook(self._on_optimizer_pre),
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if params:
-            self._handles.append(torch.autograd.graph.register_multi_grad_hook(params, self._on_backward_end, mode="all"))
-        self._patches.install(self._on_patched_call, sync=cuda, before_fetch=self._before_fetch)
+        self._patches.install(self._on_patched_call, self._before_call, sync=cuda)
         self._step = StepTimes(index=0, start_ns=_clock())
 
     def _choose_path(self, path: Path) -> Path:
@@ -165,25 +164,6 @@ class Profiler:
         step.forwards += 1
         if self._timer is not None:
             self._timer.end(S.FORWARD_MS)
-        tensor = first_tensor(output, need_grad=True)
-        if tensor is not None and tensor.grad_fn is not None:
-            tensor.register_hook(self._on_backward_start)
-
-    @_guarded
-    def _on_backward_start(self, grad: Any) -> None:
-        if self._step.backward_start is None:
-            self._step.backward_start = _clock()
-            if self._timer is not None:
-                self._timer.begin(S.BACKWARD_MS)
-
-    @_guarded
-    def _on_backward_end(self, grads: Any) -> None:
-        step = self._step
-        if step.backward_start is not None:
-            step.backward_ns += _clock() - step.backward_start
-            step.backward_start = None
-            if self._timer is not None:
-                self._timer.end(S.BACKWARD_MS)
 
     @_guarded
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -207,8 +187,11 @@ class Profiler:
             self._close(now)
 
     @_guarded
-    def _before_fetch(self) -> None:
-        if not self._manual and not self._by_optimizer and self._step.forwards:
+    def _before_call(self, kind: str) -> None:
+        if kind == "backward":
+            if self._timer is not None:
+                self._timer.begin(S.BACKWARD_MS)
+        elif not self._manual and not self._by_optimizer and self._step.forwards:
             self._close(_clock())
 
     @_guarded
@@ -217,8 +200,16 @@ class Profiler:
         if kind == "sync":
             step.sync_ns += elapsed_ns
             return
-        if self._loader is not None and getattr(owner, "_dataset", getattr(owner, "dataset", None)) is not self._loader.dataset:
+        if kind == "backward":
+            step.backward_ns += elapsed_ns
+            if self._timer is not None:
+                self._timer.end(S.BACKWARD_MS)
             return
+        if self._loader is not None:
+            if kind == "iter" and owner is self._loader and result is not None:
+                self._loader_iters.add(result)
+            if owner is not self._loader and owner not in self._loader_iters:
+                return
         step.data_ns += elapsed_ns
         if kind == "fetch" and result is not None:
             step.add_samples(batch_size_of(result), from_loader=True)
@@ -247,15 +238,18 @@ class Profiler:
     def _fail(self, exc: BaseException) -> None:
         if self.error is not None:
             return
+        self._warn(exc)
+        self._teardown({"status": "profiler_error", "error": f"{type(exc).__name__}: {exc}", "steps": self.steps_recorded})
+
+    def _warn(self, exc: BaseException) -> None:
         self.error = exc
         where = f"; the trace so far is in {self.path}" if self.path else ""
         warnings.warn(
             f"gpuanalyze: profiling switched off after an internal error ({type(exc).__name__}: {exc}); "
             f"training continues{where}",
             GpuAnalyzeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        self._teardown({"status": "profiler_error", "error": f"{type(exc).__name__}: {exc}", "steps": self.steps_recorded})
 
     def _teardown(self, end: dict[str, Any]) -> None:
         self.enabled = False
@@ -268,3 +262,5 @@ class Profiler:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close(end)
+            if writer.error is not None and self.error is None:
+                self._warn(writer.error)

@@ -28,7 +28,6 @@ class StepTimes:
     forwards: int = 0
     optimizer_steps: int = 0
     forward_start: int | None = None
-    backward_start: int | None = None
     optimizer_start: int | None = None
 
     def add_samples(self, n: int | None, *, from_loader: bool) -> None:

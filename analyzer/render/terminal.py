@@ -50,7 +50,8 @@ def render_terminal(report: Report) -> RenderableType:
     table.add_column("share of time", justify="right")
     for part in S.PARTS:
         median = m.breakdown_ms[part]
-        table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", f"{m.share[part]:.1%}")
+        share = m.share[part]
+        table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}")
     parts.append(table)
 
     for i, f in enumerate(report.findings, 1):

@@ -1,0 +1,74 @@
+"""Slowdown of a ~25 ms/step training loop under gpuanalyze, measured side by side.
+
+    python benchmarks/overhead.py [--rounds 7] [--steps 40]
+
+Times the steps inside the context (one-time start/stop costs are excluded and do not grow
+with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode) and under a full
+``torch.profiler`` trace, in alternating order each round, and prints each mode's median
+step time and its ratio to the unprofiled loop. Goal for the default mode: <= 1.01. A tiny
+loop (steps of ~0.2 ms) then isolates the profiler's absolute cost per step in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+import analyzer
+from analyzer.demo import LoopConfig, make_loop, train
+
+
+def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
+    model, optimizer, loader = make_loop(cfg)
+    train(model, optimizer, [next(iter(loader))])  # warm the allocator and kernels outside the timing
+    if mode == "gpuanalyze":
+        ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
+    elif mode == "torch.profiler":
+        ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    else:
+        ctx = nullcontext()
+    with ctx:
+        t0 = time.perf_counter()
+        train(model, optimizer, loader)
+        elapsed = time.perf_counter() - t0
+    return elapsed * 1e3 / cfg.steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--features", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=128)
+    args = parser.parse_args()
+    cfg = LoopConfig(steps=args.steps, batch=args.batch, features=args.features)
+    modes = ["plain", "gpuanalyze", "torch.profiler"]
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                times[mode].append(run_once(mode, cfg, Path(tmp)))
+    tiny = LoopConfig(steps=400, batch=8, features=16)
+    tiny_times: dict[str, list[float]] = {"plain": [], "gpuanalyze": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for mode in tiny_times:
+                tiny_times[mode].append(run_once(mode, tiny, Path(tmp)) * 1e3)
+    base = statistics.median(times["plain"])
+    print(f"loop: {cfg.steps} steps x {args.rounds} rounds, batch {cfg.batch}, MLP width {cfg.features}; torch {torch.__version__}")
+    for mode in modes:
+        med = statistics.median(times[mode])
+        print(f"{mode:>15}: median {med:7.2f} ms/step  ratio {med / base:.4f}")
+    cost_us = min(tiny_times["gpuanalyze"]) - min(tiny_times["plain"])
+    print(f"absolute cost on a tiny loop ({tiny.steps} steps, fastest of {args.rounds}): {cost_us:.1f} us/step "
+          f"= {cost_us / 250:.2f}% of a 25 ms step")
+
+
+if __name__ == "__main__":
+    main()

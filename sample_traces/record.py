@@ -1,0 +1,38 @@
+"""Record the bundled sample traces from real training loops on this machine.
+
+    python sample_traces/record.py            # CPU scenarios -> sample_traces/cpu_<scenario>.arrow
+    python sample_traces/record.py --device cuda --prefix h200
+
+Each file is overwritten only with --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import analyzer
+from analyzer.demo import SCENARIOS, make_loop, scenario, train
+
+HERE = Path(__file__).parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--prefix", default="cpu")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out-dir", type=Path, default=HERE)
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args()
+    for name in SCENARIOS:
+        cfg = scenario(name, steps=args.steps, device=args.device)
+        out = args.out_dir / f"{args.prefix}_{name}.arrow"
+        model, optimizer, loader = make_loop(cfg)
+        with analyzer.profile(model, out=str(out), overwrite=args.force, tags={"scenario": name}) as prof:
+            train(model, optimizer, loader, cfg.device)
+        print(f"{prof.path}: {prof.steps_recorded} steps, verdict {analyzer.analyze(prof.path).bottleneck}")
+
+
+if __name__ == "__main__":
+    main()

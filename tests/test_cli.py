@@ -1,0 +1,69 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer import __version__
+from analyzer.cli import app
+from tests.conftest import SAMPLES, make_row
+
+runner = CliRunner()
+KEYS = {"bottleneck", "confidence", "steps", "ranks", "step_time_ms", "breakdown_ms", "findings"}
+
+
+def test_default_command_analyses_a_trace_path(trace_factory):
+    path = trace_factory([make_row(i, wall=20.0, data=10.0) for i in range(20)])
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 0, result.output
+    assert "DATA LOADING" in result.output
+    assert "Step time breakdown" in result.output and "num_workers" in result.output
+
+
+def test_json_has_the_stable_keys(trace_factory):
+    path = trace_factory([make_row(i, wall=20.0, data=10.0) for i in range(20)])
+    result = runner.invoke(app, [str(path), "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert KEYS <= data.keys()
+    assert data["bottleneck"] == "data_loading" and data["steps"] == 18 and data["ranks"] == 1
+    assert set(data["step_time_ms"]) == {"median", "p90"}
+    assert data["breakdown_ms"]["data_wait"] == 10.0
+    finding = data["findings"][0]
+    assert {"bottleneck", "share", "evidence", "recommendations"} <= finding.keys()
+    assert finding["evidence"][0]["source"].startswith("XProf")
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES.glob("*.arrow")), ids=lambda p: p.name)
+def test_every_bundled_sample_analyses(sample):
+    result = runner.invoke(app, [str(sample), "--json"])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.output)["bottleneck"]
+    if "data_loading" in sample.name:
+        assert verdict == "data_loading"
+    if "healthy" in sample.name:
+        assert verdict != "data_loading"
+
+
+@pytest.mark.parametrize("content", [None, b"", b"\x00garbage" * 50, b'{"traceEvents": []}'])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content):
+    path = tmp_path / "bad.arrow"
+    if content is not None:
+        path.write_bytes(content)
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuanalyze: error:")
+    assert "Traceback" not in result.output
+
+
+def test_version_and_help():
+    assert runner.invoke(app, ["--version"]).output.strip() == f"gpuanalyze {__version__}"
+    for args in (["--help"], ["analyze", "--help"], ["env", "--help"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_env_answers_without_a_gpu():
+    result = runner.invoke(app, ["env"])
+    assert result.exit_code == 0
+    assert "cuda.is_available()" in result.output

@@ -1,0 +1,38 @@
+"""The spine's acceptance test: a plain loop wrapped only in analyzer.profile, judged by the CLI."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+import analyzer  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from analyzer.cli import app  # noqa: E402
+from analyzer.demo import make_loop, scenario, train  # noqa: E402
+
+
+def _verdict(tmp_path, name):
+    cfg = scenario(name, steps=25)
+    model, optimizer, loader = make_loop(cfg)
+    out = tmp_path / f"{name}.arrow"
+    with analyzer.profile(model, out=str(out)):
+        train(model, optimizer, loader)
+    result = CliRunner().invoke(app, [str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.slow
+def test_slow_dataset_is_data_loading(tmp_path):
+    data = _verdict(tmp_path, "data_loading")
+    assert data["bottleneck"] == "data_loading"
+    assert data["findings"][0]["share"] >= 0.2
+
+
+@pytest.mark.slow
+def test_fast_dataset_is_not_data_loading(tmp_path):
+    data = _verdict(tmp_path, "healthy")
+    assert data["bottleneck"] != "data_loading"
+    assert data["share"]["data_wait"] < 0.2

@@ -1,0 +1,35 @@
+import pytest
+
+from analyzer.metrics import step_metrics, warmup_steps
+from ingest import schema as S
+from ingest.errors import TraceError
+from ingest.reader import load_trace
+from tests.conftest import make_row
+
+
+def test_warmup_is_a_tenth_capped_at_three():
+    assert warmup_steps(5) == 0
+    assert warmup_steps(20) == 2
+    assert warmup_steps(1000) == 3
+
+
+def test_medians_shares_and_throughput(trace_factory):
+    rows = [make_row(i, wall=100.0 if i < 3 else 20.0, data=5.0, samples=10) for i in range(30)]
+    m = step_metrics(load_trace(trace_factory(rows)))
+    assert m.warmup_steps == 3 and m.steps == 27
+    assert m.step_median_ms == pytest.approx(20.0)
+    assert m.breakdown_ms[S.DATA_WAIT_MS] == pytest.approx(5.0)
+    assert m.share[S.DATA_WAIT_MS] == pytest.approx(0.25)
+    assert m.breakdown_ms[S.H2D_MS] is None and m.share[S.H2D_MS] is None
+    assert m.samples_per_s == pytest.approx(500.0)
+    assert m.gpu_util is None
+
+
+def test_gpu_utilisation_from_busy_time(trace_factory):
+    m = step_metrics(load_trace(trace_factory([make_row(i, wall=10.0, busy=4.0) for i in range(10)])))
+    assert m.gpu_util == pytest.approx(0.4)
+
+
+def test_zero_steps_is_an_error(trace_factory):
+    with pytest.raises(TraceError, match="no steps"):
+        step_metrics(load_trace(trace_factory([])))

@@ -1,0 +1,76 @@
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest import load_trace
+from ingest.writer import TraceWriter, WriterOptions
+from tests.conftest import make_row
+
+
+def _writer(path: Path, **opts) -> TraceWriter:
+    return TraceWriter(path=path, run={"host": "x"}, options=WriterOptions(**opts))
+
+
+def test_rows_reach_disk_within_the_flush_interval_without_close(tmp_path):
+    w = _writer(tmp_path / "t.arrow", flush_interval_s=0.2, flush_every_steps=1000)
+    w.open()
+    for i in range(5):
+        w.add(make_row(i))
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and w.rows_written < 5:
+        time.sleep(0.05)
+    trace = load_trace(tmp_path / "t.arrow")  # read while the writer is still open
+    assert trace.frame.height == 5
+    assert not trace.complete
+    w.close({"status": "ok"})
+    assert load_trace(tmp_path / "t.arrow").complete
+
+
+def test_every_n_steps_triggers_a_write(tmp_path):
+    w = _writer(tmp_path / "t.arrow", flush_interval_s=60, flush_every_steps=3)
+    w.open()
+    for i in range(3):
+        w.add(make_row(i))
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and w.rows_written < 3:
+        time.sleep(0.02)
+    assert w.rows_written == 3
+    w.close({"status": "ok"})
+
+
+def test_end_marker_holds_the_status(tmp_path):
+    w = _writer(tmp_path / "t.arrow")
+    w.open()
+    w.add(make_row(0))
+    w.close({"status": "exception", "exception": "ValueError: boom"})
+    trace = load_trace(tmp_path / "t.arrow")
+    assert trace.complete and trace.end["exception"] == "ValueError: boom"
+
+
+def test_never_opens_an_existing_file(tmp_path):
+    path = tmp_path / "t.arrow"
+    path.write_bytes(b"precious")
+    with pytest.raises(FileExistsError):
+        _writer(path).open()
+    assert path.read_bytes() == b"precious"
+
+
+def test_a_failing_disk_is_reported_once_and_never_raised(tmp_path):
+    errors = []
+    w = TraceWriter(path=tmp_path / "t.arrow", run={}, on_error=errors.append)
+    w.open()
+    w._file.close()  # the disk goes away under the writer
+    w.add(make_row(0))
+    w.flush()
+    w.add(make_row(1))
+    w.close({"status": "ok"})
+    assert len(errors) == 1
+    assert w.error is errors[0]
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError):
+        WriterOptions(flush_interval_s=0)
+    with pytest.raises(ValueError):
+        WriterOptions(flush_every_steps=0)
