@@ -20,7 +20,7 @@ _LABELS = {
     S.OTHER_MS: "other",
 }
 _VERDICT = {
-    "data_loading": "DATA LOADING: the GPU waits for batches",
+    "data_loading": "DATA LOADING: each step waits for its input batch",
     "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
     "kernels": "KERNELS: the GPU code itself sets the pace",
     "sync": "SYNC: the host waits on the device or on other ranks",
