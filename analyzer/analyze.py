@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analyzer.ceilings import Ceilings
 from analyzer.classify import classify
 from analyzer.findings import Report
 from analyzer.metrics import step_metrics
 from ingest.reader import Trace, load_trace
 
 
-def analyze(trace: str | Path | Trace) -> Report:
-    """Analyse a trace file (or an already loaded Trace); raises GpuAnalyzeError on bad input."""
+def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> Report:
+    """Analyse a trace file (or an already loaded Trace); raises GpuAnalyzeError on bad input.
+
+    ``ceilings`` (from ``analyzer.ceilings.find_ceilings``) lets findings quote achieved numbers
+    against what `gpuanalyze bench` measured on this machine.
+    """
     loaded = trace if isinstance(trace, Trace) else load_trace(trace)
     metrics = step_metrics(loaded)
-    bottleneck, confidence, findings = classify(metrics, loaded.run)
+    bottleneck, confidence, findings = classify(metrics, loaded.run, ceilings)
     return Report(
         path=str(loaded.path),
         bottleneck=bottleneck,
@@ -25,4 +30,5 @@ def analyze(trace: str | Path | Trace) -> Report:
         notes=loaded.notes,
         run=loaded.run,
         end=loaded.end,
+        ceilings=ceilings.path if ceilings else None,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SCENARIOS = ("data_loading", "healthy")
+GPU_SCENARIOS = ("data_loading", "healthy", "sync", "small_batch", "fp32_compute")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -31,6 +32,8 @@ class LoopConfig:
     """Seed for the model, the data and the shuffling."""
     device: str = "cpu"
     """Where the model runs."""
+    item_every_step: bool = False
+    """Read the loss with .item() every step (a host-device sync on GPUs)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.features < 1:
@@ -43,7 +46,10 @@ def scenario(name: str, **overrides: Any) -> LoopConfig:
     """The configuration for a named scenario (see SCENARIOS)."""
     base = {
         "data_loading": {"sample_cost_s": 0.0015, "features": 256},
-        "healthy": {"sample_cost_s": 0.0, "features": 512},
+        "healthy": {"sample_cost_s": 0.0, "features": 1024, "batch": 64},
+        "sync": {"features": 1024, "batch": 256, "item_every_step": True, "num_workers": 2},
+        "small_batch": {"features": 64, "batch": 2},
+        "fp32_compute": {"features": 4096, "batch": 1024, "num_workers": 4},
     }
     if name not in base:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
@@ -83,16 +89,16 @@ def make_loop(cfg: LoopConfig) -> tuple[Any, Any, Any]:
     return model, optimizer, loader
 
 
-def train(model: Any, optimizer: Any, loader: Any, device: str = "cpu") -> list[float]:
+def train(model: Any, optimizer: Any, loader: Any, device: str = "cpu", *, item_every_step: bool = False) -> list[float]:
     """One epoch of a plain loop; returns the losses (to compare runs bit for bit)."""
     import torch
 
-    losses = []
+    losses: list[Any] = []
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        losses.append(loss.detach())
+        losses.append(loss.item() if item_every_step else loss.detach())
     return [float(v) for v in losses]

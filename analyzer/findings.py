@@ -47,3 +47,5 @@ class Report:
     notes: tuple[str, ...]
     run: dict[str, Any] = field(default_factory=dict)
     end: dict[str, Any] | None = None
+    ceilings: str | None = None
+    """Path of the measured-ceilings file the findings were compared with, if any."""

@@ -1,7 +1,7 @@
 """Record the bundled sample traces from real training loops on this machine.
 
     python sample_traces/record.py            # CPU scenarios -> sample_traces/cpu_<scenario>.arrow
-    python sample_traces/record.py --device cuda --prefix h200
+    python sample_traces/record.py --device cuda --prefix h200   # also sync, small_batch, fp32_compute
 
 Each file is overwritten only with --force.
 """
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 import analyzer
-from analyzer.demo import SCENARIOS, make_loop, scenario, train
+from analyzer.demo import GPU_SCENARIOS, SCENARIOS, make_loop, scenario, train
 
 HERE = Path(__file__).parent
 
@@ -25,12 +25,12 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
-    for name in SCENARIOS:
+    for name in GPU_SCENARIOS if args.device == "cuda" else SCENARIOS:
         cfg = scenario(name, steps=args.steps, device=args.device)
         out = args.out_dir / f"{args.prefix}_{name}.arrow"
         model, optimizer, loader = make_loop(cfg)
         with analyzer.profile(model, out=str(out), overwrite=args.force, tags={"scenario": name}) as prof:
-            train(model, optimizer, loader, cfg.device)
+            train(model, optimizer, loader, cfg.device, item_every_step=cfg.item_every_step)
         print(f"{prof.path}: {prof.steps_recorded} steps, verdict {analyzer.analyze(prof.path).bottleneck}")
 
 

@@ -21,7 +21,7 @@ class ProfileOptions:
     manual_steps: bool = False
     """Only ``prof.step()`` ends a step (otherwise its first call switches automatic boundaries off)."""
     device: str = "auto"
-    """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto' picks cuda when available."""
+    """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto': cuda when the model is on a GPU."""
     flush_interval_s: float = 1.0
     """Longest time a finished step waits in memory before it reaches the file."""
     flush_every_steps: int = 50

@@ -112,7 +112,8 @@ class Profiler:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         opts = self.options
-        cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+        on_gpu = any(p.is_cuda for p in self.model.parameters())
+        cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available() and on_gpu)
         run = collect_run_info(self.model, "cuda" if cuda else "cpu")
         self._rank = int(run["rank"] or 0)
         self.path = self._choose_path(rank_path(opts.out, self._rank, int(run["world_size"] or 1)))

@@ -48,6 +48,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "notes": list(report.notes),
         "run": {k: report.run.get(k) for k in S.RUN_KEYS if k in report.run},
         "end": report.end,
+        "ceilings": report.ceilings,
     }
 
 

@@ -57,7 +57,7 @@ def render_terminal(report: Report) -> RenderableType:
     for i, f in enumerate(report.findings, 1):
         body = Text(f.summary + "\n")
         for e in f.evidence:
-            body.append(f"  evidence: {e.metric} = {e.value:.3f} {e.comparison} {e.threshold:.3f} ({e.unit})\n", style="dim")
+            body.append(f"  evidence: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})\n", style="dim")
             body.append(f"            threshold source: {e.source}\n", style="dim")
         body.append(f"  seen on {f.consistency:.0%} of steps; recoverable share ~{f.share:.0%}\n")
         for r in f.recommendations:

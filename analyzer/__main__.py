@@ -1,0 +1,5 @@
+"""`python -m analyzer` runs the gpuanalyze CLI."""
+
+from analyzer.cli import main
+
+main()

@@ -1,0 +1,58 @@
+"""torch's own numbers on this GPU, measured the same way as `gpuanalyze bench --backend cupy`.
+
+    python benchmarks/torch_reference.py [--elements 268435456] [--n 8192]
+
+Prints JSON: device-to-device copy GB/s (bytes read + written, 1 GiB float32 like the memory
+benchmark), bf16 and fp32 matmul TFLOP/s (median of 50 after 10 warm-ups), pinned and pageable
+H2D GB/s for 256 MiB. Compare with the cupy results of the same run to judge our kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+
+def timed(fn, warmup: int = 10, repeats: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--elements", type=int, default=2**28)
+    parser.add_argument("--n", type=int, default=8192)
+    args = parser.parse_args()
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    src = torch.full((args.elements,), 0.1, device="cuda")
+    dst = torch.empty_like(src)
+    out["d2d_copy_gbps"] = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src), 3, 20) / 1e9
+    del src, dst
+    n = args.n
+    for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float32, "float32")):
+        a, b = torch.rand(n, n, device="cuda", dtype=dtype), torch.rand(n, n, device="cuda", dtype=dtype)
+        out[f"matmul_{name}_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12
+    torch.backends.cuda.matmul.allow_tf32 = True
+    out["matmul_tf32_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12
+    size = 256 * 2**20
+    dev = torch.empty(size // 4, device="cuda")
+    for pinned in (True, False):
+        host = torch.empty(size // 4, pin_memory=pinned)
+        out[f"h2d_{'pinned' if pinned else 'pageable'}_gbps"] = size / timed(lambda: dev.copy_(host, non_blocking=True), 2, 10) / 1e9
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

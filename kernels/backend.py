@@ -1,0 +1,136 @@
+"""Which benchmark backends this machine has, and how each one times work.
+
+``cupy`` and ``numba`` need a real CUDA device; the Numba CUDA simulator (used by the tests)
+does not count as one. ``cpu`` is always available.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ingest.errors import GpuAnalyzeError
+
+BACKENDS = ("cupy", "numba", "cpu")
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    name: str
+    device: str
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    sm_count: int | None = None
+
+
+def cupy_unavailable() -> str | None:
+    """Why the cupy backend cannot run here, or None when it can."""
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed (pip install 'gpuanalyze[cuda12]' or '[cuda13]')"
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy sees no CUDA device"
+    except Exception as exc:  # noqa: BLE001 - CuPy raises many kinds here
+        return f"CuPy cannot reach a CUDA device ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
+def numba_unavailable() -> str | None:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return "the Numba CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1); it is for tests, not measurements"
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return "numba.cuda finds no CUDA device or driver"
+    except Exception as exc:  # noqa: BLE001
+        return f"numba.cuda is unusable ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
+def availability() -> dict[str, str | None]:
+    """Backend name -> None if usable, else the reason it is not."""
+    return {"cupy": cupy_unavailable(), "numba": numba_unavailable(), "cpu": None}
+
+
+def select(name: str) -> Backend:
+    """Resolve 'auto' or a backend name; raise GpuAnalyzeError saying why one is unavailable."""
+    if name not in (*BACKENDS, "auto"):
+        raise GpuAnalyzeError(f"unknown backend {name!r}; choose auto, cupy, numba or cpu")
+    avail = availability()
+    if name == "auto":
+        name = next(b for b in BACKENDS if avail[b] is None)
+    elif avail[name] is not None:
+        raise GpuAnalyzeError(f"backend {name} is unavailable: {avail[name]}")
+    if name == "cupy":
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        return Backend("cupy", props["name"].decode(), int(props["l2CacheSize"]), int(props["totalGlobalMem"]),
+                       int(props["multiProcessorCount"]))
+    if name == "numba":
+        from numba import cuda
+
+        dev = cuda.get_current_device()
+        ctx = cuda.current_context()
+        name_ = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        return Backend("numba", name_, None, int(ctx.get_memory_info().total), int(dev.MULTIPROCESSOR_COUNT))
+    return Backend("cpu", f"CPU: {platform.processor() or platform.machine()} x{os.cpu_count()}")
+
+
+Timer = Callable[[Callable[[], object], int, int], list[float]]
+
+
+def host_timer(fn: Callable[[], object], warmup: int, repeats: int) -> list[float]:
+    """Seconds per call on the host clock (CPU work only: never around async device work)."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def cupy_timer(fn: Callable[[], object], warmup: int, repeats: int) -> list[float]:
+    """Seconds per call between CUDA events on the current stream."""
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    out = []
+    for _ in range(repeats):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return out
+
+
+def numba_timer(fn: Callable[[], object], warmup: int, repeats: int) -> list[float]:
+    from numba import cuda
+
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    out = []
+    for _ in range(repeats):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(cuda.event_elapsed_time(start, end) / 1e3)
+    return out
+
+
+TIMERS: dict[str, Timer] = {"cupy": cupy_timer, "numba": numba_timer, "cpu": host_timer}
