@@ -47,9 +47,9 @@ def scenario(name: str, **overrides: Any) -> LoopConfig:
     base = {
         "data_loading": {"sample_cost_s": 0.0015, "features": 256},
         "healthy": {"sample_cost_s": 0.0, "features": 1024, "batch": 64},
-        "sync": {"features": 1024, "batch": 256, "item_every_step": True, "num_workers": 2},
+        "sync": {"features": 2048, "batch": 512, "item_every_step": True, "num_workers": 4},
         "small_batch": {"features": 64, "batch": 2},
-        "fp32_compute": {"features": 4096, "batch": 1024, "num_workers": 4},
+        "fp32_compute": {"features": 4096, "batch": 256, "num_workers": 8},
     }
     if name not in base:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")

@@ -42,7 +42,9 @@ def main() -> None:
     del src, dst
     n = args.n
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float32, "float32")):
-        a, b = torch.rand(n, n, device="cuda", dtype=dtype), torch.rand(n, n, device="cuda", dtype=dtype)
+        # the same value distribution as the cupy benchmark (uniform in [-1, 1)): data changes GPU power and clocks
+        a = (torch.rand(n, n, device="cuda") * 2 - 1).to(dtype)
+        b = (torch.rand(n, n, device="cuda") * 2 - 1).to(dtype)
         out[f"matmul_{name}_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12
     torch.backends.cuda.matmul.allow_tf32 = True
     out["matmul_tf32_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12

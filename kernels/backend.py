@@ -45,6 +45,7 @@ def numba_unavailable() -> str | None:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return "the Numba CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1); it is for tests, not measurements"
     try:
+        import kernels.numba_compat  # noqa: F401
         from numba import cuda
 
         if not cuda.is_available():

@@ -24,6 +24,7 @@ def _launcher(backend: Backend) -> tuple[Callable[[], None], str]:
         kernel = cupy.RawKernel('extern "C" __global__ void empty_k() {}', "empty_k")
         return (lambda: kernel((1,), (1,), ())), "CuPy RawKernel, 1 block x 1 thread"
     if backend.name == "numba":
+        import kernels.numba_compat  # noqa: F401
         from numba import cuda
 
         @cuda.jit

@@ -46,9 +46,11 @@ class LoaderConfig:
             self.workers = os.cpu_count() or 1
 
 
-def _producer(wid: int, shm_name: str, shape: tuple[int, ...], iters: int, free_q: Any, full_q: Any) -> None:
+def _producer(wid: int, shm_name: str, shape: tuple[int, ...], iters: int, free_q: Any, full_q: Any, ready_q: Any) -> None:
     from kernels.loader_work import augment
 
+    augment(np.zeros(4, np.float32), 1, 0)  # compile before reporting ready
+    ready_q.put(wid)
     shm = shared_memory.SharedMemory(name=shm_name)
     slots = np.ndarray(shape, np.float32, buffer=shm.buf)
     count = 0
@@ -122,26 +124,29 @@ def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = N
 
     sample_size = int(np.prod(cfg.sample_shape))
     iters, cost_us = iterations_for(cfg.sample_cost_us, sample_size)
-    shape = (cfg.slots, cfg.batch, *cfg.sample_shape)
+    shape = (max(cfg.slots, 2 * cfg.workers), cfg.batch, *cfg.sample_shape)
     shm = shared_memory.SharedMemory(create=True, size=int(np.prod(shape)) * 4)
     ctx = mp.get_context("spawn")
-    free_q, full_q = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_producer, args=(w, shm.name, shape, iters, free_q, full_q), daemon=True)
+    free_q, full_q, ready_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_producer, args=(w, shm.name, shape, iters, free_q, full_q, ready_q), daemon=True)
              for w in range(cfg.workers)]
     for p in procs:
         p.start()
+    for _ in procs:
+        ready_q.get(timeout=120)
     try:
         slots = np.ndarray(shape, np.float32, buffer=shm.buf)
         device = _Device(backend, shape[1:])
-        for i in range(cfg.slots):
+        for i in range(shape[0]):
             free_q.put(i)
-        for _ in range(cfg.slots):  # warm-up: workers have compiled and filled every slot once
+        for _ in range(shape[0]):  # warm-up: every slot filled once
             free_q.put(full_q.get())
-        rates = {"producer": _phase(cfg, free_q, full_q, lambda idx: None)}
+        rates = {"producer": _phase(cfg, free_q, full_q, lambda idx: None, ramp=shape[0])}
         batch = slots[0].copy()
         rates["link"] = _isolated(cfg, lambda: device.link(batch), device)
         rates["consumer"] = _isolated(cfg, lambda: device.consume(device.k), device)
-        rates["pipeline"] = _phase(cfg, free_q, full_q, lambda idx: device.consume(device.link(slots[idx])), device)
+        rates["pipeline"] = _phase(cfg, free_q, full_q, lambda idx: device.consume(device.link(slots[idx])), device,
+                                   ramp=shape[0])
         del slots
     finally:
         for _ in procs:
@@ -161,9 +166,13 @@ def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = N
             for stage, rate in rates.items()]
 
 
-def _phase(cfg: LoaderConfig, free_q: Any, full_q: Any, consume: Any, device: _Device | None = None) -> float:
+def _phase(cfg: LoaderConfig, free_q: Any, full_q: Any, consume: Any, device: _Device | None = None, *,
+           ramp: int) -> float:
+    """Samples/s in steady state: the first ``ramp`` batches (slots filled while idle) are not timed."""
     t0 = time.perf_counter()
-    for _ in range(cfg.batches):
+    for i in range(ramp + cfg.batches):
+        if i == ramp:
+            t0 = time.perf_counter()
         idx = full_q.get()
         consume(idx)
         free_q.put(idx)

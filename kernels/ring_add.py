@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kernels.numba_compat  # noqa: F401  (before numba compiles anything)
 from numba import cuda
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import kernels.numba_compat  # noqa: F401  (before numba compiles anything)
 from numba import cuda, float64
 
 TPB = 256

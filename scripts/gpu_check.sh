@@ -2,10 +2,15 @@
 # Everything that needs a GPU, in one call: GPU tests, bench on cupy and numba, torch's own
 # numbers for comparison, and GPU sample traces. Writes into $OUT (default ./gpu_out).
 # Usage on a GPU machine from the repo root: bash scripts/gpu_check.sh
+#   PARTS="tests bench-cupy torch bench-numba traces overhead" selects steps (default: all);
+#   BENCH_CUPY=all|memory|copy|matmul|... selects the cupy benchmarks.
 set -u
+PARTS=${PARTS:-"tests bench-cupy torch bench-numba traces overhead"}
+BENCH_CUPY=${BENCH_CUPY:-all}
+want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=0 GPUANALYZE_CEILINGS="$OUT/ceilings-default.json"
+export PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=0 GPUANALYZE_CEILINGS=/tmp/gpuanalyze-ceilings.json
 if [ -d .whl ] && ! python3 -c "import polars" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
@@ -18,11 +23,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 python3 -c "import torch, cupy, numba; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cupy', cupy.__version__, 'numba', numba.__version__)"
 python3 -m analyzer env
 
-step "GPU tests"
+if want tests; then step "GPU tests"
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_profiler.py tests/test_cli.py 2>&1 | tail -15
+fi
 
-step "bench cupy (full)"
-timeout 300 python3 -m analyzer bench all --backend cupy --json --out "$OUT/bench-cupy.json" --force > /dev/null
+if want bench-cupy; then step "bench cupy ($BENCH_CUPY)"
+timeout 300 python3 -m analyzer bench "$BENCH_CUPY" --backend cupy --json --out "$OUT/bench-cupy.json" --force > /dev/null
 python3 - "$OUT/bench-cupy.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -30,22 +36,29 @@ for r in d["results"]:
     print(r["benchmark"], r["variant"], r.get("dtype"), r.get("size_bytes"), r.get("world_size"), round(r["value"], 3), r["unit"])
 print("skipped", d["skipped"]); print("failed", d["failed"])
 PY
+fi
 
-step "torch reference"
+if want torch; then step "torch reference"
 timeout 120 python3 benchmarks/torch_reference.py | tee "$OUT/torch-reference.json"
+fi
 
-step "bench numba (quick)"
+if want bench-numba; then step "bench numba (quick)"
 timeout 200 python3 -m analyzer bench all --backend numba --quick --json --out "$OUT/bench-numba.json" --force > /dev/null
 python3 -c "
 import json; d=json.load(open('$OUT/bench-numba.json'))
 [print(r['benchmark'], r['variant'], r.get('dtype'), r.get('size_bytes'), round(r['value'],3), r['unit']) for r in d['results']]
 print('skipped', d['skipped']); print('failed', d['failed'])"
+fi
 
-step "GPU sample traces"
-timeout 200 python3 sample_traces/record.py --device cuda --prefix h200 --out-dir "$OUT" --steps 60
-for f in "$OUT"/h200_*.arrow; do python3 -m analyzer "$f" --json > "${f%.arrow}.json"; python3 -c "
+if want traces; then step "GPU sample traces"
+mkdir -p "$OUT/traces"
+timeout 200 python3 sample_traces/record.py --device cuda --prefix h200 --out-dir "$OUT/traces" --steps 60
+for f in "$OUT"/traces/h200_*.arrow; do python3 -m analyzer "$f" --json > "${f%.arrow}.json"; python3 -c "
 import json; d=json.load(open('${f%.arrow}.json')); print('$f', d['bottleneck'], d['confidence'], d['gpu_utilization'], d['step_time_ms'], d['breakdown_ms'])"; done
+tar -C "$OUT" -czf "$OUT/traces.tar.gz" traces && rm -r "$OUT/traces"
+fi
 
-step "overhead on GPU"
+if want overhead; then step "overhead on GPU"
 timeout 120 python3 benchmarks/overhead.py --rounds 5 2>&1 | grep -v USDT
+fi
 echo "=== done ($(date +%T))"

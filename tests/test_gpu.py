@@ -15,7 +15,7 @@ from ingest import schema as S  # noqa: E402
 
 
 def _profiled(tmp_path, name, **kw):
-    cfg = scenario(name, steps=30, device="cuda", **kw)
+    cfg = scenario(name, **{"steps": 30, "device": "cuda", **kw})
     model, opt, loader = make_loop(cfg)
     with analyzer.profile(model, out=str(tmp_path / f"{name}.arrow")) as prof:
         losses = train(model, opt, loader, "cuda", item_every_step=cfg.item_every_step)
