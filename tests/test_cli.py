@@ -33,15 +33,26 @@ def test_json_has_the_stable_keys(trace_factory):
     assert finding["evidence"][0]["source"].startswith("XProf")
 
 
+# What each bundled real trace is judged to be (sample_traces/README.md explains why).
+EXPECTED = {
+    "cpu_data_loading.arrow": "data_loading",
+    "cpu_healthy.arrow": "none",
+    "h200_data_loading.arrow": "data_loading",
+    "h200_cpu_healthy_scenario.arrow": "data_loading",
+    "h200_small_batch.arrow": "data_loading",
+    "h200_sync.arrow": "sync",
+    "h200_fp32_compute.arrow": "kernels",
+}
+
+
 @pytest.mark.parametrize("sample", sorted(SAMPLES.glob("*.arrow")), ids=lambda p: p.name)
 def test_every_bundled_sample_analyses(sample):
     result = runner.invoke(app, [str(sample), "--json"])
     assert result.exit_code == 0, result.output
-    verdict = json.loads(result.output)["bottleneck"]
-    if "data_loading" in sample.name:
-        assert verdict == "data_loading"
-    if "healthy" in sample.name:
-        assert verdict != "data_loading"
+    data = json.loads(result.output)
+    assert data["bottleneck"] == EXPECTED[sample.name]
+    assert data["complete"] and data["steps"] > 50
+    assert (data["gpu_utilization"] is None) == sample.name.startswith("cpu_")
 
 
 @pytest.mark.parametrize("content", [None, b"", b"\x00garbage" * 50, b'{"traceEvents": []}'])
