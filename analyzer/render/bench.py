@@ -26,19 +26,23 @@ def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:
     return None
 
 
+_SHORT = {"memory_bandwidth": "memory", "launch_overhead": "launch", "dataloader": "loader"}
+_UNIT = {"GB/s busbw": "GB/s bus", "us/launch": "us", "samples/s": "samples/s"}
+
+
 def render_bench(report: BenchReport) -> RenderableType:
     spec = lookup(report.device)
-    title = f"gpuanalyze bench: {report.backend} on {report.device}"
-    if spec:
-        title += f" (datasheet: {spec.name}; {spec.source})"
-    table = Table(title=title, title_justify="left")
-    for col in ("benchmark", "variant", "dtype", "size", "ranks", "median", "min..max", "% of datasheet"):
-        table.add_column(col, justify="right" if col in ("size", "median", "min..max", "% of datasheet", "ranks") else "left")
+    table = Table(title=f"gpuanalyze bench: {report.backend} on {report.device}", title_justify="left")
+    for col in ("bench", "variant", "dtype", "size", "n", "median", "unit", "min..max", "% peak"):
+        table.add_column(col, justify="left" if col in ("bench", "variant", "dtype", "unit") else "right", no_wrap=True)
     for r in report.results:
         peak = datasheet_peak(r, spec)
-        table.add_row(r.benchmark, r.variant, r.dtype or "", _size(r.size_bytes), str(r.world_size or ""),
-                      f"{r.value:,.4g} {r.unit}", f"{r.min:,.4g}..{r.max:,.4g}", f"{100 * r.value / peak:.0f}%" if peak else "")
+        table.add_row(_SHORT.get(r.benchmark, r.benchmark), r.variant, r.dtype or "", _size(r.size_bytes),
+                      str(r.world_size or ""), f"{r.value:,.4g}", _UNIT.get(r.unit, r.unit), f"{r.min:.3g}..{r.max:.3g}",
+                      f"{100 * r.value / peak:.0f}%" if peak else "")
     parts: list[RenderableType] = [table]
+    if spec:
+        parts.append(Text(f"% peak: against the {spec.name} datasheet ({spec.source})", style="dim"))
     for s in report.skipped:
         parts.append(Text(f"skipped  {s}", style="yellow"))
     for f in report.failed:

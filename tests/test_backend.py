@@ -1,0 +1,33 @@
+import pytest
+
+from ingest.errors import GpuAnalyzeError
+from kernels.backend import availability, host_timer, select
+
+
+def test_cpu_is_always_available():
+    assert availability()["cpu"] is None
+    assert select("cpu").name == "cpu"
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(GpuAnalyzeError, match="unknown backend"):
+        select("tpu")
+
+
+def test_an_unavailable_backend_says_why(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    with pytest.raises(GpuAnalyzeError, match="simulator"):
+        select("numba")
+
+
+def test_auto_never_picks_the_simulator(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    if availability()["cupy"] is None:
+        pytest.skip("a real GPU is present")
+    assert select("auto").name == "cpu"
+
+
+def test_host_timer_counts_repeats():
+    calls = []
+    times = host_timer(lambda: calls.append(1), 2, 3)
+    assert len(times) == 3 and len(calls) == 5
