@@ -8,16 +8,19 @@ from analyzer.ceilings import Ceilings
 from analyzer.classify import classify
 from analyzer.findings import Report
 from analyzer.metrics import step_metrics
-from ingest.reader import Trace, load_trace
+from ingest.reader import Trace
+from ingest.sources import load_any
 
 
 def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> Report:
-    """Analyse a trace file (or an already loaded Trace); raises GpuAnalyzeError on bad input.
+    """Analyse a trace (.arrow, Kineto .json[.gz], a directory of per-rank traces, or a loaded Trace).
+
+    Raises GpuAnalyzeError on bad input.
 
     ``ceilings`` (from ``analyzer.ceilings.find_ceilings``) lets findings quote achieved numbers
     against what `gpuanalyze bench` measured on this machine.
     """
-    loaded = trace if isinstance(trace, Trace) else load_trace(trace)
+    loaded = trace if isinstance(trace, Trace) else load_any(trace)
     metrics = step_metrics(loaded)
     bottleneck, confidence, findings = classify(metrics, loaded.run, ceilings)
     return Report(

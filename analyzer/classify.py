@@ -77,23 +77,34 @@ def data_loading(m: StepMetrics, ceilings: Ceilings | None = None) -> Finding | 
 def sync(m: StepMetrics) -> Finding | None:
     share = m.share[S.SYNC_MS] or 0.0
     recoverable = _recoverable(m, share)
-    if share < T.SYNC_MODERATE.value or recoverable < T.SYNC_MODERATE.value:
+    comm = m.kernels.share_of_wall("comm_exposed_ms") if m.kernels else 0.0
+    host_sync = share >= T.SYNC_MODERATE.value and recoverable >= T.SYNC_MODERATE.value
+    if not host_sync and comm < T.SYNC_MODERATE.value:
         return None
-    severity = _severity(share, T.SYNC_HIGH)
-    threshold = T.SYNC_HIGH if severity == "high" else T.SYNC_MODERATE
+    worst = max(share, comm)
+    threshold = T.SYNC_HIGH if worst >= T.SYNC_HIGH.value else T.SYNC_MODERATE
+    evidence = [Evidence("sync_share", share, threshold.value, ">=", "fraction of step time", threshold.source),
+                *_idle_evidence(m)]
+    recs = [
+        "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and read them every N steps.",
+        "Drop explicit torch.cuda.synchronize() calls from the loop (time with CUDA events instead).",
+        "In DDP, overlap communication with backward (bucket_cap_mb, gradient_as_bucket_view=True) and use no_sync() during gradient accumulation.",
+    ]
+    if m.kernels is not None:
+        evidence.append(Evidence("exposed_communication_share", comm, T.SYNC_MODERATE.value, ">=", "fraction of step time",
+                                 "GPU time when only communication kernels run (nothing to overlap them with)"))
+        if comm >= T.SYNC_MODERATE.value:
+            recs.insert(0, "Communication is exposed: let DDP/FSDP overlap it with backward (smaller buckets, "
+                           "FSDP backward_prefetch), or check for a straggler rank that makes the others wait.")
     return Finding(
         bottleneck="sync",
-        severity=severity,
-        share=recoverable,
-        summary=f"The host is blocked on device synchronisation or collectives {share:.0%} of the time.",
-        evidence=(Evidence("sync_share", share, threshold.value, ">=", "fraction of step time", threshold.source),
-                  *_idle_evidence(m)),
-        recommendations=(
-            "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and read them every N steps.",
-            "Drop explicit torch.cuda.synchronize() calls from the loop (time with CUDA events instead).",
-            "In DDP, overlap communication with backward (bucket_cap_mb, gradient_as_bucket_view=True) and use no_sync() during gradient accumulation.",
-        ),
-        consistency=_consistency(m, S.SYNC_MS, T.SYNC_MODERATE.value),
+        severity="high" if worst >= T.SYNC_HIGH.value else "moderate",
+        share=max(recoverable if host_sync else 0.0, comm),
+        summary=f"The host is blocked on device synchronisation {share:.0%} of the time"
+                + (f"; communication is exposed {comm:.0%} of the time." if comm >= T.SYNC_MODERATE.value else "."),
+        evidence=tuple(evidence),
+        recommendations=tuple(recs),
+        consistency=_consistency(m, S.SYNC_MS, T.SYNC_MODERATE.value) if host_sync else 1.0,
     )
 
 
@@ -108,6 +119,14 @@ def batch_size(m: StepMetrics) -> Finding | None:
         "Give the GPU more work per launch: raise the batch size (scale the learning rate with it) or use gradient accumulation less.",
         "Cut launch overhead: torch.compile(model, mode='reduce-overhead') or CUDA graphs fuse small kernels and replay them.",
     ]
+    if m.kernels is not None and m.kernels.kernel_median_us is not None:
+        km = m.kernels
+        evidence.append(Evidence("kernel_median_us", km.kernel_median_us, T.SHORT_KERNEL_US.value, "<", "microseconds",
+                                 T.SHORT_KERNEL_US.source))
+        if km.idle_ms:
+            launch_bound = (km.totals_ms["idle_launch_ms"] + km.totals_ms["idle_host_wait_ms"]) / km.idle_ms
+            evidence.append(Evidence("idle_from_launch_or_host_wait", launch_bound, 0.5, ">=", "fraction of GPU idle time",
+                                     "HTA idle-time breakdown: host wait + kernel-launch gaps (docs/thresholds.md)"))
     if m.peak_mem_bytes and m.gpu_memory_bytes:
         used = m.peak_mem_bytes / m.gpu_memory_bytes
         evidence.append(Evidence("peak_memory_fraction", used, T.MEM_HEADROOM.value, "<", "fraction of device memory", T.MEM_HEADROOM.source))
@@ -129,17 +148,35 @@ def kernels(m: StepMetrics, run: dict[str, Any]) -> Finding | None:
     if m.gpu_util is None or m.gpu_util < T.GPU_UTIL_BUSY.value:
         return None
     dtype = run.get("param_dtype")
-    recs = [
+    evidence = [Evidence("gpu_utilization", m.gpu_util, T.GPU_UTIL_BUSY.value, ">=", "fraction of step time",
+                         T.GPU_UTIL_BUSY.source)]
+    recs = []
+    severity = "high" if dtype == "float32" else "moderate"
+    km = m.kernels
+    if km is not None:
+        simt = km.share_of_kernel_time("gemm_simt_fp32")
+        memory_bound = km.share_of_kernel_time("elementwise") + km.share_of_kernel_time("reduction")
+        evidence.append(Evidence("simt_fp32_gemm_share", simt, T.SIMT_GEMM_SHARE.value, ">=", "fraction of kernel time",
+                                 T.SIMT_GEMM_SHARE.source))
+        evidence.append(Evidence("memory_bound_kernel_share", memory_bound, T.MEMORY_BOUND_SHARE.value, ">=",
+                                 "fraction of kernel time", T.MEMORY_BOUND_SHARE.source))
+        severity = "high" if simt >= T.SIMT_GEMM_SHARE.value or memory_bound >= T.MEMORY_BOUND_SHARE.value else "moderate"
+        if simt >= T.SIMT_GEMM_SHARE.value:
+            recs.append(f"{simt:.0%} of kernel time is fp32 GEMM on SIMT cores (sgemm): use bf16 autocast or TF32 to run it on tensor cores.")
+        if memory_bound >= T.MEMORY_BOUND_SHARE.value:
+            recs.append(f"{memory_bound:.0%} of kernel time is memory-bound elementwise/reduction kernels: fuse them with torch.compile.")
+    recs += [
         "Use tensor-core precisions: torch.autocast('cuda', dtype=torch.bfloat16) for forward and loss.",
         "Allow TF32 for remaining fp32 matmuls: torch.set_float32_matmul_precision('high').",
         "Fuse memory-bound elementwise chains with torch.compile(model); use fused optimizers (e.g. AdamW(fused=True)).",
     ]
     return Finding(
         bottleneck="kernels",
-        severity="high" if dtype == "float32" else "moderate",
+        severity=severity,
         share=m.gpu_util * T.KERNEL_RECOVERABLE,
-        summary=f"The GPU is busy {m.gpu_util:.0%} of the step (parameters in {dtype}): the kernels set the pace.",
-        evidence=(Evidence("gpu_utilization", m.gpu_util, T.GPU_UTIL_BUSY.value, ">=", "fraction of step time", T.GPU_UTIL_BUSY.source),),
+        summary=f"The GPU is busy {m.gpu_util:.0%} of the step"
+                + (f" (parameters in {dtype})" if dtype else "") + ": the kernels set the pace.",
+        evidence=tuple(evidence),
         recommendations=tuple(recs),
         consistency=_consistency(m, S.GPU_BUSY_MS, T.GPU_UTIL_BUSY.value),
     )

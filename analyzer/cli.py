@@ -21,6 +21,8 @@ from analyzer.render.env import render_env
 from analyzer.render.json_report import render_json
 from analyzer.render.terminal import render_terminal
 from ingest.errors import GpuAnalyzeError
+from ingest.kineto_import import load_kineto, write_trace_file
+from ingest.sources import load_any
 from kernels.suite import run_bench, save
 
 _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
@@ -60,7 +62,8 @@ def main_callback(
 
 @app.command("analyze")
 def analyze_cmd(
-    trace: Annotated[Path, typer.Argument(help="A trace written by analyzer.profile (.arrow).")],
+    trace: Annotated[Path, typer.Argument(help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], "
+                                               "or a directory of per-rank traces.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
     ceilings: Annotated[Optional[Path], typer.Option(help="Measured ceilings from `gpuanalyze bench` "
                         "(default: the file bench saves, if present).")] = None,
@@ -74,6 +77,23 @@ def analyze_cmd(
         typer.echo(render_json(report))
     else:
         Console(highlight=False).print(render_terminal(report))
+
+
+@app.command("import")
+def import_cmd(
+    trace: Annotated[Path, typer.Argument(help="A PyTorch profiler (Kineto) trace: .json or .json.gz.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The gpuanalyze trace to write (.arrow).")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
+) -> None:
+    """Convert a PyTorch profiler trace to a gpuanalyze trace (never writes over its input)."""
+    try:
+        loaded = load_kineto(trace) if trace.exists() else load_any(trace)
+        write_trace_file(loaded, out, force=force)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+    typer.echo(f"{out}: {loaded.frame.height} step(s) from {trace}")
 
 
 @app.command("env")

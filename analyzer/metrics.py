@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyzer.kernel_metrics import KernelMetrics, kernel_metrics
 from analyzer.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
 from ingest import schema as S
 from ingest.errors import TraceError
@@ -33,6 +34,8 @@ class StepMetrics:
     samples_per_s: float | None
     step_share: pl.DataFrame
     """Per-step shares (columns named like the parts), for consistency checks."""
+    kernels: KernelMetrics | None = None
+    """Kernel-level evidence, when steps carry kernel statistics."""
 
 
 def warmup_steps(n: int) -> int:
@@ -72,6 +75,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         batch_samples=None if samples.null_count() == samples.len() else float(samples.median()),
         samples_per_s=None if samples.null_count() == samples.len() else 1000.0 * float(samples.sum()) / per_rank_wall,
         step_share=step_share,
+        kernels=kernel_metrics(frame),
     )
 
 

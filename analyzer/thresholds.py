@@ -23,6 +23,10 @@ GPU_UTIL_LOW = Threshold(0.50, TB_PLUGIN + " flags GPU utilization < 50%")
 GPU_UTIL_BUSY = Threshold(0.80, OURS + ": GPU busy most of the step, so the kernels themselves set the pace")
 MEM_HEADROOM = Threshold(0.50, OURS + ": peak memory under half the device leaves room for a larger batch")
 
+SHORT_KERNEL_US = Threshold(20.0, OURS + ": kernels under ~20 us are of the order of launch overhead (5-13 us measured on H200, docs/gpu-results.md)")
+SIMT_GEMM_SHARE = Threshold(0.30, OURS + ": fp32 SIMT GEMMs run ~7-15x below tensor-core rates (H200 datasheet 67 vs 989 TFLOPS)")
+MEMORY_BOUND_SHARE = Threshold(0.50, OURS + ": more than half of kernel time in unfused elementwise/reduction kernels")
+
 #: Fraction of a GPU-bound fp32 step expected to be recoverable by tensor-core precisions;
 #: a conservative 2x speed-up (H100 datasheet: 67 fp32 vs 989 dense bf16 TFLOPS) applied to busy time.
 KERNEL_RECOVERABLE = 0.5

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 FORMAT_NAME = "gpuanalyze-trace"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1 added the optional kernel_stats column
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -31,6 +31,27 @@ OTHER_MS = "other_ms"
 GPU_BUSY_MS = "gpu_busy_ms"
 BATCH_SAMPLES = "batch_samples"
 PEAK_MEM_BYTES = "peak_mem_bytes"
+
+KERNEL_STATS = "kernel_stats"
+
+#: Kernel categories, in the order of their ``<category>_ms`` fields in KERNEL_STATS.
+KERNEL_CATEGORIES: tuple[str, ...] = (
+    "gemm_tensor_core", "gemm_simt_fp32", "conv", "attention", "elementwise", "reduction",
+    "communication", "memcpy", "memset", "other",
+)
+#: Scalar fields of KERNEL_STATS: GPU time in ms unless the name says otherwise.
+KERNEL_STAT_FIELDS: tuple[str, ...] = (
+    "gpu_span_ms", "gpu_busy_ms", "idle_host_wait_ms", "idle_launch_ms", "idle_other_ms",
+    "compute_ms", "non_compute_ms", "comm_exposed_ms", *(f"{c}_ms" for c in KERNEL_CATEGORIES),
+    "memcpy_h2d_ms", "memcpy_d2h_ms", "memcpy_d2d_ms", "memcpy_pageable_ms", "sync_api_ms",
+    "kernel_median_us",
+)
+KERNEL_STATS_TYPE = pa.struct(
+    [pa.field(f, pa.float64()) for f in KERNEL_STAT_FIELDS]
+    + [pa.field("kernel_count", pa.int64()),
+       pa.field("top_kernels", pa.list_(pa.struct([("name", pa.string()), ("total_ms", pa.float64()),
+                                                   ("count", pa.int64())])))]
+)
 
 #: The parts of a step; together with OTHER_MS they add up to WALL_MS.
 PHASES: tuple[str, ...] = (DATA_WAIT_MS, H2D_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS, SYNC_MS)
@@ -51,6 +72,7 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(GPU_BUSY_MS, pa.float64()),
     pa.field(BATCH_SAMPLES, pa.int64()),
     pa.field(PEAK_MEM_BYTES, pa.int64()),
+    pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
@@ -67,7 +89,7 @@ END_KEY = b"gpuanalyze.end"
 RUN_KEYS: tuple[str, ...] = (
     "host", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", "torch",
     "world_size", "rank", "backend", "device", "start_unix_ns", "model_params",
-    "param_dtype", "pid", "argv",
+    "param_dtype", "pid", "argv", "source", "gpu_summary",
 )
 
 

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from analyzer.findings import Report
+from analyzer.kernel_metrics import gpu_breakdown
 from ingest import schema as S
 
 
@@ -33,6 +34,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "gpu_utilization": _num(m.gpu_util),
         "throughput_samples_per_s": _num(m.samples_per_s, 2),
         "peak_mem_bytes": m.peak_mem_bytes,
+        "gpu": _gpu(report),
+        "kernels": _kernels(report),
         "findings": [
             {
                 "bottleneck": f.bottleneck,
@@ -49,6 +52,24 @@ def report_dict(report: Report) -> dict[str, Any]:
         "run": {k: report.run.get(k) for k in S.RUN_KEYS if k in report.run},
         "end": report.end,
         "ceilings": report.ceilings,
+    }
+
+
+def _gpu(report: Report) -> dict[str, float | None] | None:
+    g = gpu_breakdown(report.run, report.metrics.kernels)
+    return None if g is None else {k: _num(v, 2) for k, v in g.items()}
+
+
+def _kernels(report: Report) -> dict[str, Any] | None:
+    km = report.metrics.kernels
+    if km is None:
+        return None
+    return {
+        "steps_with_kernel_stats": km.steps,
+        "kernel_count": km.kernel_count,
+        "kernel_median_us": _num(km.kernel_median_us, 2),
+        "time_ms": {k.removesuffix("_ms"): _num(v, 3) for k, v in km.totals_ms.items()},
+        "top_kernels": [{"name": n, "total_ms": _num(t, 3), "count": c} for n, t, c in km.top_kernels],
     }
 
 

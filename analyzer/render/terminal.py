@@ -8,6 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.findings import Report
+from analyzer.kernel_metrics import gpu_breakdown
+from ingest.kernel_names import short_name
 from ingest import schema as S
 
 _LABELS = {
@@ -54,6 +56,10 @@ def render_terminal(report: Report) -> RenderableType:
         table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}")
     parts.append(table)
 
+    kernels = _kernel_section(report)
+    if kernels is not None:
+        parts.append(kernels)
+
     for i, f in enumerate(report.findings, 1):
         body = Text(f.summary + "\n")
         for e in f.evidence:
@@ -67,3 +73,27 @@ def render_terminal(report: Report) -> RenderableType:
         parts.append(Text("No rule fired: data wait and sync are under 5% of step time" + (
             "" if m.gpu_util is not None else " (no GPU timings in this trace, so GPU rules were not evaluated)") + "."))
     return Group(*parts)
+
+
+def _kernel_section(report: Report) -> RenderableType | None:
+    km = report.metrics.kernels
+    gpu = gpu_breakdown(report.run, km)
+    if km is None and gpu is None:
+        return None
+    table = Table(title="GPU kernels", title_justify="left")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    if gpu:
+        table.add_row("busy / idle (HTA)", f"{gpu['busy_pct']:.1f}% / {gpu['idle_pct']:.1f}%")
+        table.add_row("compute / non-compute (HTA)", f"{gpu['compute_pct']:.1f}% / {gpu['non_compute_pct']:.1f}%")
+    if km is not None:
+        t = km.totals_ms
+        table.add_row("idle: host wait / launch / other",
+                      f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms")
+        table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
+        shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
+        table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))
+        table.add_row("blocking sync API time", f"{t['sync_api_ms']:.2f} ms")
+        for name, total, count in km.top_kernels[:3]:
+            table.add_row(f"top: {short_name(name, 40)}", f"{total:.2f} ms x{count}")
+    return table

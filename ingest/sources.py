@@ -1,0 +1,59 @@
+"""Open whatever the user points at: a gpuanalyze .arrow trace, a Kineto JSON trace, or a directory
+holding one trace per rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ingest import schema as S
+from ingest.errors import TraceError
+from ingest.kineto_import import load_kineto
+from ingest.reader import Trace, load_trace
+
+JSON_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+def is_json_trace(path: Path) -> bool:
+    name = path.name.lower()
+    return name.endswith(".json") or name.endswith(".json.gz")
+
+
+def load_any(path: str | Path) -> Trace:
+    """One Trace from a file or a directory of per-rank files; raises TraceError with the reason."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    if path.is_dir():
+        return _load_dir(path)
+    if is_json_trace(path):
+        return load_kineto(path)
+    return load_trace(path)
+
+
+def _load_dir(path: Path) -> Trace:
+    files = sorted(p for p in path.iterdir() if p.is_file() and (is_json_trace(p) or p.suffix == ".arrow"))
+    if not files:
+        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
+    traces = [load_any(f) for f in files]
+    by_rank: dict[int, Path] = {}
+    for t in traces:
+        for rank in t.frame.get_column(S.RANK).unique().to_list():
+            if rank in by_rank:
+                raise TraceError(f"{path}: rank {rank} appears in both {by_rank[rank].name} and {t.path.name}; "
+                                 "the directory mixes runs, keep one run per directory")
+            by_rank[rank] = t.path
+    worlds = {t.run.get("world_size") for t in traces if t.run.get("world_size")}
+    if len(worlds) > 1:
+        raise TraceError(f"{path}: traces disagree on the world size ({sorted(worlds)}); the directory mixes runs")
+    notes = [n for t in traces for n in t.notes]
+    world = worlds.pop() if worlds else len(by_rank)
+    missing = sorted(set(range(int(world))) - set(by_rank))
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        notes.insert(0, f"{len(missing)} of {world} rank(s) have no trace here (ranks {shown}); analysing the {len(by_rank)} present")
+    first = min(traces, key=lambda t: t.frame.get_column(S.RANK).min() if t.frame.height else 1 << 30)
+    return Trace(path=path, frame=pl.concat([t.frame for t in traces]).sort([S.RANK, S.STEP]), run=first.run,
+                 tags=first.tags, version=first.version, complete=all(t.complete for t in traces), end=first.end,
+                 notes=tuple(dict.fromkeys(notes)))
