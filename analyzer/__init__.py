@@ -30,16 +30,18 @@ __all__ = [
 
 
 def profile(model: Any, *, out: str = "trace.arrow", optimizer: Any = None, dataloader: Any = None,
-            overwrite: bool = False, tags: dict[str, str] | None = None, manual_steps: bool = False, device: str = "auto",
-            flush_interval_s: float = 1.0, flush_every_steps: int = 50) -> Any:
+            overwrite: bool = False, tags: dict[str, str] | None = None, **options: Any) -> Any:
     """Profile a training loop: ``with analyzer.profile(model, out="trace.arrow"):``.
 
     ``optimizer`` fixes which optimizer's step ends a training step (default: the first one
     seen); ``dataloader`` limits data-wait timing to that loader (default: every DataLoader).
-    See ProfileOptions for the other arguments. Needs torch.
+    Further keyword arguments are ProfileOptions fields (device, manual_steps, kernel_windows,
+    window_first, window_every, window_steps, flush_interval_s, flush_every_steps). Needs torch.
     """
     from analyzer.collect.profiler import Profiler
 
-    options = ProfileOptions(out=out, overwrite=overwrite, tags=dict(tags or {}), manual_steps=manual_steps, device=device,
-                             flush_interval_s=flush_interval_s, flush_every_steps=flush_every_steps)
-    return Profiler(model, optimizer=optimizer, dataloader=dataloader, options=options)
+    try:
+        opts = ProfileOptions(out=out, overwrite=overwrite, tags=dict(tags or {}), **options)
+    except TypeError as exc:
+        raise GpuAnalyzeError(f"analyzer.profile: {exc}") from exc
+    return Profiler(model, optimizer=optimizer, dataloader=dataloader, options=opts)

@@ -8,6 +8,7 @@ from analyzer.ceilings import Ceilings
 from analyzer.classify import classify
 from analyzer.findings import Report
 from analyzer.metrics import step_metrics
+from ingest import schema as S
 from ingest.reader import Trace
 from ingest.sources import load_any
 
@@ -23,6 +24,11 @@ def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> R
     loaded = trace if isinstance(trace, Trace) else load_any(trace)
     metrics = step_metrics(loaded)
     bottleneck, confidence, findings = classify(metrics, loaded.run, ceilings)
+    notes = loaded.notes
+    sampled = loaded.frame.get_column(S.KERNEL_STATS).is_not_null().sum()
+    if sampled and metrics.kernels is None:
+        notes = (*notes, f"{sampled} step(s) ran under sampled torch.profiler windows but recorded no GPU kernels "
+                         "(a CPU run): kernel-level evidence is empty")
     return Report(
         path=str(loaded.path),
         bottleneck=bottleneck,
@@ -30,7 +36,7 @@ def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> R
         findings=findings,
         metrics=metrics,
         complete=loaded.complete,
-        notes=loaded.notes,
+        notes=notes,
         run=loaded.run,
         end=loaded.end,
         ceilings=ceilings.path if ceilings else None,

@@ -49,6 +49,10 @@ def step_metrics(trace: Trace) -> StepMetrics:
         raise TraceError(f"{trace.path}: the trace holds no steps (the run stopped before its first step ended)")
     skip = warmup_steps(frame.group_by(S.RANK).len().get_column("len").min())
     frame = frame.filter(pl.col(S.STEP).rank("ordinal").over(S.RANK) > skip)
+    kernels = kernel_metrics(frame)
+    sampled = frame.get_column(S.KERNEL_STATS).is_not_null()
+    if sampled.any() and not sampled.all():
+        frame = frame.filter(~sampled)  # steps run under torch.profiler: kernel evidence only, not timings
     wall_total = frame.get_column(S.WALL_MS).sum()
     breakdown = {part: _median_or_none(frame, part) for part in S.PARTS}
     share = {part: None if breakdown[part] is None else float(frame.get_column(part).sum()) / wall_total for part in S.PARTS}
@@ -75,7 +79,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         batch_samples=None if samples.null_count() == samples.len() else float(samples.median()),
         samples_per_s=None if samples.null_count() == samples.len() else 1000.0 * float(samples.sum()) / per_rank_wall,
         step_share=step_share,
-        kernels=kernel_metrics(frame),
+        kernels=kernels,
     )
 
 

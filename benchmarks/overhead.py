@@ -3,8 +3,10 @@
     python benchmarks/overhead.py [--rounds 7] [--steps 40]
 
 Times the steps inside the context (one-time start/stop costs are excluded and do not grow
-with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode) and under a full
-``torch.profiler`` trace, in alternating order each round, and prints each mode's median
+with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode: its first kernel
+window is at step 50, so none falls in these steps), under ``analyzer.profile`` with dense
+kernel windows (3 of every 20 steps under torch.profiler, a worst case; the default samples 3
+of every 2000) and under a full ``torch.profiler`` trace, in alternating order each round, and prints each mode's median
 step time and its ratio to the unprofiled loop. Goal for the default mode: <= 1.01. A tiny
 loop (steps of ~0.2 ms) then isolates the profiler's absolute cost per step in microseconds.
 """
@@ -29,6 +31,8 @@ def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
     train(model, optimizer, [next(iter(loader))])  # warm the allocator and kernels outside the timing
     if mode == "gpuanalyze":
         ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
+    elif mode == "gpuanalyze+windows":
+        ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), window_first=10, window_every=20)
     elif mode == "torch.profiler":
         ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     else:
@@ -48,7 +52,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args()
     cfg = LoopConfig(steps=args.steps, batch=args.batch, features=args.features)
-    modes = ["plain", "gpuanalyze", "torch.profiler"]
+    modes = ["plain", "gpuanalyze", "gpuanalyze+windows", "torch.profiler"]
     times: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):

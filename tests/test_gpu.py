@@ -71,3 +71,19 @@ def test_cupy_kernels_against_numpy():
         assert mm.max_rel_error() <= TOLERANCE[dtype]
     a = cupy.asarray(np.arange(8, dtype=np.float32))
     assert cupy.asnumpy(a).tolist() == list(range(8))
+
+
+def test_kernel_windows_record_gpu_kernels(tmp_path):
+    import polars as pl
+
+    cfg = scenario("fp32_compute", steps=12, device="cuda", num_workers=0)
+    model, opt, loader = make_loop(cfg)
+    with analyzer.profile(model, out=str(tmp_path / "w.arrow"), window_first=4, window_every=100) as prof:
+        train(model, opt, loader, "cuda")
+    frame = load_trace(prof.path).frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
+    assert frame.get_column(S.STEP).to_list() == [4, 5, 6]
+    stats = frame.get_column(S.KERNEL_STATS).struct.unnest()
+    assert (stats.get_column("kernel_count") > 0).all()
+    assert (stats.get_column("gemm_simt_fp32_ms") + stats.get_column("gemm_tensor_core_ms") > 0).all()
+    report = analyzer.analyze(prof.path)
+    assert report.metrics.kernels is not None and report.metrics.kernels.top_kernels

@@ -22,6 +22,14 @@ class ProfileOptions:
     """Only ``prof.step()`` ends a step (otherwise its first call switches automatic boundaries off)."""
     device: str = "auto"
     """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto': cuda when the model is on a GPU."""
+    kernel_windows: bool = True
+    """Sample torch.profiler windows for kernel-level evidence (sparse by default)."""
+    window_first: int = 50
+    """Step at which the first kernel window starts (after warm-up)."""
+    window_every: int = 2000
+    """Steps from the start of one window to the start of the next."""
+    window_steps: int = 3
+    """Steps profiled in each window."""
     flush_interval_s: float = 1.0
     """Longest time a finished step waits in memory before it reaches the file."""
     flush_every_steps: int = 50
@@ -37,5 +45,7 @@ class ProfileOptions:
             raise GpuAnalyzeError("tags must map strings to strings")
         if not 0 < self.flush_interval_s <= 60:
             raise GpuAnalyzeError("flush_interval_s must be in (0, 60] seconds")
+        if self.window_first < 0 or self.window_steps < 1 or self.window_every < self.window_steps:
+            raise GpuAnalyzeError("kernel windows need window_first >= 0, window_steps >= 1 and window_every >= window_steps")
         if self.flush_every_steps < 1:
             raise GpuAnalyzeError("flush_every_steps must be at least 1")

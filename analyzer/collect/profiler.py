@@ -23,6 +23,7 @@ from analyzer.collect.patches import Patches
 from analyzer.collect.paths import free_path, rank_path
 from analyzer.collect.runinfo import collect_run_info
 from analyzer.collect.steps import StepTimes
+from analyzer.collect.windows import KernelWindows
 from ingest import schema as S
 from ingest.writer import TraceWriter, WriterOptions
 
@@ -72,6 +73,9 @@ class Profiler:
         self._rank = 0
         self._step = StepTimes(index=0, start_ns=_clock())
         self._cuda: Any = None
+        self._windows: KernelWindows | None = None
+        self._window_stats: dict[int, dict[str, Any]] = {}
+        self._held: dict[int, dict[str, Any]] = {}
 
     def __enter__(self) -> Profiler:
         if _active:
@@ -93,6 +97,10 @@ class Profiler:
                     self._close(_clock())
                 if self._resolver is not None:
                     self._resolver.drain(force=True)
+                if self._windows is not None and self._windows.active:
+                    self._window_stats.update(self._windows.finish())
+                for index in sorted(self._held):
+                    self._write(self._held.pop(index))
             except Exception as exc2:  # noqa: BLE001
                 self._fail(exc2)
         self._teardown({**end, "steps": self.steps_recorded})
@@ -134,6 +142,9 @@ class Profiler:
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
         self._patches.install(self._on_patched_call, self._before_call, sync=cuda)
+        if opts.kernel_windows:
+            self._windows = KernelWindows(first=opts.window_first, every=opts.window_every, steps=opts.window_steps,
+                                          cuda=cuda)
         self._step = StepTimes(index=0, start_ns=_clock())
 
     def _choose_path(self, path: Path) -> Path:
@@ -225,15 +236,40 @@ class Profiler:
             self._resolver.push((step, end_ns, peak), self._timer.take())
         else:
             self._emit((step, end_ns, None), None)
+        if self._windows is not None:
+            self._advance_windows(step.index)
         if self._writer is not None and self._writer.error is not None:
             self._fail(self._writer.error)
+
+    def _advance_windows(self, closed: int) -> None:
+        """Start, step or finish a kernel window; its own cost is excluded from the next step."""
+        windows = self._windows
+        if not windows.active and not windows.due(closed + 1):
+            return
+        if windows.active:
+            done = windows.step_closed(closed)
+            if done is not None:
+                self._window_stats.update(done)
+                for index in sorted(self._held):
+                    self._write(self._held.pop(index))
+        else:
+            windows.start(closed + 1)
+        self._step = StepTimes(index=closed + 1, start_ns=_clock())
 
     def _emit(self, closed: tuple[StepTimes, int, int | None], device_ms: dict[str, float] | None) -> None:
         step, end_ns, peak = closed
         row = step.row(end_ns, self._rank, device_ms)
         row[S.PEAK_MEM_BYTES] = peak
-        self._writer.add(row)
         self.steps_recorded += 1
+        windows = self._windows
+        if windows is not None and windows.active and step.index >= windows.start_step:
+            self._held[step.index] = row
+        else:
+            self._write(row)
+
+    def _write(self, row: dict[str, Any]) -> None:
+        row[S.KERNEL_STATS] = self._window_stats.pop(row[S.STEP], None)
+        self._writer.add(row)
 
     # -- shutdown -------------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
@@ -254,6 +290,11 @@ class Profiler:
 
     def _teardown(self, end: dict[str, Any]) -> None:
         self.enabled = False
+        if self._windows is not None:
+            self._windows.abort()
+        if self._writer is not None and self._writer.error is None:
+            for index in sorted(self._held):
+                self._write(self._held.pop(index))
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -1,0 +1,95 @@
+"""Sampled kernel windows: torch.profiler runs for a few steps now and then, and each window is
+reduced at once to per-step kernel statistics (ingest.kernel_stats) stored with those steps.
+
+The profiler's own start/stop/export cost is kept out of the neighbouring steps' timings; the
+window steps themselves run under the profiler, so their step times are not used for step-time
+statistics when unprofiled steps exist (see analyzer.metrics).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from ingest.kernel_stats import window_stats
+from ingest.kineto import BLOCKING_COPIES, SYNC_APIS, parse_kineto
+
+
+class KernelWindows:
+    def __init__(self, *, first: int, every: int, steps: int, cuda: bool) -> None:
+        self.first, self.every, self.steps, self.cuda = first, every, steps, cuda
+        self._prof: Any = None
+        self._start_step = -1
+        self.windows_done = 0
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    @property
+    def start_step(self) -> int:
+        return self._start_step
+
+    def abort(self) -> None:
+        """Stop an active window without using it (profiling is being switched off)."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:
+                prof.stop()
+            except Exception:  # noqa: BLE001 - already failing; nothing more to report
+                pass
+
+    def due(self, step: int) -> bool:
+        return not self.active and step >= self.first and (step - self.first) % self.every == 0
+
+    def start(self, step: int) -> None:
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        # A schedule (always RECORD) makes torch.profiler emit ProfilerStep#N markers at step().
+        prof = torch.profiler.profile(activities=activities,
+                                      schedule=lambda _: torch.profiler.ProfilerAction.RECORD)
+        prof.start()
+        self._prof, self._start_step = prof, step
+
+    def step_closed(self, step: int) -> dict[int, dict[str, Any]] | None:
+        """Called after step ``step`` closed; returns {step: stats} when the window just ended."""
+        if not self.active:
+            return None
+        if step - self._start_step + 1 < self.steps:
+            self._prof.step()
+            return None
+        return self.finish()
+
+    def finish(self) -> dict[int, dict[str, Any]]:
+        prof, self._prof = self._prof, None
+        prof.stop()
+        fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuanalyze-window-")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            trace = parse_kineto(path)
+        finally:
+            os.unlink(path)
+        self.windows_done += 1
+        return self._per_step(trace)
+
+    def _per_step(self, k: Any) -> dict[int, dict[str, Any]]:
+        corr_ts = dict(zip(k.runtime_correlation.tolist(), k.runtime.start.tolist()))
+        launch = np.array([corr_ts.get(c, -1.0) for c in k.gpu_correlation.tolist()], dtype=np.float64)
+        owner = np.where(launch >= 0, launch, k.gpu.start)
+        sync = np.array([n.startswith(SYNC_APIS) or n in BLOCKING_COPIES for n in k.runtime.names], dtype=bool)
+        out = {}
+        for num, lo, hi in k.steps:
+            idx = np.flatnonzero((owner >= lo) & (owner < hi))
+            sel = sync & (k.runtime.start >= lo) & (k.runtime.start < hi)
+            sync_us = float((k.runtime.end[sel] - k.runtime.start[sel]).sum())
+            out[self._start_step + num] = window_stats(
+                k.gpu.start[idx], k.gpu.end[idx], [k.gpu.names[i] for i in idx], [k.gpu_category[i] for i in idx],
+                launch[idx], sync_us)
+        return out
