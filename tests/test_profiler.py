@@ -187,3 +187,38 @@ def test_bad_options_raise_the_projects_error():
         analyzer.profile(torch.nn.Linear(2, 2), device="tpu")
     with pytest.raises(analyzer.GpuAnalyzeError, match="suffix"):
         analyzer.profile(torch.nn.Linear(2, 2), out="trace")
+
+
+def test_sampled_kernel_windows_on_cpu_are_empty_and_said(tmp_path):
+    import polars as pl
+
+    model, opt, loader = make_loop(small(steps=20))
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=5, window_every=10, window_steps=2) as prof:
+        train(model, opt, loader)
+    frame = load_trace(prof.path).frame
+    sampled = frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
+    assert sampled.get_column(S.STEP).to_list() == [5, 6, 15, 16]
+    assert sampled.get_column(S.KERNEL_STATS).struct.field("kernel_count").to_list() == [0] * 4
+    report = analyzer.analyze(prof.path)
+    assert report.metrics.kernels is None
+    assert report.metrics.steps == 20 - 2 - 4  # warm-up and window steps left out of step timings
+    assert any("no GPU kernels" in n for n in report.notes)
+    assert_no_hooks_left(model)
+
+
+def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkeypatch):
+    from analyzer.collect.windows import KernelWindows
+
+    def broken(self, step):
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(KernelWindows, "start", broken)
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    with pytest.warns(GpuAnalyzeWarning, match="CUPTI unavailable"):
+        with analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=3) as prof:
+            losses = train(model, opt, loader)
+    assert losses == plain and not prof.enabled
+    assert_no_hooks_left(model)
+    assert load_trace(prof.path).frame.height == 3

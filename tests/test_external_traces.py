@@ -1,0 +1,64 @@
+"""Real profiler traces recorded by others (../shared/external_traces); skipped when absent."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from tests.conftest import SHARED
+
+TRACES = SHARED / "external_traces" / "hta"
+pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/external_traces is absent")
+
+# HTA 0.5.0 get_temporal_breakdown() numbers from external_traces/README.md
+HTA = {
+    "nccl_parser_config/nccl_data.json.gz": (77.78, 17.26, 4.97),
+    "timeline_analysis/sampled_rank-0.json.gz": (53.56, 17.71, 28.74),
+    "trace_filter/sampled_rank-1.json.gz": (54.72, 22.57, 22.72),
+    "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": (2.63, 96.75, 0.62),
+    "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz": (99.49, 0.08, 0.43),
+    "trace_compare/base/base.json.gz": (0.0, 100.0, 0.0),
+}
+runner = CliRunner()
+
+
+def _all():
+    return sorted(p.relative_to(TRACES).as_posix() for p in TRACES.rglob("*.json.gz")) if TRACES.is_dir() else []
+
+
+@pytest.mark.parametrize("rel", _all())
+def test_every_external_trace_imports_and_analyses(rel):
+    result = runner.invoke(app, [str(TRACES / rel), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["bottleneck"] in ("data_loading", "batch_size", "kernels", "sync", "none")
+    if "cpu_only" in rel:
+        assert data["gpu"] is None and any("CPU-only" in n for n in data["notes"])
+    else:
+        assert data["kernels"]["kernel_count"] > 0
+
+
+@pytest.mark.parametrize("rel", sorted(HTA))
+def test_gpu_breakdown_matches_hta_within_one_point(rel):
+    data = json.loads(runner.invoke(app, [str(TRACES / rel), "--json"]).output)
+    idle, compute, non_compute = HTA[rel]
+    assert data["gpu"]["idle_pct"] == pytest.approx(idle, abs=1.0)
+    assert data["gpu"]["compute_pct"] == pytest.approx(compute, abs=1.0)
+    assert data["gpu"]["non_compute_pct"] == pytest.approx(non_compute, abs=1.0)
+
+
+def test_distributed_info_gives_rank_and_world():
+    data = json.loads(runner.invoke(app, [str(TRACES / "trace_filter/sampled_rank-1.json.gz"), "--json"]).output)
+    assert data["run"]["rank"] == 1 and data["run"]["world_size"] == 128
+
+
+def test_import_writes_an_arrow_trace(tmp_path):
+    out = tmp_path / "imported.arrow"
+    src = TRACES / "nccl_parser_config/nccl_data.json.gz"
+    result = runner.invoke(app, ["import", str(src), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    direct = json.loads(runner.invoke(app, [str(src), "--json"]).output)
+    again = json.loads(runner.invoke(app, [str(out), "--json"]).output)
+    assert again["bottleneck"] == direct["bottleneck"] and again["gpu"] == direct["gpu"]
+    assert again["steps"] == direct["steps"]
