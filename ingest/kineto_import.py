@@ -38,6 +38,8 @@ def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]
         return k.steps, []
     times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
     ends = [a for a in (k.gpu.end, k.runtime.end, k.cpu.end) if a.size]
+    if not times:
+        raise TraceError(f"{k.path}: no ProfilerStep annotations, kernels or runtime calls to analyse")
     lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
     return [(0, lo, hi)], ["no ProfilerStep#N annotations: the whole trace is analysed as one step"]
 

@@ -39,6 +39,13 @@ def load_trace(path: str | Path) -> Trace:
     path = Path(path)
     _check_file(path)
     try:
+        return _load(path)
+    except (pa.ArrowException, pl.exceptions.PolarsError, ValueError, TypeError) as exc:
+        raise TraceError(f"{path}: corrupt trace ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from exc
+
+
+def _load(path: Path) -> Trace:
+    try:
         reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
         arrow_schema = reader.schema
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -50,8 +57,17 @@ def load_trace(path: str | Path) -> Trace:
     notes: list[str] = []
     if truncated:
         notes.append(f"the file ends inside a record batch (cut off while being written); kept the first {sum(b.num_rows for b in batches)} rows")
-    table = pa.Table.from_batches(batches, schema=arrow_schema) if batches else arrow_schema.empty_table()
-    frame, repair_notes = _normalise(pl.from_arrow(table))
+    try:
+        table = pa.Table.from_batches(batches, schema=arrow_schema) if batches else arrow_schema.empty_table()
+        table, cast_notes = _conform(path, table)
+        frame, repair_notes = _normalise(pl.from_arrow(table))
+    except (pa.ArrowException, pl.exceptions.PolarsError, ValueError, TypeError) as exc:
+        raise TraceError(f"{path}: corrupt trace data ({str(exc).splitlines()[0][:120]})") from exc
+    except BaseException as exc:  # polars/pyo3 panics derive from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise TraceError(f"{path}: corrupt trace data (the reader could not decode it)") from exc
+    notes.extend(cast_notes)
     notes.extend(repair_notes)
     if end is None:
         notes.insert(0, "trace is incomplete: the run ended without closing it (crash, kill or OOM); analysing the steps it recorded")
@@ -113,6 +129,7 @@ def _read_batches(reader: Any) -> tuple[list[pa.RecordBatch], dict[str, Any] | N
             batch, custom = reader.read_next_batch_with_custom_metadata()
         except StopIteration:
             return batches, end, False
+            batch.validate(full=True)
         except (pa.ArrowException, OSError, ValueError):
             return batches, None, True
         if custom is not None and S.END_KEY in custom:
@@ -122,6 +139,28 @@ def _read_batches(reader: Any) -> tuple[list[pa.RecordBatch], dict[str, Any] | N
                 end = {"status": "unknown"}
         if batch.num_rows:
             batches.append(batch)
+
+
+def _conform(path: Path, table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """Exactly the format's columns and types: extra columns dropped, optional ones that cannot be
+    read as their type become null (with a note), required ones that cannot are an error."""
+    columns, notes = [], []
+    for f in S.FIELDS:
+        if f.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(f.name)
+        try:
+            col = col if col.type == f.type else col.cast(f.type)
+        except (pa.ArrowException, ValueError) as exc:
+            if f.name in S.REQUIRED:
+                raise TraceError(f"{path}: column {f.name} has type {col.type}, expected {f.type}") from exc
+            notes.append(f"column {f.name} has an unexpected type ({col.type}); treated as unknown")
+            col = pa.nulls(table.num_rows, f.type)
+        columns.append(col)
+    conformed = pa.Table.from_arrays(columns, schema=pa.schema(list(S.FIELDS)))
+    missing = [f.name for f in S.FIELDS if f.name not in table.column_names and f.name not in S.REQUIRED]
+    return conformed, notes + [f"column {name} is absent; treated as unknown" for name in missing]
 
 
 def _json_meta(path: Path, meta: dict[bytes, bytes], key: bytes) -> dict[str, Any]:
@@ -140,16 +179,6 @@ def _json_meta(path: Path, meta: dict[bytes, bytes], key: bytes) -> dict[str, An
 def _normalise(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Give every column its schema type, drop unusable rows, sort; say what was done."""
     notes: list[str] = []
-    casts = []
-    for f in S.FIELDS:
-        dtype = pl.from_arrow(pa.array([], type=f.type)).dtype
-        if f.name in frame.columns:
-            casts.append(pl.col(f.name).cast(dtype, strict=False))
-        else:
-            casts.append(pl.lit(None, dtype=dtype).alias(f.name))
-            if f.name not in S.REQUIRED:
-                notes.append(f"column {f.name} is absent; treated as unknown")
-    frame = frame.select(casts)
     durations = [c for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS)]
     for col in durations:
         frame = frame.with_columns(pl.when(pl.col(col).is_nan()).then(None).otherwise(pl.col(col)).alias(col))

@@ -222,3 +222,44 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
     assert losses == plain and not prof.enabled
     assert_no_hooks_left(model)
     assert load_trace(prof.path).frame.height == 3
+
+
+def test_disk_full_switches_profiling_off(tmp_path, monkeypatch):
+    import errno
+
+    import ingest.writer
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ingest.writer.os, "fsync", no_space)
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    with pytest.warns(GpuAnalyzeWarning, match="No space left"):
+        with analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof:
+            losses = train(model, opt, loader)
+    assert losses == plain and isinstance(prof.error, OSError)
+    assert_no_hooks_left(model)
+
+
+def test_trace_directory_removed_mid_run_does_not_stop_training(tmp_path):
+    import shutil
+
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    out_dir = tmp_path / "traces"
+    out_dir.mkdir()
+    model, opt, loader = make_loop(cfg)
+    with analyzer.profile(model, out=str(out_dir / "t.arrow"), flush_every_steps=1):
+        losses = []
+        for i, (x, y) in enumerate(loader):
+            if i == 4:
+                shutil.rmtree(out_dir)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    assert losses == plain
+    assert_no_hooks_left(model)
