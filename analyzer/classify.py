@@ -108,6 +108,43 @@ def sync(m: StepMetrics) -> Finding | None:
     )
 
 
+def straggler(m: StepMetrics) -> Finding | None:
+    """One rank slower than the others makes every other rank wait in collectives: a sync bottleneck."""
+    d = m.distributed
+    if d is None or not d.stragglers:
+        return None
+    s = d.stragglers[0]
+    share = min(1.0, s.excess_ms / d.step_median_ms) if d.step_median_ms else 0.0
+    waiting = [r.sync_share for r in d.per_rank if r.rank != s.rank]
+    evidence = (
+        Evidence("straggler_slow_step_fraction", s.steps_slow / s.steps, T.STRAGGLER_FRACTION, ">=", "fraction of steps",
+                 f"rank {s.rank} has the most work and exceeds the step's baseline by > {T.SLOW_STEP_MIN_MS} ms and "
+                 f"> {T.SLOW_STEP_FRACTION:.0%} of the median step (analyzer/distributed.py)"),
+        Evidence("straggler_excess_ms", s.excess_ms, T.SLOW_STEP_MIN_MS, ">=", "ms per slow step", "median over its slow steps"),
+        Evidence(f"straggler_{s.phase}_excess_ms", s.phase_excess_ms, 0.0, ">=", "ms per step",
+                 "the phase whose median on this rank exceeds the other ranks' median the most"),
+        Evidence("other_ranks_sync_share", max(waiting) if waiting else 0.0, T.SYNC_MODERATE.value, ">=",
+                 "fraction of step time", "time the other ranks wait in collectives for it"),
+    )
+    fixes = {
+        "data": f"Rank {s.rank} waits longest for input: check its node's data path (disk, network storage, CPU cores for DataLoader workers) and give it more workers.",
+        "forward": f"Rank {s.rank} is slow in forward: check that node's GPU (clocks, thermals, a different GPU model), uneven inputs (sequence lengths) or extra work done only on that rank.",
+        "backward": f"Rank {s.rank} is slow in backward: check its GPU and uneven inputs; shapes that differ per rank change the work.",
+        "optimizer": f"Rank {s.rank} is slow in the optimizer step: look for rank-specific work (logging, checkpointing, EMA) in the loop.",
+    }
+    return Finding(
+        bottleneck="sync",
+        severity="high",
+        share=share,
+        summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
+                f"{s.excess_ms:.1f} ms, mostly in {s.phase}; the other ranks wait for it in gradient all-reduce.",
+        evidence=evidence,
+        recommendations=(fixes.get(s.phase, fixes["forward"]),
+                         "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work out of the step."),
+        consistency=s.steps_slow / s.steps,
+    )
+
+
 def batch_size(m: StepMetrics) -> Finding | None:
     if m.gpu_util is None or m.gpu_util >= T.GPU_UTIL_LOW.value:
         return None
@@ -184,7 +221,8 @@ def kernels(m: StepMetrics, run: dict[str, Any]) -> Finding | None:
 
 def classify(m: StepMetrics, run: dict[str, Any], ceilings: Ceilings | None = None) -> tuple[str, float, tuple[Finding, ...]]:
     """(primary bottleneck, confidence, findings ranked by recoverable share)."""
-    found = [f for f in (data_loading(m, ceilings), sync(m), batch_size(m), kernels(m, run)) if f is not None]
+    lagging = straggler(m)
+    found = [f for f in (data_loading(m, ceilings), lagging or sync(m), batch_size(m), kernels(m, run)) if f is not None]
     found.sort(key=lambda f: f.share, reverse=True)
     if found:
         return found[0].bottleneck, round(found[0].consistency, 3), tuple(found)

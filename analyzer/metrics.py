@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyzer.distributed import RankAnalysis, rank_analysis
 from analyzer.kernel_metrics import KernelMetrics, kernel_metrics
 from analyzer.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
 from ingest import schema as S
@@ -36,6 +37,8 @@ class StepMetrics:
     """Per-step shares (columns named like the parts), for consistency checks."""
     kernels: KernelMetrics | None = None
     """Kernel-level evidence, when steps carry kernel statistics."""
+    distributed: RankAnalysis | None = None
+    """Cross-rank skew and stragglers, for traces with several ranks."""
 
 
 def warmup_steps(n: int) -> int:
@@ -80,6 +83,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         samples_per_s=None if samples.null_count() == samples.len() else 1000.0 * float(samples.sum()) / per_rank_wall,
         step_share=step_share,
         kernels=kernels,
+        distributed=rank_analysis(frame),
     )
 
 

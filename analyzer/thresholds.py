@@ -33,3 +33,9 @@ KERNEL_RECOVERABLE = 0.5
 
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
+
+#: Straggler detection (analyzer/distributed.py): a rank is slow on a step when its work exceeds the
+#: step's baseline by more than both of these; a straggler when slow on at least this fraction of steps.
+SLOW_STEP_MIN_MS = 1.0
+SLOW_STEP_FRACTION = 0.05
+STRAGGLER_FRACTION = 0.5

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import glob
+import re
+
 import polars as pl
 
 from ingest import schema as S
@@ -20,9 +23,26 @@ def is_json_trace(path: Path) -> bool:
     return name.endswith(".json") or name.endswith(".json.gz")
 
 
+_RANK_FILE = re.compile(r"^(?P<stem>.+)\.rank\d+$")
+
+
+def rank_siblings(path: Path) -> list[Path]:
+    """Per-rank files of the run ``path`` names: ``trace.arrow`` or ``trace.rank3.arrow`` ->
+    every ``trace.rank<N>.arrow`` beside it (empty when there are none)."""
+    match = _RANK_FILE.match(path.stem)
+    stem = match.group("stem") if match else path.stem
+    pattern = re.compile(rf"^{re.escape(stem)}\.rank\d+{re.escape(path.suffix)}$")
+    return sorted(p for p in path.parent.glob(f"{glob.escape(stem)}.rank*{path.suffix}") if pattern.match(p.name))
+
+
 def load_any(path: str | Path) -> Trace:
-    """One Trace from a file or a directory of per-rank files; raises TraceError with the reason."""
+    """One Trace from a file or a directory of per-rank files; raises TraceError with the reason.
+
+    A multi-rank run's file (``trace.rank0.arrow``, or the ``trace.arrow`` passed to
+    ``analyzer.profile``) brings in all its sibling rank files."""
     path = Path(path)
+    if path.suffix == ".arrow" and (siblings := rank_siblings(path)) and (not path.exists() or path in siblings):
+        return _merge(path, [load_trace(p) for p in siblings])
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -36,7 +56,10 @@ def _load_dir(path: Path) -> Trace:
     files = sorted(p for p in path.iterdir() if p.is_file() and (is_json_trace(p) or p.suffix == ".arrow"))
     if not files:
         raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
-    traces = [load_any(f) for f in files]
+    return _merge(path, [load_any(f) for f in files])
+
+
+def _merge(path: Path, traces: list[Trace]) -> Trace:
     by_rank: dict[int, Path] = {}
     for t in traces:
         for rank in t.frame.get_column(S.RANK).unique().to_list():

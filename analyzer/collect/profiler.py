@@ -142,6 +142,11 @@ class Profiler:
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
         self._patches.install(self._on_patched_call, self._before_call, sync=cuda)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if int(run["world_size"] or 1) > 1 and trainable:
+            # The first parameter is normally the last to receive its gradient in backward: time after
+            # it until backward returns is the rank waiting for gradient all-reduce (exposed comm).
+            self._handles.append(trainable[0].register_post_accumulate_grad_hook(self._on_last_grad))
         if opts.kernel_windows:
             self._windows = KernelWindows(first=opts.window_first, every=opts.window_every, steps=opts.window_steps,
                                           cuda=cuda)
@@ -176,6 +181,10 @@ class Profiler:
         step.forwards += 1
         if self._timer is not None:
             self._timer.end(S.FORWARD_MS)
+
+    @_guarded
+    def _on_last_grad(self, param: Any) -> None:
+        self._step.last_grad_ns = _clock()
 
     @_guarded
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -213,7 +222,13 @@ class Profiler:
             step.sync_ns += elapsed_ns
             return
         if kind == "backward":
-            step.backward_ns += elapsed_ns
+            end = _clock()
+            waited = 0
+            if step.last_grad_ns is not None and end - elapsed_ns <= step.last_grad_ns <= end:
+                waited = end - step.last_grad_ns
+                step.last_grad_ns = None
+            step.backward_ns += elapsed_ns - waited
+            step.sync_ns += waited
             if self._timer is not None:
                 self._timer.end(S.BACKWARD_MS)
             return

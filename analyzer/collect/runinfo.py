@@ -41,7 +41,8 @@ def collect_run_info(model: Any, device: str) -> dict[str, Any]:
         )
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        info.update(world_size=dist.get_world_size(), rank=dist.get_rank(), backend=str(dist.get_backend()))
+        info.update(world_size=dist.get_world_size(), rank=dist.get_rank(), backend=str(dist.get_backend()),
+                    local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())))
     return info
 
 

@@ -29,6 +29,9 @@ class StepTimes:
     optimizer_steps: int = 0
     forward_start: int | None = None
     optimizer_start: int | None = None
+    last_grad_ns: int | None = None
+    """When the watched parameter's gradient was accumulated (distributed runs): after it, the
+    rest of backward is waiting for gradient communication."""
 
     def add_samples(self, n: int | None, *, from_loader: bool) -> None:
         """Count samples; batches from the DataLoader win over inputs seen by forward."""

@@ -35,6 +35,16 @@ def report_dict(report: Report) -> dict[str, Any]:
         "throughput_samples_per_s": _num(m.samples_per_s, 2),
         "peak_mem_bytes": m.peak_mem_bytes,
         "gpu": _gpu(report),
+        "stragglers": [
+            {"rank": s.rank, "steps_slow": s.steps_slow, "steps": s.steps, "excess_ms": _num(s.excess_ms, 3),
+             "phase": s.phase, "phase_excess_ms": _num(s.phase_excess_ms, 3)}
+            for s in (m.distributed.stragglers if m.distributed else ())
+        ],
+        "per_rank": [
+            {"rank": r.rank, "steps": r.steps, "step_median_ms": _num(r.step_median_ms, 3),
+             "work_median_ms": _num(r.work_median_ms, 3), "sync_share": _num(r.sync_share), "data_share": _num(r.data_share)}
+            for r in (m.distributed.per_rank if m.distributed else ())
+        ],
         "kernels": _kernels(report),
         "findings": [
             {

@@ -56,6 +56,9 @@ def render_terminal(report: Report) -> RenderableType:
         table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}")
     parts.append(table)
 
+    ranks = _rank_section(report)
+    if ranks is not None:
+        parts.append(ranks)
     kernels = _kernel_section(report)
     if kernels is not None:
         parts.append(kernels)
@@ -96,4 +99,20 @@ def _kernel_section(report: Report) -> RenderableType | None:
         table.add_row("blocking sync API time", f"{t['sync_api_ms']:.2f} ms")
         for name, total, count in km.top_kernels[:3]:
             table.add_row(f"top: {short_name(name, 40)}", f"{total:.2f} ms x{count}")
+    return table
+
+
+def _rank_section(report: Report) -> RenderableType | None:
+    d = report.metrics.distributed
+    if d is None:
+        return None
+    table = Table(title=f"Ranks ({d.ranks}; median skew {d.skew_median_ms:.2f} ms per step)", title_justify="left",
+                  caption="* straggler; work = step time minus time waiting on other ranks" if d.stragglers else None)
+    for col in ("rank", "steps", "step median ms", "work median ms", "waiting (sync)", "data wait"):
+        table.add_column(col, justify="right")
+    stragglers = {s.rank for s in d.stragglers}
+    rows = d.per_rank if len(d.per_rank) <= 16 else sorted(d.per_rank, key=lambda r: -r.work_median_ms)[:16]
+    for r in rows:
+        table.add_row(f"{r.rank}{' *' if r.rank in stragglers else ''}", str(r.steps), f"{r.step_median_ms:.2f}",
+                      f"{r.work_median_ms:.2f}", f"{r.sync_share:.0%}", f"{r.data_share:.0%}")
     return table
