@@ -40,23 +40,25 @@ def kernel_metrics(frame: pl.DataFrame) -> KernelMetrics | None:
     rows = frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
     if rows.height == 0:
         return None
-    stats = rows.get_column(S.KERNEL_STATS).struct.unnest()
-    if stats.get_column("kernel_count").sum() == 0:
+    stats = [S.decode_kernel_stats(t) for t in rows.get_column(S.KERNEL_STATS).to_list()]
+    if not any(st.get("kernel_count") for st in stats):
         return None
-    totals = {f: float(stats.get_column(f).fill_null(0.0).sum()) for f in S.KERNEL_STAT_FIELDS if f != "kernel_median_us"}
-    medians = stats.get_column("kernel_median_us").drop_nulls()
+    fields = [f for f in S.KERNEL_STAT_FIELDS if f != "kernel_median_us"]
+    totals = {f: float(sum(st.get(f) or 0.0 for st in stats)) for f in fields}
+    medians = sorted(st["kernel_median_us"] for st in stats if st.get("kernel_median_us") is not None)
     top: dict[str, list[Any]] = {}
-    for entry in stats.get_column("top_kernels").explode().drop_nulls().to_list():
-        t = top.setdefault(entry["name"], [0.0, 0])
-        t[0] += entry["total_ms"]
-        t[1] += entry["count"]
+    for st in stats:
+        for entry in st.get("top_kernels") or []:
+            t = top.setdefault(entry["name"], [0.0, 0])
+            t[0] += entry["total_ms"]
+            t[1] += entry["count"]
     ranked = sorted(((n, t, c) for n, (t, c) in top.items()), key=lambda x: x[1], reverse=True)[:5]
     return KernelMetrics(
         steps=rows.height,
         totals_ms=totals,
         wall_ms=float(rows.get_column(S.WALL_MS).sum()),
-        kernel_count=int(stats.get_column("kernel_count").sum()),
-        kernel_median_us=float(medians.median()) if medians.len() else None,
+        kernel_count=int(sum(st.get("kernel_count") or 0 for st in stats)),
+        kernel_median_us=float(medians[len(medians) // 2]) if medians else None,
         top_kernels=tuple(ranked),
     )
 

@@ -84,7 +84,7 @@ def import_kineto(k: KinetoTrace) -> Trace:
             S.OPTIMIZER_MS: _sum_in(k.cpu.start, k.cpu.end, optim, lo, hi) / 1e3,
             S.SYNC_MS: sync_us / 1e3,
             S.GPU_BUSY_MS: min(wall, stats["gpu_busy_ms"]) if stats else None,
-            S.KERNEL_STATS: stats,
+            S.KERNEL_STATS: S.encode_kernel_stats(stats),
         })
         known = sum(row[c] or 0.0 for c in (S.DATA_WAIT_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS))
         row[S.OTHER_MS] = max(0.0, wall - known)

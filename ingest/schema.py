@@ -46,12 +46,18 @@ KERNEL_STAT_FIELDS: tuple[str, ...] = (
     "memcpy_h2d_ms", "memcpy_d2h_ms", "memcpy_d2d_ms", "memcpy_pageable_ms", "sync_api_ms",
     "kernel_median_us",
 )
-KERNEL_STATS_TYPE = pa.struct(
-    [pa.field(f, pa.float64()) for f in KERNEL_STAT_FIELDS]
-    + [pa.field("kernel_count", pa.int64()),
-       pa.field("top_kernels", pa.list_(pa.struct([("name", pa.string()), ("total_ms", pa.float64()),
-                                                   ("count", pa.int64())])))]
-)
+#: KERNEL_STATS holds a JSON object per sampled step (null otherwise): the KERNEL_STAT_FIELDS, plus
+#: "kernel_count" (int) and "top_kernels" (list of {"name", "total_ms", "count"}). JSON text, not a
+#: struct column, because most rows have none and a null struct still costs every child's buffers.
+KERNEL_STATS_TYPE = pa.string()
+
+
+def encode_kernel_stats(stats: dict[str, Any] | None) -> str | None:
+    return None if stats is None else json.dumps(stats, separators=(",", ":"))
+
+
+def decode_kernel_stats(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
 
 #: The parts of a step; together with OTHER_MS they add up to WALL_MS.
 PHASES: tuple[str, ...] = (DATA_WAIT_MS, H2D_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS, SYNC_MS)

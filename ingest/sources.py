@@ -56,7 +56,7 @@ def _load_dir(path: Path) -> Trace:
     files = sorted(p for p in path.iterdir() if p.is_file() and (is_json_trace(p) or p.suffix == ".arrow"))
     if not files:
         raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
-    return _merge(path, [load_any(f) for f in files])
+    return _merge(path, [load_kineto(f) if is_json_trace(f) else load_trace(f) for f in files])
 
 
 def _merge(path: Path, traces: list[Trace]) -> Trace:

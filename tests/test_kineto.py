@@ -52,7 +52,7 @@ def test_import_rows_and_kernel_stats(tmp_path):
     assert f.get_column(S.OPTIMIZER_MS).to_list() == [0.05, 0.0]
     assert f.get_column(S.SYNC_MS).to_list() == [0.0, 0.1]
     assert f.get_column(S.GPU_BUSY_MS).to_list() == pytest.approx([0.3, 0.3])
-    s0, s1 = f.get_column(S.KERNEL_STATS).to_list()
+    s0, s1 = map(S.decode_kernel_stats, f.get_column(S.KERNEL_STATS).to_list())
     assert s0["kernel_count"] == 2 and s0["gpu_span_ms"] == pytest.approx(0.35)
     assert s0["gemm_simt_fp32_ms"] == pytest.approx(0.2) and s0["elementwise_ms"] == pytest.approx(0.1)
     assert s0["idle_host_wait_ms"] == pytest.approx(0.05) and s0["idle_launch_ms"] == 0
@@ -89,7 +89,7 @@ def test_old_capitalised_categories(tmp_path):
                            ev("Kernel", "volta_sgemm_64x64_nn", 10, 50, stream=7, correlation=1),
                            ev("Memcpy", "Memcpy HtoD (Pinned -> Device)", 70, 10, stream=7)]}
     trace = load_kineto(write(tmp_path / "t.json", doc))
-    stats = trace.frame.get_column(S.KERNEL_STATS).to_list()[0]
+    stats = S.decode_kernel_stats(trace.frame.get_column(S.KERNEL_STATS).to_list()[0])
     assert stats["kernel_count"] == 2 and stats["memcpy_h2d_ms"] == pytest.approx(0.01)
 
 

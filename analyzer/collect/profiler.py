@@ -283,7 +283,7 @@ class Profiler:
             self._write(row)
 
     def _write(self, row: dict[str, Any]) -> None:
-        row[S.KERNEL_STATS] = self._window_stats.pop(row[S.STEP], None)
+        row[S.KERNEL_STATS] = S.encode_kernel_stats(self._window_stats.pop(row[S.STEP], None))
         self._writer.add(row)
 
     # -- shutdown -------------------------------------------------------------------------------
