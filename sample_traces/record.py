@@ -32,6 +32,16 @@ def main() -> None:
         with analyzer.profile(model, out=str(out), overwrite=args.force, tags={"scenario": name}) as prof:
             train(model, optimizer, loader, cfg.device, item_every_step=cfg.item_every_step)
         print(f"{prof.path}: {prof.steps_recorded} steps, verdict {analyzer.analyze(prof.path).bottleneck}")
+    if args.device == "cpu":
+        from analyzer.demo_ddp import run_ddp
+
+        out = args.out_dir / "cpu_ddp_straggler.arrow"
+        for old in out.parent.glob("cpu_ddp_straggler.rank*.arrow"):
+            if not args.force:
+                raise SystemExit(f"{old} exists; pass --force to record again")
+            old.unlink()
+        run_ddp(out, world=2, slow_rank=1, slow_s=0.02, steps=40)
+        print(f"{out}: 2 ranks, verdict {analyzer.analyze(out).bottleneck}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ EXPECTED = {
     "h200_small_batch.arrow": "data_loading",
     "h200_sync.arrow": "sync",
     "h200_fp32_compute.arrow": "kernels",
+    "cpu_ddp_straggler.rank0.arrow": "sync",
+    "cpu_ddp_straggler.rank1.arrow": "sync",
 }
 
 
@@ -52,6 +54,8 @@ def test_every_bundled_sample_analyses(sample):
     data = json.loads(result.output)
     assert data["bottleneck"] == EXPECTED[sample.name]
     assert data["complete"] and data["steps"] > 50
+    if "ddp" in sample.name:
+        assert data["ranks"] == 2 and data["stragglers"][0]["rank"] == 1
     assert (data["gpu_utilization"] is None) == sample.name.startswith("cpu_")
 
 
