@@ -159,7 +159,8 @@ def _conform(path: Path, table: pa.Table) -> tuple[pa.Table, list[str]]:
             col = pa.nulls(table.num_rows, f.type)
         columns.append(col)
     conformed = pa.Table.from_arrays(columns, schema=pa.schema(list(S.FIELDS)))
-    missing = [f.name for f in S.FIELDS if f.name not in table.column_names and f.name not in S.REQUIRED]
+    missing = [f.name for f in S.FIELDS
+               if f.name not in table.column_names and f.name not in S.REQUIRED and f.name not in S.ADDED_IN_MINOR]
     return conformed, notes + [f"column {name} is absent; treated as unknown" for name in missing]
 
 

@@ -81,6 +81,8 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
+#: Columns added by a minor version: older traces simply lack them (no note).
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS,)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).
