@@ -1,29 +1,40 @@
-"""The analysis pipeline: load -> metrics -> classify, returning a frozen Report."""
+"""The analysis pipeline: load -> metrics -> classify -> project and cost, returning a frozen Report."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from analyzer.ceilings import Ceilings
 from analyzer.classify import classify
-from analyzer.findings import Report
-from analyzer.metrics import step_metrics
+from analyzer.cost import CostInputs, RunCost, run_cost
+from analyzer.findings import Finding, Report
+from analyzer.metrics import StepMetrics, step_metrics
+from analyzer.mfu import mfu
+from analyzer.projections import project
 from ingest import schema as S
 from ingest.reader import Trace
 from ingest.sources import load_any
 
 
-def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> Report:
+def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None, cost: CostInputs | None = None,
+            flops_per_step: float | None = None) -> Report:
     """Analyse a trace (.arrow, Kineto .json[.gz], a directory of per-rank traces, or a loaded Trace).
 
-    Raises GpuAnalyzeError on bad input.
-
     ``ceilings`` (from ``analyzer.ceilings.find_ceilings``) lets findings quote achieved numbers
-    against what `gpuanalyze bench` measured on this machine.
+    against what `gpuanalyze bench` measured; ``cost`` (run length, price) adds cost per run and
+    savings; ``flops_per_step`` adds model FLOPs utilisation. Raises GpuAnalyzeError on bad input.
     """
     loaded = trace if isinstance(trace, Trace) else load_any(trace)
     metrics = step_metrics(loaded)
     bottleneck, confidence, findings = classify(metrics, loaded.run, ceilings)
+    run_cost_ = None
+    if cost is not None and cost.has_length:
+        run_cost_ = run_cost(metrics.mean_ms[S.WALL_MS], cost, batch_samples=metrics.batch_samples,
+                             world_size=int(loaded.run.get("world_size") or metrics.ranks))
+    findings = _projected(findings, metrics, loaded, ceilings, run_cost_)
+    if findings:
+        bottleneck, confidence = findings[0].bottleneck, round(findings[0].consistency, 3)
     notes = loaded.notes
     sampled = loaded.frame.get_column(S.KERNEL_STATS).is_not_null().sum()
     if sampled and metrics.kernels is None:
@@ -40,4 +51,29 @@ def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None) -> R
         run=loaded.run,
         end=loaded.end,
         ceilings=ceilings.path if ceilings else None,
+        cost=run_cost_,
+        mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
     )
+
+
+def _projected(findings: tuple[Finding, ...], m: StepMetrics, trace: Trace, ceilings: Ceilings | None,
+               cost: RunCost | None) -> tuple[Finding, ...]:
+    """Attach projections and savings; rank by time saved (findings without a projection keep
+    their recoverable-share order after those with one)."""
+    wall = m.mean_ms[S.WALL_MS]
+    out = []
+    for f in findings:
+        p = project(f, m, trace.run, ceilings)
+        if p is None:
+            out.append(f)
+            continue
+        step = min(p.step_ms, wall)
+        extra = {}
+        if cost is not None:
+            hours = cost.steps_per_run * (wall - step) / 1e3 / 3600
+            extra = {"savings_hours_per_run": hours, "savings_gpu_hours_per_run": hours * cost.gpus,
+                     "savings_usd_per_run": None if cost.inputs["price_per_gpu_hour"] is None
+                     else hours * cost.gpus * cost.inputs["price_per_gpu_hour"]}
+        out.append(dataclasses.replace(f, projected_step_time_ms=step, projection_rule=p.rule, **extra))
+    with_p = sorted((f for f in out if f.projected_step_time_ms is not None), key=lambda f: f.projected_step_time_ms)
+    return tuple(with_p + [f for f in out if f.projected_step_time_ms is None])

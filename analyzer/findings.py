@@ -34,6 +34,14 @@ class Finding:
     recommendations: tuple[str, ...]
     consistency: float
     """Fraction of analysed steps on which the per-step value crosses the threshold."""
+    projected_step_time_ms: float | None = None
+    """Mean step time if fixed (analyzer/projections.py), or None when it cannot be projected."""
+    projection_rule: str | None = None
+    savings_hours_per_run: float | None = None
+    """Wall-clock hours a completed run saves (needs the run length)."""
+    savings_gpu_hours_per_run: float | None = None
+    savings_usd_per_run: float | None = None
+    """Needs a price per GPU-hour too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +57,7 @@ class Report:
     end: dict[str, Any] | None = None
     ceilings: str | None = None
     """Path of the measured-ceilings file the findings were compared with, if any."""
+    cost: Any = None
+    """analyzer.cost.RunCost when run length (and price) were given."""
+    mfu: Any = None
+    """analyzer.mfu.Mfu when FLOPs per step were given."""

@@ -25,6 +25,8 @@ class StepMetrics:
     step_p90_ms: float
     breakdown_ms: dict[str, float | None]
     """Median per step of each part; None where the trace does not know the part."""
+    mean_ms: dict[str, float | None]
+    """Mean per step of wall_ms, gpu_busy_ms and each part (what run time and cost add up from)."""
     share: dict[str, float | None]
     """Each part's total over all analysed steps divided by total wall time; None where unknown."""
     gpu_util: float | None
@@ -58,6 +60,10 @@ def step_metrics(trace: Trace) -> StepMetrics:
         frame = frame.filter(~sampled)  # steps run under torch.profiler: kernel evidence only, not timings
     wall_total = frame.get_column(S.WALL_MS).sum()
     breakdown = {part: _median_or_none(frame, part) for part in S.PARTS}
+    means = {c: (None if frame.get_column(c).null_count() == frame.height else float(frame.get_column(c).mean()))
+             for c in (S.WALL_MS, S.GPU_BUSY_MS, *S.PARTS)}
+    per_rank_mean = frame.group_by(S.RANK).agg(pl.col(S.WALL_MS).mean()).get_column(S.WALL_MS).max()
+    means[S.WALL_MS] = float(per_rank_mean)  # a run lasts as long as its slowest rank
     share = {part: None if breakdown[part] is None else float(frame.get_column(part).sum()) / wall_total for part in S.PARTS}
     busy = frame.get_column(S.GPU_BUSY_MS)
     gpu_util = None if busy.null_count() == busy.len() else float(busy.sum()) / wall_total
@@ -75,6 +81,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         step_median_ms=float(frame.get_column(S.WALL_MS).median()),
         step_p90_ms=float(frame.get_column(S.WALL_MS).quantile(0.9, "linear")),
         breakdown_ms=breakdown,
+        mean_ms=means,
         share=share,
         gpu_util=gpu_util,
         peak_mem_bytes=None if mem.null_count() == mem.len() else int(mem.max()),

@@ -55,9 +55,20 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "summary": f.summary,
                 "evidence": [{**asdict(e), "value": _num(e.value)} for e in f.evidence],
                 "recommendations": list(f.recommendations),
+                "projected_step_time_ms": _num(f.projected_step_time_ms, 3),
+                "projection_rule": f.projection_rule,
+                "savings": None if f.savings_hours_per_run is None else {
+                    "hours_per_run": _num(f.savings_hours_per_run, 3),
+                    "gpu_hours_per_run": _num(f.savings_gpu_hours_per_run, 3),
+                    "usd_per_run": _num(f.savings_usd_per_run, 2),
+                },
             }
             for f in report.findings
         ],
+        "step_time_mean_ms": _num(m.mean_ms[S.WALL_MS]),
+        "cost": _cost(report),
+        "mfu": None if report.mfu is None else {k: (_num(v, 4) if isinstance(v, float) else v)
+                                                for k, v in asdict(report.mfu).items()},
         "notes": list(report.notes),
         "run": {k: report.run.get(k) for k in S.RUN_KEYS if k in report.run},
         "end": report.end,
@@ -81,6 +92,15 @@ def _kernels(report: Report) -> dict[str, Any] | None:
         "time_ms": {k.removesuffix("_ms"): _num(v, 3) for k, v in km.totals_ms.items()},
         "top_kernels": [{"name": n, "total_ms": _num(t, 3), "count": c} for n, t, c in km.top_kernels],
     }
+
+
+def _cost(report: Report) -> dict[str, Any] | None:
+    c = report.cost
+    if c is None:
+        return None
+    return {"per_run_usd": _num(c.per_run_usd, 2), "gpu_hours": _num(c.gpu_hours, 3), "hours_per_run": _num(c.hours_per_run, 3),
+            "gpu_usd": _num(c.gpu_usd, 2), "other_usd": _num(c.other_usd, 2), "steps_per_run": _num(c.steps_per_run, 1),
+            "gpus": c.gpus, "step_time_s": _num(c.step_time_s, 6), "inputs": c.inputs}
 
 
 def render_json(report: Report) -> str:
