@@ -63,7 +63,7 @@ def _projected(findings: tuple[Finding, ...], m: StepMetrics, trace: Trace, ceil
     wall = m.mean_ms[S.WALL_MS]
     out = []
     for f in findings:
-        p = project(f, m, trace.run, ceilings)
+        p = project(f, m, trace.run, ceilings, trace.end)
         if p is None:
             out.append(f)
             continue
@@ -74,6 +74,7 @@ def _projected(findings: tuple[Finding, ...], m: StepMetrics, trace: Trace, ceil
             extra = {"savings_hours_per_run": hours, "savings_gpu_hours_per_run": hours * cost.gpus,
                      "savings_usd_per_run": None if cost.inputs["price_per_gpu_hour"] is None
                      else hours * cost.gpus * cost.inputs["price_per_gpu_hour"]}
-        out.append(dataclasses.replace(f, projected_step_time_ms=step, projection_rule=p.rule, **extra))
+        out.append(dataclasses.replace(f, projected_step_time_ms=step, projection_rule=p.rule,
+                                       projection_params=p.params, **extra))
     with_p = sorted((f for f in out if f.projected_step_time_ms is not None), key=lambda f: f.projected_step_time_ms)
     return tuple(with_p + [f for f in out if f.projected_step_time_ms is None])

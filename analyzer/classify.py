@@ -65,7 +65,8 @@ def data_loading(m: StepMetrics, ceilings: Ceilings | None = None) -> Finding | 
         summary=f"The training loop waits for the next batch {share:.0%} of the time (median {wait:.1f} ms per step).",
         evidence=tuple(evidence),
         recommendations=(
-            "Load in parallel: DataLoader(num_workers=N) with N from 4 up to the CPU cores per GPU, and raise prefetch_factor if waits are bursty.",
+            "Load in parallel: DataLoader(num_workers=N) with N up to the CPU cores per GPU process (the projection uses "
+            "min(8, cores)), and raise prefetch_factor if waits are bursty.",
             "Keep workers alive between epochs with persistent_workers=True.",
             "Use pin_memory=True and move batches with .to(device, non_blocking=True) so the copy overlaps compute.",
             "Make Dataset.__getitem__ cheaper: decode/augment once offline, cache, or move augmentation to the GPU.",

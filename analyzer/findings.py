@@ -37,6 +37,8 @@ class Finding:
     projected_step_time_ms: float | None = None
     """Mean step time if fixed (analyzer/projections.py), or None when it cannot be projected."""
     projection_rule: str | None = None
+    projection_params: dict[str, Any] | None = None
+    """The concrete fix the projection assumes, e.g. {"num_workers": 4}."""
     savings_hours_per_run: float | None = None
     """Wall-clock hours a completed run saves (needs the run length)."""
     savings_gpu_hours_per_run: float | None = None

@@ -25,13 +25,23 @@ class Projection:
     step_ms: float
     rule: str
     """The arithmetic, with the measured numbers, in words."""
+    params: dict[str, Any] | None = None
+    """The concrete fix the projection assumes (e.g. {"num_workers": 4})."""
 
 
-def project(f: Finding, m: StepMetrics, run: dict[str, Any], ceilings: Ceilings | None) -> Projection | None:
+def recommended_workers(run: dict[str, Any]) -> int:
+    """DataLoader workers to recommend: the host's cores per GPU process, between 2 and 8."""
+    cores = int(run.get("cpu_count") or 4)
+    return max(2, min(8, cores))
+
+
+def project(f: Finding, m: StepMetrics, run: dict[str, Any], ceilings: Ceilings | None,
+            end: dict[str, Any] | None = None) -> Projection | None:
     wall = m.mean_ms[S.WALL_MS]
     busy = m.mean_ms[S.GPU_BUSY_MS]
     if f.bottleneck == "data_loading":
-        return _data(m, wall, busy, ceilings)
+        workers = (end or {}).get("loader_workers")
+        return _data(m, wall, busy, ceilings, recommended_workers(run) if workers == 0 else None)
     if f.bottleneck == "sync":
         return _straggler(m, wall, busy) if m.distributed and m.distributed.stragglers else _sync(m, wall, busy)
     if f.bottleneck == "batch_size":
@@ -47,17 +57,25 @@ def _floor(step: float, busy: float | None, what: str) -> tuple[float, str]:
     return step, what
 
 
-def _data(m: StepMetrics, wall: float, busy: float | None, ceilings: Ceilings | None) -> Projection:
+def _data(m: StepMetrics, wall: float, busy: float | None, ceilings: Ceilings | None, workers: int | None) -> Projection:
     data = m.mean_ms[S.DATA_WAIT_MS] or 0.0
     compute = wall - data
     step, rule = _floor(compute, busy, f"step {wall:.2f} ms minus data wait {data:.2f} ms = {compute:.2f} ms (compute path)")
+    params = None
+    if workers:
+        params = {"num_workers": workers}
+        loading = data / workers
+        rule += (f"; the loader ran in the main process (num_workers=0): with num_workers={workers} loading overlaps "
+                 f"compute and takes ~{data:.2f}/{workers} = {loading:.2f} ms per batch")
+        if loading > step:
+            step = loading
     if ceilings is not None and ceilings.loader_samples_per_s and m.batch_samples:
         loader = 1e3 * m.batch_samples / ceilings.loader_samples_per_s
         if loader > step:
             step = loader
         rule += (f"; bounded by the loader at the measured synthetic ceiling {ceilings.loader_samples_per_s:,.0f} samples/s "
                  f"= {loader:.2f} ms per batch of {m.batch_samples:.0f}")
-    return Projection(step, rule)
+    return Projection(step, rule, params)
 
 
 def _sync(m: StepMetrics, wall: float, busy: float | None) -> Projection:

@@ -97,7 +97,7 @@ END_KEY = b"gpuanalyze.end"
 RUN_KEYS: tuple[str, ...] = (
     "host", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", "torch",
     "world_size", "rank", "backend", "device", "start_unix_ns", "model_params",
-    "param_dtype", "pid", "argv", "source", "gpu_summary", "local_rank",
+    "param_dtype", "pid", "argv", "source", "gpu_summary", "local_rank", "cpu_count",
 )
 
 

@@ -63,6 +63,7 @@ class Profiler:
         self._optimizer = optimizer
         self._loader = dataloader
         self._loader_iters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._loader_workers: int | None = None
         self._manual = options.manual_steps
         self._by_optimizer = optimizer is not None
         self._handles: list[Any] = []
@@ -103,7 +104,7 @@ class Profiler:
                     self._write(self._held.pop(index))
             except Exception as exc2:  # noqa: BLE001
                 self._fail(exc2)
-        self._teardown({**end, "steps": self.steps_recorded})
+        self._teardown({**end, "steps": self.steps_recorded, "loader_workers": self._loader_workers})
         return False
 
     def step(self) -> None:
@@ -232,6 +233,8 @@ class Profiler:
             if self._timer is not None:
                 self._timer.end(S.BACKWARD_MS)
             return
+        if kind == "iter" and hasattr(owner, "num_workers"):
+            self._loader_workers = max(self._loader_workers or 0, int(owner.num_workers))
         if self._loader is not None:
             if kind == "iter" and owner is self._loader and result is not None:
                 self._loader_iters.add(result)

@@ -20,6 +20,7 @@ def collect_run_info(model: Any, device: str) -> dict[str, Any]:
     info.update(
         host=socket.gethostname(),
         pid=os.getpid(),
+        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         argv=" ".join(sys.argv)[:500],
         torch=torch.__version__,
         cuda=torch.version.cuda,

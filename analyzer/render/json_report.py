@@ -57,6 +57,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "recommendations": list(f.recommendations),
                 "projected_step_time_ms": _num(f.projected_step_time_ms, 3),
                 "projection_rule": f.projection_rule,
+                "projection_params": f.projection_params,
                 "savings": None if f.savings_hours_per_run is None else {
                     "hours_per_run": _num(f.savings_hours_per_run, 3),
                     "gpu_hours_per_run": _num(f.savings_gpu_hours_per_run, 3),

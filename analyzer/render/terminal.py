@@ -42,6 +42,16 @@ def render_terminal(report: Report) -> RenderableType:
         head.append(f"; {m.samples_per_s:,.0f} samples/s")
     if m.gpu_util is not None:
         head.append(f"; GPU busy {m.gpu_util:.0%}")
+    if report.cost is not None:
+        c = report.cost
+        usd = "" if c.per_run_usd is None else f" = ${c.per_run_usd:,.2f} per run"
+        head.append(f"\nrun: {c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
+                    f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}")
+    if report.mfu is not None:
+        u = report.mfu
+        head.append(f"\nMFU: {u.achieved_tflops:.1f} TFLOP/s per GPU"
+                    + (f" = {u.mfu_datasheet:.0%} of the {u.precision} datasheet peak" if u.mfu_datasheet else "")
+                    + (f", {u.mfu_measured:.0%} of the measured matmul ceiling" if u.mfu_measured else ""))
     parts.append(Panel(head, title=f"gpuanalyze: {report.path}", expand=False))
     for note in report.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
@@ -69,6 +79,12 @@ def render_terminal(report: Report) -> RenderableType:
             body.append(f"  evidence: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})\n", style="dim")
             body.append(f"            threshold source: {e.source}\n", style="dim")
         body.append(f"  seen on {f.consistency:.0%} of steps; recoverable share ~{f.share:.0%}\n")
+        if f.projected_step_time_ms is not None:
+            body.append(f"  if fixed: ~{f.projected_step_time_ms:.2f} ms per step ({f.projection_rule})\n", style="cyan")
+        if f.savings_hours_per_run is not None:
+            usd = "" if f.savings_usd_per_run is None else f", ${f.savings_usd_per_run:,.2f}"
+            body.append(f"  saves ~{f.savings_hours_per_run:,.2f} h ({f.savings_gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
+                        style="bold cyan")
         for r in f.recommendations:
             body.append(f"  -> {r}\n")
         parts.append(Panel(body, title=f"{i}. {f.bottleneck} ({f.severity})", title_align="left"))

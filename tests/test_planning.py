@@ -1,0 +1,95 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.memory_fit import MemoryInputs, ModelShape, estimate, shape_from_hf_config
+from ingest.errors import GpuAnalyzeError
+from tests.conftest import SAMPLES
+
+runner = CliRunner()
+
+
+def _toml(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_compare_reproduces_the_server_example(tmp_path):
+    a = _toml(tmp_path / "a.toml", 'name = "server A"\nprice_per_gpu_hour = 1.20\nhours_per_run = 80\n')
+    b = _toml(tmp_path / "b.toml", 'name = "server B"\nprice_per_gpu_hour = 2.40\nhours_per_run = 35\n')
+    result = runner.invoke(app, ["compare", a, b, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [o["per_run_usd"] for o in data["options"]] == pytest.approx([96.0, 84.0])
+    assert data["cheapest"] == "server B" and data["saving_usd_per_run"] == pytest.approx(12.0)
+    text = runner.invoke(app, ["compare", a, b]).output
+    assert "server B is cheapest per completed run, by $12.00" in text
+
+
+def test_compare_traces_with_run_length(tmp_path):
+    traces = [str(SAMPLES / "cpu_data_loading.arrow"), str(SAMPLES / "cpu_healthy.arrow")]
+    result = runner.invoke(app, ["compare", *traces, "--steps-per-run", "10000", "--price-per-gpu-hour", "1", "--json"])
+    data = json.loads(result.output)
+    by = {o["name"]: o for o in data["options"]}
+    assert by["cpu_healthy.arrow"]["per_run_usd"] < by["cpu_data_loading.arrow"]["per_run_usd"]
+    assert data["cheapest"] == "cpu_healthy.arrow"
+    assert runner.invoke(app, ["compare", *traces]).exit_code == 2  # no run length: one clear line
+
+
+def test_memory_seven_billion_example():
+    e = estimate(MemoryInputs(model=ModelShape(7e9)))
+    assert e.weights_gb == pytest.approx(14.0)
+    assert e.weights_gb + e.gradients_gb + e.optimizer_gb >= 112.0
+    assert e.fits["H100 SXM"] is False and e.fits["B200"] is True
+
+
+def test_memory_cli_json_keys():
+    data = json.loads(runner.invoke(app, ["memory", "--params", "7e9", "--json"]).output)
+    assert {"weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "total_gb", "fits"} <= data.keys()
+    assert data["total_gb"] == pytest.approx(112.0)
+
+
+def test_sharding_divides_the_states():
+    base = dict(model=ModelShape(7e9), gpus=8)
+    z1, z3 = estimate(MemoryInputs(sharding="zero1", **base)), estimate(MemoryInputs(sharding="zero3", **base))
+    assert z1.optimizer_gb == pytest.approx(84 / 8) and z1.weights_gb == 14
+    assert z3.total_gb == pytest.approx(112 / 8)
+
+
+def test_config_lora_activations(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "intermediate_size": 11008, "vocab_size": 32000, "hidden_act": "silu"}))
+    shape = shape_from_hf_config(cfg)
+    assert 6.5e9 < shape.params < 7.0e9  # a LLaMA-7B shape
+    full = estimate(MemoryInputs(model=shape, batch=1, seq_len=2048))
+    ckpt = estimate(MemoryInputs(model=shape, batch=1, seq_len=2048, checkpointing=True))
+    assert full.activations_gb > ckpt.activations_gb > 0
+    qlora = estimate(MemoryInputs(model=shape, lora_rank=16, qlora=True))
+    assert qlora.weights_gb < 5 and qlora.trainable_params == 2 * 16 * 4096 * 4 * 32
+    with pytest.raises(GpuAnalyzeError, match="config"):
+        MemoryInputs(model=ModelShape(7e9), lora_rank=8)
+
+
+def test_memory_needs_one_model_source():
+    assert runner.invoke(app, ["memory"]).exit_code == 2
+
+
+def test_whatif_on_an_h200_trace(tmp_path):
+    prices = _toml(tmp_path / "prices.toml", '"H200" = 4.0\n"B200" = 6.0\n')
+    result = runner.invoke(app, ["whatif", str(SAMPLES / "h200_fp32_compute.arrow"), "--prices", prices,
+                                 "--steps-per-run", "100000", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    by = {t["gpu"]: t for t in data["targets"]}
+    assert by["H200"]["speedup"] == pytest.approx(1.0) and by["B200"]["speedup"] > 1.0
+    assert by["A100 80GB SXM"]["speedup"] < 1.0 and by["H200"]["fits"] is True
+    assert by["H200"]["cost_per_run_usd"] > 0 and by["RTX 3090"]["cost_per_run_usd"] is None
+    assert data["estimate"] is True and "datasheet" in data["basis"]
+
+
+def test_whatif_needs_a_known_gpu():
+    result = runner.invoke(app, ["whatif", str(SAMPLES / "cpu_healthy.arrow")])
+    assert result.exit_code == 2 and "datasheet table" in result.output
