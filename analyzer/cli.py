@@ -18,6 +18,7 @@ from analyzer.analyze import analyze
 from analyzer.compare import compare, load_option
 from analyzer.cost import CostInputs, load_cost_config
 from analyzer.memory_fit import MemoryInputs, ModelShape, estimate, shape_from_hf_config
+from analyzer.mfu import palm_flops_per_token
 from analyzer.render.planning import compare_dict, memory_dict, render_compare, render_memory, render_whatif, whatif_dict
 from analyzer.whatif import what_if
 from kernels.hardware import GPUS
@@ -83,12 +84,17 @@ def analyze_cmd(
     gpus: Annotated[Optional[int], typer.Option(help="GPUs of the run (default: the trace's world size).")] = None,
     cost_config: Annotated[Optional[Path], typer.Option(help="TOML file with the same cost keys (options override it).")] = None,
     flops_per_step: Annotated[Optional[float], typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")] = None,
+    model_config: Annotated[Optional[Path], typer.Option(help="HF config.json: FLOPs per step by the PaLM formula "
+                            "(with --tokens-per-step and --tokens-per-sample).")] = None,
+    tokens_per_step: Annotated[Optional[float], typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     try:
         cost = _cost_inputs(cost_config, price_per_gpu_hour=price_per_gpu_hour, steps_per_run=steps_per_run,
                             samples_per_run=samples_per_run, tokens_per_run=tokens_per_run,
                             tokens_per_sample=tokens_per_sample, gpus=gpus)
+        if model_config is not None:
+            flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
         report = analyze(trace, ceilings=find_ceilings(ceilings), cost=cost, flops_per_step=flops_per_step)
     except GpuAnalyzeError as exc:
         fail(str(exc))
@@ -96,6 +102,14 @@ def analyze_cmd(
         typer.echo(render_json(report))
     else:
         Console(highlight=False).print(render_terminal(report))
+
+
+def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
+    if not tokens_per_step or not seq_len:
+        raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")
+    shape = shape_from_hf_config(config)
+    per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
+    return per_token * tokens_per_step
 
 
 def _cost_inputs(config: Path | None, **values: Any) -> CostInputs | None:

@@ -58,6 +58,11 @@ def shape_from_hf_config(path: str | Path) -> ModelShape:
     return ModelShape(layers * (attn + mlp) + embed, layers, h, heads, f"{path.name}")
 
 
+def shape_from_module(module: Any) -> ModelShape:
+    """Parameter count of a torch module (the Python API's way in; no transformer shape)."""
+    return ModelShape(float(sum(p.numel() for p in module.parameters())), source=type(module).__name__)
+
+
 @dataclass(kw_only=True, slots=True)
 class MemoryInputs:
     """What is trained and how."""
