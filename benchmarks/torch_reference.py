@@ -15,19 +15,11 @@ import statistics
 
 import torch
 
+from kernels.backend import torch_timer
+
 
 def timed(fn, warmup: int = 10, repeats: int = 50) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(times)
+    return statistics.median(torch_timer(fn, warmup, repeats))
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernels.backend import Backend
+from kernels.backend import Backend, torch_timer
 from kernels.errors import Skip, VerificationError
 from kernels.result import BenchResult, allreduce_bandwidths
 from kernels.ring import ring_allreduce
@@ -76,24 +76,17 @@ def _worker(rank: int, world: int, port: int, device: str, sizes: list[int], rep
 
 
 def _time(op: Any, reps: int, dev: Any, dist: Any) -> list[float]:
-    import torch
-
+    """Each repeat starts after a barrier; CUDA events on GPUs, the host clock on CPU (gloo is synchronous)."""
+    if dev.type == "cuda":
+        return torch_timer(op, 3, reps, before=dist.barrier)
     for _ in range(3):
         op()
     times = []
     for _ in range(reps):
         dist.barrier()
-        if dev.type == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            op()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            op()
-            times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        op()
+        times.append(time.perf_counter() - t0)
     return times
 
 

@@ -134,4 +134,25 @@ def numba_timer(fn: Callable[[], object], warmup: int, repeats: int) -> list[flo
     return out
 
 
+def torch_timer(fn: Callable[[], object], warmup: int, repeats: int,
+                before: Callable[[], object] | None = None) -> list[float]:
+    """Seconds per call between torch CUDA events on the current stream; ``before`` runs untimed
+    ahead of each timed call (e.g. a barrier)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) / 1e3)
+    return out
+
+
 TIMERS: dict[str, Timer] = {"cupy": cupy_timer, "numba": numba_timer, "cpu": host_timer}

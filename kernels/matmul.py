@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.backend import TIMERS, Backend, host_timer
+from kernels.backend import TIMERS, Backend, host_timer, torch_timer
 from kernels.errors import Skip, VerificationError
 from kernels.result import BenchResult, matmul_flops, rate_result
 
@@ -96,18 +96,5 @@ def _torch_fp8(backend: Backend, n: int) -> BenchResult:
             ref = a[:rows].double() @ b.double()
             return float((got - ref).abs().max() / ref.abs().max())
 
-    def timer(fn: Any, warmup: int, repeats: int) -> list[float]:
-        for _ in range(warmup):
-            fn()
-        out = []
-        for _ in range(repeats):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            out.append(s.elapsed_time(e) / 1e3)
-        return out
-
-    return _measure(Impl(), backend=backend, dtype="float8", n=n, tol=1e-2, warmup=10, repeats=50, timer=timer,
+    return _measure(Impl(), backend=backend, dtype="float8", n=n, tol=1e-2, warmup=10, repeats=50, timer=torch_timer,
                     engine="torch._scaled_mm (cuBLASLt), e4m3")
