@@ -40,7 +40,7 @@ def load_trace(path: str | Path) -> Trace:
     _check_file(path)
     try:
         return _load(path)
-    except (pa.ArrowException, pl.exceptions.PolarsError, ValueError, TypeError) as exc:
+    except (pa.ArrowException, pl.exceptions.PolarsError, ValueError, TypeError, KeyError, IndexError) as exc:
         raise TraceError(f"{path}: corrupt trace ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from exc
 
 
@@ -127,9 +127,9 @@ def _read_batches(reader: Any) -> tuple[list[pa.RecordBatch], dict[str, Any] | N
     while True:
         try:
             batch, custom = reader.read_next_batch_with_custom_metadata()
+            batch.validate(full=True)  # corrupt offsets or buffers must not reach polars (it can crash)
         except StopIteration:
             return batches, end, False
-            batch.validate(full=True)
         except (pa.ArrowException, OSError, ValueError):
             return batches, None, True
         if custom is not None and S.END_KEY in custom:
