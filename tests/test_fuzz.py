@@ -99,13 +99,10 @@ def test_kineto_mutated_json(tmp_path_factory, edits, cut):
 
 def test_regression_corrupt_offsets_in_an_empty_batch(tmp_path_factory):
     """Found by hypothesis: a string column with out-of-bounds offsets in the (empty) first batch
-    passed unvalidated to polars, which crashed the process. Now: one TraceError."""
-    import pytest
-
-    from ingest.errors import TraceError
-
+    reached polars unvalidated and crashed the process. Now the batch fails validation and the
+    trace reads as cut off before its first step."""
     seed = _valid_arrow(tmp_path_factory)
     path = tmp_path_factory.mktemp("fz") / "t.arrow"
     path.write_bytes(_mutate(seed, [(1276, 128), (3495, 111)], None))
-    with pytest.raises(TraceError):
-        load_trace(path)
+    trace = load_trace(path)
+    assert trace.frame.height == 0 and not trace.complete
