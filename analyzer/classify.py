@@ -75,7 +75,28 @@ def data_loading(m: StepMetrics, ceilings: Ceilings | None = None) -> Finding | 
     )
 
 
-def sync(m: StepMetrics) -> Finding | None:
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+def _allreduce_bandwidth(m: StepMetrics, run: dict[str, Any], ceilings: Ceilings | None) -> list[Evidence]:
+    """Achieved gradient all-reduce bus bandwidth (one all-reduce of every gradient per step, timed by the
+    communication kernels of sampled windows) against the bus bandwidth `gpuanalyze bench` measured."""
+    world = int(run.get("world_size") or 1)
+    params, itemsize = run.get("model_params"), _DTYPE_BYTES.get(str(run.get("param_dtype")))
+    comm_ms = m.kernels.totals_ms["communication_ms"] / max(m.kernels.steps, 1)
+    if world < 2 or not params or not itemsize or comm_ms <= 0:
+        return []
+    algbw = params * itemsize / (comm_ms / 1e3) / 1e9
+    busbw = algbw * 2 * (world - 1) / world
+    if ceilings is None or not ceilings.busbw_gbps:
+        return [Evidence("allreduce_busbw_gbps", busbw, 0.0, ">=", "GB/s",
+                         "gradient bytes x 2(n-1)/n over communication kernel time (nccl-tests busbw); no measured ceiling")]
+    return [Evidence("allreduce_busbw_gbps", busbw, ceilings.busbw_gbps, "<", "GB/s",
+                     f"achieved {busbw / ceilings.busbw_gbps:.0%} of the bus bandwidth measured by `gpuanalyze bench "
+                     f"allreduce` on {ceilings.device} ({ceilings.path})")]
+
+
+def sync(m: StepMetrics, run: dict[str, Any] | None = None, ceilings: Ceilings | None = None) -> Finding | None:
     share = m.share[S.SYNC_MS] or 0.0
     recoverable = _recoverable(m, share)
     comm = m.kernels.share_of_wall("comm_exposed_ms") if m.kernels else 0.0
@@ -94,6 +115,7 @@ def sync(m: StepMetrics) -> Finding | None:
     if m.kernels is not None:
         evidence.append(Evidence("exposed_communication_share", comm, T.SYNC_MODERATE.value, ">=", "fraction of step time",
                                  "GPU time when only communication kernels run (nothing to overlap them with)"))
+        evidence += _allreduce_bandwidth(m, run or {}, ceilings)
         if comm >= T.SYNC_MODERATE.value:
             recs.insert(0, "Communication is exposed: let DDP/FSDP overlap it with backward (smaller buckets, "
                            "FSDP backward_prefetch), or check for a straggler rank that makes the others wait.")
@@ -223,7 +245,8 @@ def kernels(m: StepMetrics, run: dict[str, Any]) -> Finding | None:
 def classify(m: StepMetrics, run: dict[str, Any], ceilings: Ceilings | None = None) -> tuple[str, float, tuple[Finding, ...]]:
     """(primary bottleneck, confidence, findings ranked by recoverable share)."""
     lagging = straggler(m)
-    found = [f for f in (data_loading(m, ceilings), lagging or sync(m), batch_size(m), kernels(m, run)) if f is not None]
+    found = [f for f in (data_loading(m, ceilings), lagging or sync(m, run, ceilings), batch_size(m), kernels(m, run))
+             if f is not None]
     found.sort(key=lambda f: f.share, reverse=True)
     if found:
         return found[0].bottleneck, round(found[0].consistency, 3), tuple(found)

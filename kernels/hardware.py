@@ -53,7 +53,7 @@ GPUS: tuple[GpuSpec, ...] = (
             "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), sparse rates halved", ("h100 pcie",)),
     GpuSpec("H200", 141, 4800, 67, 494.5, 989, 989, 1979, 900, 5,
             "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), SXM, sparse rates halved", ("h200",)),
-    GpuSpec("B200", 180, 8000, 75, 1100, 2250, 2250, 4500, 1800, 5,
+    GpuSpec("B200", 180, 8000, 75, 1125, 2250, 2250, 4500, 1800, 5,
             "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/), per GPU = 8-GPU totals / 8, sparse rates halved", ("b200",)),
 )
 

@@ -84,3 +84,33 @@ def test_real_balanced_ddp_run_has_no_straggler(tmp_path):
     run_ddp(tmp_path / "trace.arrow", world=2, slow_rank=-1, steps=25)
     data = json.loads(runner.invoke(app, [str(tmp_path / "trace.arrow"), "--json"]).output)
     assert data["stragglers"] == [] and data["ranks"] == 2
+
+
+def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
+    from analyzer.ceilings import load_ceilings
+    from tests.kineto_fixtures import ev, write
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        events = [ev("user_annotation", f"ProfilerStep#{i}", i * 1000, 1000) for i in range(3)]
+        for i in range(3):  # each step: 300 us compute, then a 400 us all-reduce alone on the GPU
+            events += [ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 10, 5, correlation=10 * i + 1),
+                       ev("kernel", "volta_sgemm_128x64_nn", i * 1000 + 50, 300, stream=7, correlation=10 * i + 1),
+                       ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 20, 5, correlation=10 * i + 2),
+                       ev("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", i * 1000 + 400, 400, stream=9,
+                          correlation=10 * i + 2)]
+        write(run / f"r{rank}.json", {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2}})
+    ceilings = tmp_path / "c.json"
+    ceilings.write_text('{"backend": "cupy", "device": "x", "results": [{"benchmark": "allreduce", "value": 100.0}]}')
+    from ingest.sources import load_any
+
+    trace = load_any(run)
+    trace.run.update(model_params=10_000_000, param_dtype="float32")  # 40 MB of gradients
+    report = analyze(trace, ceilings=load_ceilings(ceilings))
+    finding = next(f for f in report.findings if f.bottleneck == "sync")
+    ev_ = {e.metric: e for e in finding.evidence}
+    # 40e6 B / 0.4 ms = 100 GB/s algbw; x 2(n-1)/n = 100 GB/s busbw at n = 2
+    assert ev_["allreduce_busbw_gbps"].value == pytest.approx(100.0)
+    assert ev_["allreduce_busbw_gbps"].threshold == 100.0 and "100%" in ev_["allreduce_busbw_gbps"].source
+    assert ev_["exposed_communication_share"].value == pytest.approx(0.4)

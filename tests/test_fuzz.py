@@ -11,7 +11,9 @@ from ingest.reader import load_trace
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomize: CI runs the same examples every time (no flaky red CI); run with more examples locally.
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _valid_arrow(tmp_path_factory) -> bytes:
