@@ -49,3 +49,9 @@ def trace_factory(tmp_path: Path):
         return write_trace(tmp_path / f"t{next(counter)}.arrow", rows, **kwargs)
 
     return factory
+
+
+@pytest.fixture(autouse=True)
+def _isolated_ceilings(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's saved ceilings (~/.cache/gpuanalyze)."""
+    monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path_factory.mktemp("ceil") / "ceilings.json"))
