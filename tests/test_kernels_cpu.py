@@ -39,7 +39,7 @@ def test_verify_rejects_a_wrong_element(monkeypatch):
 def test_copy_rate_agrees_with_numpy_within_2x():
     from kernels.memory import run_memory
 
-    ours = {r.variant: r.value for r in run_memory(CPU, quick=True)}
+    ours = {r.variant: r.max for r in run_memory(CPU, quick=True)}  # best repeat against numpy's best
     a = np.full(2**25, 0.1, np.float32)
     c = np.empty_like(a)
     best = min(_timed(lambda: np.copyto(c, a)) for _ in range(5))
@@ -53,9 +53,9 @@ def test_fp32_matmul_rate_agrees_with_torch_within_2x():
     ours = next(r for r in results if r.dtype == "float32")
     assert ours.params["max_rel_error"] < 1e-4
     a, b = torch.rand(1024, 1024), torch.rand(1024, 1024)
-    best = min(_timed(lambda: a @ b) for _ in range(10))
+    best = min(_timed(lambda: a @ b) for _ in range(20))
     torch_tflops = 2 * 1024**3 / best / 1e12
-    assert 0.5 < ours.value / torch_tflops < 2.0, (ours.value, torch_tflops)
+    assert 0.5 < ours.max / torch_tflops < 2.0, (ours.max, torch_tflops)  # best against best
 
 
 def test_transfers_are_skipped_on_cpu():
