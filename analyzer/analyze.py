@@ -36,9 +36,8 @@ def analyze(trace: str | Path | Trace, *, ceilings: Ceilings | None = None, cost
     if findings:
         bottleneck, confidence = findings[0].bottleneck, round(findings[0].consistency, 3)
     notes = loaded.notes
-    sampled = loaded.frame.get_column(S.KERNEL_STATS).is_not_null().sum()
-    if sampled and metrics.kernels is None:
-        notes = (*notes, f"{sampled} step(s) ran under sampled torch.profiler windows but recorded no GPU kernels "
+    if metrics.sampled_steps and metrics.kernels is None:
+        notes = (*notes, f"{metrics.sampled_steps} step(s) ran under sampled torch.profiler windows but recorded no GPU kernels "
                          "(a CPU run): kernel-level evidence is empty")
     return Report(
         path=str(loaded.path),

@@ -31,7 +31,6 @@ from analyzer.render.json_report import render_json
 from analyzer.render.terminal import render_terminal
 from ingest.errors import GpuAnalyzeError
 from ingest.kineto_import import load_kineto, write_trace_file
-from ingest.sources import load_any
 from kernels.suite import run_bench, save
 
 _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
@@ -211,7 +210,7 @@ def import_cmd(
 ) -> None:
     """Convert a PyTorch profiler trace to a gpuanalyze trace (never writes over its input)."""
     try:
-        loaded = load_kineto(trace) if trace.exists() else load_any(trace)
+        loaded = load_kineto(trace)
         write_trace_file(loaded, out, force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))

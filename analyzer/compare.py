@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,3 @@ def compare(options: list[RunOption]) -> Comparison:
     if len(priced) < 2:
         return Comparison(tuple(options), None, None)
     return Comparison(tuple(options), priced[0].name, priced[1].per_run_usd - priced[0].per_run_usd)
-
-
-def with_price(option: RunOption, price: float) -> RunOption:
-    return replace(option, price_per_gpu_hour=price, per_run_usd=option.hours_per_run * option.gpus * price)

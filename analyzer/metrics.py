@@ -39,6 +39,8 @@ class StepMetrics:
     """Per-step shares (columns named like the parts), for consistency checks."""
     kernels: KernelMetrics | None = None
     """Kernel-level evidence, when steps carry kernel statistics."""
+    sampled_steps: int = 0
+    """Analysed steps that ran under a sampled torch.profiler window (kept out of the step timings)."""
     distributed: RankAnalysis | None = None
     """Cross-rank skew and stragglers, for traces with several ranks."""
 
@@ -90,6 +92,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         samples_per_s=None if samples.null_count() == samples.len() else 1000.0 * float(samples.sum()) / per_rank_wall,
         step_share=step_share,
         kernels=kernels,
+        sampled_steps=int(sampled.sum()),
         distributed=rank_analysis(frame),
     )
 

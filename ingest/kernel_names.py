@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ingest.schema import KERNEL_CATEGORIES as CATEGORIES  # noqa: F401 - re-exported
 COMPUTE = ("gemm_tensor_core", "gemm_simt_fp32", "conv", "attention", "elementwise", "reduction", "other")
 
 _TENSOR_CORE = re.compile(r"s16816|h16816|s1688|h1688|h884|s884|i8816|16816|1688|xmma|wgmma|hmma|tensorop|"

@@ -17,6 +17,7 @@ import numpy as np
 from ingest import schema as S
 from ingest.intervals import merge, union_length
 from ingest.kernel_names import hta_kernel_type, memcpy_kind
+from ingest.kineto import KinetoTrace
 
 LAUNCH_GAP_US = 30.0
 TOP_KERNELS = 5
@@ -90,3 +91,32 @@ def _idle_split(start: np.ndarray, launch_ts: np.ndarray, seg_s: np.ndarray, seg
     out["idle_launch_ms"] = float(gaps[short].sum()) / 1e3
     out["idle_other_ms"] = float(gaps[~host_wait & ~short].sum()) / 1e3
     return out
+
+
+class StepKernels:
+    """A Kineto trace's kernels and blocking syncs, ready to be cut into step windows.
+
+    A kernel belongs to the window in which its launch call (matched by correlation id) started;
+    kernels without a launch call go by their own start time.
+    """
+
+    def __init__(self, k: KinetoTrace) -> None:
+        self.k = k
+        corr_ts = dict(zip(k.runtime_correlation.tolist(), k.runtime.start.tolist()))
+        self.launch = np.array([corr_ts.get(c, -1.0) for c in k.gpu_correlation.tolist()], dtype=np.float64)
+        self.owner = np.where(self.launch >= 0, self.launch, k.gpu.start)
+        # parse_kineto keeps runtime names only for blocking syncs
+        self.sync = np.fromiter((bool(n) for n in k.runtime.names), dtype=bool, count=len(k.runtime.names))
+
+    def sync_us(self, lo: float, hi: float) -> float:
+        """Host time in blocking sync calls that started in [lo, hi)."""
+        rt = self.k.runtime
+        sel = self.sync & (rt.start >= lo) & (rt.start < hi)
+        return float((rt.end[sel] - rt.start[sel]).sum())
+
+    def stats(self, lo: float, hi: float) -> dict[str, Any]:
+        """KERNEL_STATS of the kernels launched in [lo, hi)."""
+        k = self.k
+        idx = np.flatnonzero((self.owner >= lo) & (self.owner < hi))
+        return window_stats(k.gpu.start[idx], k.gpu.end[idx], [k.gpu.names[i] for i in idx],
+                            [k.gpu_category[i] for i in idx], self.launch[idx], self.sync_us(lo, hi))

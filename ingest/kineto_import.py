@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -12,9 +11,9 @@ import pyarrow as pa
 from ingest import schema as S
 from ingest.errors import TraceError
 from ingest.intervals import union_length
-from ingest.kernel_stats import hta_summary, window_stats
-from ingest.kineto import BLOCKING_COPIES, SYNC_APIS, KinetoTrace, parse_kineto
-from ingest.reader import Trace, _normalise
+from ingest.kernel_stats import StepKernels, hta_summary
+from ingest.kineto import KinetoTrace, parse_kineto
+from ingest.reader import Trace, normalise_frame
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -56,11 +55,7 @@ def import_kineto(k: KinetoTrace) -> Trace:
     has_gpu = k.gpu.start.size > 0
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
-    corr_ts = dict(zip(k.runtime_correlation.tolist(), k.runtime.start.tolist()))
-    launch = np.array([corr_ts.get(c, -1.0) for c in k.gpu_correlation.tolist()], dtype=np.float64)
-    owner = np.where(launch >= 0, launch, k.gpu.start)
-    rt_names = k.runtime.names
-    sync_mask = np.array([n.startswith(SYNC_APIS) or n in BLOCKING_COPIES for n in rt_names], dtype=bool)
+    kernels = StepKernels(k)
     cpu_names = k.cpu.names
     loader = np.array([n.startswith(DATALOADER_PREFIX) for n in cpu_names], dtype=bool)
     optim = np.array([n.startswith(OPTIMIZER_PREFIX) for n in cpu_names], dtype=bool)
@@ -69,11 +64,8 @@ def import_kineto(k: KinetoTrace) -> Trace:
     rows = []
     for step, lo, hi in windows:
         wall = (hi - lo) / 1e3
-        member = (owner >= lo) & (owner < hi)
-        idx = np.flatnonzero(member)
-        sync_us = _sum_in(k.runtime.start, k.runtime.end, sync_mask, lo, hi)
-        stats = window_stats(k.gpu.start[idx], k.gpu.end[idx], [k.gpu.names[i] for i in idx],
-                             [k.gpu_category[i] for i in idx], launch[idx], sync_us) if has_gpu else None
+        sync_us = kernels.sync_us(lo, hi)
+        stats = kernels.stats(lo, hi) if has_gpu else None
         sel = backward & (k.cpu.start >= lo) & (k.cpu.start < hi)
         row = S.empty_row()
         row.update({
@@ -96,7 +88,7 @@ def import_kineto(k: KinetoTrace) -> Trace:
                gpu_name=k.device_name, gpu_memory_bytes=k.device_memory, device="cuda" if has_gpu else "cpu",
                gpu_summary=summary)
     table = pa.Table.from_pylist(rows, schema=S.arrow_schema(run))
-    frame, repair = _normalise(pl.from_arrow(table))
+    frame, repair = normalise_frame(pl.from_arrow(table))
     return Trace(path=Path(k.path), frame=frame, run=run, tags={}, version=S.FORMAT_VERSION, complete=True,
                  end={"status": "imported"}, notes=tuple(notes + repair))
 

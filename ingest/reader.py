@@ -60,7 +60,7 @@ def _load(path: Path) -> Trace:
     try:
         table = pa.Table.from_batches(batches, schema=arrow_schema) if batches else arrow_schema.empty_table()
         table, cast_notes = _conform(path, table)
-        frame, repair_notes = _normalise(pl.from_arrow(table))
+        frame, repair_notes = normalise_frame(pl.from_arrow(table))
     except (pa.ArrowException, pl.exceptions.PolarsError, ValueError, TypeError) as exc:
         raise TraceError(f"{path}: corrupt trace data ({str(exc).splitlines()[0][:120]})") from exc
     except BaseException as exc:  # polars/pyo3 panics derive from BaseException
@@ -177,7 +177,7 @@ def _json_meta(path: Path, meta: dict[bytes, bytes], key: bytes) -> dict[str, An
     return value
 
 
-def _normalise(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Give every column its schema type, drop unusable rows, sort; say what was done."""
     notes: list[str] = []
     durations = [c for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS)]

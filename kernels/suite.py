@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.allreduce import run_allreduce
-from kernels.backend import Backend, availability, select
+from kernels.backend import availability, select
 from kernels.errors import Skip
 from kernels.hardware import lookup
 from kernels.launch import run_launch
@@ -19,9 +19,6 @@ from kernels.matmul import run_matmul
 from kernels.memory import run_memory
 from kernels.result import BenchResult
 from kernels.transfer import run_transfer
-
-Runner = Callable[[Backend], tuple[list[BenchResult], list[str]]]
-
 
 def _plain(fn: Callable[..., list[BenchResult]]) -> Callable[..., tuple[list[BenchResult], list[str]]]:
     return lambda backend, quick: (fn(backend, quick=quick), [])

@@ -24,6 +24,20 @@ def assert_no_hooks_left(model):
     assert (DataLoader.__iter__, _BaseDataLoaderIter.__next__, torch.Tensor.item, torch.cuda.synchronize) == ORIGINALS
 
 
+def train_with_fault(model, opt, loader, at_step, fault):
+    """The demo loop, calling ``fault()`` just before step ``at_step``; returns the losses."""
+    losses = []
+    for i, (x, y) in enumerate(loader):
+        if i == at_step:
+            fault()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
 def small(**kw):
     return LoopConfig(**{"steps": 12, "batch": 8, "features": 32, **kw})
 
@@ -134,15 +148,7 @@ def test_writer_failure_switches_profiling_off(tmp_path):
     model, opt, loader = make_loop(cfg)
     with pytest.warns(GpuAnalyzeWarning, match="switched off"):
         with analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof:
-            losses = []
-            for i, (x, y) in enumerate(loader):
-                if i == 3:
-                    prof._writer._file.close()  # the disk disappears
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
+            losses = train_with_fault(model, opt, loader, 3, prof._writer._file.close)  # the disk disappears
     assert losses == plain
     assert_no_hooks_left(model)
 
@@ -252,14 +258,6 @@ def test_trace_directory_removed_mid_run_does_not_stop_training(tmp_path):
     out_dir.mkdir()
     model, opt, loader = make_loop(cfg)
     with analyzer.profile(model, out=str(out_dir / "t.arrow"), flush_every_steps=1):
-        losses = []
-        for i, (x, y) in enumerate(loader):
-            if i == 4:
-                shutil.rmtree(out_dir)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
+        losses = train_with_fault(model, opt, loader, 4, lambda: shutil.rmtree(out_dir))
     assert losses == plain
     assert_no_hooks_left(model)

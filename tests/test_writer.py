@@ -12,14 +12,19 @@ def _writer(path: Path, **opts) -> TraceWriter:
     return TraceWriter(path=path, run={"host": "x"}, options=WriterOptions(**opts))
 
 
+def _add_and_wait(w: TraceWriter, n: int, timeout_s: float = 3.0) -> None:
+    """Queue n rows, then wait (bounded) until the background thread has written them."""
+    for i in range(n):
+        w.add(make_row(i))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and w.rows_written < n:
+        time.sleep(0.02)
+
+
 def test_rows_reach_disk_within_the_flush_interval_without_close(tmp_path):
     w = _writer(tmp_path / "t.arrow", flush_interval_s=0.2, flush_every_steps=1000)
     w.open()
-    for i in range(5):
-        w.add(make_row(i))
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and w.rows_written < 5:
-        time.sleep(0.05)
+    _add_and_wait(w, 5)
     trace = load_trace(tmp_path / "t.arrow")  # read while the writer is still open
     assert trace.frame.height == 5
     assert not trace.complete
@@ -30,11 +35,7 @@ def test_rows_reach_disk_within_the_flush_interval_without_close(tmp_path):
 def test_every_n_steps_triggers_a_write(tmp_path):
     w = _writer(tmp_path / "t.arrow", flush_interval_s=60, flush_every_steps=3)
     w.open()
-    for i in range(3):
-        w.add(make_row(i))
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and w.rows_written < 3:
-        time.sleep(0.02)
+    _add_and_wait(w, 3)
     assert w.rows_written == 3
     w.close({"status": "ok"})
 

@@ -94,7 +94,7 @@ class Profiler:
             end["exception"] = f"{exc_type.__name__}: {exc}"[:2000]
         if self.enabled:
             try:
-                if not self._manual and not self._by_optimizer and self._step.forwards:
+                if self._forward_ends_step:
                     self._close(_clock())
                 if self._resolver is not None:
                     self._resolver.drain(force=True)
@@ -161,15 +161,21 @@ class Profiler:
             warnings.warn(f"gpuanalyze: {path} exists and overwrite=False; writing {chosen} instead", GpuAnalyzeWarning, stacklevel=4)
         return chosen
 
+    @property
+    def _forward_ends_step(self) -> bool:
+        """Without optimizer steps or prof.step(), the next forward (or fetch) after a forward starts a new step."""
+        return not self._manual and not self._by_optimizer and self._step.forwards > 0
+
     # -- hooks ------------------------------------------------------------------------------
     @_guarded
     def _on_forward_pre(self, module: Any, args: Any) -> None:
         now = _clock()
-        if not self._manual and not self._by_optimizer and self._step.forwards:
+        if self._forward_ends_step:
             self._close(now)
         step = self._step
         step.forward_start = now
-        step.add_samples(batch_size_of(args), from_loader=False)
+        if step.loader_samples is None:  # the DataLoader's batch, when seen, is the better count
+            step.add_samples(batch_size_of(args), from_loader=False)
         if self._timer is not None:
             self._timer.begin(S.FORWARD_MS)
 
@@ -213,7 +219,7 @@ class Profiler:
         if kind == "backward":
             if self._timer is not None:
                 self._timer.begin(S.BACKWARD_MS)
-        elif not self._manual and not self._by_optimizer and self._step.forwards:
+        elif self._forward_ends_step:
             self._close(_clock())
 
     @_guarded

@@ -12,10 +12,8 @@ import os
 import tempfile
 from typing import Any
 
-import numpy as np
-
-from ingest.kernel_stats import window_stats
-from ingest.kineto import BLOCKING_COPIES, SYNC_APIS, parse_kineto
+from ingest.kernel_stats import StepKernels
+from ingest.kineto import parse_kineto
 
 
 class KernelWindows:
@@ -80,16 +78,5 @@ class KernelWindows:
         return self._per_step(trace)
 
     def _per_step(self, k: Any) -> dict[int, dict[str, Any]]:
-        corr_ts = dict(zip(k.runtime_correlation.tolist(), k.runtime.start.tolist()))
-        launch = np.array([corr_ts.get(c, -1.0) for c in k.gpu_correlation.tolist()], dtype=np.float64)
-        owner = np.where(launch >= 0, launch, k.gpu.start)
-        sync = np.array([n.startswith(SYNC_APIS) or n in BLOCKING_COPIES for n in k.runtime.names], dtype=bool)
-        out = {}
-        for num, lo, hi in k.steps:
-            idx = np.flatnonzero((owner >= lo) & (owner < hi))
-            sel = sync & (k.runtime.start >= lo) & (k.runtime.start < hi)
-            sync_us = float((k.runtime.end[sel] - k.runtime.start[sel]).sum())
-            out[self._start_step + num] = window_stats(
-                k.gpu.start[idx], k.gpu.end[idx], [k.gpu.names[i] for i in idx], [k.gpu_category[i] for i in idx],
-                launch[idx], sync_us)
-        return out
+        kernels = StepKernels(k)
+        return {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}
