@@ -1,36 +1,71 @@
 """gpuanalyze: profiling-driven bottleneck analysis for GPU training.
 
-Analysing a trace needs neither torch nor a GPU; ``profile`` imports torch when it starts.
+``with analyzer.profile(model):`` records a training loop; ``analyzer.analyze(path)`` says what
+limits it. Analysing needs neither torch nor a GPU. Names are imported on first use, so
+``import analyzer`` (and ``gpuanalyze --version``) stays cheap.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from analyzer.errors import GpuAnalyzeError, GpuAnalyzeWarning, TraceError
 
-from analyzer.analyze import analyze  # noqa: E402
-from analyzer.collect.options import ProfileOptions  # noqa: E402
-from analyzer.findings import Evidence, Finding, Report  # noqa: E402
-from ingest.errors import GpuAnalyzeError, TraceError  # noqa: E402
-from ingest.reader import Trace, load_trace  # noqa: E402
+__version__ = "0.2.0"
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Evidence, Finding, Report
+    from analyzer.analysis.pipeline import analyze
+    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profiler import Profiler
+    from gpuanalyze.ingest.reader import Trace, load_trace
 
 __all__ = [
     "Evidence",
     "Finding",
     "GpuAnalyzeError",
+    "GpuAnalyzeWarning",
     "ProfileOptions",
     "Report",
     "Trace",
     "TraceError",
+    "__version__",
     "analyze",
     "load_trace",
     "profile",
 ]
 
+_LAZY = {
+    "Evidence": "analyzer.analysis.findings",
+    "Finding": "analyzer.analysis.findings",
+    "Report": "analyzer.analysis.findings",
+    "analyze": "analyzer.analysis.pipeline",
+    "ProfileOptions": "analyzer.record.options",
+    "Trace": "gpuanalyze.ingest.reader",
+    "load_trace": "gpuanalyze.ingest.reader",
+}
 
-def profile(model: Any, *, out: str = "trace.arrow", optimizer: Any = None, dataloader: Any = None,
-            overwrite: bool = False, tags: dict[str, str] | None = None, **options: Any) -> Any:
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
+
+
+def profile(
+    model: Any,
+    *,
+    out: str | Path = "trace.arrow",
+    optimizer: Any = None,
+    dataloader: Any = None,
+    overwrite: bool = False,
+    tags: dict[str, str] | None = None,
+    **options: Any,
+) -> Profiler:
     """Profile a training loop: ``with analyzer.profile(model, out="trace.arrow"):``.
 
     ``optimizer`` fixes which optimizer's step ends a training step (default: the first one
@@ -38,10 +73,11 @@ def profile(model: Any, *, out: str = "trace.arrow", optimizer: Any = None, data
     Further keyword arguments are ProfileOptions fields (device, manual_steps, kernel_windows,
     window_first, window_every, window_steps, flush_interval_s, flush_every_steps). Needs torch.
     """
-    from analyzer.collect.profiler import Profiler
+    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profiler import Profiler
 
     try:
-        opts = ProfileOptions(out=out, overwrite=overwrite, tags=dict(tags or {}), **options)
+        opts = ProfileOptions(out=Path(out), overwrite=overwrite, tags=dict(tags or {}), **options)
     except TypeError as exc:
         raise GpuAnalyzeError(f"analyzer.profile: {exc}") from exc
     return Profiler(model, optimizer=optimizer, dataloader=dataloader, options=opts)

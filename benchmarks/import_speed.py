@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import logging
-import os
 import statistics
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-from ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.kineto_import import load_kineto
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "external_traces" / "hta"
 
@@ -36,7 +35,7 @@ def hta_parse(path: Path) -> float:
     from hta.trace_analysis import TraceAnalysis
 
     with tempfile.TemporaryDirectory() as tmp:
-        os.symlink(path, Path(tmp) / path.name)
+        (Path(tmp) / path.name).symlink_to(path)
         t0 = time.perf_counter()
         TraceAnalysis(trace_dir=tmp)
         return time.perf_counter() - t0
@@ -59,6 +58,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     try:
         import hta  # noqa: F401
+
         have_hta = True
     except ImportError:
         have_hta = False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -23,7 +24,9 @@ from pathlib import Path
 import torch
 
 import analyzer
-from analyzer.demo import LoopConfig, make_loop, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
+from tests.scenarios.loops import LoopConfig, make_loop, train
 
 
 def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
@@ -32,7 +35,9 @@ def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
     if mode == "gpuanalyze":
         ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
     elif mode == "gpuanalyze+windows":
-        ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), window_first=10, window_every=20)
+        ctx = analyzer.profile(
+            model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), window_first=10, window_every=20
+        )
     elif mode == "torch.profiler":
         ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     else:
@@ -61,17 +66,22 @@ def main() -> None:
     tiny = LoopConfig(steps=400, batch=8, features=16)
     tiny_times: dict[str, list[float]] = {"plain": [], "gpuanalyze": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
+        for _ in range(args.rounds):
             for mode in tiny_times:
                 tiny_times[mode].append(run_once(mode, tiny, Path(tmp)) * 1e3)
     base = statistics.median(times["plain"])
-    print(f"loop: {cfg.steps} steps x {args.rounds} rounds, batch {cfg.batch}, MLP width {cfg.features}; torch {torch.__version__}")
+    print(
+        f"loop: {cfg.steps} steps x {args.rounds} rounds, batch {cfg.batch}, MLP width {cfg.features}; "
+        f"torch {torch.__version__}"
+    )
     for mode in modes:
         med = statistics.median(times[mode])
         print(f"{mode:>15}: median {med:7.2f} ms/step  ratio {med / base:.4f}")
     cost_us = min(tiny_times["gpuanalyze"]) - min(tiny_times["plain"])
-    print(f"absolute cost on a tiny loop ({tiny.steps} steps, fastest of {args.rounds}): {cost_us:.1f} us/step "
-          f"= {cost_us / 250:.2f}% of a 25 ms step")
+    print(
+        f"absolute cost on a tiny loop ({tiny.steps} steps, fastest of {args.rounds}): {cost_us:.1f} us/step "
+        f"= {cost_us / 250:.2f}% of a 25 ms step"
+    )
 
 
 if __name__ == "__main__":

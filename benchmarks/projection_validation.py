@@ -13,23 +13,31 @@ the first forward after each wait slower, which the fix would also remove).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 import analyzer
-from analyzer.demo import make_loop, scenario, train
-from ingest import schema as S
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
+from gpuanalyze.ingest import schema as S
+from tests.scenarios.loops import make_loop, scenario, train
 
 
 def profiled(out: Path, **overrides: object) -> analyzer.Report:
     cfg = scenario("data_loading", **overrides)
     model, optimizer, loader = make_loop(cfg)
     if cfg.num_workers:
-        loader = torch.utils.data.DataLoader(loader.dataset, batch_size=cfg.batch, shuffle=True,
-                                             num_workers=cfg.num_workers, persistent_workers=True,
-                                             generator=torch.Generator().manual_seed(cfg.seed))
+        loader = torch.utils.data.DataLoader(
+            loader.dataset,
+            batch_size=cfg.batch,
+            shuffle=True,
+            num_workers=cfg.num_workers,
+            persistent_workers=True,
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )
     with analyzer.profile(model, out=str(out)):
         train(model, optimizer, loader)
     return analyzer.analyze(out)
@@ -46,12 +54,14 @@ def main() -> None:
         finding = next(f for f in before.findings if f.bottleneck == "data_loading")
         workers = args.workers or (finding.projection_params or {}).get("num_workers", 4)
         after = profiled(Path(tmp) / "after.arrow", steps=args.steps, num_workers=workers)
-    measured = after.metrics.mean_ms[S.WALL_MS]
+    measured = after.metrics.step_mean_ms
     projected = finding.projected_step_time_ms
-    print(f"before (num_workers=0): {before.metrics.mean_ms[S.WALL_MS]:.2f} ms/step, verdict {before.bottleneck}")
+    print(f"before (num_workers=0): {before.metrics.step_mean_ms:.2f} ms/step, verdict {before.bottleneck}")
     print(f"projected: {projected:.2f} ms/step ({finding.projection_rule})")
-    print(f"after (num_workers={workers}, persistent): {measured:.2f} ms/step, verdict {after.bottleneck}, "
-          f"data wait {after.metrics.share[S.DATA_WAIT_MS]:.0%}")
+    print(
+        f"after (num_workers={workers}, persistent): {measured:.2f} ms/step, verdict {after.bottleneck}, "
+        f"data wait {after.metrics.share[S.DATA_WAIT_MS]:.0%}"
+    )
     print(f"prediction error: {100 * (projected - measured) / measured:+.1f}%")
 
 

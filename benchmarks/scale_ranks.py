@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer import analyze
-from ingest import schema as S
+from gpuanalyze.ingest import schema as S
 
 
 def write_rank(directory: Path, rank: int, ranks: int, steps: int, rng: np.random.Generator) -> None:
@@ -28,13 +28,27 @@ def write_rank(directory: Path, rank: int, ranks: int, steps: int, rng: np.rando
     work = fwd + bwd + data + opt
     wall = np.full(steps, 20.0) + rng.normal(0, 0.05, steps)
     sync = np.maximum(wall - work, 0.0)
-    cols = {S.STEP: np.arange(steps), S.RANK: np.full(steps, rank, np.int32),
-            S.START_UNIX_NS: np.arange(steps) * 20_000_000, S.WALL_MS: wall, S.DATA_WAIT_MS: data,
-            S.H2D_MS: None, S.FORWARD_MS: fwd, S.BACKWARD_MS: bwd, S.OPTIMIZER_MS: opt, S.SYNC_MS: sync,
-            S.OTHER_MS: np.maximum(wall - work - sync, 0.0), S.GPU_BUSY_MS: None, S.BATCH_SAMPLES: np.full(steps, 32),
-            S.PEAK_MEM_BYTES: None, S.KERNEL_STATS: None}
+    cols = {
+        S.STEP: np.arange(steps),
+        S.RANK: np.full(steps, rank, np.int32),
+        S.START_UNIX_NS: np.arange(steps) * 20_000_000,
+        S.WALL_MS: wall,
+        S.DATA_WAIT_MS: data,
+        S.H2D_MS: None,
+        S.FORWARD_MS: fwd,
+        S.BACKWARD_MS: bwd,
+        S.OPTIMIZER_MS: opt,
+        S.SYNC_MS: sync,
+        S.OTHER_MS: np.maximum(wall - work - sync, 0.0),
+        S.GPU_BUSY_MS: None,
+        S.BATCH_SAMPLES: np.full(steps, 32),
+        S.PEAK_MEM_BYTES: None,
+        S.KERNEL_STATS: None,
+    }
     schema = S.arrow_schema({"world_size": ranks, "rank": rank})
-    arrays = [pa.nulls(steps, f.type) if cols[f.name] is None else pa.array(cols[f.name], type=f.type) for f in S.FIELDS]
+    arrays = [
+        pa.nulls(steps, f.type) if cols[f.name] is None else pa.array(cols[f.name], type=f.type) for f in S.FIELDS
+    ]
     table = pa.Table.from_arrays(arrays, schema=schema)
     with pa.OSFile(str(directory / f"trace.rank{rank}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
         w.write_table(table, max_chunksize=1000)
@@ -60,8 +74,10 @@ def main() -> None:
         took = time.perf_counter() - t0
         rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     s = report.metrics.distributed.stragglers
-    print(f"{args.ranks} ranks x {args.steps} steps = {args.ranks * args.steps:,} rows, {size / 1e6:.0f} MB on disk "
-          f"(generated in {gen:.1f} s)")
+    print(
+        f"{args.ranks} ranks x {args.steps} steps = {args.ranks * args.steps:,} rows, {size / 1e6:.0f} MB on disk "
+        f"(generated in {gen:.1f} s)"
+    )
     print(f"analyze(DIR): {took:.2f} s; peak RSS {rss1 / 1024:.0f} MiB (was {rss0 / 1024:.0f} MiB before analysis)")
     print(f"verdict {report.bottleneck}; stragglers {[(x.rank, x.phase, round(x.excess_ms, 2)) for x in s]}")
 

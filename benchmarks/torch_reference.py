@@ -10,16 +10,24 @@ H2D GB/s for 256 MiB. Compare with the cupy results of the same run to judge our
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 
 import torch
 
-from kernels.backend import torch_timer
+from gpuanalyze.kernels.backend import TIMERS
 
 
 def timed(fn, warmup: int = 10, repeats: int = 50) -> float:
-    return statistics.median(torch_timer(fn, warmup, repeats))
+    return statistics.median(TIMERS["torch"](fn, warmup, repeats))
+
+
+def _copy_rate(elements: int) -> float:
+    """Device-to-device copy GB/s (read + write), buffers freed on return."""
+    src = torch.full((elements,), 0.1, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / timed(functools.partial(dst.copy_, src), 3, 20) / 1e9
 
 
 def main() -> None:
@@ -28,23 +36,22 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8192)
     args = parser.parse_args()
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    src = torch.full((args.elements,), 0.1, device="cuda")
-    dst = torch.empty_like(src)
-    out["d2d_copy_gbps"] = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src), 3, 20) / 1e9
-    del src, dst
+    out["d2d_copy_gbps"] = _copy_rate(args.elements)
     n = args.n
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float32, "float32")):
         # the same value distribution as the cupy benchmark (uniform in [-1, 1)): data changes GPU power and clocks
         a = (torch.rand(n, n, device="cuda") * 2 - 1).to(dtype)
         b = (torch.rand(n, n, device="cuda") * 2 - 1).to(dtype)
-        out[f"matmul_{name}_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12
+        out[f"matmul_{name}_tflops"] = 2 * n**3 / timed(functools.partial(torch.matmul, a, b)) / 1e12
     torch.backends.cuda.matmul.allow_tf32 = True
-    out["matmul_tf32_tflops"] = 2 * n**3 / timed(lambda: torch.matmul(a, b)) / 1e12
+    out["matmul_tf32_tflops"] = 2 * n**3 / timed(functools.partial(torch.matmul, a, b)) / 1e12
     size = 256 * 2**20
     dev = torch.empty(size // 4, device="cuda")
     for pinned in (True, False):
         host = torch.empty(size // 4, pin_memory=pinned)
-        out[f"h2d_{'pinned' if pinned else 'pageable'}_gbps"] = size / timed(lambda: dev.copy_(host, non_blocking=True), 2, 10) / 1e9
+        out[f"h2d_{'pinned' if pinned else 'pageable'}_gbps"] = (
+            size / timed(functools.partial(dev.copy_, host, non_blocking=True), 2, 10) / 1e9
+        )
     print(json.dumps(out, indent=2))
 
 

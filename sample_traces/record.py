@@ -9,10 +9,13 @@ Each file is overwritten only with --force.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import analyzer
-from analyzer.demo import GPU_SCENARIOS, SCENARIOS, make_loop, scenario, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
+from tests.scenarios.loops import GPU_SCENARIOS, SCENARIOS, make_loop, scenario, train
 
 HERE = Path(__file__).parent
 
@@ -33,7 +36,7 @@ def main() -> None:
             train(model, optimizer, loader, cfg.device, item_every_step=cfg.item_every_step)
         print(f"{prof.path}: {prof.steps_recorded} steps, verdict {analyzer.analyze(prof.path).bottleneck}")
     if args.device == "cpu":
-        from analyzer.demo_ddp import run_ddp
+        from tests.scenarios.ddp import run_ddp
 
         out = args.out_dir / "cpu_ddp_straggler.arrow"
         for old in out.parent.glob("cpu_ddp_straggler.rank*.arrow"):

@@ -3,37 +3,68 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from ingest import schema as S
-from ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 SHARED = ROOT.parent / "shared"
 
 
-def make_row(step: int, *, rank: int = 0, wall: float = 20.0, data: float = 0.0, fwd: float = 5.0, bwd: float = 8.0,
-             opt: float = 2.0, sync: float = 0.0, busy: float | None = None, samples: int | None = 32,
-             peak: int | None = None) -> dict[str, Any]:
+def make_row(
+    step: int,
+    *,
+    rank: int = 0,
+    wall: float = 20.0,
+    data: float = 0.0,
+    fwd: float = 5.0,
+    bwd: float = 8.0,
+    opt: float = 2.0,
+    sync: float = 0.0,
+    busy: float | None = None,
+    samples: int | None = 32,
+    peak: int | None = None,
+) -> dict[str, Any]:
     """A consistent trace row; ``other`` is what is left of ``wall``."""
     row = S.empty_row()
-    row.update({
-        S.STEP: step, S.RANK: rank, S.START_UNIX_NS: 1_700_000_000_000_000_000 + step * 10**7, S.WALL_MS: wall,
-        S.DATA_WAIT_MS: data, S.FORWARD_MS: fwd, S.BACKWARD_MS: bwd, S.OPTIMIZER_MS: opt, S.SYNC_MS: sync,
-        S.OTHER_MS: max(0.0, wall - data - fwd - bwd - opt - sync), S.GPU_BUSY_MS: busy,
-        S.BATCH_SAMPLES: samples, S.PEAK_MEM_BYTES: peak,
-    })
+    row.update(
+        {
+            S.STEP: step,
+            S.RANK: rank,
+            S.START_UNIX_NS: 1_700_000_000_000_000_000 + step * 10**7,
+            S.WALL_MS: wall,
+            S.DATA_WAIT_MS: data,
+            S.FORWARD_MS: fwd,
+            S.BACKWARD_MS: bwd,
+            S.OPTIMIZER_MS: opt,
+            S.SYNC_MS: sync,
+            S.OTHER_MS: max(0.0, wall - data - fwd - bwd - opt - sync),
+            S.GPU_BUSY_MS: busy,
+            S.BATCH_SAMPLES: samples,
+            S.PEAK_MEM_BYTES: peak,
+        }
+    )
     return row
 
 
-def write_trace(path: Path, rows: list[dict[str, Any]], *, run: dict[str, Any] | None = None, close: bool = True) -> Path:
-    writer = TraceWriter(path=path, run=run or {"host": "test"}, options=WriterOptions(fsync=False))
+def as_run(run: RunInfo | dict[str, Any] | None) -> RunInfo:
+    """RunInfo from the dicts tests write for brevity (validated like a file's metadata)."""
+    return run if isinstance(run, RunInfo) else msgspec.convert(run or {"host": "test"}, RunInfo)
+
+
+def write_trace(
+    path: Path, rows: list[dict[str, Any]], *, run: RunInfo | dict[str, Any] | None = None, close: bool = True
+) -> Path:
+    writer = TraceWriter(path=path, run=as_run(run), options=WriterOptions(fsync=False))
     writer.open()
     for row in rows:
         writer.add(row)
     if close:
-        writer.close({"status": "ok", "steps": len(rows)})
+        writer.close(EndInfo(status="ok", steps=len(rows)))
     else:
         writer.flush()
         writer._stop.set()

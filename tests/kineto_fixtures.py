@@ -29,8 +29,11 @@ def two_step_trace(*, rank: int | None = 0, world: int = 1) -> dict[str, Any]:
         ev("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", 1200, 300, stream=9, correlation=3),
         ev("cuda_runtime", "cudaDeviceSynchronize", 1150, 100, correlation=4),
     ]
-    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events,
-                           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85 * 10**9}]}
+    doc: dict[str, Any] = {
+        "schemaVersion": 1,
+        "traceEvents": events,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85 * 10**9}],
+    }
     if rank is not None:
         doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
     return doc

@@ -1,7 +1,7 @@
 import pytest
 
-from ingest.errors import GpuAnalyzeError
-from kernels.backend import availability, host_timer, select
+from analyzer.errors import GpuAnalyzeError
+from gpuanalyze.kernels.backend import availability, host_timer, select
 
 
 def test_cpu_is_always_available():

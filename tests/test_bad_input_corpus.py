@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from ingest import schema as S
-from ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
 
@@ -46,7 +47,7 @@ def _good(p: Path) -> Path:
 
 def _cut_batch(d: Path) -> Path:
     """Two record batches of 4 steps, the second cut in half: the first 4 steps survive."""
-    w = TraceWriter(path=d / "full.arrow", run={}, options=WriterOptions(fsync=False))
+    w = TraceWriter(path=d / "full.arrow", run=RunInfo(), options=WriterOptions(fsync=False))
     w.open()
     for batch in (range(4), range(4, 8)):
         for i in batch:
@@ -54,7 +55,7 @@ def _cut_batch(d: Path) -> Path:
         w.flush()
         if batch.start == 0:
             first = (d / "full.arrow").stat().st_size
-    w.close({"status": "ok"})
+    w.close(EndInfo(status="ok"))
     second = (d / "full.arrow").read_bytes()
     return _put(d / "cut.arrow", second[: first + 100])
 
@@ -76,25 +77,50 @@ CORPUS: dict[str, tuple[Callable[[Path], Path], int, str]] = {
     "arrow_schema_cut": (lambda d: _put(d / "s.arrow", _good(d / "g.arrow").read_bytes()[:60]), 2, "gpuanalyze"),
     "arrow_cut_in_batch": (_cut_batch, 0, "incomplete"),
     "truncated_json": (lambda d: _put(d / "t.json", json.dumps(two_step_trace())[:300]), 2, "not valid JSON"),
-    "corrupt_gzip": (lambda d: _put(d / "c.json.gz", gzip.compress(b'{"traceEvents": []}')[:-6] + b"xxxxxx"), 2, "gzip"),
+    "corrupt_gzip": (
+        lambda d: _put(d / "c.json.gz", gzip.compress(b'{"traceEvents": []}')[:-6] + b"xxxxxx"),
+        2,
+        "gzip",
+    ),
     "gzip_of_text": (lambda d: _put(d / "x.json.gz", gzip.compress(b"hello, not json")), 2, "not valid JSON"),
     "json_not_a_trace": (lambda d: _put(d / "n.json", '{"traceEvents": {"a": 1}}'), 2, "not a PyTorch profiler trace"),
     "json_array_of_numbers": (lambda d: _put(d / "a.json", "[1, 2, 3]"), 2, "not a PyTorch profiler trace"),
     "json_no_events": (lambda d: _put(d / "z.json", '{"traceEvents": []}'), 2, "no events"),
-    "arrow_not_a_trace": (lambda d: _put(d / "o.arrow", _arrow_bytes(pa.table({"x": [1]}))), 2, "not a gpuanalyze trace"),
+    "arrow_not_a_trace": (
+        lambda d: _put(d / "o.arrow", _arrow_bytes(pa.table({"x": [1]}))),
+        2,
+        "not a gpuanalyze trace",
+    ),
     "missing_required_column": (lambda d: _arrow_meta(d / "m.arrow", pa.table({S.STEP: [0]})), 2, "missing column"),
     "wrong_column_type": (lambda d: _arrow_meta(d / "w.arrow", pa.table({**REQ, S.WALL_MS: ["slow"]})), 2, "wall_ms"),
     "newer_version": (lambda d: _arrow_meta(d / "v.arrow", pa.table(REQ), version="9.0"), 2, "upgrade gpuanalyze"),
     "nan_durations": (lambda d: write_trace(d / "n.arrow", _rows(r2={S.WALL_MS: math.nan})), 0, "skipped 1 row"),
     "inf_durations": (lambda d: write_trace(d / "i.arrow", _rows(r3={S.DATA_WAIT_MS: math.inf})), 0, "skipped 1 row"),
     "negative_durations": (lambda d: write_trace(d / "g.arrow", _rows(r1={S.FORWARD_MS: -2.0})), 0, "skipped 1 row"),
-    "all_rows_unusable": (lambda d: write_trace(d / "u.arrow", [make_row(i, wall=-1.0) for i in range(3)]), 2, "no steps"),
+    "all_rows_unusable": (
+        lambda d: write_trace(d / "u.arrow", [make_row(i, wall=-1.0) for i in range(3)]),
+        2,
+        "no steps",
+    ),
     "zero_steps": (lambda d: write_trace(d / "0.arrow", []), 2, "no steps"),
     "duplicated_steps": (lambda d: write_trace(d / "d.arrow", [make_row(i) for i in (0, 1, 1, 2, 3)]), 0, "duplicated"),
-    "steps_out_of_order": (lambda d: write_trace(d / "o.arrow", [make_row(i) for i in (2, 0, 1, 3)]), 0, "out of order"),
-    "mixed_runs_in_directory": (lambda d: _dir(d / "run", [("a.json", two_step_trace(rank=0, world=2)),
-                                                           ("b.json", two_step_trace(rank=0, world=2))]), 2, "mixes runs"),
-    "rank_file_missing": (lambda d: _dir(d / "run", [("r0.json", two_step_trace(rank=0, world=2))]), 0, "have no trace here"),
+    "steps_out_of_order": (
+        lambda d: write_trace(d / "o.arrow", [make_row(i) for i in (2, 0, 1, 3)]),
+        0,
+        "out of order",
+    ),
+    "mixed_runs_in_directory": (
+        lambda d: _dir(
+            d / "run", [("a.json", two_step_trace(rank=0, world=2)), ("b.json", two_step_trace(rank=0, world=2))]
+        ),
+        2,
+        "mixes runs",
+    ),
+    "rank_file_missing": (
+        lambda d: _dir(d / "run", [("r0.json", two_step_trace(rank=0, world=2))]),
+        0,
+        "have no trace here",
+    ),
     "empty_directory": (lambda d: _dir(d / "run", []), 2, "no .arrow or profiler"),
     "huge_single_line": (lambda d: _put(d / "h.json", b"x" * (20 * 2**20)), 2, "not valid JSON"),
 }
@@ -117,7 +143,7 @@ def test_malformed_input(tmp_path, case):
     path = make(tmp_path)
     result = runner.invoke(app, [str(path), "--json"] if code == 0 else [str(path)])
     assert result.exit_code == code, result.output[-2000:]
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
     if code == 2:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gpuanalyze: error:"), result.output

@@ -72,8 +72,17 @@ def test_bench_launch_renders_a_table(ceilings_path):
 
 def _ceilings(path, loader_rate):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"backend": "cpu", "device": "test-host", "results": [
-        {"benchmark": "dataloader", "variant": "pipeline", "value": loader_rate, "unit": "samples/s"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "backend": "cpu",
+                "device": "test-host",
+                "results": [
+                    {"benchmark": "dataloader", "variant": "pipeline", "value": loader_rate, "unit": "samples/s"}
+                ],
+            }
+        )
+    )
     return path
 
 

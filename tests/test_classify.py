@@ -1,7 +1,7 @@
 import pytest
 
 from analyzer import analyze
-from analyzer.thresholds import DATA_WAIT_HIGH, DATA_WAIT_MODERATE
+from analyzer.analysis.thresholds import DATA_WAIT_HIGH, DATA_WAIT_MODERATE
 from tests.conftest import make_row
 
 GB = 10**9

@@ -5,32 +5,38 @@ from typer.testing import CliRunner
 
 from analyzer import analyze
 from analyzer.cli import app
-from analyzer.cost import CostInputs, load_cost_config, run_cost
-from ingest.errors import GpuAnalyzeError
+from analyzer.errors import GpuAnalyzeError
+from analyzer.planning.cost import CostInputs, load_cost_config, run_cost
 from tests.conftest import SAMPLES, make_row
 
 runner = CliRunner()
 
 
 def test_cost_per_run_arithmetic():
-    c = run_cost(100.0, CostInputs(price_per_gpu_hour=2.0, steps_per_run=36_000, storage_usd=5.0), batch_samples=32,
-                 world_size=8)
+    c = run_cost(
+        100.0, CostInputs(price_per_gpu_hour=2.0, steps_per_run=36_000, storage_usd=5.0), batch_samples=32, world_size=8
+    )
     assert (c.hours_per_run, c.gpu_hours, c.gpu_usd, c.per_run_usd) == (1.0, 8.0, 16.0, 21.0)
 
 
 def test_samples_and_tokens_become_steps():
     c = run_cost(1000.0, CostInputs(samples_per_run=3600 * 32), batch_samples=32, world_size=1)
     assert c.steps_per_run == 3600 and c.hours_per_run == pytest.approx(1.0) and c.per_run_usd is None
-    c = run_cost(1000.0, CostInputs(tokens_per_run=3600 * 32 * 2048, tokens_per_sample=2048), batch_samples=32, world_size=1)
+    c = run_cost(
+        1000.0, CostInputs(tokens_per_run=3600 * 32 * 2048, tokens_per_sample=2048), batch_samples=32, world_size=1
+    )
     assert c.steps_per_run == 3600
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"price_per_gpu_hour": -1.0}, "non-negative"),
-    ({"steps_per_run": 10, "samples_per_run": 10}, "once"),
-    ({"tokens_per_run": 10}, "tokens_per_sample"),
-    ({"gpus": 0}, "gpus"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"price_per_gpu_hour": -1.0}, "non-negative"),
+        ({"steps_per_run": 10, "samples_per_run": 10}, "once"),
+        ({"tokens_per_run": 10}, "tokens_per_sample"),
+        ({"gpus": 0}, "gpus"),
+    ],
+)
 def test_bad_cost_inputs(kwargs, match):
     with pytest.raises(GpuAnalyzeError, match=match):
         CostInputs(**kwargs)
@@ -49,7 +55,9 @@ def test_toml_config_and_overrides(tmp_path):
 def test_json_cost_and_savings_ranked(trace_factory):
     # 20 ms steps: 10 ms data wait, 5 ms sync -> data fix saves 10 ms, sync fix saves 5 ms per step
     path = trace_factory([make_row(i, wall=20.0, data=10.0, sync=5.0, fwd=2, bwd=2, opt=1) for i in range(20)])
-    out = runner.invoke(app, [str(path), "--json", "--price-per-gpu-hour", "2", "--steps-per-run", "360000", "--gpus", "4"])
+    out = runner.invoke(
+        app, [str(path), "--json", "--price-per-gpu-hour", "2", "--steps-per-run", "360000", "--gpus", "4"]
+    )
     data = json.loads(out.output)
     assert data["cost"]["hours_per_run"] == pytest.approx(2.0) and data["cost"]["per_run_usd"] == pytest.approx(16.0)
     first, second = data["findings"]
@@ -69,11 +77,11 @@ def test_mfu_against_the_datasheet():
     report = analyze(SAMPLES / "h200_fp32_compute.arrow", flops_per_step=1.5e11)
     u = report.mfu
     assert u.precision == "float32" and u.datasheet_tflops == 67
-    assert u.achieved_tflops == pytest.approx(1.5e11 / (report.metrics.mean_ms["wall_ms"] / 1e3) / 1e12)
+    assert u.achieved_tflops == pytest.approx(1.5e11 / (report.metrics.step_mean_ms / 1e3) / 1e12)
     assert u.mfu_datasheet == pytest.approx(u.achieved_tflops / 67)
 
 
 def test_palm_flops_formula():
-    from analyzer.mfu import palm_flops_per_token
+    from analyzer.planning.mfu import palm_flops_per_token
 
     assert palm_flops_per_token(7e9, 32, 32, 128, 4096) == 6 * 7e9 + 12 * 32 * 32 * 128 * 4096

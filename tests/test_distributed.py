@@ -1,15 +1,17 @@
 """Multi-rank analysis: real 2-rank gloo DDP runs on CPU, and synthetic rank sets."""
 
+import dataclasses
 import json
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from analyzer import analyze
+from analyzer.analysis.ranks import rank_analysis
 from analyzer.cli import app
-from analyzer.distributed import rank_analysis
-from ingest.reader import load_trace
-from ingest.sources import load_any, rank_siblings
+from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.sources import load_any, rank_siblings
 from tests.conftest import make_row, write_trace
 
 runner = CliRunner()
@@ -60,12 +62,12 @@ def test_rank_siblings_are_found_from_any_name(tmp_path):
 @pytest.mark.slow
 def test_real_ddp_run_with_a_slow_rank(tmp_path):
     pytest.importorskip("torch")
-    from analyzer.demo_ddp import run_ddp
+    from tests.scenarios.ddp import run_ddp
 
     run_ddp(tmp_path / "trace.arrow", world=2, slow_rank=1, slow_s=0.02, steps=25)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.rank0.arrow", "trace.rank1.arrow"]
     r0 = load_trace(tmp_path / "trace.rank0.arrow")
-    assert (r0.run["rank"], r0.run["world_size"], r0.run["backend"]) == (0, 2, "gloo")
+    assert (r0.run.rank, r0.run.world_size, r0.run.backend) == (0, 2, "gloo")
     result = runner.invoke(app, [str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -79,7 +81,7 @@ def test_real_ddp_run_with_a_slow_rank(tmp_path):
 @pytest.mark.slow
 def test_real_balanced_ddp_run_has_no_straggler(tmp_path):
     pytest.importorskip("torch")
-    from analyzer.demo_ddp import run_ddp
+    from tests.scenarios.ddp import run_ddp
 
     run_ddp(tmp_path / "trace.arrow", world=2, slow_rank=-1, steps=25)
     data = json.loads(runner.invoke(app, [str(tmp_path / "trace.arrow"), "--json"]).output)
@@ -87,7 +89,7 @@ def test_real_balanced_ddp_run_has_no_straggler(tmp_path):
 
 
 def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
-    from analyzer.ceilings import load_ceilings
+    from analyzer.machine.ceilings import load_ceilings
     from tests.kineto_fixtures import ev, write
 
     run = tmp_path / "run"
@@ -95,18 +97,29 @@ def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
     for rank in (0, 1):
         events = [ev("user_annotation", f"ProfilerStep#{i}", i * 1000, 1000) for i in range(3)]
         for i in range(3):  # each step: 300 us compute, then a 400 us all-reduce alone on the GPU
-            events += [ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 10, 5, correlation=10 * i + 1),
-                       ev("kernel", "volta_sgemm_128x64_nn", i * 1000 + 50, 300, stream=7, correlation=10 * i + 1),
-                       ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 20, 5, correlation=10 * i + 2),
-                       ev("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", i * 1000 + 400, 400, stream=9,
-                          correlation=10 * i + 2)]
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 10, 5, correlation=10 * i + 1),
+                ev("kernel", "volta_sgemm_128x64_nn", i * 1000 + 50, 300, stream=7, correlation=10 * i + 1),
+                ev("cuda_runtime", "cudaLaunchKernel", i * 1000 + 20, 5, correlation=10 * i + 2),
+                ev(
+                    "kernel",
+                    "ncclKernel_AllReduce_RING_LL_Sum_float",
+                    i * 1000 + 400,
+                    400,
+                    stream=9,
+                    correlation=10 * i + 2,
+                ),
+            ]
         write(run / f"r{rank}.json", {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2}})
     ceilings = tmp_path / "c.json"
     ceilings.write_text('{"backend": "cupy", "device": "x", "results": [{"benchmark": "allreduce", "value": 100.0}]}')
-    from ingest.sources import load_any
+    from gpuanalyze.ingest.sources import load_any
 
     trace = load_any(run)
-    trace.run.update(model_params=10_000_000, param_dtype="float32")  # 40 MB of gradients
+    # 40 MB of gradients
+    trace = dataclasses.replace(
+        trace, run=msgspec.structs.replace(trace.run, model_params=10_000_000, param_dtype="float32")
+    )
     report = analyze(trace, ceilings=load_ceilings(ceilings))
     finding = next(f for f in report.findings if f.bottleneck == "sync")
     ev_ = {e.metric: e for e in finding.evidence}

@@ -6,11 +6,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-import analyzer  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from analyzer.cli import app  # noqa: E402
-from analyzer.demo import make_loop, scenario, train  # noqa: E402
+import analyzer
+from analyzer.cli import app
+from tests.scenarios.loops import make_loop, scenario, train
 
 
 def _verdict(tmp_path, name):

@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 import analyzer  # noqa: E402
-from analyzer.demo import make_loop, scenario, train  # noqa: E402
-from ingest import load_trace  # noqa: E402
-from ingest import schema as S  # noqa: E402
+from gpuanalyze.ingest import schema as S  # noqa: E402
+from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from tests.scenarios.loops import make_loop, scenario, train  # noqa: E402
 
 
 def _profiled(tmp_path, name, **kw):
@@ -30,7 +30,7 @@ def test_cuda_events_fill_device_columns(tmp_path):
     assert (f.get_column(S.GPU_BUSY_MS) > 0).all() and (f.get_column(S.GPU_BUSY_MS) <= f.get_column(S.WALL_MS)).all()
     assert (f.get_column(S.PEAK_MEM_BYTES) > 0).all()
     assert (f.get_column(S.BACKWARD_MS) > 0).all()
-    assert trace.run["device"] == "cuda" and trace.run["gpu_name"]
+    assert trace.run.device == "cuda" and trace.run.gpu_name
 
 
 def test_item_every_step_shows_up_as_sync(tmp_path):
@@ -47,8 +47,8 @@ def test_gpu_losses_are_bit_identical(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="simulator active")
 def test_numba_stream_kernels_on_the_device():
-    from kernels.memory import VARIANTS, make_impl, verify
-    from kernels.backend import select
+    from gpuanalyze.kernels.backend import select
+    from gpuanalyze.kernels.memory import VARIANTS, make_impl, verify
 
     backend = select("numba")
     impl = make_impl(backend, 2**20)
@@ -58,9 +58,9 @@ def test_numba_stream_kernels_on_the_device():
 
 def test_cupy_kernels_against_numpy():
     cupy = pytest.importorskip("cupy")
-    from kernels.backend import select
-    from kernels.matmul_cupy import TOLERANCE, CupyMatmul
-    from kernels.memory import VARIANTS, make_impl, verify
+    from gpuanalyze.kernels.backend import select
+    from gpuanalyze.kernels.matmul_cupy import TOLERANCE, CupyMatmul
+    from gpuanalyze.kernels.memory import VARIANTS, make_impl, verify
 
     backend = select("cupy")
     impl = make_impl(backend, 2**20)
@@ -83,7 +83,7 @@ def test_kernel_windows_record_gpu_kernels(tmp_path):
     frame = load_trace(prof.path).frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
     assert frame.get_column(S.STEP).to_list() == [4, 5, 6]
     stats = [S.decode_kernel_stats(t) for t in frame.get_column(S.KERNEL_STATS)]
-    assert all(st["kernel_count"] > 0 for st in stats)
-    assert all(st["gemm_simt_fp32_ms"] + st["gemm_tensor_core_ms"] > 0 for st in stats)
+    assert all(st.kernel_count > 0 for st in stats)
+    assert all(st.gemm_simt_fp32_ms + st.gemm_tensor_core_ms > 0 for st in stats)
     report = analyzer.analyze(prof.path)
     assert report.metrics.kernels is not None and report.metrics.kernels.top_kernels

@@ -1,20 +1,36 @@
 import pytest
 
-from kernels.hardware import GPUS, PCIE_X16_GBPS, lookup
+from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, lookup
 
 
 def test_every_row_cites_a_datasheet():
-    assert {g.name for g in GPUS} >= {"RTX 3090", "RTX 4090", "L40S", "A100 40GB SXM", "A100 80GB SXM", "H100 SXM",
-                                      "H100 PCIe", "H200", "B200"}
+    assert {g.name for g in GPUS} >= {
+        "RTX 3090",
+        "RTX 4090",
+        "L40S",
+        "A100 40GB SXM",
+        "A100 80GB SXM",
+        "H100 SXM",
+        "H100 PCIe",
+        "H200",
+        "B200",
+    }
     for g in GPUS:
         assert "NVIDIA" in g.source
         assert g.memory_bw_gbps > 0 and g.fp32_tflops > 0
 
 
-@pytest.mark.parametrize("device,name", [
-    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA L40S", "L40S"),
-])
+@pytest.mark.parametrize(
+    "device,name",
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA L40S", "L40S"),
+    ],
+)
 def test_lookup_by_cuda_device_name(device, name):
     assert lookup(device).name == name
 

@@ -5,12 +5,12 @@ import time
 import numpy as np
 import pytest
 
-from kernels.backend import select
-from kernels.errors import Skip, VerificationError
-from kernels.matmul import run_matmul
-from kernels.memory import VARIANTS, expected, make_impl, verify
-from kernels.ring import chunk_bounds, ring_allreduce
-from kernels.transfer import run_transfer
+from analyzer.errors import Skip, VerificationError
+from gpuanalyze.kernels.backend import select
+from gpuanalyze.kernels.matmul import run_matmul
+from gpuanalyze.kernels.memory import VARIANTS, expected, make_impl, verify
+from gpuanalyze.kernels.ring import chunk_bounds, ring_allreduce
+from gpuanalyze.kernels.transfer import run_transfer
 
 CPU = select("cpu")
 
@@ -37,7 +37,7 @@ def test_verify_rejects_a_wrong_element(monkeypatch):
 
 
 def test_copy_rate_agrees_with_numpy_within_2x():
-    from kernels.memory import run_memory
+    from gpuanalyze.kernels.memory import run_memory
 
     ours = {r.variant: r.max for r in run_memory(CPU, quick=True)}  # best repeat against numpy's best
     a = np.full(2**25, 0.1, np.float32)

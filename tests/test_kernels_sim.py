@@ -12,10 +12,10 @@ from tests.conftest import ROOT
 SCRIPT = textwrap.dedent("""
     import numpy as np
     from numba import cuda
-    from kernels.memory import VARIANTS, verify, expected
-    from kernels.stream_numba import NumbaStream
-    from kernels.matmul_numba import NumbaMatmul
-    from kernels.ring_add import _add_k
+    from gpuanalyze.kernels.memory import VARIANTS, verify, expected
+    from gpuanalyze.kernels.stream_numba import NumbaStream
+    from gpuanalyze.kernels.matmul_numba import NumbaMatmul
+    from gpuanalyze.kernels.ring_add import _add_k
 
     n = 2048
     impl = NumbaStream(n, 0.4, (0.1, 0.2, 0.0), blocks=2)

@@ -11,15 +11,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from analyzer import analyze  # noqa: E402
-from ingest import load_trace  # noqa: E402
-from ingest import schema as S  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from analyzer import analyze
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.reader import load_trace
+from tests.conftest import ROOT
 
 CHILD = textwrap.dedent("""
     import sys, time, torch
     import analyzer
-    from analyzer.demo import LoopConfig, make_loop
+    from tests.scenarios.loops import LoopConfig, make_loop
     model, opt, loader = make_loop(LoopConfig(steps=50, batch=8, features=32, sample_cost_s=0.002))
     with analyzer.profile(model, out=sys.argv[1]):
         step = 0

@@ -1,16 +1,15 @@
 import gzip
 
+import numpy as np
 import pytest
 
-from ingest import schema as S
-from ingest.errors import TraceError
-from ingest.intervals import merge, union_length
-from ingest.kernel_names import hta_kernel_type, kernel_category, short_name
-from ingest.kineto import parse_kineto
-from ingest.kineto_import import load_kineto
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.intervals import merge, union_length
+from gpuanalyze.ingest.kernel_names import hta_kernel_type, kernel_category, short_name
+from gpuanalyze.ingest.kineto import parse_kineto
+from gpuanalyze.ingest.kineto_import import load_kineto
 from tests.kineto_fixtures import ev, two_step_trace, write
-
-import numpy as np
 
 
 def test_interval_union():
@@ -19,19 +18,22 @@ def test_interval_union():
     assert union_length(np.array([0.0, 1]), np.array([2.0, 3])) == 3.0
 
 
-@pytest.mark.parametrize("name,cat,want", [
-    ("volta_sgemm_128x64_nn", "kernel", "gemm_simt_fp32"),
-    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "kernel", "gemm_tensor_core"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "kernel", "gemm_tensor_core"),
-    ("cutlass_80_simt_sgemm_128x64_8x5_nn_align1", "kernel", "gemm_simt_fp32"),
-    ("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", "communication"),
-    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "kernel", "attention"),
-    ("void cudnn::bn_bw_1C11_kernel_new<float>", "kernel", "reduction"),
-    ("void at::native::reduce_kernel<512, 1>", "kernel", "reduction"),
-    ("void at::native::vectorized_elementwise_kernel<4>", "kernel", "elementwise"),
-    ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", "memcpy"),
-    ("Memset (Device)", "Memset", "memset"),
-])
+@pytest.mark.parametrize(
+    "name,cat,want",
+    [
+        ("volta_sgemm_128x64_nn", "kernel", "gemm_simt_fp32"),
+        ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "kernel", "gemm_tensor_core"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "kernel", "gemm_tensor_core"),
+        ("cutlass_80_simt_sgemm_128x64_8x5_nn_align1", "kernel", "gemm_simt_fp32"),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", "communication"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "kernel", "attention"),
+        ("void cudnn::bn_bw_1C11_kernel_new<float>", "kernel", "reduction"),
+        ("void at::native::reduce_kernel<512, 1>", "kernel", "reduction"),
+        ("void at::native::vectorized_elementwise_kernel<4>", "kernel", "elementwise"),
+        ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", "memcpy"),
+        ("Memset (Device)", "Memset", "memset"),
+    ],
+)
 def test_kernel_categories(name, cat, want):
     assert kernel_category(name, cat) == want
 
@@ -40,7 +42,10 @@ def test_hta_kernel_types_and_short_names():
     assert hta_kernel_type("ncclDevKernel_AllGather") == "communication"
     assert hta_kernel_type("Memcpy DtoD") == "memory"
     assert hta_kernel_type("volta_sgemm") == "computation"
-    assert short_name("void at::native::vectorized_elementwise_kernel<4, float>(int)") == "at::native::vectorized_elementwise_kernel"
+    assert (
+        short_name("void at::native::vectorized_elementwise_kernel<4, float>(int)")
+        == "at::native::vectorized_elementwise_kernel"
+    )
 
 
 def test_import_rows_and_kernel_stats(tmp_path):
@@ -53,15 +58,15 @@ def test_import_rows_and_kernel_stats(tmp_path):
     assert f.get_column(S.SYNC_MS).to_list() == [0.0, 0.1]
     assert f.get_column(S.GPU_BUSY_MS).to_list() == pytest.approx([0.3, 0.3])
     s0, s1 = map(S.decode_kernel_stats, f.get_column(S.KERNEL_STATS).to_list())
-    assert s0["kernel_count"] == 2 and s0["gpu_span_ms"] == pytest.approx(0.35)
-    assert s0["gemm_simt_fp32_ms"] == pytest.approx(0.2) and s0["elementwise_ms"] == pytest.approx(0.1)
-    assert s0["idle_host_wait_ms"] == pytest.approx(0.05) and s0["idle_launch_ms"] == 0
-    assert s0["top_kernels"][0]["name"] == "volta_sgemm_128x64_nn"
-    assert s1["communication_ms"] == pytest.approx(0.3) and s1["comm_exposed_ms"] == pytest.approx(0.3)
-    assert trace.run["gpu_name"] == "NVIDIA H100 80GB HBM3" and trace.run["rank"] == 0
+    assert s0.kernel_count == 2 and s0.gpu_span_ms == pytest.approx(0.35)
+    assert s0.gemm_simt_fp32_ms == pytest.approx(0.2) and s0.elementwise_ms == pytest.approx(0.1)
+    assert s0.idle_host_wait_ms == pytest.approx(0.05) and s0.idle_launch_ms == 0
+    assert s0.top_kernels[0].name == "volta_sgemm_128x64_nn"
+    assert s1.communication_ms == pytest.approx(0.3) and s1.comm_exposed_ms == pytest.approx(0.3)
+    assert trace.run.gpu_name == "NVIDIA H100 80GB HBM3" and trace.run.rank == 0
     # HTA drops kernels launched after the last ProfilerStep began: span 400..750, busy 300
-    g = trace.run["gpu_summary"]
-    assert g["idle_pct"] == pytest.approx(100 * 50 / 350) and g["compute_pct"] == pytest.approx(100 * 300 / 350)
+    g = trace.run.gpu_summary
+    assert g.idle_pct == pytest.approx(100 * 50 / 350) and g.compute_pct == pytest.approx(100 * 300 / 350)
 
 
 def test_missing_distributed_info_is_rank_zero_with_a_note(tmp_path):
@@ -85,12 +90,16 @@ def test_cpu_only_trace_says_so(tmp_path):
 
 
 def test_old_capitalised_categories(tmp_path):
-    doc = {"traceEvents": [ev("Runtime", "cudaLaunchKernel", 0, 5, correlation=1),
-                           ev("Kernel", "volta_sgemm_64x64_nn", 10, 50, stream=7, correlation=1),
-                           ev("Memcpy", "Memcpy HtoD (Pinned -> Device)", 70, 10, stream=7)]}
+    doc = {
+        "traceEvents": [
+            ev("Runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+            ev("Kernel", "volta_sgemm_64x64_nn", 10, 50, stream=7, correlation=1),
+            ev("Memcpy", "Memcpy HtoD (Pinned -> Device)", 70, 10, stream=7),
+        ]
+    }
     trace = load_kineto(write(tmp_path / "t.json", doc))
     stats = S.decode_kernel_stats(trace.frame.get_column(S.KERNEL_STATS).to_list()[0])
-    assert stats["kernel_count"] == 2 and stats["memcpy_h2d_ms"] == pytest.approx(0.01)
+    assert stats.kernel_count == 2 and stats.memcpy_h2d_ms == pytest.approx(0.01)
 
 
 BAD = {

@@ -1,9 +1,9 @@
 import pytest
 
-from analyzer.metrics import step_metrics, warmup_steps
-from ingest import schema as S
-from ingest.errors import TraceError
-from ingest.reader import load_trace
+from analyzer.analysis.metrics import step_metrics, warmup_steps
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.reader import load_trace
 from tests.conftest import make_row
 
 

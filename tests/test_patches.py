@@ -2,7 +2,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analyzer.collect.patches import Patches  # noqa: E402
+from analyzer.record.patches import Patches  # noqa: E402
 
 
 def test_sync_wrappers_report_and_restore():

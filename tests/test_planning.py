@@ -4,8 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.memory_fit import MemoryInputs, ModelShape, estimate, shape_from_hf_config
-from ingest.errors import GpuAnalyzeError
+from analyzer.errors import GpuAnalyzeError
+from analyzer.planning.memory import MemoryInputs, ModelShape, estimate, shape_from_hf_config
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -60,8 +60,18 @@ def test_sharding_divides_the_states():
 
 def test_config_lora_activations(tmp_path):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                               "intermediate_size": 11008, "vocab_size": 32000, "hidden_act": "silu"}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "hidden_size": 4096,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "intermediate_size": 11008,
+                "vocab_size": 32000,
+                "hidden_act": "silu",
+            }
+        )
+    )
     shape = shape_from_hf_config(cfg)
     assert 6.5e9 < shape.params < 7.0e9  # a LLaMA-7B shape
     full = estimate(MemoryInputs(model=shape, batch=1, seq_len=2048))
@@ -79,8 +89,10 @@ def test_memory_needs_one_model_source():
 
 def test_whatif_on_an_h200_trace(tmp_path):
     prices = _toml(tmp_path / "prices.toml", '"H200" = 4.0\n"B200" = 6.0\n')
-    result = runner.invoke(app, ["whatif", str(SAMPLES / "h200_fp32_compute.arrow"), "--prices", prices,
-                                 "--steps-per-run", "100000", "--json"])
+    result = runner.invoke(
+        app,
+        ["whatif", str(SAMPLES / "h200_fp32_compute.arrow"), "--prices", prices, "--steps-per-run", "100000", "--json"],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     by = {t["gpu"]: t for t in data["targets"]}

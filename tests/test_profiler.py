@@ -4,16 +4,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import analyzer  # noqa: E402
-from analyzer.collect.profiler import GpuAnalyzeWarning  # noqa: E402
-from analyzer.collect.steps import StepTimes  # noqa: E402
-from analyzer.demo import LoopConfig, make_loop, train  # noqa: E402
-from ingest import load_trace  # noqa: E402
-from ingest import schema as S  # noqa: E402
-
 from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
+
+import analyzer  # noqa: E402
+from analyzer.errors import GpuAnalyzeWarning  # noqa: E402
+from analyzer.record.steps import StepTimes  # noqa: E402
+from gpuanalyze.ingest import schema as S  # noqa: E402
+from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from tests.scenarios.loops import LoopConfig, make_loop, train  # noqa: E402
 
 ORIGINALS = (DataLoader.__iter__, _BaseDataLoaderIter.__next__, torch.Tensor.item, torch.cuda.synchronize)
 
@@ -50,7 +50,7 @@ def test_records_one_row_per_optimizer_step(tmp_path):
     assert_no_hooks_left(model)
     trace = load_trace(prof.path)
     f = trace.frame
-    assert trace.complete and trace.end["status"] == "ok" and trace.end["steps"] == cfg.steps
+    assert trace.complete and trace.end.status == "ok" and trace.end.steps == cfg.steps
     assert f.get_column(S.STEP).to_list() == list(range(cfg.steps))
     assert f.get_column(S.BATCH_SAMPLES).to_list() == [cfg.batch] * cfg.steps
     assert (f.get_column(S.DATA_WAIT_MS) >= cfg.batch * 1.0).all()  # 8 samples x 1 ms sleep
@@ -59,8 +59,8 @@ def test_records_one_row_per_optimizer_step(tmp_path):
     total = sum(f.get_column(p) for p in S.PARTS if p != S.H2D_MS)
     assert ((total - f.get_column(S.WALL_MS)).abs() < 1e-6).all()
     assert f.get_column(S.GPU_BUSY_MS).null_count() == cfg.steps
-    assert trace.run["model_params"] == sum(p.numel() for p in model.parameters())
-    assert trace.run["param_dtype"] == "float32" and trace.run["device"] == "cpu"
+    assert trace.run.model_params == sum(p.numel() for p in model.parameters())
+    assert trace.run.param_dtype == "float32" and trace.run.device == "cpu"
 
 
 def test_losses_are_bit_identical_with_and_without_profiling(tmp_path):
@@ -112,8 +112,8 @@ def test_user_exception_propagates_and_is_recorded(tmp_path):
                 raise ZeroDivisionError("user bug")
     assert_no_hooks_left(model)
     trace = load_trace(prof.path)
-    assert trace.complete and trace.end["status"] == "exception"
-    assert trace.end["exception"] == "ZeroDivisionError: user bug"
+    assert trace.complete and trace.end.status == "exception"
+    assert trace.end.exception == "ZeroDivisionError: user bug"
     assert trace.frame.height == 5
 
 
@@ -131,33 +131,39 @@ def test_internal_fault_warns_once_and_training_continues(tmp_path, monkeypatch)
 
     monkeypatch.setattr(StepTimes, "row", flaky)
     model, opt, loader = make_loop(cfg)
-    with pytest.warns(GpuAnalyzeWarning, match="switched off.*injected") as record:
-        with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
-            losses = train(model, opt, loader)
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="switched off.*injected") as record,
+        analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof,
+    ):
+        losses = train(model, opt, loader)
     assert len(record) == 1
     assert losses == plain
     assert not prof.enabled and isinstance(prof.error, RuntimeError)
     assert_no_hooks_left(model)
     trace = load_trace(prof.path)
-    assert trace.frame.height == 2 and trace.end["status"] == "profiler_error"
+    assert trace.frame.height == 2 and trace.end.status == "profiler_error"
 
 
 def test_writer_failure_switches_profiling_off(tmp_path):
     cfg = small()
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
-    with pytest.warns(GpuAnalyzeWarning, match="switched off"):
-        with analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof:
-            losses = train_with_fault(model, opt, loader, 3, prof._writer._file.close)  # the disk disappears
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="switched off"),
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
+    ):
+        losses = train_with_fault(model, opt, loader, 3, prof._writer._file.close)  # the disk disappears
     assert losses == plain
     assert_no_hooks_left(model)
 
 
 def test_unwritable_location_does_not_stop_training(tmp_path):
     model, opt, loader = make_loop(small())
-    with pytest.warns(GpuAnalyzeWarning, match="switched off"):
-        with analyzer.profile(model, out=str(tmp_path / "missing_dir" / "t.arrow")) as prof:
-            losses = train(model, opt, loader)
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="switched off"),
+        analyzer.profile(model, out=str(tmp_path / "missing_dir" / "t.arrow")) as prof,
+    ):
+        losses = train(model, opt, loader)
     assert len(losses) == 12 and not prof.enabled
     assert_no_hooks_left(model)
 
@@ -166,9 +172,8 @@ def test_existing_trace_is_never_overwritten_unless_asked(tmp_path):
     out = tmp_path / "t.arrow"
     out.write_bytes(b"keep me")
     model, opt, loader = make_loop(small())
-    with pytest.warns(GpuAnalyzeWarning, match="exists"):
-        with analyzer.profile(model, out=str(out)) as prof:
-            train(model, opt, loader)
+    with pytest.warns(GpuAnalyzeWarning, match="exists"), analyzer.profile(model, out=str(out)) as prof:
+        train(model, opt, loader)
     assert out.read_bytes() == b"keep me"
     assert prof.path == tmp_path / "t-1.arrow" and load_trace(prof.path).frame.height == 12
     with warnings.catch_warnings():
@@ -180,10 +185,12 @@ def test_existing_trace_is_never_overwritten_unless_asked(tmp_path):
 
 def test_a_second_concurrent_profile_records_nothing(tmp_path):
     model, opt, loader = make_loop(small())
-    with analyzer.profile(model, out=str(tmp_path / "a.arrow")) as outer:
-        with pytest.warns(GpuAnalyzeWarning, match="already active"):
-            with analyzer.profile(model, out=str(tmp_path / "b.arrow")) as inner:
-                train(model, opt, loader)
+    with (
+        analyzer.profile(model, out=str(tmp_path / "a.arrow")) as outer,
+        pytest.warns(GpuAnalyzeWarning, match="already active"),
+        analyzer.profile(model, out=str(tmp_path / "b.arrow")) as inner,
+    ):
+        train(model, opt, loader)
     assert inner.path is None and outer.steps_recorded == 12
     assert_no_hooks_left(model)
 
@@ -199,12 +206,14 @@ def test_sampled_kernel_windows_on_cpu_are_empty_and_said(tmp_path):
     import polars as pl
 
     model, opt, loader = make_loop(small(steps=20))
-    with analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=5, window_every=10, window_steps=2) as prof:
+    with analyzer.profile(
+        model, out=str(tmp_path / "t.arrow"), window_first=5, window_every=10, window_steps=2
+    ) as prof:
         train(model, opt, loader)
     frame = load_trace(prof.path).frame
     sampled = frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
     assert sampled.get_column(S.STEP).to_list() == [5, 6, 15, 16]
-    assert [S.decode_kernel_stats(t)["kernel_count"] for t in sampled.get_column(S.KERNEL_STATS)] == [0] * 4
+    assert [S.decode_kernel_stats(t).kernel_count for t in sampled.get_column(S.KERNEL_STATS)] == [0] * 4
     report = analyzer.analyze(prof.path)
     assert report.metrics.kernels is None
     assert report.metrics.steps == 20 - 2 - 4  # warm-up and window steps left out of step timings
@@ -213,7 +222,7 @@ def test_sampled_kernel_windows_on_cpu_are_empty_and_said(tmp_path):
 
 
 def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkeypatch):
-    from analyzer.collect.windows import KernelWindows
+    from analyzer.record.windows import KernelWindows
 
     def broken(self, step):
         raise RuntimeError("CUPTI unavailable")
@@ -222,9 +231,11 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
     cfg = small()
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
-    with pytest.warns(GpuAnalyzeWarning, match="CUPTI unavailable"):
-        with analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=3) as prof:
-            losses = train(model, opt, loader)
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="CUPTI unavailable"),
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=3) as prof,
+    ):
+        losses = train(model, opt, loader)
     assert losses == plain and not prof.enabled
     assert_no_hooks_left(model)
     assert load_trace(prof.path).frame.height == 3
@@ -233,18 +244,20 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
 def test_disk_full_switches_profiling_off(tmp_path, monkeypatch):
     import errno
 
-    import ingest.writer
+    import gpuanalyze.ingest.writer
 
     def no_space(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ingest.writer.os, "fsync", no_space)
+    monkeypatch.setattr(gpuanalyze.ingest.writer.os, "fsync", no_space)
     cfg = small()
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
-    with pytest.warns(GpuAnalyzeWarning, match="No space left"):
-        with analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof:
-            losses = train(model, opt, loader)
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="No space left"),
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
+    ):
+        losses = train(model, opt, loader)
     assert losses == plain and isinstance(prof.error, OSError)
     assert_no_hooks_left(model)
 

@@ -4,9 +4,10 @@ import math
 import pyarrow as pa
 import pytest
 
-from ingest import schema as S
-from ingest.errors import TraceError
-from ingest.reader import load_trace
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.runinfo import RunInfo
 from tests.conftest import make_row, write_trace
 
 
@@ -34,7 +35,7 @@ def test_round_trip(tmp_path):
     assert trace.frame.height == 5
     assert trace.frame.columns == list(S.COLUMNS)
     assert trace.complete and trace.notes == ()
-    assert trace.run == {"host": "test"}
+    assert trace.run == RunInfo(host="test")
 
 
 BAD = {
@@ -45,17 +46,25 @@ BAD = {
     "json": lambda p: _put(p / "j.arrow", json.dumps({"traceEvents": []})),
     "arrow_not_trace": lambda p: _arrow(p / "a.arrow", pa.table({"x": [1, 2]})),
     "newer_major_version": lambda p: _arrow(
-        p / "v.arrow", pa.table({c: [1] for c in S.REQUIRED}),
-        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: f"{S.FORMAT_MAJOR + 1}.0".encode()}),
+        p / "v.arrow",
+        pa.table({c: [1] for c in S.REQUIRED}),
+        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: f"{S.FORMAT_MAJOR + 1}.0".encode()},
+    ),
     "garbage_version": lambda p: _arrow(
-        p / "g.arrow", pa.table({c: [1] for c in S.REQUIRED}),
-        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: b"x.y"}),
+        p / "g.arrow",
+        pa.table({c: [1] for c in S.REQUIRED}),
+        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: b"x.y"},
+    ),
     "missing_columns": lambda p: _arrow(
-        p / "m.arrow", pa.table({S.STEP: [1]}),
-        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode()}),
+        p / "m.arrow",
+        pa.table({S.STEP: [1]}),
+        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode()},
+    ),
     "corrupt_run_metadata": lambda p: _arrow(
-        p / "c.arrow", pa.table({c: [1] for c in S.REQUIRED}),
-        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode(), S.META_RUN: b"{not json"}),
+        p / "c.arrow",
+        pa.table({c: [1] for c in S.REQUIRED}),
+        {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode(), S.META_RUN: b"{not json"},
+    ),
     "schema_cut_off": lambda p: _put(p / "s.arrow", _good(p).read_bytes()[:40]),
 }
 
@@ -123,7 +132,9 @@ def test_duplicates_and_disorder_are_repaired_and_said(tmp_path):
 
 
 def test_missing_optional_column_becomes_null(tmp_path):
-    table = pa.table({S.STEP: [0, 1], S.RANK: pa.array([0, 0], pa.int32()), S.START_UNIX_NS: [1, 2], S.WALL_MS: [3.0, 4.0]})
+    table = pa.table(
+        {S.STEP: [0, 1], S.RANK: pa.array([0, 0], pa.int32()), S.START_UNIX_NS: [1, 2], S.WALL_MS: [3.0, 4.0]}
+    )
     meta = {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode()}
     trace = load_trace(_arrow(tmp_path / "o.arrow", table, meta))
     assert trace.frame.get_column(S.DATA_WAIT_MS).null_count() == 2

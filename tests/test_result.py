@@ -1,6 +1,7 @@
 import pytest
 
-from kernels.result import allreduce_bandwidths, busbw_factor, matmul_flops, rate_result, stream_bytes
+from analyzer.machine.bandwidth import allreduce_bandwidths, busbw_factor
+from gpuanalyze.kernels.result import matmul_flops, rate_result, stream_bytes
 
 
 def test_babelstream_byte_counts():
@@ -26,7 +27,14 @@ def test_algbw_and_busbw():
 
 
 def test_rate_result_orders_min_median_max():
-    r = rate_result(benchmark="memory_bandwidth", backend="cpu", device="x", variant="copy", unit="GB/s", work=10.0,
-                    seconds=[1.0, 2.0, 0.5])
+    r = rate_result(
+        benchmark="memory_bandwidth",
+        backend="cpu",
+        device="x",
+        variant="copy",
+        unit="GB/s",
+        work=10.0,
+        seconds=[1.0, 2.0, 0.5],
+    )
     assert (r.min, r.median, r.max) == (5.0, 10.0, 20.0) and r.value == 10.0 and r.repeats == 3
     assert r.to_dict()["benchmark"] == "memory_bandwidth"

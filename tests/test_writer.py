@@ -3,13 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from ingest import load_trace
-from ingest.writer import TraceWriter, WriterOptions
+from analyzer.errors import GpuAnalyzeError
+from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row
 
 
 def _writer(path: Path, **opts) -> TraceWriter:
-    return TraceWriter(path=path, run={"host": "x"}, options=WriterOptions(**opts))
+    return TraceWriter(path=path, run=RunInfo(host="x"), options=WriterOptions(**opts))
 
 
 def _add_and_wait(w: TraceWriter, n: int, timeout_s: float = 3.0) -> None:
@@ -28,7 +30,7 @@ def test_rows_reach_disk_within_the_flush_interval_without_close(tmp_path):
     trace = load_trace(tmp_path / "t.arrow")  # read while the writer is still open
     assert trace.frame.height == 5
     assert not trace.complete
-    w.close({"status": "ok"})
+    w.close(EndInfo(status="ok"))
     assert load_trace(tmp_path / "t.arrow").complete
 
 
@@ -37,16 +39,16 @@ def test_every_n_steps_triggers_a_write(tmp_path):
     w.open()
     _add_and_wait(w, 3)
     assert w.rows_written == 3
-    w.close({"status": "ok"})
+    w.close(EndInfo(status="ok"))
 
 
 def test_end_marker_holds_the_status(tmp_path):
     w = _writer(tmp_path / "t.arrow")
     w.open()
     w.add(make_row(0))
-    w.close({"status": "exception", "exception": "ValueError: boom"})
+    w.close(EndInfo(status="exception", exception="ValueError: boom"))
     trace = load_trace(tmp_path / "t.arrow")
-    assert trace.complete and trace.end["exception"] == "ValueError: boom"
+    assert trace.complete and trace.end.exception == "ValueError: boom"
 
 
 def test_never_opens_an_existing_file(tmp_path):
@@ -58,20 +60,19 @@ def test_never_opens_an_existing_file(tmp_path):
 
 
 def test_a_failing_disk_is_reported_once_and_never_raised(tmp_path):
-    errors = []
-    w = TraceWriter(path=tmp_path / "t.arrow", run={}, on_error=errors.append)
+    w = TraceWriter(path=tmp_path / "t.arrow", run=RunInfo())
     w.open()
     w._file.close()  # the disk goes away under the writer
     w.add(make_row(0))
     w.flush()
+    first = w.error
     w.add(make_row(1))
-    w.close({"status": "ok"})
-    assert len(errors) == 1
-    assert w.error is errors[0]
+    w.close(EndInfo(status="ok"))  # never raises
+    assert isinstance(first, ValueError) and w.error is first
 
 
 def test_options_are_validated():
-    with pytest.raises(ValueError):
+    with pytest.raises(GpuAnalyzeError, match="flush_interval_s"):
         WriterOptions(flush_interval_s=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(GpuAnalyzeError, match="flush_every_steps"):
         WriterOptions(flush_every_steps=0)

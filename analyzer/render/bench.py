@@ -8,9 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kernels.hardware import PCIE_X16_GBPS, GpuSpec, lookup
-from kernels.result import BenchResult
-from kernels.suite import BenchReport
+from analyzer.machine.datasheet import PCIE_X16_GBPS, GpuSpec, lookup
+from gpuanalyze.kernels.result import BenchResult
+from gpuanalyze.kernels.suite import BenchReport
 
 
 def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:
@@ -37,9 +37,17 @@ def render_bench(report: BenchReport) -> RenderableType:
         table.add_column(col, justify="left" if col in ("bench", "variant", "dtype", "unit") else "right", no_wrap=True)
     for r in report.results:
         peak = datasheet_peak(r, spec)
-        table.add_row(_SHORT.get(r.benchmark, r.benchmark), r.variant, r.dtype or "", _size(r.size_bytes),
-                      str(r.world_size or ""), f"{r.value:,.4g}", _UNIT.get(r.unit, r.unit), f"{r.min:.3g}..{r.max:.3g}",
-                      f"{100 * r.value / peak:.0f}%" if peak else "")
+        table.add_row(
+            _SHORT.get(r.benchmark, r.benchmark),
+            r.variant,
+            r.dtype or "",
+            _size(r.size_bytes),
+            str(r.world_size or ""),
+            f"{r.value:,.4g}",
+            _UNIT.get(r.unit, r.unit),
+            f"{r.min:.3g}..{r.max:.3g}",
+            f"{100 * r.value / peak:.0f}%" if peak else "",
+        )
     parts: list[RenderableType] = [table]
     if spec:
         parts.append(Text(f"% peak: against the {spec.name} datasheet ({spec.source})", style="dim"))

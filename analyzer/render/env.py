@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from analyzer.envcheck import EnvCheck
+from analyzer.machine.env import EnvCheck
 
 
 def render_env(env: EnvCheck) -> Table:
@@ -17,9 +17,14 @@ def render_env(env: EnvCheck) -> Table:
     table.add_row("driver", env.driver or "unknown")
     table.add_row("CuPy", env.cupy or "not installed")
     for d in env.devices:
-        precisions = ", ".join(p for p, ok in (("tf32", d.tf32), ("bf16", d.bf16), ("fp8", d.fp8)) if ok) or "fp32/fp16 only"
-        table.add_row(f"GPU {d.index}", f"{d.name}, compute capability {d.compute_capability}, "
-                      f"{d.memory_bytes / 1e9:.1f} GB; tensor-core precisions: {precisions}")
+        precisions = (
+            ", ".join(p for p, ok in (("tf32", d.tf32), ("bf16", d.bf16), ("fp8", d.fp8)) if ok) or "fp32/fp16 only"
+        )
+        table.add_row(
+            f"GPU {d.index}",
+            f"{d.name}, compute capability {d.compute_capability}, "
+            f"{d.memory_bytes / 1e9:.1f} GB; tensor-core precisions: {precisions}",
+        )
     if env.smoke_test:
         table.add_row("smoke test", env.smoke_test)
     for m in env.messages:

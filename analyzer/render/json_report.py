@@ -7,9 +7,10 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from analyzer.findings import Report
-from analyzer.kernel_metrics import gpu_breakdown
-from ingest import schema as S
+import msgspec
+
+from analyzer.analysis.findings import Report
+from analyzer.analysis.kernel_metrics import gpu_breakdown
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -36,13 +37,25 @@ def report_dict(report: Report) -> dict[str, Any]:
         "peak_mem_bytes": m.peak_mem_bytes,
         "gpu": _gpu(report),
         "stragglers": [
-            {"rank": s.rank, "steps_slow": s.steps_slow, "steps": s.steps, "excess_ms": _num(s.excess_ms, 3),
-             "phase": s.phase, "phase_excess_ms": _num(s.phase_excess_ms, 3)}
+            {
+                "rank": s.rank,
+                "steps_slow": s.steps_slow,
+                "steps": s.steps,
+                "excess_ms": _num(s.excess_ms, 3),
+                "phase": s.phase,
+                "phase_excess_ms": _num(s.phase_excess_ms, 3),
+            }
             for s in (m.distributed.stragglers if m.distributed else ())
         ],
         "per_rank": [
-            {"rank": r.rank, "steps": r.steps, "step_median_ms": _num(r.step_median_ms, 3),
-             "work_median_ms": _num(r.work_median_ms, 3), "sync_share": _num(r.sync_share), "data_share": _num(r.data_share)}
+            {
+                "rank": r.rank,
+                "steps": r.steps,
+                "step_median_ms": _num(r.step_median_ms, 3),
+                "work_median_ms": _num(r.work_median_ms, 3),
+                "sync_share": _num(r.sync_share),
+                "data_share": _num(r.data_share),
+            }
             for r in (m.distributed.per_rank if m.distributed else ())
         ],
         "kernels": _kernels(report),
@@ -58,7 +71,9 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "projected_step_time_ms": _num(f.projected_step_time_ms, 3),
                 "projection_rule": f.projection_rule,
                 "projection_params": f.projection_params,
-                "savings": None if f.savings_hours_per_run is None else {
+                "savings": None
+                if f.savings_hours_per_run is None
+                else {
                     "hours_per_run": _num(f.savings_hours_per_run, 3),
                     "gpu_hours_per_run": _num(f.savings_gpu_hours_per_run, 3),
                     "usd_per_run": _num(f.savings_usd_per_run, 2),
@@ -66,20 +81,21 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for f in report.findings
         ],
-        "step_time_mean_ms": _num(m.mean_ms[S.WALL_MS]),
+        "step_time_mean_ms": _num(m.step_mean_ms),
         "cost": _cost(report),
-        "mfu": None if report.mfu is None else {k: (_num(v, 4) if isinstance(v, float) else v)
-                                                for k, v in asdict(report.mfu).items()},
+        "mfu": None
+        if report.mfu is None
+        else {k: (_num(v, 4) if isinstance(v, float) else v) for k, v in asdict(report.mfu).items()},
         "notes": list(report.notes),
-        "run": {k: report.run.get(k) for k in S.RUN_KEYS if k in report.run},
-        "end": report.end,
+        "run": msgspec.to_builtins(report.run),
+        "end": None if report.end is None else msgspec.to_builtins(report.end),
         "ceilings": report.ceilings,
     }
 
 
 def _gpu(report: Report) -> dict[str, float | None] | None:
     g = gpu_breakdown(report.run, report.metrics.kernels)
-    return None if g is None else {k: _num(v, 2) for k, v in g.items()}
+    return None if g is None else {k: _num(v, 2) for k, v in msgspec.structs.asdict(g).items()}
 
 
 def _kernels(report: Report) -> dict[str, Any] | None:
@@ -99,9 +115,17 @@ def _cost(report: Report) -> dict[str, Any] | None:
     c = report.cost
     if c is None:
         return None
-    return {"per_run_usd": _num(c.per_run_usd, 2), "gpu_hours": _num(c.gpu_hours, 3), "hours_per_run": _num(c.hours_per_run, 3),
-            "gpu_usd": _num(c.gpu_usd, 2), "other_usd": _num(c.other_usd, 2), "steps_per_run": _num(c.steps_per_run, 1),
-            "gpus": c.gpus, "step_time_s": _num(c.step_time_s, 6), "inputs": c.inputs}
+    return {
+        "per_run_usd": _num(c.per_run_usd, 2),
+        "gpu_hours": _num(c.gpu_hours, 3),
+        "hours_per_run": _num(c.hours_per_run, 3),
+        "gpu_usd": _num(c.gpu_usd, 2),
+        "other_usd": _num(c.other_usd, 2),
+        "steps_per_run": _num(c.steps_per_run, 1),
+        "gpus": c.gpus,
+        "step_time_s": _num(c.step_time_s, 6),
+        "inputs": asdict(c.inputs),
+    }
 
 
 def render_json(report: Report) -> str:

@@ -7,10 +7,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.findings import Report
-from analyzer.kernel_metrics import gpu_breakdown
-from ingest.kernel_names import short_name
-from ingest import schema as S
+from analyzer.analysis.findings import Report
+from analyzer.analysis.kernel_metrics import gpu_breakdown
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.kernel_names import short_name
 
 _LABELS = {
     S.DATA_WAIT_MS: "data wait",
@@ -45,13 +45,17 @@ def render_terminal(report: Report) -> RenderableType:
     if report.cost is not None:
         c = report.cost
         usd = "" if c.per_run_usd is None else f" = ${c.per_run_usd:,.2f} per run"
-        head.append(f"\nrun: {c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
-                    f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}")
+        head.append(
+            f"\nrun: {c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
+            f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}"
+        )
     if report.mfu is not None:
         u = report.mfu
-        head.append(f"\nMFU: {u.achieved_tflops:.1f} TFLOP/s per GPU"
-                    + (f" = {u.mfu_datasheet:.0%} of the {u.precision} datasheet peak" if u.mfu_datasheet else "")
-                    + (f", {u.mfu_measured:.0%} of the measured matmul ceiling" if u.mfu_measured else ""))
+        head.append(
+            f"\nMFU: {u.achieved_tflops:.1f} TFLOP/s per GPU"
+            + (f" = {u.mfu_datasheet:.0%} of the {u.precision} datasheet peak" if u.mfu_datasheet else "")
+            + (f", {u.mfu_measured:.0%} of the measured matmul ceiling" if u.mfu_measured else "")
+        )
     parts.append(Panel(head, title=f"gpuanalyze: {report.path}", expand=False))
     for note in report.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
@@ -63,7 +67,9 @@ def render_terminal(report: Report) -> RenderableType:
     for part in S.PARTS:
         median = m.breakdown_ms[part]
         share = m.share[part]
-        table.add_row(_LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}")
+        table.add_row(
+            _LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}"
+        )
     parts.append(table)
 
     ranks = _rank_section(report)
@@ -76,21 +82,32 @@ def render_terminal(report: Report) -> RenderableType:
     for i, f in enumerate(report.findings, 1):
         body = Text(f.summary + "\n")
         for e in f.evidence:
-            body.append(f"  evidence: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})\n", style="dim")
+            body.append(
+                f"  evidence: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})\n", style="dim"
+            )
             body.append(f"            threshold source: {e.source}\n", style="dim")
         body.append(f"  seen on {f.consistency:.0%} of steps; recoverable share ~{f.share:.0%}\n")
         if f.projected_step_time_ms is not None:
-            body.append(f"  if fixed: ~{f.projected_step_time_ms:.2f} ms per step ({f.projection_rule})\n", style="cyan")
+            body.append(
+                f"  if fixed: ~{f.projected_step_time_ms:.2f} ms per step ({f.projection_rule})\n", style="cyan"
+            )
         if f.savings_hours_per_run is not None:
             usd = "" if f.savings_usd_per_run is None else f", ${f.savings_usd_per_run:,.2f}"
-            body.append(f"  saves ~{f.savings_hours_per_run:,.2f} h ({f.savings_gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
-                        style="bold cyan")
+            body.append(
+                f"  saves ~{f.savings_hours_per_run:,.2f} h ({f.savings_gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
+                style="bold cyan",
+            )
         for r in f.recommendations:
             body.append(f"  -> {r}\n")
         parts.append(Panel(body, title=f"{i}. {f.bottleneck} ({f.severity})", title_align="left"))
     if not report.findings:
-        parts.append(Text("No rule fired: data wait and sync are under 5% of step time" + (
-            "" if m.gpu_util is not None else " (no GPU timings in this trace, so GPU rules were not evaluated)") + "."))
+        parts.append(
+            Text(
+                "No rule fired: data wait and sync are under 5% of step time"
+                + ("" if m.gpu_util is not None else " (no GPU timings in this trace, so GPU rules were not evaluated)")
+                + "."
+            )
+        )
     return Group(*parts)
 
 
@@ -103,12 +120,14 @@ def _kernel_section(report: Report) -> RenderableType | None:
     table.add_column("")
     table.add_column("value", justify="right")
     if gpu:
-        table.add_row("busy / idle (HTA)", f"{gpu['busy_pct']:.1f}% / {gpu['idle_pct']:.1f}%")
-        table.add_row("compute / non-compute (HTA)", f"{gpu['compute_pct']:.1f}% / {gpu['non_compute_pct']:.1f}%")
+        table.add_row("busy / idle (HTA)", f"{gpu.busy_pct:.1f}% / {gpu.idle_pct:.1f}%")
+        table.add_row("compute / non-compute (HTA)", f"{gpu.compute_pct:.1f}% / {gpu.non_compute_pct:.1f}%")
     if km is not None:
         t = km.totals_ms
-        table.add_row("idle: host wait / launch / other",
-                      f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms")
+        table.add_row(
+            "idle: host wait / launch / other",
+            f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms",
+        )
         table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
         shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))
@@ -122,13 +141,22 @@ def _rank_section(report: Report) -> RenderableType | None:
     d = report.metrics.distributed
     if d is None:
         return None
-    table = Table(title=f"Ranks ({d.ranks}; median skew {d.skew_median_ms:.2f} ms per step)", title_justify="left",
-                  caption="* straggler; work = step time minus time waiting on other ranks" if d.stragglers else None)
+    table = Table(
+        title=f"Ranks ({d.ranks}; median skew {d.skew_median_ms:.2f} ms per step)",
+        title_justify="left",
+        caption="* straggler; work = step time minus time waiting on other ranks" if d.stragglers else None,
+    )
     for col in ("rank", "steps", "step median ms", "work median ms", "waiting (sync)", "data wait"):
         table.add_column(col, justify="right")
     stragglers = {s.rank for s in d.stragglers}
     rows = d.per_rank if len(d.per_rank) <= 16 else sorted(d.per_rank, key=lambda r: -r.work_median_ms)[:16]
     for r in rows:
-        table.add_row(f"{r.rank}{' *' if r.rank in stragglers else ''}", str(r.steps), f"{r.step_median_ms:.2f}",
-                      f"{r.work_median_ms:.2f}", f"{r.sync_share:.0%}", f"{r.data_share:.0%}")
+        table.add_row(
+            f"{r.rank}{' *' if r.rank in stragglers else ''}",
+            str(r.steps),
+            f"{r.step_median_ms:.2f}",
+            f"{r.work_median_ms:.2f}",
+            f"{r.sync_share:.0%}",
+            f"{r.data_share:.0%}",
+        )
     return table

@@ -1,0 +1,1 @@
+"""Analysis: step metrics -> rules (one per bottleneck) -> projections -> one ranked Report. Pure functions."""

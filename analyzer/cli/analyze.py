@@ -1,0 +1,100 @@
+"""`gpuanalyze [analyze] TRACE`: the verdict, its evidence, what to change and what it saves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from analyzer.cli.app import app, console, fail
+from analyzer.errors import GpuAnalyzeError
+
+if TYPE_CHECKING:
+    from analyzer.planning.cost import CostInputs
+
+
+@app.command("analyze")
+def analyze_cmd(
+    trace: Annotated[
+        Path,
+        typer.Argument(
+            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], or a directory of per-rank traces."
+        ),
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
+    ceilings: Annotated[
+        Path | None,
+        typer.Option(help="Measured ceilings from `gpuanalyze bench` (default: the file bench saves, if present)."),
+    ] = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(help="USD per GPU-hour (yours; none is shipped).")] = None,
+    steps_per_run: Annotated[float | None, typer.Option(help="Optimizer steps in a completed run.")] = None,
+    samples_per_run: Annotated[float | None, typer.Option(help="Samples in a completed run.")] = None,
+    tokens_per_run: Annotated[
+        float | None, typer.Option(help="Tokens in a completed run (with --tokens-per-sample).")
+    ] = None,
+    tokens_per_sample: Annotated[float | None, typer.Option(help="Tokens per sample (sequence length).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs of the run (default: the trace's world size).")] = None,
+    cost_config: Annotated[
+        Path | None, typer.Option(help="TOML file with the same cost keys (options override it).")
+    ] = None,
+    flops_per_step: Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="HF config.json: FLOPs per step by the PaLM formula (with --tokens-per-step and --tokens-per-sample)."
+        ),
+    ] = None,
+    tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
+) -> None:
+    """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
+    from analyzer.analysis.pipeline import analyze
+    from analyzer.machine.ceilings import find_ceilings
+
+    try:
+        cost = cost_options(
+            cost_config,
+            price_per_gpu_hour=price_per_gpu_hour,
+            steps_per_run=steps_per_run,
+            samples_per_run=samples_per_run,
+            tokens_per_run=tokens_per_run,
+            tokens_per_sample=tokens_per_sample,
+            gpus=gpus,
+        )
+        if model_config is not None:
+            flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
+        report = analyze(trace, ceilings=find_ceilings(ceilings), cost=cost, flops_per_step=flops_per_step)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    if json_out:
+        from analyzer.render.json_report import render_json
+
+        typer.echo(render_json(report))
+    else:
+        from analyzer.render.terminal import render_terminal
+
+        console().print(render_terminal(report))
+
+
+def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
+    from analyzer.planning.memory import shape_from_hf_config
+    from analyzer.planning.mfu import palm_flops_per_token
+
+    if not tokens_per_step or not seq_len:
+        raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")
+    shape = shape_from_hf_config(config)
+    if shape.layers is None or shape.heads is None or shape.hidden is None:
+        raise GpuAnalyzeError(f"{config}: the PaLM formula needs the model shape (layers, heads, hidden size)")
+    per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
+    return per_token * tokens_per_step
+
+
+def cost_options(config: Path | None, **values: Any) -> CostInputs | None:
+    """CostInputs from a TOML file and/or options (options win); None when neither gives anything."""
+    from analyzer.planning.cost import CostInputs, load_cost_config
+
+    if config is not None:
+        return load_cost_config(config, **values)
+    if all(v is None for v in values.values()):
+        return None
+    return CostInputs(**{k: v for k, v in values.items() if v is not None})

@@ -1,0 +1,76 @@
+"""The Typer app, its one-line error exit and the output helper every command shares.
+
+Commands live in the sibling modules and import what they need inside their bodies, so
+``gpuanalyze --version`` and the planning commands start without polars, pyarrow or numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+from analyzer import __version__
+
+_GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
+
+
+class _DefaultToAnalyze(TyperGroup):
+    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
+            args = ["analyze", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_DefaultToAnalyze,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Find why a GPU training run is slow: data loading, batch size, kernels or sync.",
+)
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr, exit code 2: how every user error ends."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"gpuanalyze: error: {message}", markup=False)
+    raise typer.Exit(2)
+
+
+def emit(renderable: Any, data: Any, json_out: bool) -> None:
+    """Print ``data`` as JSON, or the rich ``renderable``."""
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        console().print(renderable)
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuanalyze {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Find why a GPU training run is slow: data loading, batch size, kernels or sync."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry point."""
+    return app(args=argv if argv is not None else sys.argv[1:], prog_name="gpuanalyze")

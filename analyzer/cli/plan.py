@@ -1,0 +1,113 @@
+"""Planning commands: `compare` (cost per completed run), `whatif` (other GPUs), `memory` (training memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzer.cli.app import app, emit, fail
+from analyzer.errors import GpuAnalyzeError
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Traces, or TOML files naming price and run length (hours_per_run, or trace + steps_per_run)."
+        ),
+    ],
+    price_per_gpu_hour: Annotated[float | None, typer.Option(help="Price for traces given directly.")] = None,
+    steps_per_run: Annotated[float | None, typer.Option(help="Run length for traces given directly.")] = None,
+    samples_per_run: Annotated[float | None, typer.Option(help="Run length in samples, for traces.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Which run or server is cheaper per completed run (not per hour)."""
+    from analyzer.cli.analyze import cost_options
+    from analyzer.machine.ceilings import find_ceilings
+    from analyzer.planning.compare import compare, load_option
+    from analyzer.planning.cost import CostInputs
+    from analyzer.render.planning import compare_dict, render_compare
+
+    try:
+        defaults = (
+            cost_options(
+                None,
+                price_per_gpu_hour=price_per_gpu_hour,
+                steps_per_run=steps_per_run,
+                samples_per_run=samples_per_run,
+            )
+            or CostInputs()
+        )
+        result = compare([load_option(p, defaults, find_ceilings(None)) for p in runs])
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    emit(render_compare(result), compare_dict(result), json_out)
+
+
+@app.command("whatif")
+def whatif_cmd(
+    trace: Annotated[Path, typer.Argument(help="A trace recorded on a GPU of the datasheet table.")],
+    prices: Annotated[Path | None, typer.Option(help="TOML: GPU name = USD per GPU-hour (your prices).")] = None,
+    steps_per_run: Annotated[float | None, typer.Option(help="Run length, for cost per run.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
+    from analyzer.analysis.pipeline import analyze
+    from analyzer.planning.whatif import load_prices, what_if
+    from analyzer.render.planning import render_whatif, whatif_dict
+
+    try:
+        price_map = load_prices(prices) if prices else None
+        report = analyze(trace)
+        result = what_if(report.metrics, report.run, prices=price_map, steps_per_run=steps_per_run)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    emit(render_whatif(result), whatif_dict(result), json_out)
+
+
+@app.command("memory")
+def memory_cmd(
+    params: Annotated[float | None, typer.Option(help="Parameter count, e.g. 7e9.")] = None,
+    config: Annotated[Path | None, typer.Option(help="A Hugging Face style config.json.")] = None,
+    precision: Annotated[str, typer.Option(help="fp32, bf16-mixed, fp16-mixed, bf16, fp8-mixed.")] = "bf16-mixed",
+    optimizer: Annotated[str, typer.Option(help="sgd, sgd-momentum, adam, adamw, adam-8bit.")] = "adamw",
+    batch: Annotated[int | None, typer.Option(help="Micro-batch per GPU.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample.")] = None,
+    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")] = False,
+    sharding: Annotated[str, typer.Option(help="none, zero1, zero2, zero3, fsdp.")] = "none",
+    gpus: Annotated[int, typer.Option(help="GPUs to shard over.")] = 1,
+    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank (needs --config).")] = None,
+    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base weights (with --lora-rank).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Estimate training memory and which GPUs of the table it fits."""
+    from analyzer.planning.memory import MemoryInputs, ModelShape, estimate, shape_from_hf_config
+    from analyzer.render.planning import memory_dict, render_memory
+
+    try:
+        if config is not None and params is None:
+            model = shape_from_hf_config(config)
+        elif params is not None and config is None:
+            model = ModelShape(params)
+        else:
+            raise GpuAnalyzeError("give exactly one of --params or --config")
+        result = estimate(
+            MemoryInputs(
+                model=model,
+                precision=precision,
+                optimizer=optimizer,
+                batch=batch,
+                seq_len=seq_len,
+                checkpointing=checkpointing,
+                sharding=sharding,
+                gpus=gpus,
+                lora_rank=lora_rank,
+                qlora=qlora,
+            )
+        )
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    emit(render_memory(result), memory_dict(result), json_out)

@@ -1,1 +1,0 @@
-"""Collect stage: hooks that time a PyTorch training loop and hand rows to the trace writer."""

@@ -1,0 +1,90 @@
+"""`gpuanalyze env`: the CUDA sanity check every GPU guide starts with, as data."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    name: str
+    compute_capability: str
+    memory_bytes: int
+    tf32: bool
+    bf16: bool
+    fp8: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EnvCheck:
+    torch: str | None
+    cuda_build: str | None
+    cuda_available: bool
+    driver: str | None
+    devices: tuple[DeviceInfo, ...] = ()
+    cupy: str | None = None
+    smoke_test: str | None = None
+    """Result of a small matmul on the first GPU checked against the CPU, or why it was not run."""
+    messages: tuple[str, ...] = field(default_factory=tuple)
+
+
+def check_env() -> EnvCheck:
+    """Never raises: a machine without torch or a GPU gets an answer that says so."""
+    cupy = _cupy_version()
+    if importlib.util.find_spec("torch") is None:
+        return EnvCheck(
+            None, None, False, None, cupy=cupy, messages=("torch is not installed; only trace analysis is available",)
+        )
+    import torch
+
+    from analyzer.record.runinfo import _driver_version
+
+    available = torch.cuda.is_available()
+    if not available:
+        msg = "no CUDA device visible" + ("" if torch.version.cuda else " (this torch is a CPU-only build)")
+        return EnvCheck(torch.__version__, torch.version.cuda, False, None, cupy=cupy, messages=(msg,))
+    devices = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        cc = (p.major, p.minor)
+        devices.append(
+            DeviceInfo(
+                i,
+                p.name,
+                f"{p.major}.{p.minor}",
+                int(p.total_memory),
+                tf32=cc >= (8, 0),
+                bf16=cc >= (8, 0),
+                fp8=cc >= (8, 9),
+            )
+        )
+    return EnvCheck(torch.__version__, torch.version.cuda, True, _driver_version(), tuple(devices), cupy, _smoke(torch))
+
+
+def _smoke(torch: Any) -> str:
+    try:
+        a = torch.randn(1024, 1024, device="cuda")
+        b = torch.randn(1024, 1024, device="cuda")
+        t0 = time.perf_counter()
+        c = (a @ b).cpu()
+        ms = (time.perf_counter() - t0) * 1e3
+        ref = a.cpu().double() @ b.cpu().double()
+        err = float((c.double() - ref).abs().max() / ref.abs().max())
+        return f"1024x1024 fp32 matmul ok ({ms:.1f} ms incl. first launch, max rel. error {err:.1e})"
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"matmul smoke test failed: {type(exc).__name__}: {exc}"
+
+
+def _cupy_version() -> str | None:
+    if importlib.util.find_spec("cupy") is None:
+        return None
+    try:
+        import cupy
+
+        return cupy.__version__
+    except Exception as exc:  # noqa: BLE001
+        return f"installed but fails to import ({type(exc).__name__})"

@@ -1,0 +1,33 @@
+"""Reading the user's TOML files (cost inputs, servers to compare, GPU prices): one loader, one set of errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import GpuAnalyzeError
+
+#: A cost or price file is a few lines; anything larger is not one.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The parsed TOML table; GpuAnalyzeError naming ``what`` the file should be when it cannot be read."""
+    try:
+        if not path.is_file():
+            raise GpuAnalyzeError(
+                f"{path}: no such {what} file" if not path.exists() else f"{path}: not a regular file"
+            )
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise GpuAnalyzeError(f"{path}: cannot read the {what} file ({exc.strerror})") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise GpuAnalyzeError(f"{path}: over {MAX_CONFIG_BYTES // 1024} KiB, too large for a {what} file")
+    try:
+        return tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise GpuAnalyzeError(f"{path}: not valid TOML ({exc})") from exc
+    except RecursionError as exc:
+        raise GpuAnalyzeError(f"{path}: not a {what} file (nested too deeply)") from exc

@@ -1,0 +1,1 @@
+"""Record stage: hooks that time a PyTorch training loop and hand rows to the trace writer."""

@@ -1,0 +1,41 @@
+"""Find the batch size in whatever a DataLoader or a forward call carries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def first_tensor(obj: Any, *, depth: int = 0) -> Any:
+    """The first torch tensor in nested tuples, lists, dicts or dataclass-like outputs, or None."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 4:
+        return None
+    items: Iterable[Any]
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, list | tuple):
+        items = obj
+    elif hasattr(obj, "values") and callable(obj.values):
+        try:
+            items = list(obj.values())
+        except Exception:  # noqa: BLE001 - not a mapping after all
+            return None
+    else:
+        return None
+    for item in items:
+        found = first_tensor(item, depth=depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def batch_size_of(obj: Any) -> int | None:
+    """Leading dimension of the first tensor found: the number of samples in a batch."""
+    tensor = first_tensor(obj)
+    if tensor is None or tensor.dim() == 0:
+        return None
+    return int(tensor.shape[0])

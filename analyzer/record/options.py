@@ -1,0 +1,55 @@
+"""Options of ``analyzer.profile``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analyzer.errors import GpuAnalyzeError
+from gpuanalyze.ingest.writer import WriterOptions
+
+
+@dataclass(kw_only=True, slots=True)
+class ProfileOptions:
+    """Where the trace goes and how the collector behaves."""
+
+    out: Path = Path("trace.arrow")
+    """Trace file. In a multi-rank run each rank writes ``<stem>.rank<N><suffix>`` beside it."""
+    overwrite: bool = False
+    """Replace an existing file. Without it an existing file is kept and a new unique name is used."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Free-form labels stored in the trace metadata (experiment name, commit, ...)."""
+    manual_steps: bool = False
+    """Only ``prof.step()`` ends a step (otherwise its first call switches automatic boundaries off)."""
+    device: str = "auto"
+    """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto': cuda when the model is on a GPU."""
+    kernel_windows: bool = True
+    """Sample torch.profiler windows for kernel-level evidence (sparse by default)."""
+    window_first: int = 50
+    """Step at which the first kernel window starts (after warm-up)."""
+    window_every: int = 2000
+    """Steps from the start of one window to the start of the next."""
+    window_steps: int = 3
+    """Steps profiled in each window."""
+    flush_interval_s: float = 1.0
+    """Longest time a finished step waits in memory before it reaches the file."""
+    flush_every_steps: int = 50
+    """Write as soon as this many steps are pending."""
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise GpuAnalyzeError(f"device must be 'auto', 'cuda' or 'cpu', not {self.device!r}")
+        if self.out.suffix == "":
+            raise GpuAnalyzeError(f"out={str(self.out)!r} needs a file suffix such as .arrow")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.tags.items()):
+            raise GpuAnalyzeError("tags must map strings to strings")
+        if self.window_first < 0 or self.window_steps < 1 or self.window_every < self.window_steps:
+            raise GpuAnalyzeError(
+                "kernel windows need window_first >= 0, window_steps >= 1 and window_every >= window_steps"
+            )
+        self.writer_options()
+
+    def writer_options(self) -> WriterOptions:
+        """The trace writer's options (validated there)."""
+        return WriterOptions(flush_interval_s=self.flush_interval_s, flush_every_steps=self.flush_every_steps)

@@ -1,0 +1,80 @@
+"""Sampled kernel windows: torch.profiler runs for a few steps now and then, and each window is
+reduced at once to per-step kernel statistics (ingest.kernel_stats) stored with those steps.
+
+The profiler's own start/stop/export cost is kept out of the neighbouring steps' timings; the
+window steps themselves run under the profiler, so their step times are not used for step-time
+statistics when unprofiled steps exist (see analyzer.analysis.metrics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuanalyze.ingest.kernel_stats import StepKernels
+from gpuanalyze.ingest.kineto import KinetoTrace, parse_kineto
+from gpuanalyze.ingest.schema import KernelStats
+
+
+class KernelWindows:
+    def __init__(self, *, first: int, every: int, steps: int, cuda: bool) -> None:
+        self.first, self.every, self.steps, self.cuda = first, every, steps, cuda
+        self._prof: Any = None
+        self._start_step = -1
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    @property
+    def start_step(self) -> int:
+        return self._start_step
+
+    def abort(self) -> None:
+        """Stop an active window without using it (profiling is being switched off)."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with contextlib.suppress(Exception):  # already failing; nothing more to report
+                prof.stop()
+
+    def due(self, step: int) -> bool:
+        return not self.active and step >= self.first and (step - self.first) % self.every == 0
+
+    def start(self, step: int) -> None:
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        # A schedule (always RECORD) makes torch.profiler emit ProfilerStep#N markers at step().
+        prof = torch.profiler.profile(activities=activities, schedule=lambda _: torch.profiler.ProfilerAction.RECORD)
+        prof.start()
+        self._prof, self._start_step = prof, step
+
+    def step_closed(self, step: int) -> dict[int, KernelStats] | None:
+        """Called after step ``step`` closed; returns {step: stats} when the window just ended."""
+        if not self.active:
+            return None
+        if step - self._start_step + 1 < self.steps:
+            self._prof.step()
+            return None
+        return self.finish()
+
+    def finish(self) -> dict[int, KernelStats]:
+        prof, self._prof = self._prof, None
+        prof.stop()
+        fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuanalyze-window-")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            trace = parse_kineto(path)
+        finally:
+            Path(path).unlink()
+        return self._per_step(trace)
+
+    def _per_step(self, k: KinetoTrace) -> dict[int, KernelStats]:
+        kernels = StepKernels(k)
+        return {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}

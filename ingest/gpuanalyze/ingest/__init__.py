@@ -1,0 +1,4 @@
+"""The trace format and everything that reads or writes it: schema, writer, readers, importers.
+
+Import the module you need (``gpuanalyze.ingest.reader`` ...); this package imports nothing.
+"""

@@ -1,0 +1,104 @@
+"""What a trace says about its run: typed records, validated where they are read.
+
+The run information (schema metadata) and the end marker (the final batch's metadata) are JSON
+in the file. They are decoded into these structs with type and range checks, so a value that is
+the wrong type, non-finite or out of physical bounds is a one-line error at the boundary and the
+analysis can rely on what it gets. Unknown keys are ignored (newer writers may add some).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+#: Largest world size a trace may declare (the largest jobs today are ~10^5 GPUs).
+MAX_WORLD_SIZE = 1 << 20
+_Int = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
+_Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
+_World = Annotated[int, msgspec.Meta(ge=1, le=MAX_WORLD_SIZE)]
+_Pct = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
+_Text = Annotated[str, msgspec.Meta(max_length=4096)]
+_Name = Annotated[str, msgspec.Meta(max_length=256)]
+
+
+class GpuSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """HTA's temporal breakdown of a whole imported trace, in percent of the GPU span."""
+
+    busy_pct: _Pct
+    idle_pct: _Pct
+    compute_pct: _Pct
+    non_compute_pct: _Pct
+
+
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One process's run: host, devices, versions, distributed setup. Unknown values are None."""
+
+    host: _Name | None = None
+    gpu_name: _Name | None = None
+    gpu_count: _Int | None = None
+    gpu_memory_bytes: _Int | None = None
+    driver: _Name | None = None
+    cuda: _Name | None = None
+    torch: _Name | None = None
+    world_size: _World | None = None
+    rank: _Rank | None = None
+    local_rank: _Rank | None = None
+    backend: _Name | None = None
+    device: _Name | None = None
+    """'cuda', 'cpu', or another accelerator kind ('mtia', 'xpu', ...)."""
+    start_unix_ns: _Int | None = None
+    model_params: _Int | None = None
+    param_dtype: _Name | None = None
+    pid: _Int | None = None
+    argv: _Text | None = None
+    source: _Text | None = None
+    """Where the trace came from when it was imported ('kineto:<file name>')."""
+    gpu_summary: GpuSummary | None = None
+    cpu_count: _Int | None = None
+
+    @property
+    def world(self) -> int:
+        """The world size, 1 when the trace does not say (the one fallback everyone uses)."""
+        return self.world_size or 1
+
+    @property
+    def rank_or_zero(self) -> int:
+        return self.rank or 0
+
+
+class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The end marker: how the recorded loop ended."""
+
+    status: _Name = "unknown"
+    """ok, exception (the loop raised), interrupted (Ctrl-C), profiler_error, imported; others from newer writers."""
+    exception: _Text | None = None
+    """'Type: message' when the user's loop raised."""
+    error: _Text | None = None
+    """The internal error that switched profiling off (status 'profiler_error')."""
+    steps: _Int | None = None
+    loader_workers: _Int | None = None
+    """Largest DataLoader num_workers seen (0: loading ran in the training process)."""
+    end_unix_ns: _Int | None = None
+
+
+_RUN_DECODER = msgspec.json.Decoder(RunInfo)
+_END_DECODER = msgspec.json.Decoder(EndInfo)
+_TAGS_DECODER = msgspec.json.Decoder(dict[_Name, _Text])
+
+
+def encode(value: RunInfo | EndInfo | dict[str, str]) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def decode_run(raw: bytes) -> RunInfo:
+    """Raises msgspec.ValidationError / DecodeError with the offending path in the message."""
+    return _RUN_DECODER.decode(raw)
+
+
+def decode_end(raw: bytes) -> EndInfo:
+    return _END_DECODER.decode(raw)
+
+
+def decode_tags(raw: bytes) -> dict[str, str]:
+    return _TAGS_DECODER.decode(raw)

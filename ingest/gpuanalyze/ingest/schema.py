@@ -1,0 +1,169 @@
+"""The gpuanalyze trace format: the single source of column names, types, units and version.
+
+A trace is an Arrow IPC *stream* with one row per (rank, step). Units live in the column
+names. Schema-level metadata carries the format version and run information; the final
+empty record batch carries the end marker (see ``END_KEY``). A stream without it was not
+closed cleanly: the run crashed or was killed, and the trace is analysed as incomplete.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+import pyarrow as pa
+
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
+
+FORMAT_NAME = "gpuanalyze-trace"
+FORMAT_VERSION = "1.1"  # 1.1 added the optional kernel_stats column
+FORMAT_MAJOR = 1
+
+STEP = "step"
+RANK = "rank"
+START_UNIX_NS = "start_unix_ns"
+WALL_MS = "wall_ms"
+DATA_WAIT_MS = "data_wait_ms"
+H2D_MS = "h2d_ms"
+FORWARD_MS = "forward_ms"
+BACKWARD_MS = "backward_ms"
+OPTIMIZER_MS = "optimizer_ms"
+SYNC_MS = "sync_ms"
+OTHER_MS = "other_ms"
+GPU_BUSY_MS = "gpu_busy_ms"
+BATCH_SAMPLES = "batch_samples"
+PEAK_MEM_BYTES = "peak_mem_bytes"
+
+KERNEL_STATS = "kernel_stats"
+
+#: Kernel categories, in the order of their ``<category>_ms`` fields in KERNEL_STATS.
+KERNEL_CATEGORIES: tuple[str, ...] = (
+    "gemm_tensor_core",
+    "gemm_simt_fp32",
+    "conv",
+    "attention",
+    "elementwise",
+    "reduction",
+    "communication",
+    "memcpy",
+    "memset",
+    "other",
+)
+_Ms = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
+
+
+class TopKernel(msgspec.Struct, frozen=True, kw_only=True):
+    name: Annotated[str, msgspec.Meta(max_length=1024)]
+    total_ms: _Ms
+    count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
+
+
+class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Kernel-level statistics of one sampled step (ingest/kernel_stats.py says how each is measured).
+
+    Stored per row in KERNEL_STATS as JSON (null for steps without a sampled window): JSON text,
+    not a struct column, because most rows have none and a null struct still costs every child's
+    buffers. GPU time in ms unless the name says otherwise.
+    """
+
+    gpu_span_ms: _Ms = 0.0
+    gpu_busy_ms: _Ms = 0.0
+    idle_host_wait_ms: _Ms = 0.0
+    idle_launch_ms: _Ms = 0.0
+    idle_other_ms: _Ms = 0.0
+    compute_ms: _Ms = 0.0
+    non_compute_ms: _Ms = 0.0
+    comm_exposed_ms: _Ms = 0.0
+    gemm_tensor_core_ms: _Ms = 0.0
+    gemm_simt_fp32_ms: _Ms = 0.0
+    conv_ms: _Ms = 0.0
+    attention_ms: _Ms = 0.0
+    elementwise_ms: _Ms = 0.0
+    reduction_ms: _Ms = 0.0
+    communication_ms: _Ms = 0.0
+    memcpy_ms: _Ms = 0.0
+    memset_ms: _Ms = 0.0
+    other_ms: _Ms = 0.0
+    memcpy_h2d_ms: _Ms = 0.0
+    memcpy_d2h_ms: _Ms = 0.0
+    memcpy_d2d_ms: _Ms = 0.0
+    memcpy_pageable_ms: _Ms = 0.0
+    sync_api_ms: _Ms = 0.0
+    """Host time in blocking synchronisation calls (cudaDeviceSynchronize, ...)."""
+    kernel_count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)] = 0
+    kernel_median_us: _Ms | None = None
+    top_kernels: tuple[TopKernel, ...] = ()
+
+
+#: The summable time fields of KernelStats (everything but the count, the median and the top list).
+KERNEL_STAT_FIELDS: tuple[str, ...] = tuple(f for f in KernelStats.__struct_fields__ if f.endswith("_ms"))
+KERNEL_STATS_TYPE = pa.string()
+_KERNEL_STATS_DECODER = msgspec.json.Decoder(KernelStats)
+
+
+def encode_kernel_stats(stats: KernelStats | None) -> str | None:
+    return None if stats is None else msgspec.json.encode(stats).decode()
+
+
+def decode_kernel_stats(text: str) -> KernelStats:
+    """Raises msgspec.ValidationError / DecodeError (or RecursionError) on a malformed value."""
+    return _KERNEL_STATS_DECODER.decode(text)
+
+
+#: The parts of a step; together with OTHER_MS they add up to WALL_MS.
+PHASES: tuple[str, ...] = (DATA_WAIT_MS, H2D_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS, SYNC_MS)
+PARTS: tuple[str, ...] = (*PHASES, OTHER_MS)
+
+FIELDS: tuple[pa.Field, ...] = (
+    pa.field(STEP, pa.int64(), nullable=False),
+    pa.field(RANK, pa.int32(), nullable=False),
+    pa.field(START_UNIX_NS, pa.int64(), nullable=False),
+    pa.field(WALL_MS, pa.float64(), nullable=False),
+    pa.field(DATA_WAIT_MS, pa.float64()),
+    pa.field(H2D_MS, pa.float64()),
+    pa.field(FORWARD_MS, pa.float64()),
+    pa.field(BACKWARD_MS, pa.float64()),
+    pa.field(OPTIMIZER_MS, pa.float64()),
+    pa.field(SYNC_MS, pa.float64()),
+    pa.field(OTHER_MS, pa.float64()),
+    pa.field(GPU_BUSY_MS, pa.float64()),
+    pa.field(BATCH_SAMPLES, pa.int64()),
+    pa.field(PEAK_MEM_BYTES, pa.int64()),
+    pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
+)
+COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
+#: Columns added by a minor version: older traces simply lack them (no note).
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS,)
+REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
+
+# Schema metadata keys (bytes, as Arrow stores them).
+META_FORMAT = b"gpuanalyze.format"
+META_VERSION = b"gpuanalyze.version"
+META_RUN = b"gpuanalyze.run"
+"""JSON of a ``runinfo.RunInfo``."""
+META_TAGS = b"gpuanalyze.tags"
+"""JSON object of user tags (strings to strings)."""
+#: Custom metadata key of the final, empty record batch written on a clean close (JSON of ``runinfo.EndInfo``).
+END_KEY = b"gpuanalyze.end"
+
+
+def arrow_schema(run: RunInfo, tags: dict[str, str] | None = None) -> pa.Schema:
+    """The Arrow schema of a trace, with version, run info and user tags as metadata."""
+    meta = {
+        META_FORMAT: FORMAT_NAME.encode(),
+        META_VERSION: FORMAT_VERSION.encode(),
+        META_RUN: encode(run),
+        META_TAGS: encode(tags or {}),
+    }
+    return pa.schema(list(FIELDS), metadata=meta)
+
+
+def write_end_marker(stream: pa.ipc.RecordBatchStreamWriter, schema: pa.Schema, end: EndInfo) -> None:
+    """The empty final batch whose metadata marks a cleanly closed trace."""
+    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    stream.write_batch(empty, custom_metadata={END_KEY: encode(end)})
+
+
+def empty_row() -> dict[str, Any]:
+    """A row with every column present and unknown values as None."""
+    return dict.fromkeys(COLUMNS)

@@ -1,0 +1,128 @@
+"""Crash-safe streaming trace writer.
+
+Rows are buffered in memory and written as Arrow record batches by a background thread at
+least every ``flush_interval_s`` and whenever ``flush_every_steps`` rows are pending, so a
+process killed with SIGKILL loses at most the last interval. The writer never raises into
+the caller after ``open``: the first failure is stored in ``error`` and writing stops.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+
+from analyzer.errors import GpuAnalyzeError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+
+
+@dataclass(kw_only=True, slots=True)
+class WriterOptions:
+    """How often buffered rows reach the disk."""
+
+    flush_interval_s: float = 1.0
+    """Longest time a finished step waits in memory before it is written."""
+    flush_every_steps: int = 50
+    """Write as soon as this many rows are pending, even within the interval."""
+    fsync: bool = True
+    """Also ask the OS to put the data on the disk (survives power loss, not only kills)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.flush_interval_s <= 60:
+            raise GpuAnalyzeError("flush_interval_s must be in (0, 60] seconds")
+        if self.flush_every_steps < 1:
+            raise GpuAnalyzeError("flush_every_steps must be at least 1")
+
+
+@dataclass(slots=True)
+class TraceWriter:
+    """Appends step rows to an Arrow IPC stream file that is readable at every moment."""
+
+    path: Path
+    run: RunInfo
+    tags: dict[str, str] = field(default_factory=dict)
+    options: WriterOptions = field(default_factory=WriterOptions)
+    error: BaseException | None = None
+    _file: BinaryIO | None = None
+    _stream: Any = None
+    _schema: pa.Schema | None = None
+    _pending: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _io_lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    rows_written: int = 0
+
+    def open(self) -> None:
+        """Create the file (never an existing one) and write the schema; raises OSError."""
+        self._schema = S.arrow_schema(self.run, self.tags)
+        self._file = open(self.path, "xb")  # noqa: SIM115 - closed in close()
+        self._stream = pa.ipc.new_stream(self._file, self._schema)
+        self._stream.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
+        self._file.flush()
+        self._thread = threading.Thread(target=self._loop, name="gpuanalyze-writer", daemon=True)
+        self._thread.start()
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Queue one finished step; cheap, never blocks on I/O, never raises."""
+        if self.error is not None:
+            return
+        with self._lock:
+            self._pending.append(row)
+            due = len(self._pending) >= self.options.flush_every_steps
+        if due:
+            self._wake.set()
+
+    def close(self, end: EndInfo) -> None:
+        """Write what is pending and the end marker; the trace is then complete."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.flush()
+        if self.error is None and self._stream is not None:
+            try:
+                with self._io_lock:
+                    S.write_end_marker(self._stream, self._schema, end)
+                    self._stream.close()
+            except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
+                self._fail(exc)
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._fail(exc)
+
+    def flush(self) -> None:
+        """Write pending rows now (called by the background thread and by close)."""
+        with self._lock:
+            rows, self._pending = self._pending, []
+        if not rows or self.error is not None:
+            return
+        try:
+            with self._io_lock:
+                assert self._file is not None and self._stream is not None  # open() ran before add()
+                batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
+                self._stream.write_batch(batch)
+                self._file.flush()
+                if self.options.fsync:
+                    os.fsync(self._file.fileno())
+            self.rows_written += len(rows)
+        except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
+            self._fail(exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.options.flush_interval_s)
+            self._wake.clear()
+            self.flush()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc

@@ -1,0 +1,223 @@
+"""A synthetic data loader that measures what this host can feed a GPU, and which stage caps it.
+
+Worker processes build batches into reusable shared-memory slots (per-sample CPU cost from a
+numba-jitted augment); the main process copies each batch into a reused pinned staging buffer,
+sends it to the device on a copy stream with one event per batch, and a consumer kernel reads
+it. Each stage is first measured alone (producer, host->device link, consumer), then the whole
+pipeline; the stage with the lowest rate is the one that caps it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from gpuanalyze.kernels.backend import Backend
+from gpuanalyze.kernels.result import BenchResult
+
+
+@dataclass(kw_only=True, slots=True)
+class LoaderConfig:
+    """Shape and cost of the synthetic input pipeline."""
+
+    batch: int = 64
+    """Samples per batch."""
+    sample_shape: tuple[int, ...] = (3, 64, 64)
+    """float32 elements per sample (default: a 64x64 RGB image)."""
+    sample_cost_us: float = 200.0
+    """CPU time each sample costs a worker (decode/augment stand-in)."""
+    workers: int = 0
+    """Worker processes; 0 means all CPU cores."""
+    batches: int = 40
+    """Batches per measured phase."""
+    slots: int = 8
+    """Shared-memory batch slots in flight."""
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.batches < 1 or self.slots < 2 or self.sample_cost_us < 0 or self.workers < 0:
+            raise ValueError("batch, batches >= 1, slots >= 2, sample_cost_us and workers >= 0")
+        if self.workers == 0:
+            self.workers = os.cpu_count() or 1
+
+
+def _producer(
+    wid: int, shm_name: str, shape: tuple[int, ...], iters: int, free_q: Any, full_q: Any, ready_q: Any
+) -> None:
+    from gpuanalyze.kernels.loader_work import augment
+
+    augment(np.zeros(4, np.float32), 1, 0)  # compile before reporting ready
+    ready_q.put(wid)
+    shm = shared_memory.SharedMemory(name=shm_name)
+    slots = np.ndarray(shape, np.float32, buffer=shm.buf)
+    count = 0
+    while True:
+        idx = free_q.get()
+        if idx is None:
+            break
+        for s in range(shape[1]):
+            augment(slots[idx, s].reshape(-1), iters, wid * 7919 + count)
+            count += 1
+        full_q.put(idx)
+    del slots
+    shm.close()
+
+
+class _Device:
+    """Link and consumer for a backend: cupy (pinned staging, copy stream, events) or host memory."""
+
+    def __init__(self, backend: Backend, batch_shape: tuple[int, ...]) -> None:
+        self.kind = backend.name
+        if self.kind == "cupy":
+            import cupy
+
+            self.cp = cupy
+            n = int(np.prod(batch_shape))
+            self.staging = [
+                np.frombuffer(cupy.cuda.alloc_pinned_memory(n * 4), np.float32, n).reshape(batch_shape)
+                for _ in range(2)
+            ]
+            self.dev = [cupy.empty(batch_shape, cupy.float32) for _ in range(2)]
+            self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+            self.events = [cupy.cuda.Event() for _ in range(2)]
+            self.sums = cupy.zeros(2, cupy.float32)
+        else:
+            self.staging = [np.empty(batch_shape, np.float32) for _ in range(2)]
+        self.k = 0
+
+    def link(self, batch: np.ndarray) -> int:
+        """Copy a batch towards the device; returns the buffer index the consumer reads."""
+        k = self.k = (self.k + 1) % 2
+        if self.kind == "cupy":
+            self.events[k].synchronize()  # the staging buffer's previous copy is done
+            np.copyto(self.staging[k], batch)
+            self.dev[k].set(self.staging[k], stream=self.copy_stream)
+            self.events[k].record(self.copy_stream)
+        else:
+            np.copyto(self.staging[k], batch)
+        return k
+
+    def consume(self, k: int) -> None:
+        if self.kind == "cupy":
+            self.cp.cuda.get_current_stream().wait_event(self.events[k])
+            self.sums[k] = self.dev[k].sum()
+        else:
+            float(self.staging[k].sum())
+
+    def finish(self) -> None:
+        if self.kind == "cupy":
+            self.cp.cuda.Device().synchronize()
+
+
+def _rate(samples: int, seconds: float) -> float:
+    return samples / seconds
+
+
+def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = None) -> list[BenchResult]:
+    cfg = config or LoaderConfig(batches=20 if quick else 60)
+    if backend.name == "numba":
+        from analyzer.errors import Skip
+
+        raise Skip("the synthetic loader's device stages use CuPy; run it with --backend cupy or cpu")
+    from gpuanalyze.kernels.loader_work import iterations_for
+
+    sample_size = int(np.prod(cfg.sample_shape))
+    iters, cost_us = iterations_for(cfg.sample_cost_us, sample_size)
+    shape = (max(cfg.slots, 2 * cfg.workers), cfg.batch, *cfg.sample_shape)
+    shm = shared_memory.SharedMemory(create=True, size=int(np.prod(shape)) * 4)
+    ctx = mp.get_context("spawn")
+    free_q, full_q, ready_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_producer, args=(w, shm.name, shape, iters, free_q, full_q, ready_q), daemon=True)
+        for w in range(cfg.workers)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready_q.get(timeout=120)
+    try:
+        rates = _stages(cfg, backend, np.ndarray(shape, np.float32, buffer=shm.buf), free_q, full_q)
+    finally:
+        for _ in procs:
+            free_q.put(None)
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+        shm.close()
+        shm.unlink()
+    cap = min(("producer", "link", "consumer"), key=rates.__getitem__)
+    common = {
+        "batch": cfg.batch,
+        "sample_shape": list(cfg.sample_shape),
+        "workers": cfg.workers,
+        "sample_cost_us": round(cost_us, 1),
+        "capped_by": cap,
+    }
+    return [
+        BenchResult(
+            benchmark="dataloader",
+            backend=backend.name,
+            device=backend.device,
+            variant=stage,
+            value=rate,
+            unit="samples/s",
+            repeats=cfg.batches,
+            min=rate,
+            median=rate,
+            max=rate,
+            dtype="float32",
+            size_bytes=cfg.batch * sample_size * 4,
+            params=common,
+        )
+        for stage, rate in rates.items()
+    ]
+
+
+def _stages(cfg: LoaderConfig, backend: Backend, slots: np.ndarray, free_q: Any, full_q: Any) -> dict[str, float]:
+    """Samples/s of each stage alone, then of the whole pipeline."""
+    device = _Device(backend, slots.shape[1:])
+    ramp = slots.shape[0]
+    for i in range(ramp):
+        free_q.put(i)
+    for _ in range(ramp):  # warm-up: every slot filled once
+        free_q.put(full_q.get())
+    rates = {"producer": _phase(cfg, free_q, full_q, lambda idx: None, ramp=ramp)}
+    batch = slots[0].copy()
+    rates["link"] = _isolated(cfg, lambda: device.link(batch), device)
+    rates["consumer"] = _isolated(cfg, lambda: device.consume(device.k), device)
+    rates["pipeline"] = _phase(
+        cfg, free_q, full_q, lambda idx: device.consume(device.link(slots[idx])), device, ramp=ramp
+    )
+    return rates
+
+
+def _phase(
+    cfg: LoaderConfig, free_q: Any, full_q: Any, consume: Any, device: _Device | None = None, *, ramp: int
+) -> float:
+    """Samples/s in steady state: the first ``ramp`` batches (slots filled while idle) are not timed."""
+    t0 = time.perf_counter()
+    for i in range(ramp + cfg.batches):
+        if i == ramp:
+            t0 = time.perf_counter()
+        idx = full_q.get()
+        consume(idx)
+        free_q.put(idx)
+    if device is not None:
+        device.finish()
+    return _rate(cfg.batches * cfg.batch, time.perf_counter() - t0)
+
+
+def _isolated(cfg: LoaderConfig, fn: Any, device: _Device) -> float:
+    fn()
+    device.finish()
+    t0 = time.perf_counter()
+    for _ in range(cfg.batches):
+        fn()
+    device.finish()
+    return _rate(cfg.batches * cfg.batch, time.perf_counter() - t0)
