@@ -1,0 +1,73 @@
+"""Writing output files the user names: never over what they have unless asked, never through links
+or special files, never creating directories, never leaving half-written files.
+
+Every command that writes a file (``import``, ``export``, ``report``, ``bench --out``) goes through
+``write_file``: the data goes to a temporary file created with O_EXCL (a random name, so a
+pre-existing ``<out>.tmp`` or a link planted there is never followed) in the target's directory,
+and is then renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from analyzer.errors import GpuAnalyzeError
+
+
+def check_target(path: Path, *, force: bool) -> None:
+    """Raise GpuAnalyzeError unless ``path`` may be written: its directory exists, and it is absent,
+    or (with ``force``) a regular file."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise GpuAnalyzeError(f"{parent}: no such directory (create it first; gpuanalyze does not create directories)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise GpuAnalyzeError(f"{path}: cannot check the output path ({exc.strerror})") from exc
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise GpuAnalyzeError(f"{path} is {kind}; refusing to replace it (choose another output path)")
+    if not force:
+        raise GpuAnalyzeError(f"{path} exists; pass --force to overwrite it")
+
+
+def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool) -> None:
+    """Create or (with ``force``) replace the regular file ``path`` with what ``write`` writes, atomically."""
+    check_target(path, force=force)
+    parent = path.parent
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise GpuAnalyzeError(f"cannot write in {parent} ({exc.strerror})") from exc
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if force:
+            tmp.replace(path)
+        else:
+            path.hardlink_to(tmp)  # fails if something appeared at ``path`` meanwhile: never clobber
+    except FileExistsError as exc:
+        raise GpuAnalyzeError(f"{path} appeared while it was being written; pass --force to overwrite it") from exc
+    except OSError as exc:
+        raise GpuAnalyzeError(f"cannot write {path} ({exc.strerror})") from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_bytes(path: Path, data: bytes, *, force: bool) -> None:
+    def write(fh: BinaryIO) -> None:
+        fh.write(data)
+
+    write_file(path, write, force=force)
