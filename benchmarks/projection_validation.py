@@ -52,12 +52,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         before = profiled(Path(tmp) / "before.arrow", steps=args.steps)
         finding = next(f for f in before.findings if f.bottleneck == "data_loading")
-        workers = args.workers or (finding.projection_params or {}).get("num_workers", 4)
+        workers = args.workers or int(dict(finding.projection.params).get("num_workers", 4))
         after = profiled(Path(tmp) / "after.arrow", steps=args.steps, num_workers=workers)
     measured = after.metrics.step_mean_ms
-    projected = finding.projected_step_time_ms
+    projected = finding.projection.step_ms
     print(f"before (num_workers=0): {before.metrics.step_mean_ms:.2f} ms/step, verdict {before.bottleneck}")
-    print(f"projected: {projected:.2f} ms/step ({finding.projection_rule})")
+    print(f"projected: {projected:.2f} ms/step ({finding.projection.rule})")
     print(
         f"after (num_workers={workers}, persistent): {measured:.2f} ms/step, verdict {after.bottleneck}, "
         f"data wait {after.metrics.share[S.DATA_WAIT_MS]:.0%}"

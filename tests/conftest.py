@@ -21,9 +21,9 @@ def make_row(
     rank: int = 0,
     wall: float = 20.0,
     data: float = 0.0,
-    fwd: float = 5.0,
-    bwd: float = 8.0,
-    opt: float = 2.0,
+    fwd: float = 7.0,
+    bwd: float = 10.0,
+    opt: float = 2.5,
     sync: float = 0.0,
     busy: float | None = None,
     samples: int | None = 32,
@@ -57,14 +57,19 @@ def as_run(run: RunInfo | dict[str, Any] | None) -> RunInfo:
 
 
 def write_trace(
-    path: Path, rows: list[dict[str, Any]], *, run: RunInfo | dict[str, Any] | None = None, close: bool = True
+    path: Path,
+    rows: list[dict[str, Any]],
+    *,
+    run: RunInfo | dict[str, Any] | None = None,
+    close: bool = True,
+    end: EndInfo | None = None,
 ) -> Path:
     writer = TraceWriter(path=path, run=as_run(run), options=WriterOptions(fsync=False))
     writer.open()
     for row in rows:
         writer.add(row)
     if close:
-        writer.close(EndInfo(status="ok", steps=len(rows)))
+        writer.close(end or EndInfo(status="ok", steps=len(rows)))
     else:
         writer.flush()
         writer._stop.set()

@@ -5,6 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from analyzer.analysis.findings import BOTTLENECKS
 from analyzer.cli import app
 from tests.conftest import SHARED
 
@@ -32,7 +33,7 @@ def test_every_external_trace_imports_and_analyses(rel):
     result = runner.invoke(app, [str(TRACES / rel), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["bottleneck"] in ("data_loading", "batch_size", "kernels", "sync", "none")
+    assert data["bottleneck"] in BOTTLENECKS
     if "cpu_only" in rel:
         assert data["gpu"] is None and any("CPU-only" in n for n in data["notes"])
     else:

@@ -32,6 +32,32 @@ def test_interval_union():
         ("void at::native::vectorized_elementwise_kernel<4>", "kernel", "elementwise"),
         ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", "memcpy"),
         ("Memset (Device)", "Memset", "memset"),
+        # kind from the base name, precision from the whole name (seen in real traces)
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::addmm_mm_functor<float>>",
+            "kernel",
+            "elementwise",
+        ),
+        (
+            "void split_embedding_codegen_forward_unweighted_kernel<c10::BFloat16, fbgemm_gpu::gemm>",
+            "kernel",
+            "elementwise",
+        ),
+        (
+            "void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_32x1_tn_align8>",
+            "kernel",
+            "gemm_tensor_core",
+        ),
+        ("cudnn_volta_scudnn_128x64_relu_xregs_large_nn_v1", "kernel", "conv"),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "kernel", "conv"),
+        ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", "kernel", "conv"),
+        ("sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "kernel", "conv_tensor_core"),
+        ("volta_fp16_s884cudnn_fp16_128x128_ldg8_splitK_relu_f2f_exp_small_nhwc_tn_v1", "kernel", "conv_tensor_core"),
+        ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", "kernel", "elementwise"),
+        ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1", "kernel", "gemm_simt_fp32"),
+        ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8", "kernel", "gemm_tensor_core"),
+        ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16>", "kernel", "communication"),
+        ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x", "kernel", "gemm_tensor_core"),
     ],
 )
 def test_kernel_categories(name, cat, want):

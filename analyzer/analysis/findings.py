@@ -1,9 +1,15 @@
-"""The analysis result types: frozen, so renderers can only format them."""
+"""The analysis result types: frozen, so renderers can only format them.
+
+A ``Report`` carries one ``Finding`` per bottleneck that fired, ranked by the step time its fix
+saves. Every finding has evidence (each item a test that passed or failed, for or against the
+finding), a projection with the bound that limits it, and a confidence that says how much
+evidence stands behind it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from analyzer.analysis.metrics import StepMetrics
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -12,12 +18,23 @@ if TYPE_CHECKING:
     from analyzer.planning.cost import RunCost
     from analyzer.planning.mfu import Mfu
 
-Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "none"]
+Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown"]
+"""``host``: host work no phase accounts for (not forward, backward, optimizer, data or sync);
+``none``: a healthy run (docs/thresholds.md); ``unknown``: not healthy, but the trace does not
+show where the time goes (no recognised phases) and no fix can be projected."""
+BOTTLENECKS: tuple[Bottleneck, ...] = ("data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown")
+ConfidenceLevel = Literal["low", "medium", "high"]
+Severity = Literal["high", "moderate", "low"]
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """One measured number compared with one threshold, and where the threshold comes from."""
+    """One measured number compared with one threshold, and where the threshold comes from.
+
+    Every item is a test phrased for its finding: ``passed`` says whether the comparison holds,
+    ``supports`` whether the item counts for the finding. An item that fails its test is shown
+    as contrary evidence, never as support.
+    """
 
     metric: str
     value: float
@@ -26,36 +43,89 @@ class Evidence:
     unit: str
     source: str
 
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.threshold if self.comparison == ">=" else self.value < self.threshold
+
+    @property
+    def supports(self) -> bool:
+        return self.passed
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """Mean step time if the finding were fixed, never below what remains the limit."""
+
+    step_ms: float
+    current_ms: float
+    """Mean step time now (the slowest rank's)."""
+    rule: str
+    """The arithmetic, with the measured numbers, in words."""
+    bound: str
+    """What limits the projected step once this is fixed (e.g. 'GPU busy 12.30 ms')."""
+    params: tuple[tuple[str, int | float | str], ...] = ()
+    """The concrete fix the projection assumes, e.g. (("num_workers", 4),)."""
+    per_batch_of: float | None = None
+    """Set when the projection is per current batch worth of samples (a larger-batch fix)."""
+
+    @property
+    def saved_ms(self) -> float:
+        return max(0.0, self.current_ms - self.step_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Confidence:
+    value: float
+    """In [0, 1]: how consistently the finding holds across steps, scaled by how much evidence there is."""
+    level: ConfidenceLevel
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Savings:
+    """What a fix saves per completed run (needs the run length; USD needs a price too)."""
+
+    hours_per_run: float
+    gpu_hours_per_run: float
+    usd_per_run: float | None
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
     bottleneck: Bottleneck
-    severity: Literal["high", "moderate"]
+    cause: str
+    """The sub-cause, e.g. 'input_pipeline', 'host_sync', 'exposed_communication', 'straggler',
+    'launch_overhead', 'per_step_overhead', 'fp32_math', 'memory_bound', 'unattributed_host'."""
+    severity: Severity
     share: float
-    """Fraction of step time this finding could give back if fixed (the ranking key)."""
+    """Fraction of step time in [0, 1] that this finding's cause takes."""
     summary: str
     evidence: tuple[Evidence, ...]
     recommendations: tuple[str, ...]
     consistency: float
-    """Fraction of analysed steps on which the per-step value crosses the threshold."""
-    projected_step_time_ms: float | None = None
-    """Mean step time if fixed (analyzer/projections.py), or None when it cannot be projected."""
-    projection_rule: str | None = None
-    projection_params: dict[str, Any] | None = None
-    """The concrete fix the projection assumes, e.g. {"num_workers": 4}."""
-    savings_hours_per_run: float | None = None
-    """Wall-clock hours a completed run saves (needs the run length)."""
-    savings_gpu_hours_per_run: float | None = None
-    savings_usd_per_run: float | None = None
-    """Needs a price per GPU-hour too."""
+    """Fraction of analysed steps on which the finding's per-step test holds."""
+    confidence: Confidence
+    projection: Projection
+    savings: Savings | None = None
+
+    @property
+    def supporting(self) -> tuple[Evidence, ...]:
+        return tuple(e for e in self.evidence if e.supports)
+
+    @property
+    def contrary(self) -> tuple[Evidence, ...]:
+        return tuple(e for e in self.evidence if not e.supports)
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
     path: str
     bottleneck: Bottleneck
-    confidence: float
+    confidence: Confidence
     findings: tuple[Finding, ...]
+    """Ranked by the step time their fix saves (docs/thresholds.md, 'Ranking')."""
+    health: tuple[Evidence, ...]
+    """The tests that define a healthy run; all pass when the bottleneck is 'none'."""
     metrics: StepMetrics
     complete: bool
     notes: tuple[str, ...]

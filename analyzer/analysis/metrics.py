@@ -1,4 +1,10 @@
-"""Per-step metrics: what a step costs and where its time goes. Pure functions over polars."""
+"""Per-step metrics: what a step costs and where its time goes. Pure functions over polars.
+
+Host waits (data, sync, unattributed host time) cost GPU time only while the GPU is idle: on
+traces with GPU timings their *effective* share is capped, step by step, by the GPU's idle
+time (the PyTorch profiler TensorBoard plugin counts DataLoader time the same way). On CPU
+traces the effective share is the share itself.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,28 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
 
+#: Host waits whose effective share is capped by GPU idle time.
+WAITS: tuple[str, ...] = (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)
+IDLE = "gpu_idle"
+"""Column of ``StepMetrics.per_step``: GPU idle share of the step."""
+UNEXPLAINED_IDLE = "gpu_idle_unexplained"
+"""Column of ``StepMetrics.per_step``: GPU idle share not covered by data wait or sync."""
+RAW = "__raw"
+"""Suffix of ``StepMetrics.per_step`` columns holding a wait's share before the GPU-idle cap."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepAccounting:
+    """Where every recorded step went: analysed, warm-up, or run under a profiler window."""
+
+    rows: int
+    """Step rows in the trace (after the reader dropped unusable ones; its notes say how many)."""
+    warmup: int
+    """Leading steps skipped per rank as warm-up."""
+    profiler_windows: int
+    """Steps that ran under a sampled torch.profiler window: kernel evidence only, not timings."""
+    analysed: int
+
 
 @dataclass(frozen=True, slots=True)
 class StepMetrics:
@@ -22,6 +50,7 @@ class StepMetrics:
     steps: int
     ranks: int
     warmup_steps: int
+    accounting: StepAccounting
     step_median_ms: float
     step_p90_ms: float
     breakdown_ms: dict[str, float | None]
@@ -33,21 +62,36 @@ class StepMetrics:
     mean_ms: dict[str, float | None]
     """Mean per step of each part; None where the trace does not know the part."""
     share: dict[str, float | None]
-    """Each part's total over all analysed steps divided by total wall time; None where unknown."""
+    """Each part's total over all analysed steps divided by total wall time, in [0, 1]; None where unknown."""
+    effective: dict[str, float]
+    """Share of step time each host wait (data, sync, other) costs: on GPU traces only while the GPU idles."""
     gpu_util: float | None
-    """Sum of GPU-busy time over sum of wall time; None without a GPU."""
+    """Sum of GPU-busy time over sum of wall time, in [0, 1]; None without GPU timings."""
+    idle_unexplained: float | None
+    """GPU idle share not covered by data wait or sync (launch and host overhead); None without a GPU."""
     peak_mem_bytes: int | None
     gpu_memory_bytes: int | None
     batch_samples: float | None
     samples_per_s: float | None
-    step_share: pl.DataFrame
-    """Per-step shares (columns named like the parts), for consistency checks."""
+    per_step: pl.DataFrame
+    """Per-step shares of wall time: the effective waits (columns named like the parts), the GPU busy
+    share (gpu_busy_ms), idle and unexplained idle; for consistency across steps."""
     kernels: KernelMetrics | None = None
     """Kernel-level evidence, when steps carry kernel statistics."""
-    sampled_steps: int = 0
-    """Analysed steps that ran under a sampled torch.profiler window (kept out of the step timings)."""
     distributed: RankAnalysis | None = None
     """Cross-rank skew and stragglers, for traces with several ranks."""
+
+    @property
+    def sampled_steps(self) -> int:
+        return self.accounting.profiler_windows
+
+    def consistency(self, column: str, threshold: float, *, below: bool = False) -> float:
+        """Fraction of analysed steps whose per-step share crosses ``threshold``."""
+        if column not in self.per_step.columns or self.per_step.height == 0:
+            return 0.0
+        values = self.per_step.get_column(column).fill_null(0.0)
+        hits = (values < threshold) if below else (values >= threshold)
+        return number(hits.mean() or 0.0)
 
 
 def warmup_steps(n: int) -> int:
@@ -55,52 +99,81 @@ def warmup_steps(n: int) -> int:
     return min(WARMUP_MAX_STEPS, int(n * WARMUP_FRACTION))
 
 
+def _clamp(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
 def step_metrics(trace: Trace) -> StepMetrics:
     frame = trace.frame
     if frame.height == 0:
         raise TraceError(f"{trace.path}: the trace holds no steps (the run stopped before its first step ended)")
+    rows = frame.height
     skip = warmup_steps(int(number(frame.group_by(S.RANK).len().get_column("len").min())))
     frame = frame.filter(pl.col(S.STEP).rank("ordinal").over(S.RANK) > skip)
     kernels = kernel_metrics(frame)
     sampled = frame.get_column(S.KERNEL_STATS).is_not_null()
+    windows = 0
     if sampled.any() and not sampled.all():
+        windows = int(sampled.sum())
         frame = frame.filter(~sampled)  # steps run under torch.profiler: kernel evidence only, not timings
-    wall_total = number(frame.get_column(S.WALL_MS).sum())
     known = {c: frame.get_column(c).null_count() < frame.height for c in (S.GPU_BUSY_MS, *S.PARTS)}
+    has_gpu = known[S.GPU_BUSY_MS]
+    wall = pl.col(S.WALL_MS)
+    idle = (wall - pl.col(S.GPU_BUSY_MS).fill_null(0.0)).clip(lower_bound=0.0)
+    eff = {
+        p: (pl.min_horizontal(pl.col(p).fill_null(0.0), idle) if has_gpu else pl.col(p).fill_null(0.0)).alias(p)
+        for p in WAITS
+    }
+    frame = frame.with_columns(
+        *[e.alias(f"{p}__eff") for p, e in eff.items()],
+        idle.alias(IDLE),
+    )
+    unexplained = (pl.col(IDLE) - pl.col(f"{S.DATA_WAIT_MS}__eff") - pl.col(f"{S.SYNC_MS}__eff")).clip(lower_bound=0.0)
+    frame = frame.with_columns(unexplained.alias(UNEXPLAINED_IDLE))
+    wall_total = number(frame.get_column(S.WALL_MS).sum())
+    total = {c: number(frame.get_column(c).sum()) for c in (*S.PARTS, IDLE, UNEXPLAINED_IDLE, S.GPU_BUSY_MS)}
+    total.update({f"{p}__eff": number(frame.get_column(f"{p}__eff").sum()) for p in WAITS})
     breakdown = {p: number(frame.get_column(p).median()) if known[p] else None for p in S.PARTS}
     means = {p: number(frame.get_column(p).mean()) if known[p] else None for p in S.PARTS}
-    share = {p: number(frame.get_column(p).sum()) / wall_total if known[p] else None for p in S.PARTS}
-    per_rank = frame.group_by(S.RANK).agg(pl.col(S.WALL_MS).mean().alias("mean"), pl.col(S.WALL_MS).sum().alias("sum"))
-    busy = frame.get_column(S.GPU_BUSY_MS)
-    gpu_util = number(busy.sum()) / wall_total if known[S.GPU_BUSY_MS] else None
+    share = {p: _clamp(total[p] / wall_total) if known[p] else None for p in S.PARTS}
+    effective = {p: _clamp(total[f"{p}__eff"] / wall_total) for p in WAITS}
+    per_rank = frame.group_by(S.RANK).agg(wall.mean().alias("mean"), wall.sum().alias("sum"))
     mem = frame.get_column(S.PEAK_MEM_BYTES)
     samples = frame.get_column(S.BATCH_SAMPLES)
     has_samples = samples.null_count() < samples.len()
-    step_share = frame.select(
-        S.STEP, S.RANK, *[(pl.col(p).fill_null(0.0) / pl.col(S.WALL_MS)).alias(p) for p in S.PARTS]
+    per_step = frame.select(
+        S.STEP,
+        S.RANK,
+        *[(pl.col(f"{p}__eff") / wall).alias(p) for p in WAITS],
+        *[(pl.col(p).fill_null(0.0) / wall).alias(p + RAW) for p in WAITS],
+        (pl.col(S.GPU_BUSY_MS) / wall).alias(S.GPU_BUSY_MS),
+        (pl.col(IDLE) / wall).alias(IDLE),
+        (pl.col(UNEXPLAINED_IDLE) / wall).alias(UNEXPLAINED_IDLE),
     )
-    if gpu_util is not None:
-        step_share = step_share.with_columns((busy / frame.get_column(S.WALL_MS)).alias(S.GPU_BUSY_MS))
     return StepMetrics(
         steps=frame.height,
         ranks=frame.get_column(S.RANK).n_unique(),
         warmup_steps=skip,
+        accounting=StepAccounting(
+            rows=rows, warmup=rows - frame.height - windows, profiler_windows=windows, analysed=frame.height
+        ),
         step_median_ms=number(frame.get_column(S.WALL_MS).median()),
         step_p90_ms=number(frame.get_column(S.WALL_MS).quantile(0.9, "linear")),
         breakdown_ms=breakdown,
         step_mean_ms=number(per_rank.get_column("mean").max()),  # a run lasts as long as its slowest rank
-        busy_mean_ms=number(busy.mean()) if gpu_util is not None else None,
+        busy_mean_ms=number(frame.get_column(S.GPU_BUSY_MS).mean()) if has_gpu else None,
         mean_ms=means,
         share=share,
-        gpu_util=gpu_util,
+        effective=effective,
+        gpu_util=_clamp(total[S.GPU_BUSY_MS] / wall_total) if has_gpu else None,
+        idle_unexplained=_clamp(total[UNEXPLAINED_IDLE] / wall_total) if has_gpu else None,
         peak_mem_bytes=None if mem.null_count() == mem.len() else int(number(mem.max())),
         gpu_memory_bytes=trace.run.gpu_memory_bytes,
         batch_samples=number(samples.median()) if has_samples else None,
         samples_per_s=1000.0 * number(samples.sum()) / number(per_rank.get_column("sum").max())
         if has_samples
         else None,
-        step_share=step_share,
+        per_step=per_step,
         kernels=kernels,
-        sampled_steps=int(sampled.sum()),
         distributed=rank_analysis(frame),
     )

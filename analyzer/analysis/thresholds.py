@@ -1,4 +1,4 @@
-"""Every threshold the classifier uses, with where it comes from. docs/thresholds.md explains them."""
+"""Every threshold and default the rules use, with where it comes from. docs/thresholds.md explains them."""
 
 from __future__ import annotations
 
@@ -18,31 +18,58 @@ XPROF = (
 TB_PLUGIN = "PyTorch profiler TensorBoard plugin performance recommendations (pytorch/kineto tb_plugin)"
 OURS = "gpuanalyze default, see docs/thresholds.md"
 
+# -- host waits (shares of step time; on GPU traces only the part while the GPU is idle counts) --
 DATA_WAIT_HIGH = Threshold(0.20, XPROF)
 DATA_WAIT_MODERATE = Threshold(0.05, XPROF + "; " + TB_PLUGIN + " flags DataLoader time > 5% of step")
-SYNC_HIGH = Threshold(0.20, OURS + " (same scale as input-bound)")
-SYNC_MODERATE = Threshold(0.05, OURS + " (same scale as input-bound)")
-GPU_UTIL_LOW = Threshold(0.50, TB_PLUGIN + " flags GPU utilization < 50%")
-GPU_UTIL_BUSY = Threshold(0.80, OURS + ": GPU busy most of the step, so the kernels themselves set the pace")
-MEM_HEADROOM = Threshold(0.50, OURS + ": peak memory under half the device leaves room for a larger batch")
+SYNC_HIGH = Threshold(0.20, OURS + " (the input-bound scale, applied to blocking syncs and collectives)")
+SYNC_MODERATE = Threshold(0.05, OURS + " (the input-bound scale, applied to blocking syncs and collectives)")
+HOST_HIGH = Threshold(0.30, OURS + ": most of the step in host work no phase accounts for")
+HOST_MODERATE = Threshold(0.10, OURS + ": host work no phase accounts for, above the noise of hook timing")
 
+# -- the GPU --
+GPU_HEALTHY = Threshold(0.90, OURS + ": a GPU busy >= 90% of the step leaves < 10% to win by feeding it better")
+GPU_UTIL_LOW = Threshold(0.50, TB_PLUGIN + " flags GPU utilization < 50%")
+IDLE_MODERATE = Threshold(0.05, OURS + ": GPU idle not explained by data wait or sync (launch and host overhead)")
 SHORT_KERNEL_US = Threshold(
     20.0,
     OURS + ": kernels under ~20 us are of the order of launch overhead (5-13 us measured on H200, docs/gpu-results.md)",
 )
-SIMT_GEMM_SHARE = Threshold(
-    0.30, OURS + ": fp32 SIMT GEMMs run ~7-15x below tensor-core rates (H200 datasheet 67 vs 989 TFLOPS)"
+LAUNCH_BOUND = Threshold(0.50, "HTA idle-time breakdown: host wait + kernel-launch gaps as a share of GPU idle time")
+MEM_HEADROOM = Threshold(0.50, OURS + ": peak memory under half the device leaves room for a larger batch")
+FP32_MATH = Threshold(
+    0.10,
+    OURS + ": fp32 GEMMs/convolutions run 2-16x below tensor-core rates (datasheets: RTX 4090 82.6 vs 165, "
+    "H100 67 vs 989 dense TFLOPS); >= 10% of GPU time in them is worth moving",
 )
-MEMORY_BOUND_SHARE = Threshold(0.50, OURS + ": more than half of kernel time in unfused elementwise/reduction kernels")
+MEMORY_BOUND = Threshold(0.50, OURS + ": more than half of kernel time in unfused elementwise/reduction kernels")
 
-#: Fraction of a GPU-bound fp32 step expected to be recoverable by tensor-core precisions;
-#: a conservative 2x speed-up (H100 datasheet: 67 fp32 vs 989 dense bf16 TFLOPS) applied to busy time.
-KERNEL_RECOVERABLE = 0.5
+# -- projections --
+#: Lowest tensor-core/fp32 dense speed-up in the datasheet table (RTX 4090: 165.2/82.6 = 2.0):
+#: used for GPUs not in the table, so the projection is a lower bound on the gain.
+FALLBACK_TENSOR_CORE_RATIO = 2.0
+#: Speed-up assumed for memory-bound elementwise/reduction time when torch.compile fuses chains of it
+#: (ours: fusing two ops into one halves their memory traffic; chains often fuse more).
+FUSION_SPEEDUP = 2.0
+MAX_BATCH_MULTIPLIER = 4
+DEFAULT_BATCH_MULTIPLIER = 2
+#: Cost of passing one batch from a DataLoader worker process to the training process: a fixed
+#: part (pickling, a queue hop, unpickling) plus a part per byte (the copy through shared memory).
+#: Ours, measured with torch 2.13 on a 2-core x86 box by benchmarks/worker_cost.py: 0.7-0.9 ms for
+#: batches under 64 KiB, 5.2 ms for a 4 MiB batch (fit: 0.7 ms + 1.1 ms per MiB).
+WORKER_BATCH_COST_MS = 0.7
+WORKER_COST_MS_PER_MIB = 1.1
+#: Time a fix must save, as a share of step time, before it is recommended.
+MIN_SAVING = 0.01
+
+# -- confidence --
+#: Analysed steps below which a verdict is low-confidence (few samples of a noisy quantity).
+FEW_STEPS = 10
+ENOUGH_STEPS = 30
 
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
 
-#: Straggler detection (analyzer/distributed.py): a rank is slow on a step when its work exceeds the
+#: Straggler detection (analyzer/analysis/ranks.py): a rank is slow on a step when its work exceeds the
 #: step's baseline by more than both of these; a straggler when slow on at least this fraction of steps.
 SLOW_STEP_MIN_MS = 1.0
 SLOW_STEP_FRACTION = 0.05

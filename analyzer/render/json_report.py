@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from analyzer.analysis.findings import Report
+from analyzer.analysis.findings import Evidence, Finding, Report
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 
 
@@ -24,9 +24,12 @@ def report_dict(report: Report) -> dict[str, Any]:
     return {
         "trace": report.path,
         "bottleneck": report.bottleneck,
-        "confidence": report.confidence,
+        "confidence": report.confidence.value,
+        "confidence_level": report.confidence.level,
+        "confidence_reason": report.confidence.reason,
         "steps": m.steps,
         "warmup_steps_skipped": m.warmup_steps,
+        "step_accounting": asdict(m.accounting),
         "ranks": m.ranks,
         "complete": report.complete,
         "step_time_ms": {"median": _num(m.step_median_ms), "p90": _num(m.step_p90_ms)},
@@ -59,28 +62,8 @@ def report_dict(report: Report) -> dict[str, Any]:
             for r in (m.distributed.per_rank if m.distributed else ())
         ],
         "kernels": _kernels(report),
-        "findings": [
-            {
-                "bottleneck": f.bottleneck,
-                "severity": f.severity,
-                "share": _num(f.share),
-                "consistency": _num(f.consistency),
-                "summary": f.summary,
-                "evidence": [{**asdict(e), "value": _num(e.value)} for e in f.evidence],
-                "recommendations": list(f.recommendations),
-                "projected_step_time_ms": _num(f.projected_step_time_ms, 3),
-                "projection_rule": f.projection_rule,
-                "projection_params": f.projection_params,
-                "savings": None
-                if f.savings_hours_per_run is None
-                else {
-                    "hours_per_run": _num(f.savings_hours_per_run, 3),
-                    "gpu_hours_per_run": _num(f.savings_gpu_hours_per_run, 3),
-                    "usd_per_run": _num(f.savings_usd_per_run, 2),
-                },
-            }
-            for f in report.findings
-        ],
+        "findings": [_finding(f) for f in report.findings],
+        "health": [_evidence(e) for e in report.health],
         "step_time_mean_ms": _num(m.step_mean_ms),
         "cost": _cost(report),
         "mfu": None
@@ -90,6 +73,41 @@ def report_dict(report: Report) -> dict[str, Any]:
         "run": msgspec.to_builtins(report.run),
         "end": None if report.end is None else msgspec.to_builtins(report.end),
         "ceilings": report.ceilings,
+    }
+
+
+def _evidence(e: Evidence) -> dict[str, Any]:
+    return {**asdict(e), "value": _num(e.value), "passed": e.passed, "supports": e.supports}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    p = f.projection
+    return {
+        "bottleneck": f.bottleneck,
+        "cause": f.cause,
+        "severity": f.severity,
+        "share": _num(f.share),
+        "consistency": _num(f.consistency),
+        "confidence": f.confidence.value,
+        "confidence_level": f.confidence.level,
+        "confidence_reason": f.confidence.reason,
+        "summary": f.summary,
+        "evidence": [_evidence(e) for e in f.evidence],
+        "recommendations": list(f.recommendations),
+        "projected_step_time_ms": _num(p.step_ms, 3),
+        "current_step_time_ms": _num(p.current_ms, 3),
+        "saved_ms_per_step": _num(p.saved_ms, 3),
+        "projection_rule": p.rule,
+        "projection_bound": p.bound,
+        "projection_params": dict(p.params) or None,
+        "projection_per_batch_of": _num(p.per_batch_of, 1),
+        "savings": None
+        if f.savings is None
+        else {
+            "hours_per_run": _num(f.savings.hours_per_run, 3),
+            "gpu_hours_per_run": _num(f.savings.gpu_hours_per_run, 3),
+            "usd_per_run": _num(f.savings.usd_per_run, 2),
+        },
     }
 
 

@@ -26,7 +26,9 @@ _VERDICT = {
     "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
     "kernels": "KERNELS: the GPU code itself sets the pace",
     "sync": "SYNC: the host waits on the device or on other ranks",
-    "none": "NO BOTTLENECK found by the rules",
+    "host": "HOST: host work no phase accounts for takes the step",
+    "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
+    "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
 }
 
 
@@ -35,7 +37,9 @@ def render_terminal(report: Report) -> RenderableType:
     parts: list[RenderableType] = []
     head = Text()
     head.append(_VERDICT[report.bottleneck], style="bold")
-    head.append(f"   (confidence {report.confidence:.0%})\n")
+    head.append(
+        f"   (confidence {report.confidence.level}, {report.confidence.value:.0%}: {report.confidence.reason})\n"
+    )
     head.append(f"{m.steps} steps analysed ({m.warmup_steps} warm-up skipped), {m.ranks} rank(s); ")
     head.append(f"step time median {m.step_median_ms:.2f} ms, p90 {m.step_p90_ms:.2f} ms")
     if m.samples_per_s:
@@ -81,33 +85,41 @@ def render_terminal(report: Report) -> RenderableType:
 
     for i, f in enumerate(report.findings, 1):
         body = Text(f.summary + "\n")
-        for e in f.evidence:
+        for title, items in (("evidence", f.supporting), ("against", f.contrary)):
+            for e in items:
+                mark = "holds" if e.passed else "fails"
+                body.append(
+                    f"  {title}: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit}; {mark})\n",
+                    style="dim",
+                )
+                body.append(f"            threshold source: {e.source}\n", style="dim")
+        body.append(f"  confidence {f.confidence.level} ({f.confidence.reason}); share of step ~{f.share:.0%}\n")
+        p = f.projection
+        per = f" per batch of {p.per_batch_of:.0f} samples" if p.per_batch_of else " per step"
+        body.append(
+            f"  if fixed: ~{p.step_ms:.2f} ms{per} (mean now {p.current_ms:.2f} ms; limit: {p.bound})\n", style="cyan"
+        )
+        body.append(f"            {p.rule}\n", style="dim")
+        if f.savings is not None:
+            s = f.savings
+            usd = "" if s.usd_per_run is None else f", ${s.usd_per_run:,.2f}"
             body.append(
-                f"  evidence: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})\n", style="dim"
-            )
-            body.append(f"            threshold source: {e.source}\n", style="dim")
-        body.append(f"  seen on {f.consistency:.0%} of steps; recoverable share ~{f.share:.0%}\n")
-        if f.projected_step_time_ms is not None:
-            body.append(
-                f"  if fixed: ~{f.projected_step_time_ms:.2f} ms per step ({f.projection_rule})\n", style="cyan"
-            )
-        if f.savings_hours_per_run is not None:
-            usd = "" if f.savings_usd_per_run is None else f", ${f.savings_usd_per_run:,.2f}"
-            body.append(
-                f"  saves ~{f.savings_hours_per_run:,.2f} h ({f.savings_gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
+                f"  saves ~{s.hours_per_run:,.2f} h ({s.gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
                 style="bold cyan",
             )
         for r in f.recommendations:
             body.append(f"  -> {r}\n")
-        parts.append(Panel(body, title=f"{i}. {f.bottleneck} ({f.severity})", title_align="left"))
+        parts.append(Panel(body, title=f"{i}. {f.bottleneck}: {f.cause} ({f.severity})", title_align="left"))
     if not report.findings:
-        parts.append(
-            Text(
-                "No rule fired: data wait and sync are under 5% of step time"
-                + ("" if m.gpu_util is not None else " (no GPU timings in this trace, so GPU rules were not evaluated)")
-                + "."
+        body = Text()
+        for e in report.health:
+            body.append(
+                f"  {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit}; "
+                f"{'holds' if e.passed else 'fails'})\n"
             )
-        )
+        if m.gpu_util is None:
+            body.append("  no GPU timings in this trace, so GPU tests were not evaluated\n", style="dim")
+        parts.append(Panel(body, title="healthy run: the tests", title_align="left"))
     return Group(*parts)
 
 

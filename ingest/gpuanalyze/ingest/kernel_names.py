@@ -1,9 +1,14 @@
 """Classify GPU kernels by name into the categories the kernel-level evidence uses.
 
-Name patterns follow what cuBLAS/CUTLASS/cuDNN/PyTorch/Triton kernels are called: SIMT fp32
-GEMMs contain ``sgemm`` (e.g. ``volta_sgemm_128x64_nn``, ``cutlass_80_simt_sgemm``); tensor-core
-GEMMs carry an MMA shape or tensor-core family (``s16816gemm``, ``h1688gemm``, ``xmma``,
-``sm90_xmma``, ``wgmma``, ``cutlass_80_tensorop``) or a 16-bit/tf32 type tag.
+A kernel's *kind* (GEMM, convolution, attention, ...) is read from its base name (before any
+template or argument list: ``void at::native::vectorized_elementwise_kernel<...>`` is elementwise
+whatever its template arguments mention); its *precision* from the whole name. Patterns follow
+what cuBLAS/CUTLASS/cuDNN/PyTorch/Triton/rocBLAS kernels are called: fp32 GEMMs on SIMT cores
+contain ``sgemm`` (``volta_sgemm_128x64_nn``, ``cutlass_80_simt_sgemm``); tensor-core GEMMs carry
+an MMA shape or family (``s16816gemm``, ``h1688gemm``, ``xmma``, ``wgmma``, ``tensorop``) or a
+16-bit/tf32/fp8 type tag; cuDNN's fp32 convolutions are ``scudnn``, ``winograd``,
+``implicit_convolve_sgemm`` or ``*grad_engine<float``; rocBLAS/Tensile GEMMs start with ``Cijk_``
+and name their types (``_SB_`` fp32, ``_HHS_``/``_BBS_`` 16-bit).
 """
 
 from __future__ import annotations
@@ -12,18 +17,26 @@ import re
 from functools import lru_cache
 
 _TENSOR_CORE = re.compile(
-    r"s16816|h16816|s1688|h1688|h884|s884|i8816|16816|1688|xmma|wgmma|hmma|tensorop|"
-    r"bf16|f16|fp16|half|tf32|e4m3|e5m2|sm90_|sm100_"
+    r"s16816|h16816|s1688|h1688|h884|s884|i8816|16816|1688|xmma|wgmma|hmma|tensorop|mfma_f16|"
+    r"bf16|f16|fp16|half|tf32|e4m3|e5m2|e2m1|fp8|sm90_|sm100_|_hhs_|_bbs_|_hss_|_bss_"
 )
-_GEMM = re.compile(r"gemm|matmul|_mm_|^mm_|triton_.*mm|cublas|cutlass|gemv|xmma")
-_NORM = re.compile(r"bn_|batch_norm|batchnorm|layer_norm|layernorm|group_norm|rms_?norm|norm_kernel")
-_CONV = re.compile(r"conv|implicit_gemm|winograd|cudnn|dgrad|wgrad|fprop")
+_COMM = re.compile(r"nccl|rccl|gloo|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv")
 _ATTN = re.compile(r"flash|fmha|attention|attn|sdpa|mem_eff")
+_NORM = re.compile(r"bn_|batch_norm|batchnorm|layer_norm|layernorm|group_norm|rms_?norm|norm_kernel")
+_LAYOUT = re.compile(r"nchwtonhwc|nhwctonchw|transpose|permute")
+_CONV = re.compile(r"conv|implicit_gemm|winograd|dgrad|wgrad|fprop|scudnn|\d{3,}cudnn|fft2d|fft_")
+_GEMM = re.compile(r"gemm|matmul|^mm_|_mm_|triton_.*mm|cublas|gemv|xmma|^cijk_|^bmm|_bmm")
+_CUTLASS = re.compile(r"cutlass")
 _REDUCE = re.compile(r"reduce|softmax|norm|sum_|mean|argmax|argmin|topk|scan|cumsum")
 _ELEMENTWISE = re.compile(
     r"elementwise|vectorized|unrolled|copy|fill|index|cat|gather|scatter|where|triton_poi|"
-    r"triton_|activation|relu|gelu|silu|dropout|adam|sgd|foreach|multi_tensor|pointwise"
+    r"triton_|activation|relu|gelu|silu|dropout|adam|sgd|foreach|multi_tensor|pointwise|embedding"
 )
+
+
+def base_name(lower: str) -> str:
+    """The kernel's own name, without 'void ', template arguments and parameters."""
+    return lower.removeprefix("void ").replace("(anonymous namespace)::", "").split("<", 1)[0].split("(", 1)[0]
 
 
 @lru_cache(maxsize=65536)
@@ -34,21 +47,23 @@ def kernel_category(name: str, event_cat: str = "kernel") -> str:
         return "memcpy"
     if cat in ("gpu_memset", "memset") or lower.startswith("memset"):
         return "memset"
-    if "nccl" in lower or "gloo" in lower or "rccl" in lower:
+    base = base_name(lower)
+    if _COMM.search(base) or "nccl" in lower or "rccl" in lower:
         return "communication"
-    if _ATTN.search(lower):
+    if _ATTN.search(base):
         return "attention"
-    if _NORM.search(lower):
+    if _NORM.search(base):
         return "reduction"
-    if _CONV.search(lower):
-        return "conv"
-    if _GEMM.search(lower):
-        if "sgemm" in lower or ("simt" in lower and not _TENSOR_CORE.search(lower)):
-            return "gemm_simt_fp32"
-        return "gemm_tensor_core" if _TENSOR_CORE.search(lower) else "gemm_simt_fp32"
-    if _REDUCE.search(lower):
+    if _LAYOUT.search(base):
+        return "elementwise"
+    tensor_core = bool(_TENSOR_CORE.search(lower)) and "sgemm" not in base and "_sb_" not in base
+    if _CONV.search(base) or (_CUTLASS.search(base) and _CONV.search(lower)):
+        return "conv_tensor_core" if tensor_core else "conv"
+    if _GEMM.search(base) or _CUTLASS.search(base):
+        return "gemm_tensor_core" if tensor_core else "gemm_simt_fp32"
+    if _REDUCE.search(base):
         return "reduction"
-    if _ELEMENTWISE.search(lower):
+    if _ELEMENTWISE.search(base):
         return "elementwise"
     return "other"
 

@@ -40,6 +40,7 @@ KERNEL_STATS = "kernel_stats"
 KERNEL_CATEGORIES: tuple[str, ...] = (
     "gemm_tensor_core",
     "gemm_simt_fp32",
+    "conv_tensor_core",
     "conv",
     "attention",
     "elementwise",
@@ -76,7 +77,11 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     comm_exposed_ms: _Ms = 0.0
     gemm_tensor_core_ms: _Ms = 0.0
     gemm_simt_fp32_ms: _Ms = 0.0
+    """fp32 GEMMs on SIMT cores (plus rocBLAS fp32 GEMMs)."""
+    conv_tensor_core_ms: _Ms = 0.0
     conv_ms: _Ms = 0.0
+    """Convolutions with no tensor-core or 16-bit marker: fp32 on SIMT cores (traces before
+    gpuanalyze 0.2 counted every convolution here)."""
     attention_ms: _Ms = 0.0
     elementwise_ms: _Ms = 0.0
     reduction_ms: _Ms = 0.0

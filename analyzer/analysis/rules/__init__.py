@@ -1,0 +1,144 @@
+"""The rule engine: one rule per bottleneck, one ranking, one definition of a healthy run.
+
+Ranking: findings are ordered by the step time their fix saves (current minus projected mean
+step time), then by share. ``none`` is the verdict only when the run is healthy (every test of
+``health`` passes) and no rule fires; a run that is not healthy always gets a named cause (the
+largest remaining one, at low confidence, if no rule crosses its usual threshold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import number
+from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
+from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.rules.base import Context, Rule, confidence_level
+from analyzer.analysis.rules.batch_size import BatchSize
+from analyzer.analysis.rules.data_loading import DataLoading
+from analyzer.analysis.rules.host import Host
+from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
+from analyzer.analysis.rules.sync import Sync, exposed_comm_share
+from gpuanalyze.ingest import schema as S
+
+RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
+
+__all__ = ["RULES", "Context", "Verdict", "classify", "health"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    bottleneck: Bottleneck
+    confidence: Confidence
+    findings: tuple[Finding, ...]
+    health: tuple[Evidence, ...]
+
+
+def health(ctx: Context) -> tuple[Evidence, ...]:
+    """The definition of a healthy run, as tests (docs/thresholds.md, 'Healthy')."""
+    m = ctx.m
+    ev = [
+        Evidence(
+            "data_wait_share",
+            m.effective[S.DATA_WAIT_MS],
+            T.DATA_WAIT_MODERATE.value,
+            "<",
+            "fraction of step time",
+            T.DATA_WAIT_MODERATE.source,
+        ),
+        Evidence(
+            "sync_share",
+            m.effective[S.SYNC_MS],
+            T.SYNC_MODERATE.value,
+            "<",
+            "fraction of step time",
+            T.SYNC_MODERATE.source,
+        ),
+    ]
+    if ctx.gpu:
+        ev.insert(
+            0,
+            Evidence(
+                "gpu_utilization",
+                m.gpu_util or 0.0,
+                T.GPU_HEALTHY.value,
+                ">=",
+                "fraction of step time",
+                T.GPU_HEALTHY.source,
+            ),
+        )
+        km = m.kernels
+        if km is not None:
+            fp32 = sum(km.share_of_kernel_time(c) for c in FP32_CATEGORIES)
+            ev.append(
+                Evidence(
+                    "fp32_gemm_conv_share", fp32, T.FP32_MATH.value, "<", "fraction of kernel time", T.FP32_MATH.source
+                )
+            )
+            ev.append(
+                Evidence(
+                    "exposed_communication_share",
+                    exposed_comm_share(ctx),
+                    T.SYNC_MODERATE.value,
+                    "<",
+                    "fraction of the GPU timeline",
+                    T.SYNC_MODERATE.source,
+                )
+            )
+    else:
+        ev.append(
+            Evidence(
+                "unattributed_host_share",
+                m.effective[S.OTHER_MS],
+                T.HOST_MODERATE.value,
+                "<",
+                "fraction of step time",
+                T.HOST_MODERATE.source,
+            )
+        )
+    return tuple(ev)
+
+
+def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
+    steps = m.per_step
+    ok = (steps.get_column(S.DATA_WAIT_MS) < T.DATA_WAIT_MODERATE.value) & (
+        steps.get_column(S.SYNC_MS) < T.SYNC_MODERATE.value
+    )
+    if gpu:
+        ok = ok & (steps.get_column(S.GPU_BUSY_MS).fill_null(0.0) >= T.GPU_HEALTHY.value)
+    else:
+        ok = ok & (steps.get_column(S.OTHER_MS) < T.HOST_MODERATE.value)
+    consistency = number(ok.mean() or 0.0) if steps.height else 0.0
+    scale, why = 1.0, f"healthy on {consistency:.0%} of {m.steps} step(s)"
+    if m.steps < T.FEW_STEPS:
+        scale, why = 0.3, f"only {m.steps} step(s) of evidence"
+    elif m.steps < T.ENOUGH_STEPS:
+        scale, why = 0.7, f"healthy on {consistency:.0%} of only {m.steps} steps"
+    value = round(consistency * scale, 3)
+    return Confidence(value, confidence_level(value), why)
+
+
+def classify(ctx: Context) -> Verdict:
+    findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
+    tests = health(ctx)
+    healthy = all(e.passed for e in tests)
+    if not findings and not healthy:
+        relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
+        findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
+    ranked = tuple(sorted(findings, key=lambda f: (f.projection.saved_ms, f.share), reverse=True))
+    if ranked:
+        return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
+    if not healthy:
+        failed = ", ".join(e.metric for e in tests if not e.passed)
+        return Verdict(
+            "unknown",
+            Confidence(
+                0.0,
+                "low",
+                f"not healthy ({failed} fail the health tests), but no rule can attribute the time or project a fix",
+            ),
+            (),
+            tests,
+        )
+    return Verdict("none", _healthy_confidence(ctx.m, ctx.gpu), (), tests)

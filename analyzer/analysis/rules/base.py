@@ -1,0 +1,183 @@
+"""What every rule shares: the context it reads, the detection it returns, and how a detection
+becomes a Finding (evidence, projection, advice, confidence).
+
+A rule is one object per bottleneck with four steps: ``detect`` (does it fire, with what share
+of the step and on how many steps), ``evidence`` (the tests behind it, for and against),
+``project`` (the step time after the fix, bounded by what remains the limit; None when no fix
+is projected to help, and then the rule does not fire) and ``advise`` (what to change).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import (
+    Bottleneck,
+    Confidence,
+    ConfidenceLevel,
+    Evidence,
+    Finding,
+    Projection,
+    Severity,
+)
+from analyzer.analysis.metrics import StepMetrics
+from analyzer.machine.ceilings import Ceilings
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Everything a rule may read: the metrics and what the trace says about its run."""
+
+    m: StepMetrics
+    run: RunInfo
+    end: EndInfo | None
+    ceilings: Ceilings | None
+    """Measured ceilings of the machine the trace was recorded on (None when there are none for it)."""
+
+    @property
+    def wall(self) -> float:
+        """Mean step time in ms (the slowest rank's): what run time adds up from."""
+        return self.m.step_mean_ms
+
+    @property
+    def gpu(self) -> bool:
+        """The trace has GPU timings (GPU rules apply, GPU-only advice is given)."""
+        return self.m.gpu_util is not None
+
+    @property
+    def busy(self) -> float:
+        """Mean GPU-busy ms per step (0 without GPU timings)."""
+        return self.m.busy_mean_ms or 0.0
+
+    def ms(self, share: float) -> float:
+        return share * self.wall
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    cause: str
+    share: float
+    """Fraction of step time the cause takes, in [0, 1]."""
+    consistency: float
+    """Fraction of the steps the evidence comes from on which the per-step test holds."""
+    evidence_steps: int
+    """How many steps the evidence comes from (analysed steps, or steps with kernel statistics)."""
+    summary: str
+
+
+def clamp(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity:
+    if relaxed:
+        return "low"
+    return "high" if share >= high.value else "moderate"
+
+
+def confidence(d: Detection, evidence: tuple[Evidence, ...], relaxed: bool) -> Confidence:
+    """Consistency across steps, scaled down for few steps and for contrary evidence."""
+    n = d.evidence_steps
+    scale, why = 1.0, f"{d.consistency:.0%} of {n} step(s)"
+    if n < T.FEW_STEPS:
+        scale, why = 0.3, f"only {n} step(s) of evidence"
+    elif n < T.ENOUGH_STEPS:
+        scale, why = 0.7, f"{d.consistency:.0%} of only {n} steps"
+    support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
+    if support < 1.0:
+        why += f"; {sum(not e.supports for e in evidence)} of {len(evidence)} evidence item(s) against"
+    if relaxed:
+        scale, why = min(scale, 0.3), why + "; below the usual thresholds (named as the largest remaining cause)"
+    value = round(clamp(d.consistency * scale * support), 3)
+    return Confidence(value, confidence_level(value), why)
+
+
+def confidence_level(value: float) -> ConfidenceLevel:
+    return "high" if value >= 0.75 else "medium" if value >= 0.4 else "low"
+
+
+class Rule(ABC):
+    bottleneck: ClassVar[Bottleneck]
+    high: ClassVar[T.Threshold]
+
+    def evaluate(self, ctx: Context, *, relaxed: bool = False) -> Finding | None:
+        """The finding, or None when the rule does not fire or no fix is projected to help."""
+        d = self.detect(ctx, relaxed=relaxed)
+        if d is None:
+            return None
+        projection = self.project(ctx, d)
+        if projection is None or projection.saved_ms < T.MIN_SAVING * ctx.wall:
+            return None
+        evidence = self.evidence(ctx, d)
+        return Finding(
+            bottleneck=self.bottleneck,
+            cause=d.cause,
+            severity=severity(d.share, self.high, relaxed),
+            share=clamp(d.share),
+            summary=d.summary,
+            evidence=evidence,
+            recommendations=self.advise(ctx, d, projection),
+            consistency=clamp(d.consistency),
+            confidence=confidence(d, evidence, relaxed),
+            projection=projection,
+        )
+
+    @abstractmethod
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None: ...
+
+    @abstractmethod
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]: ...
+
+    @abstractmethod
+    def project(self, ctx: Context, d: Detection) -> Projection | None: ...
+
+    @abstractmethod
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]: ...
+
+
+def bounded(
+    ctx: Context,
+    step: float,
+    what: str,
+    limits: dict[str, float],
+    rule: str,
+    params: tuple[tuple[str, int | float | str], ...] = (),
+    per_batch_of: float | None = None,
+) -> Projection:
+    """The projection ``step`` ("what" limits it), raised to the largest of ``limits`` (what remains
+    the limit once the cause is fixed: GPU-busy time, the compute path, ...) and kept within
+    [0, current step]: never below what remains, never slower than now."""
+    wall = ctx.wall
+    bound = what
+    if limits:
+        name, floor = max(limits.items(), key=lambda kv: kv[1])
+        if floor > step:
+            step, bound = floor, name
+            rule += f"; no faster than {name} ({floor:.2f} ms)"
+    step = min(max(step, 0.0), wall)
+    return Projection(
+        step_ms=step,
+        current_ms=wall,
+        rule=rule,
+        bound=f"{bound}: {step:.2f} ms",
+        params=params,
+        per_batch_of=per_batch_of,
+    )
+
+
+def gpu_only(ctx: Context, recs: list[str | tuple[str, bool]]) -> tuple[str, ...]:
+    """Recommendations, dropping those marked GPU-only when the run has no GPU."""
+    out = []
+    for r in recs:
+        if isinstance(r, tuple):
+            text, needs_gpu = r
+            if needs_gpu and not ctx.gpu:
+                continue
+            out.append(text)
+        else:
+            out.append(r)
+    return tuple(out)

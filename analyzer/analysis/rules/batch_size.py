@@ -1,0 +1,204 @@
+"""batch_size: too little work per step, so fixed per-step costs dominate.
+
+On a GPU it shows as idle time that neither data wait nor sync explains (kernel launches, Python
+between ops): a larger batch gives every launch more work. On a CPU it shows as a data wait
+that workers cannot remove because passing a batch between processes costs more than loading
+it (tiny batches, in-memory data). The projection is per current batch worth of samples: the
+parts that grow with the batch (GPU work, compute, loading) scale, the fixed per-step rest is
+divided by the batch multiplier.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.metrics import UNEXPLAINED_IDLE
+from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.data_loading import helps, worker_plan
+from gpuanalyze.ingest import schema as S
+
+
+def batch_multiplier(ctx: Context) -> tuple[int, str]:
+    """How much larger a batch the projection assumes, and why."""
+    m = ctx.m
+    if m.peak_mem_bytes and m.gpu_memory_bytes:
+        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(0.9 * m.gpu_memory_bytes / m.peak_mem_bytes)))
+        return k, (
+            f"batch x{k} (peak memory {m.peak_mem_bytes / 1e9:.1f} of {m.gpu_memory_bytes / 1e9:.1f} GB, "
+            f"capped at x{T.MAX_BATCH_MULTIPLIER})"
+        )
+    return T.DEFAULT_BATCH_MULTIPLIER, f"batch x{T.DEFAULT_BATCH_MULTIPLIER} (no memory figures in the trace; assumed)"
+
+
+def _fixed_data_wait(ctx: Context) -> float:
+    """Data wait share that DataLoader workers would not remove (their per-batch cost exceeds it); 0 otherwise."""
+    share = ctx.m.effective[S.DATA_WAIT_MS]
+    plan = worker_plan(ctx, ctx.ms(share))
+    if share > 0 and plan is not None and plan.workers > 0 and not helps(plan, ctx.wall):
+        return share
+    return 0.0
+
+
+class BatchSize(Rule):
+    bottleneck = "batch_size"
+    high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
+
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        m = ctx.m
+        floor = 0.01 if relaxed else T.IDLE_MODERATE.value
+        if ctx.gpu:
+            idle = m.idle_unexplained or 0.0
+            if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
+                return None
+            km = m.kernels
+            launch = km is not None and km.totals_ms["idle_launch_ms"] > km.totals_ms["idle_host_wait_ms"]
+            return Detection(
+                cause="launch_overhead" if launch else "host_overhead",
+                share=idle,
+                consistency=m.consistency(UNEXPLAINED_IDLE, T.IDLE_MODERATE.value),
+                evidence_steps=m.steps,
+                summary=f"The GPU is busy {m.gpu_util:.0%} of the step; {idle:.0%} of the step it idles for reasons "
+                "other than data or sync (kernel launches and Python between them): too little work per step.",
+            )
+        fixed = _fixed_data_wait(ctx)
+        if fixed < floor:
+            return None
+        return Detection(
+            cause="per_step_overhead",
+            share=fixed,
+            consistency=m.consistency(S.DATA_WAIT_MS, T.IDLE_MODERATE.value),
+            evidence_steps=m.steps,
+            summary=f"Each step handles {m.batch_samples or 0:.0f} sample(s) in {ctx.wall:.2f} ms, and "
+            f"{fixed:.0%} of it is fetching the batch: too cheap per batch for worker processes to pay off "
+            "(passing a batch between processes costs more); a larger batch spreads the fixed per-step costs.",
+        )
+
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        m = ctx.m
+        ev: list[Evidence] = []
+        if ctx.gpu:
+            util = m.gpu_util or 0.0
+            ev.append(
+                Evidence(
+                    "gpu_utilization", util, T.GPU_HEALTHY.value, "<", "fraction of step time", T.GPU_HEALTHY.source
+                )
+            )
+            ev.append(
+                Evidence(
+                    "gpu_idle_unexplained_share",
+                    d.share,
+                    T.IDLE_MODERATE.value,
+                    ">=",
+                    "fraction of step time",
+                    T.IDLE_MODERATE.source,
+                )
+            )
+            km = m.kernels
+            if km is not None and km.kernel_median_us is not None:
+                ev.append(
+                    Evidence(
+                        "kernel_median_us",
+                        km.kernel_median_us,
+                        T.SHORT_KERNEL_US.value,
+                        "<",
+                        "microseconds",
+                        T.SHORT_KERNEL_US.source,
+                    )
+                )
+            if km is not None and km.idle_ms > 0:
+                launch = (km.totals_ms["idle_launch_ms"] + km.totals_ms["idle_host_wait_ms"]) / km.idle_ms
+                ev.append(
+                    Evidence(
+                        "idle_from_launch_or_host_wait",
+                        launch,
+                        T.LAUNCH_BOUND.value,
+                        ">=",
+                        "fraction of GPU idle time",
+                        T.LAUNCH_BOUND.source,
+                    )
+                )
+        else:
+            plan = worker_plan(ctx, ctx.ms(d.share))
+            if plan is not None:
+                ev.append(
+                    Evidence(
+                        "data_wait_ms_per_batch",
+                        ctx.ms(d.share),
+                        plan.cost_ms,
+                        "<",
+                        "ms",
+                        "passing a batch from a worker process costs more than loading it here "
+                        "(WORKER_BATCH_COST_MS, docs/thresholds.md)",
+                    )
+                )
+        if m.peak_mem_bytes and m.gpu_memory_bytes:
+            used = m.peak_mem_bytes / m.gpu_memory_bytes
+            ev.append(
+                Evidence(
+                    "peak_memory_fraction",
+                    used,
+                    T.MEM_HEADROOM.value,
+                    "<",
+                    "fraction of device memory",
+                    T.MEM_HEADROOM.source,
+                )
+            )
+        return tuple(ev)
+
+    def project(self, ctx: Context, d: Detection) -> Projection | None:
+        k, why = batch_multiplier(ctx)
+        if k <= 1:
+            return None
+        m = ctx.m
+        wall = ctx.wall
+        if ctx.gpu:
+            data = ctx.ms(m.effective[S.DATA_WAIT_MS])
+            scaling = ctx.busy + data
+            scaling_what = f"GPU work {ctx.busy:.2f} ms and data wait {data:.2f} ms"
+        else:
+            scaling = sum(m.mean_ms[p] or 0.0 for p in (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS))
+            scaling_what = f"loading, forward and backward {scaling:.2f} ms"
+        fixed = max(0.0, wall - scaling)
+        step = scaling + fixed / k
+        rule = (
+            f"{why}: {scaling_what} grow with the batch, the other {fixed:.2f} ms per step (launches, optimizer, "
+            f"host) does not, so per current batch worth of samples: {scaling:.2f} + {fixed:.2f}/{k} = {step:.2f} ms"
+        )
+        return bounded(
+            ctx,
+            step,
+            f"batch x{k}",
+            {"the work that grows with the batch": scaling},
+            rule,
+            params=(("batch_multiplier", k),),
+            per_batch_of=m.batch_samples,
+        )
+
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        k = dict(p.params).get("batch_multiplier", 2)
+        m = ctx.m
+        recs: list[str | tuple[str, bool]] = []
+        if m.batch_samples:
+            recs.append(
+                f"Raise the batch size about {k}x (from {m.batch_samples:.0f}) and scale the learning rate "
+                "with it; if memory is short, keep the batch and use fewer, larger gradient-accumulation steps."
+            )
+        else:
+            recs.append(f"Raise the batch size about {k}x and scale the learning rate with it.")
+        recs += [
+            (
+                "Cut launch overhead: torch.compile(model, mode='reduce-overhead') or CUDA graphs fuse small kernels "
+                "and "
+                "replay them.",
+                True,
+            ),
+            ("Move per-step Python work (logging, metric bookkeeping) off the step or do it every N steps.", True),
+        ]
+        if not ctx.gpu:
+            recs.append(
+                "Keep loading in the training process (num_workers=0) while batches are this cheap to fetch: "
+                "worker processes would add their per-batch cost."
+            )
+        return gpu_only(ctx, recs)

@@ -1,0 +1,208 @@
+"""data_loading: each step waits for its input batch while the GPU (or the CPU compute) idles.
+
+The projection charges what the fix costs: DataLoader workers overlap loading with compute but
+pass every batch between processes (WORKER_BATCH_COST_MS + WORKER_COST_MS_PER_MIB), and they
+share the host's cores with the training process. When that costs more than the wait it removes
+(tiny batches, in-memory data) no worker advice is given: the wait is a fixed per-step cost and
+batch_size says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
+from gpuanalyze.ingest import schema as S
+
+MAX_WORKERS = 8
+
+
+def cores_per_process(ctx: Context) -> int:
+    """CPU cores the training process and its workers may use (the host's, shared by local ranks)."""
+    cores = ctx.run.cpu_count or 4
+    local = max(1, min(ctx.run.world, ctx.run.gpu_count or 1))
+    return max(1, cores // local)
+
+
+def worker_batch_cost_ms(ctx: Context) -> float:
+    """Per-batch cost of receiving a batch from a worker process (documented default; batch bytes when known)."""
+    return T.WORKER_BATCH_COST_MS
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """What moving loading into worker processes would give."""
+
+    workers: int
+    """Workers the projection assumes (0: the loop already has all the workers its cores allow)."""
+    step_ms: float
+    loading_ms: float
+    """Per-batch loading time with the workers (what each step still waits for at most)."""
+    cost_ms: float
+    rule: str
+
+
+def worker_plan(ctx: Context, data_ms: float) -> WorkerPlan | None:
+    """The projected step with more DataLoader workers; None when the trace does not say how many ran."""
+    current = ctx.end.loader_workers if ctx.end is not None else None
+    if current is None:
+        return None
+    compute = ctx.wall - data_ms
+    cores = cores_per_process(ctx)
+    if current == 0:
+        workers = max(2, min(MAX_WORKERS, cores))
+        usable = min(workers, cores)  # loading is often I/O (sleeping), so workers may use every core
+        cost = worker_batch_cost_ms(ctx)
+        loading = data_ms / usable
+        step = max(compute, loading) + cost
+        rule = (
+            f"num_workers={workers}: loading ({data_ms:.2f} ms per batch today, in the training process) spread over "
+            f"{usable} core(s) = {loading:.2f} ms, overlapped with the {compute:.2f} ms compute path, plus "
+            f"{cost:.2f} ms per batch to pass it between processes: max({compute:.2f}, {loading:.2f}) + {cost:.2f}"
+        )
+        return WorkerPlan(workers, step, loading, cost, rule)
+    workers = min(MAX_WORKERS, cores - 1, 2 * current)
+    if workers <= current:
+        return WorkerPlan(0, ctx.wall, ctx.wall, 0.0, f"num_workers={current} already uses the {cores} core(s)")
+    # With `current` workers each batch takes a worker current x step to build; more workers divide that.
+    loading = ctx.wall * current / workers
+    step = max(compute, loading)
+    rule = (
+        f"num_workers {current} -> {workers}: batches arrive every {ctx.wall:.2f} x {current}/{workers} = "
+        f"{loading:.2f} ms, overlapped with the {compute:.2f} ms compute path"
+    )
+    return WorkerPlan(workers, step, loading, 0.0, rule)
+
+
+def helps(plan: WorkerPlan | None, wall: float) -> bool:
+    return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.MIN_SAVING)
+
+
+class DataLoading(Rule):
+    bottleneck = "data_loading"
+    high = T.DATA_WAIT_HIGH
+
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        share = ctx.m.effective[S.DATA_WAIT_MS]
+        if share < (0.01 if relaxed else T.DATA_WAIT_MODERATE.value):
+            return None
+        data = ctx.ms(share)
+        plan = worker_plan(ctx, data)
+        if plan is not None and plan.workers > 0 and not helps(plan, ctx.wall):
+            return None  # workers cost more than they save: batch_size names this fixed per-step cost
+        wait = "while the GPU is idle " if ctx.gpu else ""
+        return Detection(
+            cause="input_pipeline",
+            share=share,
+            consistency=ctx.m.consistency(S.DATA_WAIT_MS, T.DATA_WAIT_MODERATE.value),
+            evidence_steps=ctx.m.steps,
+            summary=f"The training loop waits for the next batch {wait}{share:.0%} of the time "
+            f"({data:.2f} ms of a {ctx.wall:.2f} ms step on average).",
+        )
+
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        threshold = T.DATA_WAIT_HIGH if d.share >= T.DATA_WAIT_HIGH.value else T.DATA_WAIT_MODERATE
+        ev = [Evidence("data_wait_share", d.share, threshold.value, ">=", "fraction of step time", threshold.source)]
+        if ctx.gpu:
+            idle = 1.0 - (ctx.m.gpu_util or 0.0)
+            ev.append(
+                Evidence(
+                    "gpu_idle_share",
+                    idle,
+                    T.DATA_WAIT_MODERATE.value,
+                    ">=",
+                    "fraction of step time",
+                    "waiting on the host costs GPU time only while the GPU is idle (TensorBoard plugin)",
+                )
+            )
+        plan = worker_plan(ctx, ctx.ms(d.share))
+        if plan is not None and plan.cost_ms > 0:
+            ev.append(
+                Evidence(
+                    "data_wait_ms_per_batch",
+                    ctx.ms(d.share),
+                    plan.cost_ms,
+                    ">=",
+                    "ms",
+                    "loading a batch must cost more than passing it from a worker process "
+                    "(WORKER_BATCH_COST_MS, docs/thresholds.md) for workers to pay off",
+                )
+            )
+        c = ctx.ceilings
+        if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
+            ev.append(
+                Evidence(
+                    "achieved_samples_per_s",
+                    ctx.m.samples_per_s,
+                    c.loader_samples_per_s,
+                    "<",
+                    "samples/s",
+                    f"synthetic input pipeline measured by `gpuanalyze bench dataloader` on {c.device} ({c.path}): "
+                    "what this host's workers and link can deliver; a run already faster is not limited by it",
+                )
+            )
+        return tuple(ev)
+
+    def project(self, ctx: Context, d: Detection) -> Projection | None:
+        data = ctx.ms(d.share)
+        compute = ctx.wall - data
+        limits = {"the compute path": compute}
+        if ctx.gpu:
+            limits["GPU-busy time"] = ctx.busy
+        c = ctx.ceilings
+        if c is not None and c.loader_samples_per_s and ctx.m.batch_samples:
+            achieved = ctx.m.samples_per_s or 0.0
+            if achieved < c.loader_samples_per_s:
+                limits["the loader at the measured synthetic ceiling"] = (
+                    1e3 * ctx.m.batch_samples / c.loader_samples_per_s
+                )
+        plan = worker_plan(ctx, data)
+        base = f"step {ctx.wall:.2f} ms, of which data wait {data:.2f} ms"
+        if plan is not None and plan.workers > 0:
+            return bounded(
+                ctx,
+                plan.step_ms,
+                f"loading with num_workers={plan.workers}",
+                limits,
+                f"{base}; {plan.rule}",
+                params=(("num_workers", plan.workers),),
+            )
+        how = plan.rule + "; " if plan is not None else ""
+        return bounded(
+            ctx,
+            compute,
+            "the compute path",
+            limits,
+            f"{base}; {how}if loading overlapped compute or were as fast as it: {ctx.wall:.2f} - {data:.2f}"
+            " (an upper bound on the gain: it needs loading made cheaper or moved off the training process)",
+        )
+
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        workers = dict(p.params).get("num_workers")
+        current = ctx.end.loader_workers if ctx.end is not None else None
+        recs: list[str | tuple[str, bool]] = []
+        if workers is not None:
+            recs.append(
+                f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; this host gives "
+                f"{cores_per_process(ctx)} core(s) to this process), with prefetch_factor=2 or more if waits "
+                "are bursty."
+            )
+            recs.append("Keep workers alive between epochs with persistent_workers=True.")
+        elif current is None:
+            recs.append(
+                "Load in the background: a DataLoader with num_workers > 0 (or a prefetching thread for a "
+                "custom batch function) overlaps loading with compute."
+            )
+        recs += [
+            (
+                "Use pin_memory=True and move batches with .to(device, non_blocking=True) so the copy overlaps "
+                "compute.",
+                True,
+            ),
+            "Make Dataset.__getitem__ cheaper: decode/augment once offline, cache decoded samples, or read from "
+            "faster storage.",
+            ("Move augmentation to the GPU (e.g. torchvision.transforms.v2 on device tensors).", True),
+        ]
+        return gpu_only(ctx, recs)

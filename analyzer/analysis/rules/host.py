@@ -1,0 +1,65 @@
+"""host: host time that no instrumented phase accounts for (not data, forward, backward, optimizer
+or sync): a batch function that is not a DataLoader, logging, checkpointing, evaluation.
+
+gpuanalyze cannot see what this time is, so the finding says so and says where to look; its
+projection (the step without it) is an upper bound. On GPU traces the same time shows as GPU
+idle time and batch_size names it.
+"""
+
+from __future__ import annotations
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.rules.base import Context, Detection, Rule, bounded
+from gpuanalyze.ingest import schema as S
+
+
+class Host(Rule):
+    bottleneck = "host"
+    high = T.HOST_HIGH
+
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        if ctx.gpu:
+            return None
+        share = ctx.m.effective[S.OTHER_MS]
+        if share < (0.01 if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_MODERATE.value:
+            return None  # below threshold, or no phase recognised at all: nothing to attribute against
+        return Detection(
+            cause="unattributed_host",
+            share=share,
+            consistency=ctx.m.consistency(S.OTHER_MS, T.HOST_MODERATE.value),
+            evidence_steps=ctx.m.steps,
+            summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) is host work outside data loading, forward, "
+            "backward and the optimizer: gpuanalyze cannot see what it is.",
+        )
+
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        threshold = T.HOST_HIGH if d.share >= T.HOST_HIGH.value else T.HOST_MODERATE
+        return (
+            Evidence(
+                "unattributed_host_share", d.share, threshold.value, ">=", "fraction of step time", threshold.source
+            ),
+        )
+
+    def project(self, ctx: Context, d: Detection) -> Projection | None:
+        other = ctx.ms(d.share)
+        instrumented = ctx.wall - other
+        return bounded(
+            ctx,
+            instrumented,
+            "the instrumented phases",
+            {},
+            (
+                f"step {ctx.wall:.2f} ms minus unattributed host time {other:.2f} ms, if that work were removed or "
+                "overlapped (an upper bound: what the time is spent on is unknown)"
+            ),
+        )
+
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        return (
+            "If batches come from your own function (no DataLoader, e.g. get_batch()), wrap the call in "
+            "`with prof.data():` so gpuanalyze counts it as data wait; then load in the background.",
+            "Look for per-step logging, metric computation, evaluation or checkpointing in the loop, and do it every "
+            "N steps.",
+            "Profile the host side to see the rest: py-spy record -- python train.py, or pyinstrument.",
+        )

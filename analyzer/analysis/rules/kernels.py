@@ -1,0 +1,183 @@
+"""kernels: GPU time spent in slow kernels: fp32 GEMMs/convolutions off the tensor cores, or unfused
+memory-bound elementwise/reduction chains.
+
+Only kernel time on the critical path shortens the step: the projection scales the kernel time a
+fix removes by the GPU-busy share (a GPU that idles half the step gets half the gain), so a
+host-bound run is never promised what faster kernels cannot give it. The tensor-core speed-up is
+the measured bf16/fp32 matmul ratio of this machine, else the datasheet's, else the smallest ratio
+in the datasheet table (a lower bound).
+"""
+
+from __future__ import annotations
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.rules.base import Context, Detection, Rule, bounded
+from analyzer.machine.datasheet import lookup
+from gpuanalyze.ingest import schema as S
+
+FP32_CATEGORIES = ("gemm_simt_fp32", "conv")
+MEMORY_BOUND_CATEGORIES = ("elementwise", "reduction")
+
+
+def tensor_core_ratio(ctx: Context) -> tuple[float, str]:
+    """bf16 / fp32 matmul speed: measured on this machine, else the datasheet's, else the table's smallest."""
+    c = ctx.ceilings
+    if c is not None and c.matmul_tflops.get("float32") and c.matmul_tflops.get("bfloat16"):
+        ratio = c.matmul_tflops["bfloat16"] / c.matmul_tflops["float32"]
+        return ratio, f"measured matmul bf16/fp32 = {ratio:.1f}x ({c.path})"
+    spec = lookup(ctx.run.gpu_name)
+    if spec is not None and spec.bf16_tflops:
+        ratio = spec.bf16_tflops / spec.fp32_tflops
+        return ratio, f"{spec.name} datasheet bf16/fp32 = {ratio:.1f}x ({spec.source})"
+    return T.FALLBACK_TENSOR_CORE_RATIO, (
+        f"{ctx.run.gpu_name or 'this GPU'} is not in the datasheet table: the table's smallest bf16/fp32 ratio, "
+        f"{T.FALLBACK_TENSOR_CORE_RATIO:.1f}x (RTX 4090), a lower bound on the gain"
+    )
+
+
+class Kernels(Rule):
+    bottleneck = "kernels"
+    high = T.Threshold(0.30, T.OURS + ": a third of the step in slow kernels")
+
+    def _shares(self, ctx: Context) -> tuple[float, float, bool]:
+        """(fp32-math share of kernel time, memory-bound share of kernel time, from kernel statistics)."""
+        km = ctx.m.kernels
+        if km is not None:
+            fp32 = sum(km.share_of_kernel_time(c) for c in FP32_CATEGORIES)
+            memory = sum(km.share_of_kernel_time(c) for c in MEMORY_BOUND_CATEGORIES)
+            return fp32, memory, True
+        return (1.0 if ctx.run.param_dtype == "float32" else 0.0), 0.0, False
+
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        if not ctx.gpu:
+            return None
+        util = ctx.m.gpu_util or 0.0
+        fp32, memory, measured = self._shares(ctx)
+        fp32_on = fp32 >= (0.01 if relaxed else T.FP32_MATH.value)
+        memory_on = measured and memory >= (0.01 if relaxed else T.MEMORY_BOUND.value)
+        if not measured and util < T.GPU_HEALTHY.value:
+            return None  # no kernel statistics and a GPU that is not the limit: feeding it comes first
+        if not (fp32_on or memory_on):
+            return None
+        cause = "fp32_math" if fp32_on and (fp32 >= memory or not memory_on) else "memory_bound"
+        share = util * ((fp32 if fp32_on else 0.0) + (memory if memory_on else 0.0))
+        km = ctx.m.kernels
+        what = []
+        if fp32_on:
+            what.append(
+                f"{fp32:.0%} of kernel time is fp32 GEMM/convolution off the tensor cores"
+                if measured
+                else f"parameters are {ctx.run.param_dtype} and no kernel statistics say "
+                "whether matmuls run on tensor cores"
+            )
+        if memory_on:
+            what.append(f"{memory:.0%} is memory-bound elementwise/reduction kernels")
+        return Detection(
+            cause=cause,
+            share=share,
+            consistency=ctx.m.consistency(S.GPU_BUSY_MS, T.GPU_UTIL_LOW.value),
+            evidence_steps=km.steps if km is not None else min(ctx.m.steps, T.FEW_STEPS - 1),
+            summary=f"The GPU is busy {util:.0%} of the step and " + "; ".join(what) + ".",
+        )
+
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        fp32, memory, measured = self._shares(ctx)
+        util = ctx.m.gpu_util or 0.0
+        ev = [
+            Evidence(
+                "gpu_utilization",
+                util,
+                T.GPU_UTIL_LOW.value,
+                ">=",
+                "fraction of step time",
+                "kernel time is a material part of the step",
+            )
+        ]
+        if measured and (d.cause == "fp32_math" or fp32 >= T.FP32_MATH.value):
+            ev.append(
+                Evidence(
+                    "fp32_gemm_conv_share", fp32, T.FP32_MATH.value, ">=", "fraction of kernel time", T.FP32_MATH.source
+                )
+            )
+        if measured and (d.cause == "memory_bound" or memory >= T.MEMORY_BOUND.value):
+            ev.append(
+                Evidence(
+                    "memory_bound_kernel_share",
+                    memory,
+                    T.MEMORY_BOUND.value,
+                    ">=",
+                    "fraction of kernel time",
+                    T.MEMORY_BOUND.source,
+                )
+            )
+        if not measured:
+            ev.append(
+                Evidence(
+                    "steps_with_kernel_statistics",
+                    0,
+                    1,
+                    ">=",
+                    "steps",
+                    "without kernel statistics the kernels' precision is assumed from the parameters",
+                )
+            )
+        return tuple(ev)
+
+    def project(self, ctx: Context, d: Detection) -> Projection | None:
+        fp32, memory, measured = self._shares(ctx)
+        util = ctx.m.gpu_util or 0.0
+        busy = ctx.busy
+        ratio, source = tensor_core_ratio(ctx)
+        parts, removed = [], 0.0
+        if fp32 >= T.FP32_MATH.value or (d.cause == "fp32_math"):
+            gain = busy * fp32 * (1 - 1 / ratio)
+            removed += gain
+            parts.append(f"fp32 GEMM/conv {busy * fp32:.2f} ms x (1 - 1/{ratio:.1f}) = {gain:.2f} ms ({source})")
+        if measured and (memory >= T.MEMORY_BOUND.value or d.cause == "memory_bound"):
+            gain = busy * memory * (1 - 1 / T.FUSION_SPEEDUP)
+            removed += gain
+            parts.append(
+                f"memory-bound {busy * memory:.2f} ms x (1 - 1/{T.FUSION_SPEEDUP:.0f}) = {gain:.2f} ms "
+                "(fusion, assumed)"
+            )
+        if removed <= 0:
+            return None
+        saved = removed * util
+        rule = (
+            f"step {ctx.wall:.2f} ms minus kernel time removed x GPU-busy share {util:.0%} "
+            f"(only kernel time on the critical path shortens the step): "
+            + " + ".join(parts)
+            + ("" if measured else "; no kernel statistics: all GPU-busy time treated as fp32 matmul, an upper bound")
+        )
+        params: tuple[tuple[str, int | float | str], ...] = (("precision", "bfloat16"),) if fp32 > 0 else ()
+        return bounded(
+            ctx,
+            ctx.wall - saved,
+            "faster kernels",
+            {"the host time around the kernels": ctx.wall - busy},
+            rule,
+            params=params,
+        )
+
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        fp32, memory, measured = self._shares(ctx)
+        recs = []
+        if fp32 >= T.FP32_MATH.value or d.cause == "fp32_math":
+            recs += [
+                "Run matmuls and convolutions on tensor cores: torch.autocast('cuda', dtype=torch.bfloat16) around "
+                "forward and loss.",
+                "Allow TF32 for the fp32 matmuls that remain: torch.set_float32_matmul_precision('high') and "
+                "torch.backends.cudnn.allow_tf32 = True.",
+            ]
+        if measured and (memory >= T.MEMORY_BOUND.value or d.cause == "memory_bound"):
+            recs.append(
+                "Fuse memory-bound elementwise/normalisation chains with torch.compile(model); use fused "
+                "optimizers (e.g. AdamW(fused=True))."
+            )
+        if not measured:
+            recs.append(
+                "Record kernel evidence to confirm: keep analyzer.profile's sampled kernel windows on, or "
+                "import a torch.profiler trace of a few steps."
+            )
+        return tuple(recs)

@@ -1,0 +1,252 @@
+"""sync: the host or the GPU waits on something other than its own work.
+
+Three causes, one rule: a straggler rank that the others wait for in every collective; blocking
+host syncs (``.item()``, ``.cpu()``, ``synchronize``) and the exposed all-reduce wait measured by
+the recorder (sync_ms; on GPU traces only while the GPU idles); and communication kernels that run
+with nothing to overlap them (kernel statistics: share of the GPU timeline).
+
+On a GPU a blocking sync costs more than the time the host spends blocked: the GPU queue drains
+and the GPU idles until the host launches the next step. Without the sync the host runs ahead,
+so the projection is the longer of the GPU's own work and the host's path without the wait.
+"""
+
+from __future__ import annotations
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.metrics import RAW
+from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, clamp
+from analyzer.machine.bandwidth import allreduce_bandwidths
+from gpuanalyze.ingest import schema as S
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+_STRAGGLER_FIXES = {
+    "data": "Rank {r} waits longest for input: check its node's data path (disk, network storage, CPU cores for "
+    "DataLoader workers) and give it more workers.",
+    "forward": "Rank {r} is slow in forward: check that node's GPU (clocks, thermals, a different GPU model), uneven "
+    "inputs (sequence lengths) or extra work done only on that rank.",
+    "backward": "Rank {r} is slow in backward: check its GPU and uneven inputs; shapes that differ per rank change "
+    "the work.",
+    "optimizer": "Rank {r} is slow in the optimizer step: look for rank-specific work (logging, checkpointing, EMA).",
+}
+_STRAGGLER_OTHER = (
+    "Rank {r}'s extra time is outside forward, backward, optimizer and data (host work no phase "
+    "accounts for): look for rank-only work in the loop (logging, evaluation, checkpointing on "
+    "rank 0) and for a slower host."
+)
+
+
+def exposed_comm_share(ctx: Context) -> float:
+    """Share of the GPU timeline where only communication kernels run (0 without kernel statistics)."""
+    km = ctx.m.kernels
+    if km is None or km.totals_ms["gpu_span_ms"] <= 0:
+        return 0.0
+    return clamp(km.totals_ms["comm_exposed_ms"] / km.totals_ms["gpu_span_ms"])
+
+
+def _after(ctx: Context) -> float:
+    """Mean step time without blocking syncs and exposed communication (see the module docstring)."""
+    host = ctx.ms(ctx.m.share[S.SYNC_MS] or 0.0)
+    if not ctx.gpu:
+        return ctx.wall - host
+    comm = ctx.ms(exposed_comm_share(ctx))
+    return max(ctx.busy - comm, ctx.wall - host - comm)
+
+
+class Sync(Rule):
+    bottleneck = "sync"
+    high = T.SYNC_HIGH
+
+    def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        m = ctx.m
+        d = m.distributed
+        if d is not None and d.stragglers:
+            s = d.stragglers[0]
+            return Detection(
+                cause="straggler",
+                share=clamp(s.excess_ms / d.step_median_ms) if d.step_median_ms else 0.0,
+                consistency=s.steps_slow / s.steps if s.steps else 0.0,
+                evidence_steps=s.steps,
+                summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
+                f"{s.excess_ms:.1f} ms, mostly in {s.phase}; the other ranks wait for it in gradient all-reduce.",
+            )
+        floor = 0.01 if relaxed else T.SYNC_MODERATE.value
+        host = m.share[S.SYNC_MS] or 0.0
+        comm = exposed_comm_share(ctx) if ctx.gpu else 0.0
+        share = (ctx.wall - _after(ctx)) / ctx.wall if ctx.wall else 0.0
+        if max(host, comm) < floor or share < floor:
+            return None
+        parts = []
+        if host >= floor:
+            parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
+        if comm >= floor:
+            parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
+        km = m.kernels
+        host_first = host >= comm
+        tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
+        return Detection(
+            cause="host_sync" if host_first else "exposed_communication",
+            share=clamp(share),
+            consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value) if host_first else 1.0,
+            evidence_steps=m.steps if host_first or km is None else km.steps,
+            summary="Waiting: " + "; ".join(parts) + tail + ".",
+        )
+
+    def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        m = ctx.m
+        if d.cause == "straggler":
+            assert m.distributed is not None
+            s = m.distributed.stragglers[0]
+            waiting = [r.sync_share for r in m.distributed.per_rank if r.rank != s.rank]
+            return (
+                Evidence(
+                    "straggler_slow_step_fraction",
+                    s.steps_slow / s.steps,
+                    T.STRAGGLER_FRACTION,
+                    ">=",
+                    "fraction of steps",
+                    f"rank {s.rank} has the most work and exceeds the step's baseline by > "
+                    f"{T.SLOW_STEP_MIN_MS} ms and > {T.SLOW_STEP_FRACTION:.0%} of the median step",
+                ),
+                Evidence(
+                    "straggler_excess_ms",
+                    s.excess_ms,
+                    T.SLOW_STEP_MIN_MS,
+                    ">=",
+                    "ms per slow step",
+                    "median over its slow steps",
+                ),
+                Evidence(
+                    f"straggler_{s.phase}_excess_ms",
+                    s.phase_excess_ms,
+                    0.5 * s.excess_ms,
+                    ">=",
+                    "ms per step",
+                    "the phase that holds most of its excess (at least half of it)",
+                ),
+                Evidence(
+                    "other_ranks_sync_share",
+                    max(waiting) if waiting else 0.0,
+                    T.SYNC_MODERATE.value,
+                    ">=",
+                    "fraction of step time",
+                    "time the other ranks wait in collectives for it",
+                ),
+            )
+        host = m.share[S.SYNC_MS] or 0.0
+        comm = exposed_comm_share(ctx)
+        ev = []
+        if d.cause == "host_sync" or host >= T.SYNC_MODERATE.value:
+            threshold = T.SYNC_HIGH if host >= T.SYNC_HIGH.value else T.SYNC_MODERATE
+            ev.append(Evidence("sync_share", host, threshold.value, ">=", "fraction of step time", threshold.source))
+            if ctx.gpu:
+                ev.append(
+                    Evidence(
+                        "gpu_idle_share",
+                        1.0 - (m.gpu_util or 0.0),
+                        T.SYNC_MODERATE.value,
+                        ">=",
+                        "fraction of step time",
+                        "a sync costs step time only when the GPU then waits "
+                        "for the host (a GPU busy the whole step hides it)",
+                    )
+                )
+        if m.kernels is not None and (d.cause == "exposed_communication" or comm >= T.SYNC_MODERATE.value):
+            ev.append(
+                Evidence(
+                    "exposed_communication_share",
+                    comm,
+                    T.SYNC_MODERATE.value,
+                    ">=",
+                    "fraction of the GPU timeline",
+                    "GPU time when only communication kernels run (nothing to overlap them with)",
+                )
+            )
+            ev += self._bandwidth(ctx)
+        return tuple(ev)
+
+    def _bandwidth(self, ctx: Context) -> list[Evidence]:
+        """Achieved gradient all-reduce bus bandwidth against the one `gpuanalyze bench` measured here."""
+        km = ctx.m.kernels
+        run = ctx.run
+        params, itemsize = run.model_params, _DTYPE_BYTES.get(str(run.param_dtype))
+        if km is None or run.world < 2 or not params or not itemsize:
+            return []
+        comm_ms = km.totals_ms["communication_ms"] / max(km.steps, 1)
+        if comm_ms <= 0:
+            return []
+        _, busbw = allreduce_bandwidths(params * itemsize, comm_ms / 1e3, run.world)
+        c = ctx.ceilings
+        if c is None or not c.busbw_gbps:
+            return []
+        return [
+            Evidence(
+                "allreduce_busbw_gbps",
+                busbw,
+                c.busbw_gbps,
+                "<",
+                "GB/s",
+                f"achieved {busbw / c.busbw_gbps:.0%} of the bus bandwidth measured by `gpuanalyze bench "
+                f"allreduce` on {c.device} ({c.path}); gradient bytes x 2(n-1)/n over communication kernel "
+                "time (nccl-tests busbw)",
+            )
+        ]
+
+    def project(self, ctx: Context, d: Detection) -> Projection | None:
+        m = ctx.m
+        wall = ctx.wall
+        if d.cause == "straggler":
+            assert m.distributed is not None
+            s = m.distributed.stragglers[0]
+            return bounded(
+                ctx,
+                wall - s.excess_ms,
+                "the other ranks' pace",
+                {},
+                (
+                    f"step {wall:.2f} ms minus rank {s.rank}'s median excess {s.excess_ms:.2f} ms (every rank then "
+                    "waits "
+                    "only for the others' normal pace)"
+                ),
+            )
+        host = ctx.ms(m.share[S.SYNC_MS] or 0.0)
+        comm = ctx.ms(exposed_comm_share(ctx)) if ctx.gpu else 0.0
+        rule = f"the host's path without waiting: step {wall:.2f} ms minus blocked {host:.2f} ms"
+        if comm > 0:
+            rule += f" minus exposed communication {comm:.2f} ms (if fully overlapped with backward)"
+        limits = {}
+        if ctx.gpu:
+            limits["the GPU's own work (busy minus overlapped communication)"] = ctx.busy - comm
+            rule += "; the host then runs ahead of the GPU, so the step is the longer of the two"
+        return bounded(ctx, wall - host - comm, "the host's path", limits, rule)
+
+    def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause == "straggler":
+            d_ = ctx.m.distributed
+            assert d_ is not None
+            s = d_.stragglers[0]
+            return (
+                _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank),
+                "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work "
+                "out of the step.",
+            )
+        recs = []
+        if exposed_comm_share(ctx) >= T.SYNC_MODERATE.value:
+            recs.append(
+                "Communication is exposed: let DDP/FSDP overlap it with backward (smaller buckets, "
+                "gradient_as_bucket_view=True, FSDP backward_prefetch), and use no_sync() during gradient "
+                "accumulation."
+            )
+        if (ctx.m.share[S.SYNC_MS] or 0.0) >= 0.01:
+            recs += [
+                "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
+                "read them every N steps.",
+                "Drop explicit torch.cuda.synchronize() calls from the loop (time with CUDA events instead).",
+            ]
+            if ctx.run.world > 1:
+                recs.append(
+                    "In DDP the all-reduce wait shows up here too: check for uneven work across ranks and "
+                    "tune bucket_cap_mb."
+                )
+        return tuple(recs)

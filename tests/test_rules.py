@@ -1,0 +1,232 @@
+"""The rule engine: each rule's detection, evidence, projection and advice, the one ranking, and
+the definition of a healthy run, on synthetic traces whose answer is known."""
+
+import pytest
+
+from analyzer import analyze
+from analyzer.analysis import thresholds as T
+from analyzer.planning.cost import CostInputs
+from gpuanalyze.ingest.runinfo import EndInfo
+from tests.conftest import make_row
+
+GB = 10**9
+
+
+def _find(report, kind):
+    return next(f for f in report.findings if f.bottleneck == kind)
+
+
+def _rows(n=40, **kw):
+    return [make_row(i, **kw) for i in range(n)]
+
+
+def _gpu_rows(n=40, *, wall=20.0, busy=19.0, data=0.0, sync=0.0, **kw):
+    # device phase times (forward/backward/optimizer) are inside busy; host waits come on top
+    fwd, bwd, opt = busy * 0.35, busy * 0.55, busy * 0.1
+    return [make_row(i, wall=wall, busy=busy, data=data, sync=sync, fwd=fwd, bwd=bwd, opt=opt, **kw) for i in range(n)]
+
+
+def test_high_data_wait_is_data_loading_with_its_threshold_source(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
+    assert r.bottleneck == "data_loading"
+    f = r.findings[0]
+    assert f.severity == "high" and f.share == pytest.approx(0.5) and f.cause == "input_pipeline"
+    assert f.evidence[0].metric == "data_wait_share" and f.evidence[0].threshold == T.DATA_WAIT_HIGH.value
+    assert "XProf" in f.evidence[0].source
+    assert r.confidence.level == "high" and r.confidence.value == pytest.approx(1.0)
+    # the trace does not say how many workers ran: the projection is the compute path, labelled an upper bound
+    assert f.projection.step_ms == pytest.approx(10.0) and "upper bound" in f.projection.rule
+
+
+def test_moderate_data_wait(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0, data=2.0, fwd=7.0, bwd=9.0, opt=1.8)))
+    assert r.bottleneck == "data_loading" and r.findings[0].severity == "moderate"
+    assert r.findings[0].evidence[0].threshold == T.DATA_WAIT_MODERATE.value
+
+
+def test_a_healthy_cpu_loop_is_none_and_every_health_test_passes(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0, data=0.5)))
+    assert r.bottleneck == "none" and r.findings == ()
+    assert r.health and all(e.passed for e in r.health)
+    assert r.confidence.level == "high"
+
+
+def test_confidence_is_the_fraction_of_steps_that_show_it(trace_factory):
+    rows = [make_row(i, wall=20.0, data=10.0 if i % 2 else 0.0, fwd=4.0, bwd=5.0, opt=1.0) for i in range(60)]
+    r = analyze(trace_factory(rows))
+    assert r.bottleneck == "data_loading"
+    assert 0.4 < r.confidence.value < 0.6 and r.confidence.level == "medium"
+
+
+@pytest.mark.parametrize(
+    ("steps", "level"), [(1, "low"), (3, "low"), (5, "low"), (9, "low"), (20, "medium"), (40, "high")]
+)
+def test_few_steps_give_low_confidence_whatever_the_consistency(trace_factory, steps, level):
+    r = analyze(trace_factory(_rows(steps, wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
+    assert r.bottleneck == "data_loading" and r.confidence.level == level, r.confidence
+    if level == "low":
+        assert "step" in r.confidence.reason
+
+
+def test_blocking_sync_on_cpu_is_sync(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0, data=2.0, sync=8.0, fwd=4.0, bwd=4.0, opt=1.5)))
+    assert [f.bottleneck for f in r.findings][:2] == ["sync", "data_loading"]
+    assert r.findings[0].cause == "host_sync"
+    assert any(".item()" in rec for rec in r.findings[0].recommendations)
+
+
+def test_idle_gpu_with_memory_headroom_is_batch_size(trace_factory):
+    rows = _gpu_rows(wall=20.0, busy=5.0, peak=10 * GB, samples=16)
+    r = analyze(trace_factory(rows, run={"gpu_memory_bytes": 80 * GB, "device": "cuda"}))
+    assert r.bottleneck == "batch_size"
+    f = r.findings[0]
+    metrics = {e.metric: e.value for e in f.evidence}
+    assert metrics["gpu_utilization"] == pytest.approx(0.25)
+    assert metrics["peak_memory_fraction"] == pytest.approx(0.125)
+    assert f.projection.step_ms == pytest.approx(5.0 + 15.0 / 4) and f.projection.per_batch_of == 16
+    assert "4x" in f.recommendations[0]
+
+
+@pytest.mark.parametrize("busy", [11.0, 13.0, 14.6, 16.0, 17.8])
+def test_no_blind_band_between_half_and_ninety_percent_busy(trace_factory, busy):
+    r = analyze(trace_factory(_gpu_rows(wall=20.0, busy=busy), run={"param_dtype": "bfloat16", "device": "cuda"}))
+    assert r.bottleneck == "batch_size", r.findings
+
+
+def test_a_busy_gpu_on_tensor_core_precisions_is_healthy(trace_factory):
+    r = analyze(trace_factory(_gpu_rows(wall=20.0, busy=19.0), run={"param_dtype": "bfloat16", "device": "cuda"}))
+    assert r.bottleneck == "none" and all(e.passed for e in r.health)
+
+
+def test_small_waits_that_add_up_still_name_the_largest_cause(trace_factory):
+    # busy 88%: data 4.5%, sync 4.5%, unexplained idle 3%: each under its threshold, the run is not healthy
+    rows = _gpu_rows(wall=20.0, busy=17.6, data=0.9, sync=0.9)
+    r = analyze(trace_factory(rows, run={"param_dtype": "bfloat16", "device": "cuda"}))
+    assert r.bottleneck != "none" and not all(e.passed for e in r.health)
+    assert r.findings[0].severity == "low" and r.confidence.level == "low"
+
+
+def test_busy_fp32_gpu_without_kernel_statistics_is_kernels_at_low_confidence(trace_factory):
+    rows = _gpu_rows(wall=20.0, busy=19.0)
+    r = analyze(trace_factory(rows, run={"param_dtype": "float32", "gpu_name": "NVIDIA H100 80GB HBM3"}))
+    assert r.bottleneck == "kernels" and r.confidence.level == "low"
+    f = r.findings[0]
+    assert [e.metric for e in f.contrary] == ["steps_with_kernel_statistics"]
+    ratio = 989 / 67
+    assert f.projection.step_ms == pytest.approx(20.0 - 19.0 * (1 - 1 / ratio) * 0.95)
+    assert any("bfloat16" in rec for rec in f.recommendations)
+
+
+def test_an_unknown_gpu_falls_back_to_the_smallest_datasheet_ratio(trace_factory):
+    rows = _gpu_rows(wall=20.0, busy=19.0)
+    r = analyze(trace_factory(rows, run={"param_dtype": "float32", "gpu_name": "NVIDIA A100-PG509-200"}))
+    f = _find(r, "kernels")
+    assert f.projection.step_ms == pytest.approx(20.0 - 19.0 * 0.5 * 0.95)
+    assert "not in the datasheet table" in f.projection.rule
+
+
+def test_unattributed_host_time_on_cpu_is_host_with_what_to_check(trace_factory):
+    rows = _rows(wall=50.0, fwd=7.0, bwd=10.0, opt=2.5, data=0.0)  # 30.5 ms in no phase
+    r = analyze(trace_factory(rows))
+    assert r.bottleneck == "host" and r.findings[0].share == pytest.approx(0.61)
+    assert any("prof.data()" in rec for rec in r.findings[0].recommendations)
+    assert "upper bound" in r.findings[0].projection.rule
+
+
+def test_a_trace_with_no_recognised_phase_is_unknown_not_healthy(trace_factory):
+    r = analyze(trace_factory(_rows(wall=50.0, fwd=0.0, bwd=0.0, opt=0.0)))
+    assert r.bottleneck == "unknown" and r.findings == () and r.confidence.level == "low"
+
+
+def test_cheap_batches_in_the_training_process_are_batch_size_not_data_loading(trace_factory):
+    """Batch 1 from memory: fetching takes 0.15 ms, a worker process costs more per batch (measured ~0.7 ms)."""
+    rows = _rows(wall=0.5, data=0.15, fwd=0.12, bwd=0.13, opt=0.08, samples=1)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    r = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end))
+    assert r.bottleneck == "batch_size" and r.findings[0].cause == "per_step_overhead"
+    assert not any(f.bottleneck == "data_loading" for f in r.findings)
+    assert not any("num_workers=2" in rec for f in r.findings for rec in f.recommendations)
+
+
+def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace_factory):
+    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    f = analyze(trace_factory(rows, run={"cpu_count": 4}, end=end)).findings[0]
+    assert f.bottleneck == "data_loading" and dict(f.projection.params) == {"num_workers": 4}
+    assert f.projection.step_ms == pytest.approx(50.0 / 4 + T.WORKER_BATCH_COST_MS)
+    assert any("num_workers=4" in rec for rec in f.recommendations)
+
+
+def test_data_fix_is_bounded_by_gpu_busy(trace_factory):
+    # 15 ms of data wait but only 12 ms of GPU idle: the fix cannot go below the 8 ms of GPU work
+    f = _find(analyze(trace_factory(_gpu_rows(wall=20.0, busy=8.0, data=15.0))), "data_loading")
+    assert f.share == pytest.approx(0.6) and f.projection.step_ms == pytest.approx(8.0)
+
+
+def test_data_fix_is_bounded_by_the_measured_loader_ceiling(trace_factory, tmp_path):
+    import json
+
+    from analyzer.machine.ceilings import load_ceilings
+
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps(
+            {
+                "backend": "cpu",
+                "device": "x",
+                "results": [{"benchmark": "dataloader", "variant": "pipeline", "value": 3200.0}],
+            }
+        )
+    )
+    rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)
+    f = _find(analyze(trace_factory(rows), ceilings=load_ceilings(path)), "data_loading")
+    assert f.projection.step_ms == pytest.approx(10.0)  # 32 samples at 3200/s
+    assert any(e.metric == "achieved_samples_per_s" and e.passed for e in f.evidence)
+
+
+def test_a_ceiling_the_run_already_beats_is_contrary_evidence_not_a_limit(trace_factory, tmp_path):
+    import json
+
+    from analyzer.machine.ceilings import load_ceilings
+
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps(
+            {
+                "backend": "cpu",
+                "device": "x",
+                "results": [{"benchmark": "dataloader", "variant": "pipeline", "value": 100.0}],
+            }
+        )
+    )
+    rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)  # 1600 samples/s > 100
+    f = _find(analyze(trace_factory(rows), ceilings=load_ceilings(path)), "data_loading")
+    assert f.projection.step_ms == pytest.approx(5.0)
+    assert [e.metric for e in f.contrary] == ["achieved_samples_per_s"]
+
+
+def test_findings_are_ranked_by_the_time_their_fix_saves(trace_factory):
+    # data wait 40% (moderate confidence fix saves 8 ms) beats unexplained idle (a 2x batch saves less)
+    rows = _gpu_rows(wall=20.0, busy=8.0, data=8.0, peak=10 * GB)
+    r = analyze(trace_factory(rows, run={"gpu_memory_bytes": 80 * GB}))
+    saved = [f.projection.saved_ms for f in r.findings]
+    assert saved == sorted(saved, reverse=True) and r.bottleneck == r.findings[0].bottleneck
+
+
+def test_savings_per_run_follow_the_projection(trace_factory):
+    rows = _rows(wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)
+    r = analyze(trace_factory(rows), cost=CostInputs(steps_per_run=1e6, price_per_gpu_hour=2.0))
+    f = r.findings[0]
+    hours = 1e6 * f.projection.saved_ms / 3.6e6
+    assert f.savings.hours_per_run == pytest.approx(hours) and f.savings.usd_per_run == pytest.approx(hours * 2.0)
+
+
+def test_gpu_only_advice_is_not_given_on_cpu_runs(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
+    recs = " ".join(r.findings[0].recommendations)
+    assert "pin_memory" not in recs and "GPU" not in recs
+
+
+def test_gpu_rules_do_not_fire_without_gpu_timings(trace_factory):
+    r = analyze(trace_factory(_rows(wall=20.0), run={"param_dtype": "float32"}))
+    assert r.bottleneck == "none" and not any(e.metric == "gpu_utilization" for e in r.health)
