@@ -119,6 +119,12 @@ def decode_kernel_stats(text: str) -> KernelStats:
 PHASES: tuple[str, ...] = (DATA_WAIT_MS, H2D_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS, SYNC_MS)
 PARTS: tuple[str, ...] = (*PHASES, OTHER_MS)
 
+#: Chrome/Kineto trace events that carry gpuanalyze's own phases (``gpuanalyze export`` writes them as
+#: ``user_annotation`` slices named ``gpuanalyze:<part>`` inside a ``ProfilerStep#<step>`` slice;
+#: the Kineto importer reads them back, so an export imports to the same per-step phase times).
+EXPORT_PHASE_PREFIX = "gpuanalyze:"
+EXPORT_PHASE_NAMES: dict[str, str] = {p: EXPORT_PHASE_PREFIX + p.removesuffix("_ms") for p in (*PHASES, OTHER_MS)}
+
 FIELDS: tuple[pa.Field, ...] = (
     pa.field(STEP, pa.int64(), nullable=False),
     pa.field(RANK, pa.int32(), nullable=False),
