@@ -31,7 +31,12 @@ def test_samples_and_tokens_become_steps():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"price_per_gpu_hour": -1.0}, "non-negative"),
+        ({"price_per_gpu_hour": -1.0}, "from 0 to"),
+        ({"price_per_gpu_hour": float("nan")}, "from 0 to"),
+        ({"steps_per_run": float("inf")}, "from 0 to"),
+        ({"steps_per_run": "many"}, "from 0 to"),
+        ({"steps_per_run": 0}, "positive"),
+        ({"samples_per_run": 1e300}, "from 0 to"),
         ({"steps_per_run": 10, "samples_per_run": 10}, "once"),
         ({"tokens_per_run": 10}, "tokens_per_sample"),
         ({"gpus": 0}, "gpus"),

@@ -181,3 +181,19 @@ def lookup(device_name: str | None) -> GpuSpec | None:
         if any(m in name for m in spec.match):
             return spec
     return None
+
+
+def compute_precision(param_dtype: str | None, tensor_core_share: float | None) -> tuple[str, str]:
+    """The precision a run's matmuls ran at, as a datasheet key, and what that rests on.
+
+    Kernel statistics decide when present (tensor-core GEMMs/convolutions outweigh fp32 ones:
+    16-bit); otherwise the parameters' dtype; otherwise bf16, today's usual training precision.
+    One rule for every estimate that needs a peak (MFU, GPU what-ifs).
+    """
+    if tensor_core_share is not None:
+        if tensor_core_share >= 0.5:
+            return "bfloat16", "kernel statistics: most GEMM/convolution time on tensor cores"
+        return "float32", "kernel statistics: most GEMM/convolution time in fp32"
+    if param_dtype in ("bfloat16", "float16", "float32"):
+        return param_dtype, f"parameters in {param_dtype} (no kernel statistics; autocast would not show here)"
+    return "bfloat16", "no dtype or kernel statistics in the trace: bf16 assumed"

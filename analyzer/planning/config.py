@@ -1,4 +1,5 @@
-"""Reading the user's TOML files (cost inputs, servers to compare, GPU prices): one loader, one set of errors."""
+"""Reading the user's small input files (cost inputs, servers to compare, GPU prices as TOML; model
+configs as JSON): one loader, one set of errors, a size limit and regular files only."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 
 from analyzer.errors import GpuAnalyzeError
 
-#: A cost or price file is a few lines; anything larger is not one.
+#: A cost, price or model-config file is a few lines; anything larger is not one.
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """The parsed TOML table; GpuAnalyzeError naming ``what`` the file should be when it cannot be read."""
+def read_small(path: Path, what: str) -> bytes:
+    """The bytes of a small regular file; GpuAnalyzeError naming ``what`` the file should be otherwise."""
     try:
         if not path.is_file():
             raise GpuAnalyzeError(
@@ -25,6 +26,12 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise GpuAnalyzeError(f"{path}: cannot read the {what} file ({exc.strerror})") from exc
     if len(raw) > MAX_CONFIG_BYTES:
         raise GpuAnalyzeError(f"{path}: over {MAX_CONFIG_BYTES // 1024} KiB, too large for a {what} file")
+    return raw
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The parsed TOML table; GpuAnalyzeError naming ``what`` the file should be when it cannot be read."""
+    raw = read_small(path, what)
     try:
         return tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

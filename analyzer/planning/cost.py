@@ -13,6 +13,9 @@ from typing import Any
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.config import read_toml
 
+#: Largest number any cost input may be (steps, samples, tokens, USD): beyond it an input is a typo.
+MAX_VALUE = 1e18
+
 
 @dataclass(kw_only=True, slots=True)
 class CostInputs:
@@ -44,12 +47,16 @@ class CostInputs:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
-                raise GpuAnalyzeError(f"{f.name} must be a non-negative number, not {value!r}")
+            bad_type = isinstance(value, bool) or not isinstance(value, int | float)
+            if value is not None and (bad_type or not math.isfinite(value) or not 0 <= value <= MAX_VALUE):
+                raise GpuAnalyzeError(f"{f.name} must be a number from 0 to {MAX_VALUE:.0e}, not {value!r}")
         if self.gpus is not None and (int(self.gpus) != self.gpus or self.gpus < 1):
             raise GpuAnalyzeError("gpus must be a positive whole number")
         if self.tokens_per_run is not None and not self.tokens_per_sample:
             raise GpuAnalyzeError("tokens_per_run needs tokens_per_sample (the sequence length) to convert to samples")
+        for name in ("steps_per_run", "samples_per_run", "tokens_per_run", "tokens_per_sample"):
+            if getattr(self, name) == 0:
+                raise GpuAnalyzeError(f"{name} must be positive: a run of zero length has nothing to cost")
         given = [n for n in ("steps_per_run", "samples_per_run", "tokens_per_run") if getattr(self, n) is not None]
         if len(given) > 1:
             raise GpuAnalyzeError(f"give the run length once, not as {' and '.join(given)}")

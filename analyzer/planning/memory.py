@@ -10,13 +10,19 @@ checkpointing (the layer input only; one layer is recomputed at a time). Decimal
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.datasheet import GPUS
+from analyzer.planning.config import read_small
 
+#: Ranges the estimate accepts: beyond them an input is a typo, not a model.
+MAX_PARAMS = 1e15
+MAX_GPUS = 1 << 20
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16", "fp8-mixed")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adam-8bit")
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp")
@@ -41,28 +47,46 @@ class ModelShape:
     source: str = "--params"
 
 
+_Dim = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+
+
+class HfConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """The fields of a Hugging Face config.json that size a decoder-only transformer (others ignored)."""
+
+    hidden_size: _Dim
+    num_hidden_layers: _Dim
+    num_attention_heads: _Dim
+    vocab_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 24)] = 32000
+    intermediate_size: _Dim | None = None
+    num_key_value_heads: _Dim | None = None
+    hidden_act: str = ""
+    model_type: str = ""
+    tie_word_embeddings: bool = False
+
+
 def shape_from_hf_config(path: str | Path) -> ModelShape:
     """Parameters and shape from a Hugging Face style config.json (decoder-only transformer)."""
     path = Path(path)
+    raw = read_small(path, "model config")
     try:
-        cfg = json.loads(path.read_text())
-        h, layers, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
-        vocab = int(cfg.get("vocab_size", 32000))
-    except FileNotFoundError as exc:
-        raise GpuAnalyzeError(f"{path}: no such config file") from exc
-    except (ValueError, KeyError, TypeError) as exc:
+        cfg = msgspec.json.decode(raw, type=HfConfig)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         raise GpuAnalyzeError(
-            f"{path}: not a Hugging Face transformer config (needs hidden_size, num_hidden_layers, num_attention_heads)"
+            f"{path}: not a Hugging Face transformer config ({str(exc)[:160]}; needs hidden_size, "
+            "num_hidden_layers, num_attention_heads as positive integers)"
         ) from exc
-    inter = int(cfg.get("intermediate_size") or 4 * h)
-    gated = str(cfg.get("hidden_act", "")).lower() in ("silu", "swiglu", "geglu") or "llama" in str(
-        cfg.get("model_type", "")
-    )
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    h, layers, heads = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    if h % heads or (cfg.num_key_value_heads and heads % cfg.num_key_value_heads):
+        raise GpuAnalyzeError(
+            f"{path}: hidden_size must divide into num_attention_heads (and those into num_key_value_heads)"
+        )
+    inter = cfg.intermediate_size or 4 * h
+    gated = cfg.hidden_act.lower() in ("silu", "swiglu", "geglu") or "llama" in cfg.model_type
+    kv_heads = cfg.num_key_value_heads or heads
     attn = 2 * h * h + 2 * h * (h * kv_heads // heads)
     mlp = (3 if gated else 2) * h * inter
-    embed = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
-    return ModelShape(layers * (attn + mlp) + embed, layers, h, heads, f"{path.name}")
+    embed = cfg.vocab_size * h * (1 if cfg.tie_word_embeddings else 2)
+    return ModelShape(float(layers * (attn + mlp) + embed), layers, h, heads, f"{path.name}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -94,10 +118,16 @@ class MemoryInputs:
         for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("sharding", SHARDING)):
             if getattr(self, name) not in allowed:
                 raise GpuAnalyzeError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        if self.model.params <= 0:
-            raise GpuAnalyzeError("the parameter count must be positive")
-        if self.gpus < 1:
-            raise GpuAnalyzeError("gpus must be at least 1")
+        if not 0 < self.model.params <= MAX_PARAMS:
+            raise GpuAnalyzeError(
+                f"the parameter count must be a positive number up to {MAX_PARAMS:.0e}, not {self.model.params!r}"
+            )
+        if not 1 <= self.gpus <= MAX_GPUS:
+            raise GpuAnalyzeError(f"gpus must be between 1 and {MAX_GPUS}")
+        for name in ("batch", "seq_len", "lora_rank"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 1 << 24:
+                raise GpuAnalyzeError(f"{name} must be a positive whole number up to {1 << 24}, not {value!r}")
         if self.qlora and not self.lora_rank:
             raise GpuAnalyzeError("qlora needs lora_rank")
         if self.lora_rank and not (self.model.layers and self.model.hidden):

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.metrics import StepMetrics
+from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
-from analyzer.machine.datasheet import lookup
+from analyzer.machine.datasheet import compute_precision, lookup
 from gpuanalyze.ingest.runinfo import RunInfo
-
-_PRECISION = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +31,26 @@ def palm_flops_per_token(params: float, layers: int, heads: int, head_dim: int, 
     return 6 * params + 12 * layers * heads * head_dim * seq_len
 
 
-def mfu(
-    flops_per_step: float, m: StepMetrics, run: RunInfo, ceilings: Ceilings | None, precision: str | None = None
-) -> Mfu:
-    """``flops_per_step`` counts the whole model step over all GPUs (e.g. PaLM per token x tokens per step)."""
+def mfu(flops_per_step: float, m: StepMetrics, run: RunInfo, ceilings: Ceilings | None) -> Mfu:
+    """``flops_per_step`` counts the whole model step over all GPUs (e.g. PaLM per token x tokens per step).
+
+    Raises GpuAnalyzeError when the FLOPs imply more than the GPU's peak: the input is wrong.
+    """
+    if not 0 < flops_per_step < math.inf:
+        raise GpuAnalyzeError(f"FLOPs per step must be a positive number, not {flops_per_step!r}")
     gpus = max(run.world, 1)
     achieved = flops_per_step / (m.step_mean_ms / 1e3) / gpus / 1e12
-    precision = precision or _PRECISION.get(str(run.param_dtype), "bfloat16")
+    precision, basis = compute_precision(run.param_dtype, tensor_core_share(m.kernels))
     spec = lookup(run.gpu_name)
     peak = spec.peak_tflops(precision) if spec else None
     measured = ceilings.matmul_tflops.get(precision) if ceilings else None
+    for limit, what in ((peak, "datasheet peak"), (measured, "measured matmul ceiling")):
+        if limit and achieved > limit:
+            raise GpuAnalyzeError(
+                f"{flops_per_step:.3g} FLOPs per step over {gpus} GPU(s) at {m.step_mean_ms:.2f} ms per step is "
+                f"{achieved:.1f} TFLOP/s per GPU, {achieved / limit:.0%} of the {precision} {what} ({limit:.1f}): "
+                "more than the GPU can do; check the FLOPs per step (for the whole step, over all GPUs)"
+            )
     return Mfu(
         flops_per_step,
         achieved,
@@ -49,5 +60,15 @@ def mfu(
         measured,
         achieved / measured if measured else None,
         (f"{spec.name} datasheet ({spec.source})" if spec else "GPU not in the datasheet table")
-        + (f"; measured matmul ceiling from {ceilings.path}" if ceilings is not None and measured else ""),
+        + (f"; measured matmul ceiling from {ceilings.path}" if ceilings is not None and measured else "")
+        + f"; precision {precision}: {basis}",
     )
+
+
+def tensor_core_share(km: KernelMetrics | None) -> float | None:
+    """Tensor-core share of GEMM/convolution kernel time; None without kernel statistics or matmuls."""
+    if km is None:
+        return None
+    tc = km.totals_ms["gemm_tensor_core_ms"] + km.totals_ms["conv_tensor_core_ms"]
+    total = tc + km.totals_ms["gemm_simt_fp32_ms"] + km.totals_ms["conv_ms"]
+    return tc / total if total > 0 else None

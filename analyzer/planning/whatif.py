@@ -15,9 +15,10 @@ from pathlib import Path
 
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.errors import GpuAnalyzeError
-from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, lookup
+from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, compute_precision, lookup
 from analyzer.planning.config import read_toml
 from analyzer.planning.cost import run_hours
+from analyzer.planning.mfu import tensor_core_share
 from gpuanalyze.ingest.runinfo import RunInfo
 
 _MEMORY_BOUND = ("elementwise", "reduction", "memcpy", "memset")
@@ -59,7 +60,7 @@ def what_if(
     if busy is None:
         raise GpuAnalyzeError("what-ifs need GPU timings (gpu_busy_ms); this trace has none")
     wall = m.step_mean_ms
-    precision = {"bfloat16": "bfloat16", "float16": "float16"}.get(str(run.param_dtype), "float32")
+    precision, precision_basis = compute_precision(run.param_dtype, tensor_core_share(m.kernels))
     km = m.kernels
     if km is not None:
         mem = sum(km.share_of_kernel_time(c) for c in _MEMORY_BOUND)
@@ -88,7 +89,8 @@ def what_if(
             cost = run_hours(step, steps_per_run) * run.world * price
         targets.append(GpuWhatIf(tgt.name, step, wall / step, fits, cost))
     basis += (
-        f"; measured on {src.name} at {precision}; host and data time ({host:.2f} ms/step) unchanged; "
+        f"; measured on {src.name} at {precision} ({precision_basis}); "
+        f"host and data time ({host:.2f} ms/step) unchanged; "
         "datasheet ratios, not measurements"
     )
     return WhatIf(src.name, precision, basis, tuple(sorted(targets, key=lambda t: t.step_time_ms)))

@@ -15,7 +15,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
 
 _T = TypeVar("_T")
 _R = TypeVar("_R", str, bytes)
@@ -208,22 +208,57 @@ def frame_of(table: pa.Table) -> pl.DataFrame:
     return frame
 
 
+#: Longest step a trace may record (11.6 days): longer ones are corrupt or hostile, not slow.
+MAX_STEP_MS = 1e9
+#: Largest plausible batch (samples) and peak memory (bytes): beyond them a value is treated as unknown.
+MAX_BATCH_SAMPLES = 1 << 40
+MAX_MEMORY_BYTES = 1 << 50
+#: Largest rank a trace may carry (runinfo.MAX_WORLD_SIZE).
+MAX_RANK = MAX_WORLD_SIZE - 1
+
+
 def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Give every column its schema type, drop unusable rows, sort; say what was done."""
+    """Make every row physically possible or drop it, deduplicate, sort; say what was done.
+
+    Rows whose step time is missing, non-positive, non-finite or implausibly long, or whose step
+    or rank is missing or out of range, are dropped. A phase or GPU-busy time longer than its step
+    is clamped to the step (timers can overlap a little; more is corruption), and counts out of
+    range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
+    """
     notes: list[str] = []
-    durations = [c for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS)]
-    for col in durations:
-        frame = frame.with_columns(pl.when(pl.col(col).is_nan()).then(None).otherwise(pl.col(col)).alias(col))
+    durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS]
+    frame = frame.with_columns(pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in durations)
     bad = (
         pl.col(S.WALL_MS).is_null()
         | (pl.col(S.WALL_MS) <= 0)
-        | (pl.col(S.WALL_MS) == math.inf)
+        | (pl.col(S.WALL_MS) > MAX_STEP_MS)
+        | pl.col(S.STEP).is_null()
+        | (pl.col(S.STEP) < 0)
+        | pl.col(S.RANK).is_null()
+        | (pl.col(S.RANK) < 0)
+        | (pl.col(S.RANK) > MAX_RANK)
         | pl.any_horizontal([((pl.col(c) < 0) | (pl.col(c) == math.inf)).fill_null(False) for c in durations])
     ).fill_null(True)
     n_bad = frame.filter(bad).height
     if n_bad:
-        notes.append(f"skipped {n_bad} row(s) with missing, infinite or negative durations")
+        notes.append(
+            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank or duration"
+        )
         frame = frame.filter(~bad)
+    over = pl.any_horizontal([(pl.col(c) > pl.col(S.WALL_MS) * 1.001).fill_null(False) for c in durations[1:]])
+    n_over = frame.filter(over).height
+    if n_over:
+        notes.append(f"{n_over} row(s) had a phase or GPU-busy time longer than the step itself; clamped to the step")
+        frame = frame.with_columns(pl.min_horizontal(pl.col(c), pl.col(S.WALL_MS)).alias(c) for c in durations[1:])
+    for col, limit, what in (
+        (S.BATCH_SAMPLES, MAX_BATCH_SAMPLES, "batch sizes"),
+        (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES, "peak memory values"),
+    ):
+        out = (pl.col(col) < 0) | (pl.col(col) > limit)
+        n_out = frame.filter(out.fill_null(False)).height
+        if n_out:
+            notes.append(f"{n_out} implausible {what} treated as unknown")
+            frame = frame.with_columns(pl.when(out).then(None).otherwise(pl.col(col)).alias(col))
     n_dup = frame.height - frame.unique([S.RANK, S.STEP]).height
     if n_dup:
         notes.append(f"skipped {n_dup} duplicated (rank, step) row(s), keeping the first of each")
