@@ -20,7 +20,12 @@ def _usd(x: float | None) -> str:
 
 
 def compare_dict(c: Comparison) -> dict[str, Any]:
-    return {"options": [asdict(o) for o in c.options], "cheapest": c.cheapest, "saving_usd_per_run": c.saving_usd}
+    return {
+        "options": [asdict(o) for o in c.options],
+        "cheapest": c.cheapest,
+        "saving_usd_per_run": c.saving_usd,
+        "projection_checks": [{**asdict(k), "error": k.error} for k in c.checks],
+    }
 
 
 def render_compare(c: Comparison) -> RenderableType:
@@ -41,7 +46,7 @@ def render_compare(c: Comparison) -> RenderableType:
             o.name,
             "n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}",
             str(o.gpus),
-            f"{o.hours_per_run:,.2f}",
+            "n/a" if o.hours_per_run is None else f"{o.hours_per_run:,.2f}",
             _usd(o.per_run_usd),
             "" if o.step_time_ms is None else f"{o.step_time_ms:.2f}",
             "" if o.samples_per_s is None else f"{o.samples_per_s:,.0f}",
@@ -53,7 +58,18 @@ def render_compare(c: Comparison) -> RenderableType:
             Text(f"{c.cheapest} is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
         )
     else:
-        parts.append(Text("Give prices to rank the options by cost per run."))
+        parts.append(Text("Give prices and a run length to rank the options by cost per run."))
+    for k in c.checks:
+        applied = (
+            "the recommended fix" if k.recommended else "a fix (not the one recommended; projection redone for it)"
+        )
+        parts.append(
+            Text(
+                f"Projection check ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms, "
+                f"measured {k.measured_ms:.2f} ms {k.per}; error {k.error:+.1%}",
+                style="bold",
+            )
+        )
     traced = [(o.name, o.breakdown_ms) for o in c.options if o.breakdown_ms]
     if len(traced) >= 2:
         base_name, base = traced[0]

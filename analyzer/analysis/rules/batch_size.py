@@ -41,6 +41,34 @@ def _fixed_data_wait(ctx: Context) -> float:
     return 0.0
 
 
+def batch_projection(ctx: Context, k: float, why: str) -> Projection:
+    """Step time per current batch worth of samples with a batch ``k`` times larger."""
+    m = ctx.m
+    wall = ctx.wall
+    if ctx.gpu:
+        data = ctx.ms(m.effective[S.DATA_WAIT_MS])
+        scaling = ctx.busy + data
+        scaling_what = f"GPU work {ctx.busy:.2f} ms and data wait {data:.2f} ms"
+    else:
+        scaling = sum(m.mean_ms[p] or 0.0 for p in (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS))
+        scaling_what = f"loading, forward and backward {scaling:.2f} ms"
+    fixed = max(0.0, wall - scaling)
+    step = scaling + fixed / k
+    rule = (
+        f"{why}: {scaling_what} grow with the batch, the other {fixed:.2f} ms per step (launches, optimizer, "
+        f"host) does not, so per current batch worth of samples: {scaling:.2f} + {fixed:.2f}/{k:g} = {step:.2f} ms"
+    )
+    return bounded(
+        ctx,
+        step,
+        f"batch x{k:g}",
+        {"the work that grows with the batch": scaling},
+        rule,
+        params=(("batch_multiplier", k),),
+        per_batch_of=m.batch_samples,
+    )
+
+
 class BatchSize(Rule):
     bottleneck = "batch_size"
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
@@ -149,32 +177,7 @@ class BatchSize(Rule):
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
         k, why = batch_multiplier(ctx)
-        if k <= 1:
-            return None
-        m = ctx.m
-        wall = ctx.wall
-        if ctx.gpu:
-            data = ctx.ms(m.effective[S.DATA_WAIT_MS])
-            scaling = ctx.busy + data
-            scaling_what = f"GPU work {ctx.busy:.2f} ms and data wait {data:.2f} ms"
-        else:
-            scaling = sum(m.mean_ms[p] or 0.0 for p in (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS))
-            scaling_what = f"loading, forward and backward {scaling:.2f} ms"
-        fixed = max(0.0, wall - scaling)
-        step = scaling + fixed / k
-        rule = (
-            f"{why}: {scaling_what} grow with the batch, the other {fixed:.2f} ms per step (launches, optimizer, "
-            f"host) does not, so per current batch worth of samples: {scaling:.2f} + {fixed:.2f}/{k} = {step:.2f} ms"
-        )
-        return bounded(
-            ctx,
-            step,
-            f"batch x{k}",
-            {"the work that grows with the batch": scaling},
-            rule,
-            params=(("batch_multiplier", k),),
-            per_batch_of=m.batch_samples,
-        )
+        return batch_projection(ctx, k, why) if k > 1 else None
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
         k = dict(p.params).get("batch_multiplier", 2)

@@ -44,15 +44,16 @@ class WorkerPlan:
     rule: str
 
 
-def worker_plan(ctx: Context, data_ms: float) -> WorkerPlan | None:
-    """The projected step with more DataLoader workers; None when the trace does not say how many ran."""
+def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
+    """The projected step with more DataLoader workers (``workers``, default: what the host's cores
+    allow); None when the trace does not say how many ran."""
     current = ctx.end.loader_workers if ctx.end is not None else None
     if current is None:
         return None
     compute = ctx.wall - data_ms
     cores = cores_per_process(ctx)
     if current == 0:
-        workers = max(2, min(MAX_WORKERS, cores))
+        workers = workers or max(2, min(MAX_WORKERS, cores))
         usable = min(workers, cores)  # loading is often I/O (sleeping), so workers may use every core
         cost = worker_batch_cost_ms(ctx)
         loading = data_ms / usable
@@ -63,7 +64,7 @@ def worker_plan(ctx: Context, data_ms: float) -> WorkerPlan | None:
             f"{cost:.2f} ms per batch to pass it between processes: max({compute:.2f}, {loading:.2f}) + {cost:.2f}"
         )
         return WorkerPlan(workers, step, loading, cost, rule)
-    workers = min(MAX_WORKERS, cores - 1, 2 * current)
+    workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
     if workers <= current:
         return WorkerPlan(0, ctx.wall, ctx.wall, 0.0, f"num_workers={current} already uses the {cores} core(s)")
     # With `current` workers each batch takes a worker current x step to build; more workers divide that.

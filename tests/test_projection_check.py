@@ -1,0 +1,62 @@
+"""`gpuanalyze compare BEFORE AFTER`: a fix BEFORE's report projected, applied in AFTER, is checked
+against what AFTER measured (projected vs measured step time and the error)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.planning.compare import compare, load_option
+from analyzer.planning.cost import CostInputs
+from gpuanalyze.ingest.runinfo import EndInfo
+from tests.conftest import make_row
+
+runner = CliRunner()
+
+
+def _trace(factory, *, wall, data, workers, samples=32, n=40):
+    rows = [make_row(i, wall=wall, data=data, fwd=4.0, bwd=4.5, opt=1.0, samples=samples) for i in range(n)]
+    return factory(rows, run={"cpu_count": 4}, end=EndInfo(status="ok", steps=n, loader_workers=workers))
+
+
+def test_the_recommended_worker_count_is_checked_against_the_measurement(trace_factory):
+    before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
+    after = _trace(trace_factory, wall=13.5, data=3.5, workers=4)
+    c = compare([load_option(before, CostInputs()), load_option(after, CostInputs())])
+    (check,) = c.checks
+    assert check.fix == "num_workers 0 -> 4" and check.bottleneck == "data_loading" and check.recommended
+    assert check.projected_ms == pytest.approx(50.0 / 4 + 0.7) and check.measured_ms == pytest.approx(13.5)
+    assert check.error == pytest.approx((13.2 - 13.5) / 13.5)
+
+
+def test_a_different_worker_count_gets_its_own_projection(trace_factory):
+    before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
+    after = _trace(trace_factory, wall=35.0, data=25.0, workers=2)
+    (check,) = compare([load_option(before, CostInputs()), load_option(after, CostInputs())]).checks
+    assert not check.recommended and check.projected_ms == pytest.approx(50.0 / 2 + 0.7)
+
+
+def test_a_larger_batch_is_compared_per_batch_of_the_old_size(trace_factory):
+    before = _trace(trace_factory, wall=20.0, data=0.2, workers=0, samples=16)
+    after = _trace(trace_factory, wall=30.0, data=0.4, workers=0, samples=32)
+    (check,) = compare([load_option(before, CostInputs()), load_option(after, CostInputs())]).checks
+    assert check.fix == "batch 16 -> 32" and check.per == "per batch of 16 samples"
+    assert check.measured_ms == pytest.approx(15.0)
+
+
+def test_unrelated_traces_have_no_check(trace_factory):
+    a = _trace(trace_factory, wall=20.0, data=0.2, workers=0)
+    b = _trace(trace_factory, wall=21.0, data=0.3, workers=0)
+    assert compare([load_option(a, CostInputs()), load_option(b, CostInputs())]).checks == ()
+
+
+def test_the_cli_prints_and_the_json_carries_both_numbers(trace_factory):
+    before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
+    after = _trace(trace_factory, wall=13.5, data=3.5, workers=4)
+    text = runner.invoke(app, ["compare", str(before), str(after)])
+    assert text.exit_code == 0 and "Projection check" in text.output and "measured 13.50 ms" in text.output
+    data = json.loads(runner.invoke(app, ["compare", str(before), str(after), "--json"]).output)
+    (check,) = data["projection_checks"]
+    assert check["projected_ms"] == pytest.approx(13.2) and check["measured_ms"] == pytest.approx(13.5)
+    assert check["error"] == pytest.approx((13.2 - 13.5) / 13.5)
