@@ -1,20 +1,24 @@
-"""Does the projected step time come true? Induce a data-loading bottleneck, project, fix, measure.
+"""Do projections come true, and does following the top recommendation ever make things slower?
 
-    python benchmarks/projection_validation.py [--steps 60] [--workers 4]
+    python benchmarks/projection_validation.py [--quick]
 
-Runs the real `data_loading` demo loop (each sample costs 1.5 ms in Dataset.__getitem__) with
-num_workers=0 under analyzer.profile, takes the data_loading finding's projected step time,
-then runs the same loop with the recommended fix (num_workers=N, persistent workers) and
-reports the measured mean step time and the prediction error. torch uses one thread so the
-compute path is the same in both runs (OpenMP threads that sleep through long data waits make
-the first forward after each wait slower, which the fix would also remove).
+For each case a real CPU training loop runs under analyzer.profile; the top finding's fix is then
+applied to the same loop (DataLoader workers, or a larger batch) and measured. Prints, side by
+side from one run: the step time before, the projected and the measured time after (per current
+batch worth of samples for a batch change), the error, and whether following the advice was
+slower. Cases: a slow Dataset (1.5 ms per sample in __getitem__), batch 1 of a tiny MLP from
+memory, and batch 256 from memory. For the two in-memory cases it also measures the advice the
+old projection gave (num_workers=2), to show why it is no longer given. torch uses one thread so
+the compute path is the same in every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -22,12 +26,16 @@ import torch
 import analyzer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
-from gpuanalyze.ingest import schema as S
-from tests.scenarios.loops import make_loop, scenario, train
+from tests.scenarios.loops import LoopConfig, make_loop, train
+
+CASES = {
+    "slow Dataset (1.5 ms/sample)": LoopConfig(sample_cost_s=0.0015, features=256, batch=32, steps=60),
+    "in-memory, batch 1, tiny MLP": LoopConfig(batch=1, features=16, steps=600),
+    "in-memory, batch 256, tiny MLP": LoopConfig(batch=256, features=16, steps=300),
+}
 
 
-def profiled(out: Path, **overrides: object) -> analyzer.Report:
-    cfg = scenario("data_loading", **overrides)
+def run(cfg: LoopConfig, out: Path) -> analyzer.Report:
     model, optimizer, loader = make_loop(cfg)
     if cfg.num_workers:
         loader = torch.utils.data.DataLoader(
@@ -38,31 +46,61 @@ def profiled(out: Path, **overrides: object) -> analyzer.Report:
             persistent_workers=True,
             generator=torch.Generator().manual_seed(cfg.seed),
         )
-    with analyzer.profile(model, out=str(out)):
+    with analyzer.profile(model, out=str(out), kernel_windows=False):
         train(model, optimizer, loader)
     return analyzer.analyze(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--workers", type=int, default=0, help="default: the num_workers the finding recommends")
+    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, noisier numbers)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        before = profiled(Path(tmp) / "before.arrow", steps=args.steps)
-        finding = next(f for f in before.findings if f.bottleneck == "data_loading")
-        workers = args.workers or int(dict(finding.projection.params).get("num_workers", 4))
-        after = profiled(Path(tmp) / "after.arrow", steps=args.steps, num_workers=workers)
-    measured = after.metrics.step_mean_ms
-    projected = finding.projection.step_ms
-    print(f"before (num_workers=0): {before.metrics.step_mean_ms:.2f} ms/step, verdict {before.bottleneck}")
-    print(f"projected: {projected:.2f} ms/step ({finding.projection.rule})")
     print(
-        f"after (num_workers={workers}, persistent): {measured:.2f} ms/step, verdict {after.bottleneck}, "
-        f"data wait {after.metrics.share[S.DATA_WAIT_MS]:.0%}"
+        f"{'case':30} {'before':>8} {'verdict':>12} {'fix':>15} {'projected':>9} {'measured':>8} {'error':>7}  slower"
     )
-    print(f"prediction error: {100 * (projected - measured) / measured:+.1f}%")
+    errors = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, cfg) in enumerate(CASES.items()):
+            if args.quick:
+                cfg = replace(cfg, steps=max(30, cfg.steps // 4))
+            before = run(cfg, Path(tmp) / f"b{i}.arrow")
+            wall = before.metrics.step_mean_ms
+            if not before.findings:
+                print(f"{name:30} {wall:8.2f} {before.bottleneck:>12} {'none':>15}")
+                continue
+            top = before.findings[0]
+            params = dict(top.projection.params)
+            scale = 1.0
+            if "num_workers" in params:
+                fix = f"workers={params['num_workers']}"
+                after_cfg = replace(cfg, num_workers=int(params["num_workers"]))
+            elif "batch_multiplier" in params:
+                k = int(params["batch_multiplier"])
+                fix, scale = f"batch x{k}", float(k)
+                after_cfg = replace(cfg, batch=cfg.batch * k, steps=max(20, cfg.steps // k))
+            else:
+                print(f"{name:30} {wall:8.2f} {before.bottleneck:>12} {'(no setting)':>15}")
+                continue
+            after = run(after_cfg, Path(tmp) / f"a{i}.arrow")
+            measured = after.metrics.step_mean_ms / scale
+            projected = top.projection.step_ms
+            error = (projected - measured) / measured
+            errors.append((top.bottleneck, error))
+            slower = "YES" if measured > wall * 1.05 else "no"
+            print(
+                f"{name:30} {wall:8.2f} {before.bottleneck:>12} {fix:>15} {projected:9.2f} {measured:8.2f} "
+                f"{error:+7.1%}  {slower}"
+            )
+            if cfg.batch <= 256 and cfg.sample_cost_s == 0:
+                old = run(replace(cfg, num_workers=2), Path(tmp) / f"w{i}.arrow").metrics.step_mean_ms
+                print(
+                    f"{'':30} {'':8} {'':>12} {'workers=2 (old)':>15} {'':9} {old:8.2f} {'':7}  "
+                    f"{'YES' if old > wall * 1.05 else 'no'}"
+                )
+    data = [abs(e) for b, e in errors if b == "data_loading"]
+    if data:
+        print(f"data-loading projection error: {statistics.mean(data):.1%} (|projected - measured| / measured)")
 
 
 if __name__ == "__main__":

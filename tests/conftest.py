@@ -23,11 +23,12 @@ def make_row(
     data: float = 0.0,
     fwd: float = 7.0,
     bwd: float = 10.0,
-    opt: float = 2.5,
+    opt: float = 1.5,
     sync: float = 0.0,
     busy: float | None = None,
     samples: int | None = 32,
     peak: int | None = None,
+    data_cpu: float | None = None,
 ) -> dict[str, Any]:
     """A consistent trace row; ``other`` is what is left of ``wall``."""
     row = S.empty_row()
@@ -46,6 +47,7 @@ def make_row(
             S.GPU_BUSY_MS: busy,
             S.BATCH_SAMPLES: samples,
             S.PEAK_MEM_BYTES: peak,
+            S.DATA_CPU_MS: data_cpu,
         }
     )
     return row

@@ -16,7 +16,9 @@ runner = CliRunner()
 
 
 def _trace(factory, *, wall, data, workers, samples=32, n=40):
-    rows = [make_row(i, wall=wall, data=data, fwd=4.0, bwd=4.5, opt=1.0, samples=samples) for i in range(n)]
+    rows = [
+        make_row(i, wall=wall, data=data, fwd=4.0, bwd=4.5, opt=1.0, samples=samples, data_cpu=0.0) for i in range(n)
+    ]
     return factory(rows, run={"cpu_count": 4}, end=EndInfo(status="ok", steps=n, loader_workers=workers))
 
 

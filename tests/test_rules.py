@@ -149,12 +149,21 @@ def test_cheap_batches_in_the_training_process_are_batch_size_not_data_loading(t
 
 
 def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace_factory):
-    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32)
+    # the loader sleeps (I/O): 0.5 of its 50 ms is CPU time, so 4 workers divide it over 4 cores
+    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=0.5)
     end = EndInfo(status="ok", steps=40, loader_workers=0)
     f = analyze(trace_factory(rows, run={"cpu_count": 4}, end=end)).findings[0]
     assert f.bottleneck == "data_loading" and dict(f.projection.params) == {"num_workers": 4}
     assert f.projection.step_ms == pytest.approx(50.0 / 4 + T.WORKER_BATCH_COST_MS)
     assert any("num_workers=4" in rec for rec in f.recommendations)
+
+
+def test_cpu_bound_loading_shares_the_cores_with_compute(trace_factory):
+    # the same wait, all of it CPU work: compute, loading and hand-over need (10 + 50 + 0.7) / 4 cores-ms
+    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=50.0)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    f = analyze(trace_factory(rows, run={"cpu_count": 4}, end=end)).findings[0]
+    assert f.projection.step_ms == pytest.approx((10.0 + 50.0 + T.WORKER_BATCH_COST_MS) / 4)
 
 
 def test_data_fix_is_bounded_by_gpu_busy(trace_factory):

@@ -69,6 +69,9 @@ class StepMetrics:
     """Sum of GPU-busy time over sum of wall time, in [0, 1]; None without GPU timings."""
     idle_unexplained: float | None
     """GPU idle share not covered by data wait or sync (launch and host overhead); None without a GPU."""
+    data_cpu_fraction: float | None
+    """CPU time of the training thread inside data fetches over the data wait, in [0, 1] (1: loading is
+    CPU work that worker processes must share the cores for; 0: sleeping on I/O); None if not recorded."""
     peak_mem_bytes: int | None
     gpu_memory_bytes: int | None
     batch_samples: float | None
@@ -167,6 +170,7 @@ def step_metrics(trace: Trace) -> StepMetrics:
         effective=effective,
         gpu_util=_clamp(total[S.GPU_BUSY_MS] / wall_total) if has_gpu else None,
         idle_unexplained=_clamp(total[UNEXPLAINED_IDLE] / wall_total) if has_gpu else None,
+        data_cpu_fraction=_data_cpu_fraction(frame),
         peak_mem_bytes=None if mem.null_count() == mem.len() else int(number(mem.max())),
         gpu_memory_bytes=trace.run.gpu_memory_bytes,
         batch_samples=number(samples.median()) if has_samples else None,
@@ -177,3 +181,11 @@ def step_metrics(trace: Trace) -> StepMetrics:
         kernels=kernels,
         distributed=rank_analysis(frame),
     )
+
+
+def _data_cpu_fraction(frame: pl.DataFrame) -> float | None:
+    rows = frame.filter(pl.col(S.DATA_CPU_MS).is_not_null())
+    wait = number(rows.get_column(S.DATA_WAIT_MS).fill_null(0.0).sum()) if rows.height else 0.0
+    if wait <= 0:
+        return None
+    return _clamp(number(rows.get_column(S.DATA_CPU_MS).sum()) / wait)

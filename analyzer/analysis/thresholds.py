@@ -25,6 +25,12 @@ SYNC_HIGH = Threshold(0.20, OURS + " (the input-bound scale, applied to blocking
 SYNC_MODERATE = Threshold(0.05, OURS + " (the input-bound scale, applied to blocking syncs and collectives)")
 HOST_HIGH = Threshold(0.30, OURS + ": most of the step in host work no phase accounts for")
 HOST_MODERATE = Threshold(0.10, OURS + ": host work no phase accounts for, above the noise of hook timing")
+#: Unattributed host time below this per step is the loop's own Python (loss, zero_grad, .to()):
+#: 0.05-0.2 ms per step measured on CPU here (benchmarks/projection_validation.py), a per-step cost.
+HOST_MIN_MS = 1.0
+PER_STEP_FIXED = Threshold(
+    0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
+)
 
 # -- the GPU --
 GPU_HEALTHY = Threshold(0.90, OURS + ": a GPU busy >= 90% of the step leaves < 10% to win by feeding it better")
@@ -60,6 +66,9 @@ WORKER_BATCH_COST_MS = 0.7
 WORKER_COST_MS_PER_MIB = 1.1
 #: Time a fix must save, as a share of step time, before it is recommended.
 MIN_SAVING = 0.01
+WORKER_MIN_GAIN = Threshold(
+    0.10, OURS + ": the worker projection's own uncertainty (per-batch cost, core contention) is about 5-10%"
+)
 
 # -- confidence --
 #: Analysed steps below which a verdict is low-confidence (few samples of a noisy quantity).

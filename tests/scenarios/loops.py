@@ -46,7 +46,7 @@ def scenario(name: str, **overrides: Any) -> LoopConfig:
     """The configuration for a named scenario (see SCENARIOS)."""
     base = {
         "data_loading": {"sample_cost_s": 0.0015, "features": 256},
-        "healthy": {"sample_cost_s": 0.0, "features": 1024, "batch": 64},
+        "healthy": {"sample_cost_s": 0.0, "features": 1024, "batch": 256},
         "sync": {"features": 2048, "batch": 512, "item_every_step": True, "num_workers": 4},
         "small_batch": {"features": 64, "batch": 2},
         "fp32_compute": {"features": 4096, "batch": 256, "num_workers": 8},

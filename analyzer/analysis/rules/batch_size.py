@@ -32,6 +32,15 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
     return T.DEFAULT_BATCH_MULTIPLIER, f"batch x{T.DEFAULT_BATCH_MULTIPLIER} (no memory figures in the trace; assumed)"
 
 
+def per_step_fixed_share(ctx: Context) -> float:
+    """CPU traces: share of the step that does not grow with the batch (the optimizer and small
+    unattributed host time; syncs are the sync rule's, large unattributed time the host rule's)."""
+    m = ctx.m
+    other = m.effective[S.OTHER_MS]
+    small_other = other if ctx.ms(other) < T.HOST_MIN_MS else 0.0
+    return (m.share[S.OPTIMIZER_MS] or 0.0) + small_other
+
+
 def _fixed_data_wait(ctx: Context) -> float:
     """Data wait share that DataLoader workers would not remove (their per-batch cost exceeds it); 0 otherwise."""
     share = ctx.m.effective[S.DATA_WAIT_MS]
@@ -90,17 +99,19 @@ class BatchSize(Rule):
                 summary=f"The GPU is busy {m.gpu_util:.0%} of the step; {idle:.0%} of the step it idles for reasons "
                 "other than data or sync (kernel launches and Python between them): too little work per step.",
             )
-        fixed = _fixed_data_wait(ctx)
-        if fixed < floor:
+        fixed = per_step_fixed_share(ctx)
+        if fixed < (0.01 if relaxed else T.PER_STEP_FIXED.value):
             return None
+        handoff = _fixed_data_wait(ctx) > 0
         return Detection(
             cause="per_step_overhead",
             share=fixed,
-            consistency=m.consistency(S.DATA_WAIT_MS, T.IDLE_MODERATE.value),
+            consistency=1.0,
             evidence_steps=m.steps,
-            summary=f"Each step handles {m.batch_samples or 0:.0f} sample(s) in {ctx.wall:.2f} ms, and "
-            f"{fixed:.0%} of it is fetching the batch: too cheap per batch for worker processes to pay off "
-            "(passing a batch between processes costs more); a larger batch spreads the fixed per-step costs.",
+            summary=f"Each step handles {m.batch_samples or 0:.0f} sample(s) in {ctx.wall:.2f} ms, and {fixed:.0%} of "
+            "it is per-step cost that does not grow with the batch (optimizer, framework and loop overhead)"
+            + ("; loading is too cheap per batch for worker processes to pay off" if handoff else "")
+            + ": a larger batch spreads it over more samples.",
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
@@ -148,17 +159,28 @@ class BatchSize(Rule):
                     )
                 )
         else:
-            plan = worker_plan(ctx, ctx.ms(d.share))
-            if plan is not None:
+            ev.append(
+                Evidence(
+                    "per_step_fixed_share",
+                    d.share,
+                    T.PER_STEP_FIXED.value,
+                    ">=",
+                    "fraction of step time",
+                    T.PER_STEP_FIXED.source,
+                )
+            )
+            data = _fixed_data_wait(ctx)
+            plan = worker_plan(ctx, ctx.ms(data))
+            if data > 0 and plan is not None:
                 ev.append(
                     Evidence(
-                        "data_wait_ms_per_batch",
-                        ctx.ms(d.share),
-                        plan.cost_ms,
+                        "worker_gain",
+                        (ctx.wall - plan.step_ms) / ctx.wall,
+                        T.WORKER_MIN_GAIN.value,
                         "<",
-                        "ms",
-                        "passing a batch from a worker process costs more than loading it here "
-                        "(WORKER_BATCH_COST_MS, docs/thresholds.md)",
+                        "fraction of step time",
+                        "DataLoader workers would save less than this (their "
+                        "per-batch cost, WORKER_BATCH_COST_MS), so loading stays in the training process",
                     )
                 )
         if m.peak_mem_bytes and m.gpu_memory_bytes:

@@ -54,14 +54,24 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
     cores = cores_per_process(ctx)
     if current == 0:
         workers = workers or max(2, min(MAX_WORKERS, cores))
-        usable = min(workers, cores)  # loading is often I/O (sleeping), so workers may use every core
         cost = worker_batch_cost_ms(ctx)
-        loading = data_ms / usable
-        step = max(compute, loading) + cost
+        cpu = ctx.m.data_cpu_fraction
+        cpu_share = 1.0 if cpu is None else cpu
+        loading = data_ms / min(workers, cores) if cpu_share > 0 else data_ms / workers
+        # CPU-bound loading moves to other processes but still needs cores: compute, loading and the
+        # per-batch hand-over share the host's cores.
+        cores_bound = (compute + data_ms * cpu_share + cost) / cores
+        step = max(compute + cost, loading + cost, cores_bound)
+        basis = (
+            "CPU time not recorded: loading assumed CPU-bound"
+            if cpu is None
+            else f"{cpu_share:.0%} of the wait is CPU time"
+        )
         rule = (
-            f"num_workers={workers}: loading ({data_ms:.2f} ms per batch today, in the training process) spread over "
-            f"{usable} core(s) = {loading:.2f} ms, overlapped with the {compute:.2f} ms compute path, plus "
-            f"{cost:.2f} ms per batch to pass it between processes: max({compute:.2f}, {loading:.2f}) + {cost:.2f}"
+            f"num_workers={workers}: loading {data_ms:.2f} ms per batch ({basis}) over {min(workers, cores)} "
+            f"core(s) = {loading:.2f} ms, overlapped with the {compute:.2f} ms compute path, plus {cost:.2f} ms per "
+            f"batch to pass it between processes; all of it shares {cores} core(s): max({compute:.2f} + {cost:.2f}, "
+            f"{loading:.2f} + {cost:.2f}, ({compute:.2f} + {data_ms * cpu_share:.2f} + {cost:.2f})/{cores})"
         )
         return WorkerPlan(workers, step, loading, cost, rule)
     workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
@@ -78,7 +88,7 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
 
 
 def helps(plan: WorkerPlan | None, wall: float) -> bool:
-    return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.MIN_SAVING)
+    return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
 
 
 class DataLoading(Rule):

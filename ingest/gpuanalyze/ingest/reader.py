@@ -226,7 +226,7 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
     """
     notes: list[str] = []
-    durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS]
+    durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
     frame = frame.with_columns(pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in durations)
     bad = (
         pl.col(S.WALL_MS).is_null()

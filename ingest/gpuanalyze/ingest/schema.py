@@ -16,7 +16,7 @@ import pyarrow as pa
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
 
 FORMAT_NAME = "gpuanalyze-trace"
-FORMAT_VERSION = "1.1"  # 1.1 added the optional kernel_stats column
+FORMAT_VERSION = "1.2"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -32,6 +32,9 @@ SYNC_MS = "sync_ms"
 OTHER_MS = "other_ms"
 GPU_BUSY_MS = "gpu_busy_ms"
 BATCH_SAMPLES = "batch_samples"
+DATA_CPU_MS = "data_cpu_ms"
+"""CPU time the training thread spent inside data fetches (within data_wait_ms): near data_wait_ms
+when loading in the training process is CPU work, near 0 when it sleeps on I/O or on workers."""
 PEAK_MEM_BYTES = "peak_mem_bytes"
 
 KERNEL_STATS = "kernel_stats"
@@ -141,10 +144,11 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(BATCH_SAMPLES, pa.int64()),
     pa.field(PEAK_MEM_BYTES, pa.int64()),
     pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
+    pa.field(DATA_CPU_MS, pa.float64()),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS,)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).
