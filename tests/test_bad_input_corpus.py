@@ -143,7 +143,8 @@ def test_malformed_input(tmp_path, case):
     path = make(tmp_path)
     result = runner.invoke(app, [str(path), "--json"] if code == 0 else [str(path)])
     assert result.exit_code == code, result.output[-2000:]
-    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if code == 2:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gpuanalyze: error:"), result.output
