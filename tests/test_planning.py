@@ -5,7 +5,8 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
-from analyzer.planning.memory import MemoryInputs, ModelShape, estimate, shape_from_hf_config
+from analyzer.planning.memory import MemoryInputs, ModelShape, estimate
+from analyzer.planning.model_config import shape_from_hf_config
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -30,7 +31,7 @@ def test_compare_reproduces_the_server_example(tmp_path):
 
 def test_compare_traces_with_run_length(tmp_path):
     traces = [str(SAMPLES / "cpu_data_loading.arrow"), str(SAMPLES / "cpu_healthy.arrow")]
-    result = runner.invoke(app, ["compare", *traces, "--steps-per-run", "10000", "--price-per-gpu-hour", "1", "--json"])
+    result = runner.invoke(app, ["compare", *traces, "--samples-per-run", "1e6", "--price-per-gpu-hour", "1", "--json"])
     data = json.loads(result.output)
     by = {o["name"]: o for o in data["options"]}
     assert by["cpu_healthy.arrow"]["per_run_usd"] < by["cpu_data_loading.arrow"]["per_run_usd"]

@@ -77,8 +77,8 @@ def analyze_cmd(
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
-    from analyzer.planning.memory import shape_from_hf_config
     from analyzer.planning.mfu import palm_flops_per_token
+    from analyzer.planning.model_config import shape_from_hf_config
 
     if not tokens_per_step or not seq_len:
         raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")

@@ -84,11 +84,13 @@ def memory_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Estimate training memory and which GPUs of the table it fits."""
-    from analyzer.planning.memory import MemoryInputs, ModelShape, estimate, shape_from_hf_config
+    from analyzer.planning.memory import MemoryInputs, ModelShape, estimate
     from analyzer.render.planning import memory_dict, render_memory
 
     try:
         if config is not None and params is None:
+            from analyzer.planning.model_config import shape_from_hf_config
+
             model = shape_from_hf_config(config)
         elif params is not None and config is None:
             model = ModelShape(params)

@@ -3,7 +3,6 @@ configs as JSON): one loader, one set of errors, a size limit and regular files 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,8 @@ def read_small(path: Path, what: str) -> bytes:
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """The parsed TOML table; GpuAnalyzeError naming ``what`` the file should be when it cannot be read."""
+    import tomllib
+
     raw = read_small(path, what)
     try:
         return tomllib.loads(raw.decode())
