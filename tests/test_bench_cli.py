@@ -40,6 +40,7 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     gloo2 = [r for r in by["allreduce"] if r["world_size"] == 2 and r["variant"].startswith("gloo")]
     assert gloo2 and all(r["busbw_gbps"] > 0 and r["busbw_gbps"] == pytest.approx(r["algbw_gbps"]) for r in gloo2)
     assert all(r["busbw_gbps"] == 0 for r in by["allreduce"] if r["world_size"] == 1)
+    assert all(r["min"] <= r["value"] <= r["max"] for r in data["results"]), "min..max in the value's unit"
     assert any("copy:" in s for s in data["skipped"])
     pipeline = next(r for r in by["dataloader"] if r["variant"] == "pipeline")
     assert pipeline["value"] > 0 and pipeline["capped_by"] in ("producer", "link", "consumer")
@@ -127,7 +128,8 @@ def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path
     result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert f"saved launch for {mine.describe()} in {ceilings_path} (other results kept)" in said
+    assert f"saved launch for {mine.describe()} (other results kept) in {ceilings_path}" in said
+    assert f"  {ceilings_path}" in result.output.splitlines()
     machines = json.loads(ceilings_path.read_text())["machines"]
     assert set(machines) == {mine.key, other.key}
     assert set(machines[mine.key]["suites"]) == {"matmul", "launch"}
@@ -141,7 +143,7 @@ def test_bench_json_keeps_stdout_json_and_says_where_on_stderr(ceilings_path):
     result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["results"][0]["suite"] == "launch"
-    assert f"in {ceilings_path}" in " ".join(result.stderr.split())
+    assert result.stderr.splitlines()[-1] == f"  {ceilings_path}"
 
 
 def test_bench_unknown_benchmark(ceilings_path):

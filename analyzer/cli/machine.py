@@ -69,11 +69,12 @@ def bench_cmd(
         typer.echo(render_bench_json(report))
     else:
         Console(highlight=False, width=width).print(render_bench(report))
-    said = Console(stderr=json_out, highlight=False, soft_wrap=True)
+    said = Console(stderr=json_out, highlight=False, width=width)
     try:
         if out is not None:
             write_report(report, out, force=force)
-            said.print(f"wrote {out}", markup=False)
+            said.print("wrote the report to", markup=False)
+            said.print(f"  {out}", markup=False, soft_wrap=True)  # a path is never folded
         saved = save_ceilings(report, store)
     except GpuAnalyzeError as exc:
         fail(str(exc))
@@ -81,9 +82,9 @@ def bench_cmd(
         _interrupted()
     if saved:
         said.print(
-            f"saved {', '.join(saved)} for {report.fingerprint.describe()} in {store} (other results kept)",
-            markup=False,
+            f"saved {', '.join(saved)} for {report.fingerprint.describe()} (other results kept) in", markup=False
         )
+        said.print(f"  {store}", markup=False, soft_wrap=True)
     if report.failed:
         raise typer.Exit(1)
 

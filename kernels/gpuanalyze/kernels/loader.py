@@ -135,7 +135,7 @@ def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = N
         with sigint_deferred():
             if segment is not None:
                 segment.unlink()
-            workers.close(grace_s=2.0 if ok else 0.3)
+            workers.close(grace_s=2.0 if ok else 0.1)
             del slots
             if segment is not None:
                 segment.close()
