@@ -22,6 +22,7 @@ from analyzer.errors import GpuAnalyzeError
 from gpuanalyze.kernels import shm
 from gpuanalyze.kernels.loader_workers import death_message, sigint_deferred
 
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux's /proc")
 BENCH = [sys.executable, "-m", "analyzer", "bench", "dataloader", "--backend", "cpu", "--quick"]
 runner = CliRunner()
 
@@ -123,6 +124,7 @@ def test_death_messages_name_the_signal_and_the_likely_cause(tmp_path):
     assert bus.startswith("data-loader worker 1 (pid 42) died of SIGBUS") and "shared memory" in bus
     assert "OOM" in death_message(0, 7, -signal.SIGKILL, tmp_path)
     assert "exited with status 3" in death_message(0, 7, 3, tmp_path)
+    assert death_message(0, 7, 0, tmp_path).endswith("exited before the run ended")
 
 
 def test_a_ctrl_c_during_cleanup_is_delivered_after_it():

@@ -119,7 +119,9 @@ def death_message(wid: int, pid: int | None, exitcode: int | None, shm: Path) ->
     who = f"data-loader worker {wid} (pid {pid})"
     if exitcode is None:
         return f"{who} closed its pipe unexpectedly"
-    if exitcode >= 0:
+    if exitcode == 0:
+        return f"{who} exited before the run ended"
+    if exitcode > 0:
         return f"{who} exited with status {exitcode} (its error is printed above)"
     try:
         name = signal.Signals(-exitcode).name
