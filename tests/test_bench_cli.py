@@ -1,11 +1,14 @@
 """`gpuanalyze bench` on the cpu backend, end to end, and the ceilings it feeds into analysis."""
 
 import json
+import os
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
+from analyzer.machine.ceilings import this_host
 from tests.conftest import make_row
 
 runner = CliRunner()
@@ -14,6 +17,7 @@ runner = CliRunner()
 @pytest.fixture
 def ceilings_path(tmp_path, monkeypatch):
     path = tmp_path / "cache" / "ceilings.json"
+    path.parent.mkdir()
     monkeypatch.setenv("GPUANALYZE_CEILINGS", str(path))
     return path
 
@@ -24,7 +28,7 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     out = tmp_path / "ceilings.json"
     result = runner.invoke(app, ["bench", "all", "--backend", "cpu", "--quick", "--json", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["backend"] == "cpu" and data["failed"] == []
     by = {}
     for r in data["results"]:
@@ -36,19 +40,110 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     gloo2 = [r for r in by["allreduce"] if r["world_size"] == 2 and r["variant"].startswith("gloo")]
     assert gloo2 and all(r["busbw_gbps"] > 0 and r["busbw_gbps"] == pytest.approx(r["algbw_gbps"]) for r in gloo2)
     assert all(r["busbw_gbps"] == 0 for r in by["allreduce"] if r["world_size"] == 1)
+    assert all(r["min"] <= r["value"] <= r["max"] for r in data["results"]), "min..max in the value's unit"
     assert any("copy:" in s for s in data["skipped"])
     pipeline = next(r for r in by["dataloader"] if r["variant"] == "pipeline")
     assert pipeline["value"] > 0 and pipeline["capped_by"] in ("producer", "link", "consumer")
     assert json.loads(out.read_text())["results"] == data["results"]
-    assert ceilings_path.is_file()
+    fp = data["fingerprint"]
+    assert fp["backend"] == "cpu" and fp["host"] == this_host() and fp["device"] == data["device"]
+    saved = json.loads(ceilings_path.read_text())["machines"]
+    assert list(saved) == [f"{this_host()}/cpu/{data['device']}"]
+    suites = next(iter(saved.values()))["suites"]
+    assert set(suites) == {"memory", "copy", "matmul", "launch", "allreduce", "dataloader"}
+    assert suites["copy"]["results"] == [] and suites["copy"]["skipped"]
+    assert sum(len(s["results"]) for s in suites.values()) == len(data["results"])
 
 
-def test_bench_unavailable_backend_is_one_line(ceilings_path):
+def test_bench_unavailable_backend_is_one_line(ceilings_path, monkeypatch):
+    """Runs everywhere: CuPy is made unavailable, so a success here is a failure (never a skip)."""
+    from gpuanalyze.kernels import backend
+
+    monkeypatch.setattr(backend, "cupy_unavailable", lambda: "CuPy sees no CUDA device")
     result = runner.invoke(app, ["bench", "memory", "--backend", "cupy"])
-    if result.exit_code == 0:
-        pytest.skip("CuPy has a GPU here")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().count("\n") == 0
+    assert "gpuanalyze: error: backend cupy is unavailable: CuPy sees no CUDA device" in result.output
+    assert not ceilings_path.exists()
+
+
+def test_bench_out_in_a_missing_directory_fails_at_once_and_creates_nothing(ceilings_path, tmp_path):
+    out = tmp_path / "missing" / "dir" / "x.json"
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out)])
     assert result.exit_code == 2
-    assert result.output.strip().count("\n") == 0 and "cupy is unavailable" in result.output
+    assert result.output.strip().count("\n") == 0 and "no such directory" in result.output
+    assert "launch" not in result.output  # refused before measuring
+    assert not (tmp_path / "missing").exists() and not ceilings_path.exists()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "dir"])
+def test_bench_out_refuses_links_and_special_files_even_with_force(ceilings_path, tmp_path, kind):
+    target = tmp_path / "precious"
+    target.write_text("keep")
+    out = tmp_path / "out.json"
+    if kind == "symlink":
+        out.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.mkdir()
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
+    assert result.exit_code == 2 and "gpuanalyze: error:" in result.output
+    assert target.read_text() == "keep" and not ceilings_path.exists()
+
+
+def test_bench_out_with_force_replaces_a_regular_file(ceilings_path, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "mine.json"
+    out.write_text("old")
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["results"][0]["benchmark"] == "launch_overhead"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_bench_refuses_a_ceilings_location_in_a_missing_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path / "nowhere" / "c.json"))
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    assert result.exit_code == 2 and "no such directory" in result.output
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path):
+    """`bench launch` replaces only this machine's launch results; other suites and machines stay."""
+    pytest.importorskip("torch")
+    from analyzer.machine.ceilings import Fingerprint, SuiteRun, merge_runs
+    from gpuanalyze.kernels.backend import select
+    from gpuanalyze.kernels.suite import fingerprint
+
+    mine = fingerprint(select("cpu"))
+    other = Fingerprint(backend="cupy", device="NVIDIA H200", host="gpu-node")
+
+    def run(fp, benchmark):
+        return SuiteRun(measured_unix_s=1, quick=True, fingerprint=fp, results=[
+            msgspec.Raw(msgspec.json.encode({"benchmark": benchmark, "value": 1.0, "suite": "x"}))])  # fmt: skip
+
+    merge_runs(ceilings_path, {"matmul": run(mine, "matmul"), "launch": run(mine, "launch_overhead")}, mine)
+    merge_runs(ceilings_path, {"launch": run(other, "launch_overhead")}, other)
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert f"saved launch for {mine.describe()} (other results kept) in {ceilings_path}" in said
+    assert f"  {ceilings_path}" in result.output.splitlines()
+    machines = json.loads(ceilings_path.read_text())["machines"]
+    assert set(machines) == {mine.key, other.key}
+    assert set(machines[mine.key]["suites"]) == {"matmul", "launch"}
+    assert machines[mine.key]["suites"]["launch"]["results"][0]["value"] != 1.0  # replaced by the new run
+    assert machines[mine.key]["suites"]["matmul"]["results"][0]["value"] == 1.0  # kept
+    assert machines[other.key]["suites"]["launch"]["results"][0]["value"] == 1.0  # the other machine kept
+
+
+def test_bench_json_keeps_stdout_json_and_says_where_on_stderr(ceilings_path):
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["results"][0]["suite"] == "launch"
+    assert result.stderr.splitlines()[-1] == f"  {ceilings_path}"
 
 
 def test_bench_unknown_benchmark(ceilings_path):
@@ -70,32 +165,54 @@ def test_bench_launch_renders_a_table(ceilings_path):
     assert "launch" in result.output and "empty_kernel" in result.output
 
 
-def _ceilings(path, loader_rate):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "backend": "cpu",
-                "device": "test-host",
-                "results": [
-                    {"benchmark": "dataloader", "variant": "pipeline", "value": loader_rate, "unit": "samples/s"}
-                ],
-            }
-        )
-    )
+def _ceilings(path, loader_rate, *, host="test-host", fingerprint=True):
+    """A `bench --json` style file measured on ``host``'s CPU (no fingerprint: an older file)."""
+    fp = {"backend": "cpu", "device": "CPU: test x4", "host": host} if fingerprint else None
+    result = {"benchmark": "dataloader", "variant": "pipeline", "value": loader_rate, "unit": "samples/s"}
+    path.write_text(json.dumps({"backend": "cpu", "device": "CPU: test x4", "fingerprint": fp, "results": [result]}))
     return path
 
 
+def _loader_bound_trace(trace_factory, host="test-host"):
+    return trace_factory(
+        [make_row(i, wall=20.0, data=10.0, samples=32) for i in range(20)], run={"host": host, "device": "cpu"}
+    )
+
+
+def _loader_evidence(data):
+    return {e["metric"]: e for e in data["findings"][0]["evidence"]}.get("achieved_samples_per_s")
+
+
 def test_findings_quote_the_measured_loader_ceiling(trace_factory, ceilings_path):
-    trace = trace_factory([make_row(i, wall=20.0, data=10.0, samples=32) for i in range(20)])
+    trace = _loader_bound_trace(trace_factory)
     _ceilings(ceilings_path, 9000.0)
     result = runner.invoke(app, [str(trace), "--json"])
     data = json.loads(result.output)
-    ev = {e["metric"]: e for e in data["findings"][0]["evidence"]}
-    assert ev["achieved_samples_per_s"]["value"] == pytest.approx(1600.0)
-    assert ev["achieved_samples_per_s"]["threshold"] == 9000.0
-    assert "test-host" in ev["achieved_samples_per_s"]["source"]
+    ev = _loader_evidence(data)
+    assert ev["value"] == pytest.approx(1600.0)
+    assert ev["threshold"] == 9000.0
+    assert "CPU: test x4" in ev["source"]
     assert data["ceilings"] == str(ceilings_path)
+
+
+@pytest.mark.parametrize(("explicit", "host", "fingerprint", "why"), [
+    (False, "laptop", True, "on CPU: test x4 (cpu) on host laptop, not this trace's CPU on host test-host"),
+    (True, "laptop", True, "were measured on CPU: test x4 (cpu) on host laptop"),
+    (False, "test-host", False, "carry no machine fingerprint"),
+])  # fmt: skip
+def test_ceilings_of_another_machine_are_not_applied_and_a_note_says_why(
+    trace_factory, ceilings_path, tmp_path, explicit, host, fingerprint, why
+):
+    trace = _loader_bound_trace(trace_factory)
+    path = _ceilings(
+        tmp_path / "theirs.json" if explicit else ceilings_path, 9000.0, host=host, fingerprint=fingerprint
+    )
+    result = runner.invoke(app, [str(trace), "--json", *(["--ceilings", str(path)] if explicit else [])])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["ceilings"] is None
+    assert _loader_evidence(data) is None or _loader_evidence(data)["threshold"] != 9000.0
+    assert any(why in note and "not used" in note for note in data["notes"]), data["notes"]
 
 
 def test_explicit_ceilings_file_must_be_valid(trace_factory, tmp_path, ceilings_path):

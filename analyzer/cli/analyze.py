@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,7 +26,10 @@ def analyze_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
     ceilings: Annotated[
         Path | None,
-        typer.Option(help="Measured ceilings from `gpuanalyze bench` (default: the file bench saves, if present)."),
+        typer.Option(
+            help="Measured ceilings from `gpuanalyze bench` (default: the file bench saves, if present); "
+            "only those measured on the trace's machine are used, else a note says why."
+        ),
     ] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(help="USD per GPU-hour (yours; none is shipped).")] = None,
     steps_per_run: Annotated[float | None, typer.Option(help="Optimizer steps in a completed run.")] = None,
@@ -49,7 +53,8 @@ def analyze_cmd(
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.analysis.pipeline import analyze
-    from analyzer.machine.ceilings import find_ceilings
+    from analyzer.machine.ceilings import ceilings_for
+    from gpuanalyze.ingest.sources import load_any
 
     try:
         cost = cost_options(
@@ -63,7 +68,11 @@ def analyze_cmd(
         )
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
-        report = analyze(trace, ceilings=find_ceilings(ceilings), cost=cost, flops_per_step=flops_per_step)
+        loaded = load_any(trace)
+        measured, note = ceilings_for(loaded.run, ceilings)  # only the trace's own machine's ceilings
+        report = analyze(loaded, ceilings=measured, cost=cost, flops_per_step=flops_per_step)
+        if note:
+            report = dataclasses.replace(report, notes=(*report.notes, note))
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -28,18 +28,25 @@ def bench_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON results here.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    width: Annotated[int | None, typer.Option("--width", min=40, help="Table width (default: the terminal's).")] = None,
 ) -> None:
-    """Measure this machine's ceilings; results are saved where `gpuanalyze TRACE` finds them."""
+    """Measure this machine's ceilings; results are merged into the file `gpuanalyze TRACE` reads,
+    under this machine's fingerprint."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from analyzer.machine.ceilings import default_path
+    from analyzer.files import check_target
+    from analyzer.machine.ceilings import default_path, prepare_directory
     from analyzer.render.bench import render_bench, render_bench_json
-    from gpuanalyze.kernels.suite import run_bench, save
+    from gpuanalyze.kernels.suite import run_bench, save_ceilings, write_report
 
-    if out is not None and out.exists() and not force:
-        fail(f"{out} exists; pass --force to overwrite it")
+    store = default_path()
     try:
+        # before measuring: a bad --out or ceilings location fails at once and creates nothing
+        if out is not None:
+            check_target(out, force=force)
+        prepare_directory(store)
+        check_target(store, force=True)
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -56,15 +63,33 @@ def bench_cmd(
             )
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    for path in (default_path(), out):
-        if path is not None:
-            try:
-                save(report, path)
-            except OSError as exc:
-                fail(f"cannot write {path}: {exc.strerror}")
+    except KeyboardInterrupt:
+        _interrupted()
     if json_out:
         typer.echo(render_bench_json(report))
     else:
-        console().print(render_bench(report))
+        Console(highlight=False, width=width).print(render_bench(report))
+    said = Console(stderr=json_out, highlight=False, width=width)
+    try:
+        if out is not None:
+            write_report(report, out, force=force)
+            said.print("wrote the report to", markup=False)
+            said.print(f"  {out}", markup=False, soft_wrap=True)  # a path is never folded
+        saved = save_ceilings(report, store)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        _interrupted()
+    if saved:
+        said.print(
+            f"saved {', '.join(saved)} for {report.fingerprint.describe()} (other results kept) in", markup=False
+        )
+        said.print(f"  {store}", markup=False, soft_wrap=True)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: one line and exit status 130, as a shell reports SIGINT; nothing is saved."""
+    typer.echo("gpuanalyze: interrupted; nothing saved", err=True)
+    raise typer.Exit(130)

@@ -26,7 +26,6 @@ def compare_cmd(
 ) -> None:
     """Which run or server is cheaper per completed run (not per hour)."""
     from analyzer.cli.analyze import cost_options
-    from analyzer.machine.ceilings import find_ceilings
     from analyzer.planning.compare import compare, load_option
     from analyzer.planning.cost import CostInputs
     from analyzer.render.planning import compare_dict, render_compare
@@ -41,7 +40,8 @@ def compare_cmd(
             )
             or CostInputs()
         )
-        result = compare([load_option(p, defaults, find_ceilings(None)) for p in runs])
+        # runs from other machines are compared here, so no measured ceilings (they belong to one machine)
+        result = compare([load_option(p, defaults) for p in runs])
     except GpuAnalyzeError as exc:
         fail(str(exc))
     emit(render_compare(result), compare_dict(result), json_out)

@@ -140,7 +140,8 @@ def run_allreduce(backend: Backend, *, quick: bool) -> list[BenchResult]:
                 raise VerificationError(f"all-reduce over {world} ranks gave a wrong sum")
             med = statistics.median(row["seconds"])
             algbw, busbw = allreduce_bandwidths(row["size"], med, world)
-            rates = sorted(row["size"] / s / 1e9 for s in row["seconds"])
+            # min/median/max in the unit of the value (busbw), like every other result
+            rates = sorted(allreduce_bandwidths(row["size"], s, world)[1] for s in row["seconds"])
             lib = row["impl"] != "ring"
             results.append(
                 BenchResult(

@@ -5,21 +5,25 @@ numba-jitted augment); the main process copies each batch into a reused pinned s
 sends it to the device on a copy stream with one event per batch, and a consumer kernel reads
 it. Each stage is first measured alone (producer, host->device link, consumer), then the whole
 pipeline; the stage with the lowest rate is the one that caps it.
+
+The run always ends: every wait on a worker is bounded, a dead worker is reported, Ctrl-C stops
+it within a fraction of a second, and the shared memory is released on every path
+(``loader_workers``, ``shm``).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import shared_memory
-from typing import Any
 
 import numpy as np
 
 from gpuanalyze.kernels.backend import Backend
+from gpuanalyze.kernels.loader_workers import Workers, sigint_deferred
 from gpuanalyze.kernels.result import BenchResult
+from gpuanalyze.kernels.shm import Segment, shm_dir
 
 
 @dataclass(kw_only=True, slots=True)
@@ -37,35 +41,21 @@ class LoaderConfig:
     batches: int = 40
     """Batches per measured phase."""
     slots: int = 8
-    """Shared-memory batch slots in flight."""
+    """Shared-memory batch slots in flight (at least two per worker are used)."""
+    timeout_s: float = 120.0
+    """Longest wait for any worker (start-up compile included) before the run is stopped as stalled."""
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.batches < 1 or self.slots < 2 or self.sample_cost_us < 0 or self.workers < 0:
             raise ValueError("batch, batches >= 1, slots >= 2, sample_cost_us and workers >= 0")
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s must be > 0")
         if self.workers == 0:
             self.workers = os.cpu_count() or 1
 
-
-def _producer(
-    wid: int, shm_name: str, shape: tuple[int, ...], iters: int, free_q: Any, full_q: Any, ready_q: Any
-) -> None:
-    from gpuanalyze.kernels.loader_work import augment
-
-    augment(np.zeros(4, np.float32), 1, 0)  # compile before reporting ready
-    ready_q.put(wid)
-    shm = shared_memory.SharedMemory(name=shm_name)
-    slots = np.ndarray(shape, np.float32, buffer=shm.buf)
-    count = 0
-    while True:
-        idx = free_q.get()
-        if idx is None:
-            break
-        for s in range(shape[1]):
-            augment(slots[idx, s].reshape(-1), iters, wid * 7919 + count)
-            count += 1
-        full_q.put(idx)
-    del slots
-    shm.close()
+    @property
+    def slot_count(self) -> int:
+        return max(self.slots, 2 * self.workers)
 
 
 class _Device:
@@ -124,33 +114,31 @@ def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = N
         from analyzer.errors import Skip
 
         raise Skip("the synthetic loader's device stages use CuPy; run it with --backend cupy or cpu")
-    from gpuanalyze.kernels.loader_work import iterations_for
-
     sample_size = int(np.prod(cfg.sample_shape))
-    iters, cost_us = iterations_for(cfg.sample_cost_us, sample_size)
-    shape = (max(cfg.slots, 2 * cfg.workers), cfg.batch, *cfg.sample_shape)
-    shm = shared_memory.SharedMemory(create=True, size=int(np.prod(shape)) * 4)
-    ctx = mp.get_context("spawn")
-    free_q, full_q, ready_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_producer, args=(w, shm.name, shape, iters, free_q, full_q, ready_q), daemon=True)
-        for w in range(cfg.workers)
-    ]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready_q.get(timeout=120)
+    shape = (cfg.slot_count, cfg.batch, *cfg.sample_shape)
+    workers = Workers(timeout_s=cfg.timeout_s, shm=shm_dir())
+    segment: Segment | None = None
+    slots: np.ndarray | None = None
+    ok = False
     try:
-        rates = _stages(cfg, backend, np.ndarray(shape, np.float32, buffer=shm.buf), free_q, full_q)
+        # first, so a /dev/shm too small for the slots is one clear error before anything starts
+        segment = Segment(int(np.prod(shape)) * 4, what=f"the loader's {shape[0]} batch slots")
+        from gpuanalyze.kernels.loader_work import iterations_for
+
+        iters, cost_us = iterations_for(cfg.sample_cost_us, sample_size)
+        slots = np.ndarray(shape, np.float32, buffer=segment.map)
+        workers.start(cfg.workers, segment.path, shape, iters)
+        workers.wait_ready()
+        rates = _stages(cfg, backend, slots, workers)
+        ok = True
     finally:
-        for _ in procs:
-            free_q.put(None)
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-        shm.close()
-        shm.unlink()
+        with sigint_deferred():
+            if segment is not None:
+                segment.unlink()
+            workers.close(grace_s=2.0 if ok else 0.1)
+            del slots
+            if segment is not None:
+                segment.close()
     cap = min(("producer", "link", "consumer"), key=rates.__getitem__)
     common = {
         "batch": cfg.batch,
@@ -179,41 +167,38 @@ def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = N
     ]
 
 
-def _stages(cfg: LoaderConfig, backend: Backend, slots: np.ndarray, free_q: Any, full_q: Any) -> dict[str, float]:
+def _stages(cfg: LoaderConfig, backend: Backend, slots: np.ndarray, workers: Workers) -> dict[str, float]:
     """Samples/s of each stage alone, then of the whole pipeline."""
     device = _Device(backend, slots.shape[1:])
     ramp = slots.shape[0]
-    for i in range(ramp):
-        free_q.put(i)
+    workers.fill(ramp)
     for _ in range(ramp):  # warm-up: every slot filled once
-        free_q.put(full_q.get())
-    rates = {"producer": _phase(cfg, free_q, full_q, lambda idx: None, ramp=ramp)}
+        workers.refill(workers.next_full())
+    rates = {"producer": _phase(cfg, workers, lambda idx: None, ramp=ramp)}
     batch = slots[0].copy()
     rates["link"] = _isolated(cfg, lambda: device.link(batch), device)
     rates["consumer"] = _isolated(cfg, lambda: device.consume(device.k), device)
-    rates["pipeline"] = _phase(
-        cfg, free_q, full_q, lambda idx: device.consume(device.link(slots[idx])), device, ramp=ramp
-    )
+    rates["pipeline"] = _phase(cfg, workers, lambda idx: device.consume(device.link(slots[idx])), device, ramp=ramp)
     return rates
 
 
 def _phase(
-    cfg: LoaderConfig, free_q: Any, full_q: Any, consume: Any, device: _Device | None = None, *, ramp: int
+    cfg: LoaderConfig, workers: Workers, consume: Callable[[int], object], device: _Device | None = None, *, ramp: int
 ) -> float:
     """Samples/s in steady state: the first ``ramp`` batches (slots filled while idle) are not timed."""
     t0 = time.perf_counter()
     for i in range(ramp + cfg.batches):
         if i == ramp:
             t0 = time.perf_counter()
-        idx = full_q.get()
+        idx = workers.next_full()
         consume(idx)
-        free_q.put(idx)
+        workers.refill(idx)
     if device is not None:
         device.finish()
     return _rate(cfg.batches * cfg.batch, time.perf_counter() - t0)
 
 
-def _isolated(cfg: LoaderConfig, fn: Any, device: _Device) -> float:
+def _isolated(cfg: LoaderConfig, fn: Callable[[], object], device: _Device) -> float:
     fn()
     device.finish()
     t0 = time.perf_counter()
@@ -221,3 +206,13 @@ def _isolated(cfg: LoaderConfig, fn: Any, device: _Device) -> float:
         fn()
     device.finish()
     return _rate(cfg.batches * cfg.batch, time.perf_counter() - t0)
+
+
+def stale_segment_note() -> str | None:
+    """Remove shared memory left by bench runs that were killed; a note saying so, if any were."""
+    from gpuanalyze.kernels.shm import remove_stale_segments
+
+    removed = remove_stale_segments(shm_dir())
+    if not removed:
+        return None
+    return f"removed {len(removed)} shared-memory segment(s) left in {shm_dir()} by a killed bench run"

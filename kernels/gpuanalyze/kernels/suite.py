@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import Skip
+import msgspec
+
+from analyzer.errors import GpuAnalyzeError, Skip
+from analyzer.machine.ceilings import Fingerprint, SuiteRun, merge_runs, this_host
 from analyzer.machine.datasheet import lookup
 from gpuanalyze.kernels.allreduce import run_allreduce
-from gpuanalyze.kernels.backend import availability, select
+from gpuanalyze.kernels.backend import Backend, availability, select
 from gpuanalyze.kernels.launch import run_launch
-from gpuanalyze.kernels.loader import run_loader
+from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
 from gpuanalyze.kernels.memory import run_memory
 from gpuanalyze.kernels.result import BenchResult
@@ -37,68 +42,152 @@ CHOICES = (*SUITES, "all")
 
 
 @dataclass(frozen=True, slots=True)
+class SuiteOutcome:
+    """What one benchmark suite gave: results, skips with reasons, or the failure that stopped it."""
+
+    name: str
+    results: tuple[BenchResult, ...] = ()
+    skipped: tuple[str, ...] = ()
+    """'<suite>: why' for parts that do not apply here."""
+    failed: str | None = None
+    """'<suite>: error' when the suite broke or failed verification (no number reported)."""
+
+
+@dataclass(frozen=True, slots=True)
 class BenchReport:
     backend: str
     device: str
-    results: tuple[BenchResult, ...]
-    skipped: tuple[str, ...]
-    """'<suite>: why' for benchmarks that do not apply here."""
-    failed: tuple[str, ...]
-    """'<suite>: error' for benchmarks that broke or failed verification (no number reported)."""
+    fingerprint: Fingerprint
+    quick: bool
+    suites: tuple[SuiteOutcome, ...]
     availability: dict[str, str | None]
     seconds: float
+    notes: tuple[str, ...] = ()
+    created_unix_s: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def results(self) -> tuple[BenchResult, ...]:
+        return tuple(r for s in self.suites for r in s.results)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        return tuple(x for s in self.suites for x in s.skipped)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(s.failed for s in self.suites if s.failed)
 
     def to_dict(self) -> dict[str, Any]:
         spec = lookup(self.device)
         return {
             "backend": self.backend,
             "device": self.device,
+            "fingerprint": msgspec.to_builtins(self.fingerprint),
             "datasheet": spec.name if spec else None,
-            "results": [r.to_dict() for r in self.results],
+            "quick": self.quick,
+            "results": [{**r.to_dict(), "suite": s.name} for s in self.suites for r in s.results],
             "skipped": list(self.skipped),
             "failed": list(self.failed),
+            "notes": list(self.notes),
             "backends": self.availability,
             "seconds": round(self.seconds, 2),
-            "created_unix_s": int(time.time()),
+            "created_unix_s": self.created_unix_s,
         }
+
+
+def fingerprint(backend: Backend) -> Fingerprint:
+    """This machine as the ceilings file records it; every lookup is best-effort."""
+    gpu_count = cuda = None
+    if backend.name == "cupy":
+        import cupy
+
+        gpu_count = int(cupy.cuda.runtime.getDeviceCount())
+        v = int(cupy.cuda.runtime.runtimeGetVersion())
+        cuda = f"{v // 1000}.{v % 1000 // 10}"
+    elif backend.name == "numba":
+        from numba import cuda as numba_cuda
+
+        gpu_count = len(numba_cuda.gpus)
+    driver = None
+    if backend.name != "cpu":
+        from analyzer.record.runinfo import _driver_version
+
+        driver = _driver_version()
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return Fingerprint(
+        host=this_host(),
+        backend=backend.name,
+        device=backend.device,
+        gpu_count=gpu_count,
+        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        driver=driver,
+        cuda=cuda,
+        torch=torch_version,
+    )
 
 
 def run_bench(
     which: str, backend_name: str, *, quick: bool, progress: Callable[[str], None] | None = None
 ) -> BenchReport:
-    """Run ``which`` (a suite name or 'all'); a failing suite is recorded, never hides the others."""
-    from analyzer.errors import GpuAnalyzeError
+    """Run ``which`` (a suite name or 'all'); a failing suite is recorded, never hides the others.
 
+    KeyboardInterrupt propagates (after each suite has released what it holds).
+    """
     if which not in CHOICES:
         raise GpuAnalyzeError(f"unknown benchmark {which!r}; choose one of {', '.join(CHOICES)}")
     backend = select(backend_name)
+    notes = [n for n in (stale_segment_note(),) if n]
     names = list(SUITES) if which == "all" else [which]
-    results: list[BenchResult] = []
-    skipped: list[str] = []
-    failed: list[str] = []
+    outcomes: list[SuiteOutcome] = []
     t0 = time.perf_counter()
     for name in names:
         if progress:
             progress(name)
         try:
             res, skips = SUITES[name](backend, quick)
-            results += res
-            skipped += [s if ":" in s else f"{name}: {s}" for s in skips]
+            outcomes.append(SuiteOutcome(name, tuple(res), tuple(s if ":" in s else f"{name}: {s}" for s in skips)))
         except Skip as exc:
-            skipped.append(f"{name}: {exc}")
+            outcomes.append(SuiteOutcome(name, skipped=(f"{name}: {exc}",)))
+        except GpuAnalyzeError as exc:  # our own errors say what happened and what to do
+            outcomes.append(SuiteOutcome(name, failed=f"{name}: {exc}"))
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the rest
-            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+            outcomes.append(SuiteOutcome(name, failed=f"{name}: {type(exc).__name__}: {exc}"))
     return BenchReport(
         backend.name,
         backend.device,
-        tuple(results),
-        tuple(skipped),
-        tuple(failed),
+        fingerprint(backend),
+        quick,
+        tuple(outcomes),
         availability(),
         time.perf_counter() - t0,
+        tuple(notes),
     )
 
 
-def save(report: BenchReport, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.to_dict(), indent=2))
+def save_ceilings(report: BenchReport, path: Path) -> list[str]:
+    """Merge the suites that ran (results or skips, not failures) into the ceilings file at ``path``;
+    returns their names (empty: nothing was written)."""
+    runs = {
+        s.name: SuiteRun(
+            measured_unix_s=report.created_unix_s,
+            quick=report.quick,
+            fingerprint=report.fingerprint,
+            results=[msgspec.Raw(msgspec.json.encode({**r.to_dict(), "suite": s.name})) for r in s.results],
+            skipped=list(s.skipped),
+        )
+        for s in report.suites
+        if s.failed is None
+    }
+    if runs:
+        merge_runs(path, runs, report.fingerprint)
+    return list(runs)
+
+
+def write_report(report: BenchReport, path: Path, *, force: bool) -> None:
+    """The `--json` report as a file of the user's: never over an existing one without ``force``."""
+    from analyzer.files import write_bytes
+
+    write_bytes(path, (json.dumps(report.to_dict(), indent=2) + "\n").encode(), force=force)
