@@ -8,7 +8,7 @@ from pathlib import Path
 from analyzer.analysis.findings import Finding, Report, Savings
 from analyzer.analysis.metrics import step_metrics
 from analyzer.analysis.rules import Context, classify
-from analyzer.machine.ceilings import Ceilings
+from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, RunCost, run_cost, run_hours
 from analyzer.planning.mfu import mfu
 from gpuanalyze.ingest.reader import Trace
@@ -19,23 +19,29 @@ def analyze(
     trace: str | Path | Trace,
     *,
     ceilings: Ceilings | None = None,
+    machine_ceilings: bool | Path = False,
     cost: CostInputs | None = None,
     flops_per_step: float | None = None,
 ) -> Report:
     """Analyse a trace (.arrow, Kineto .json[.gz], a directory of per-rank traces, or a loaded Trace).
 
-    ``ceilings`` (measured by `gpuanalyze bench` on the machine the trace was recorded on) lets
-    findings quote achieved numbers against them; ``cost`` (run length, price) adds cost per run
-    and savings; ``flops_per_step`` adds model FLOPs utilisation. Raises GpuAnalyzeError on bad input.
+    ``machine_ceilings`` (True: the ceilings `gpuanalyze bench` saved; a path: that file) applies
+    the ceilings measured on the machine the trace was recorded on, and notes why when none apply;
+    ``ceilings`` applies the given ones as they are. Findings quote achieved numbers against them.
+    ``cost`` (run length, price) adds cost per run and savings; ``flops_per_step`` adds model FLOPs
+    utilisation. Raises GpuAnalyzeError on bad input.
     """
     loaded = trace if isinstance(trace, Trace) else load_any(trace)
+    notes = loaded.notes
+    if machine_ceilings is not False and ceilings is None:
+        ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
+        notes = notes if note is None else (*notes, note)
     metrics = step_metrics(loaded)
     verdict = classify(Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings))
     cost_ = None
     if cost is not None and cost.has_length:
         cost_ = run_cost(metrics.step_mean_ms, cost, batch_samples=metrics.batch_samples, world_size=loaded.run.world)
     findings = verdict.findings if cost_ is None else tuple(_with_savings(f, cost_) for f in verdict.findings)
-    notes = loaded.notes
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,

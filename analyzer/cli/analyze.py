@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,8 +52,6 @@ def analyze_cmd(
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.analysis.pipeline import analyze
-    from analyzer.machine.ceilings import ceilings_for
-    from gpuanalyze.ingest.sources import load_any
 
     try:
         cost = cost_options(
@@ -68,11 +65,7 @@ def analyze_cmd(
         )
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
-        loaded = load_any(trace)
-        measured, note = ceilings_for(loaded.run, ceilings)  # only the trace's own machine's ceilings
-        report = analyze(loaded, ceilings=measured, cost=cost, flops_per_step=flops_per_step)
-        if note:
-            report = dataclasses.replace(report, notes=(*report.notes, note))
+        report = analyze(trace, machine_ceilings=ceilings or True, cost=cost, flops_per_step=flops_per_step)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:
