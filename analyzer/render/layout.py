@@ -32,7 +32,9 @@ class Column:
     cells: list[Text] = field(default_factory=list)
     justify: Literal["left", "right"] = "right"
     wrap: bool = False
-    """Text that may wrap (names, verdicts); numbers never wrap."""
+    """Cells (and the header) may wrap at spaces: "12.5 (+3.1)" may become two lines, never "12." and "5"."""
+    fold: bool = False
+    """A word longer than the column may be folded over lines (names); never for numbers."""
     drop: int | None = None
     """Order in which the column is left out when the table does not fit (lowest first); None: always shown."""
 
@@ -42,10 +44,12 @@ class Column:
 
     def min_width(self) -> int:
         widest = max((cell_len(line) for c in self.cells for line in c.plain.splitlines()), default=0)
-        if self.wrap:
-            header = max((cell_len(w) for w in self.label.split()), default=0)
+        if not self.wrap:
+            return max(cell_len(self.label), widest)
+        header = min(_FOLD_MIN, max((cell_len(w) for w in self.label.split()), default=0))
+        if self.fold:
             return max(header, min(_FOLD_MIN, widest))
-        return max(cell_len(self.label), widest)
+        return max(header, max((cell_len(w) for c in self.cells for w in c.plain.split()), default=0))
 
 
 def _needed(columns: Sequence[Column]) -> int:

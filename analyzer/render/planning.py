@@ -29,15 +29,20 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
 def render_compare(c: Comparison) -> RenderableType:
     opts = c.options
 
-    def col(header: str, values: list[str], *, drop: int | None, wrap: bool = False, left: bool = False) -> Column:
+    def col(header: str, values: list[str], *, drop: int | None, name: bool = False) -> Column:
         return Column(
-            header=header, cells=[text(v) for v in values], drop=drop, wrap=wrap, justify="left" if left else "right"
+            header=header,
+            cells=[text(v) for v in values],
+            drop=drop,
+            wrap=name,
+            fold=name,
+            justify="left" if name else "right",
         )
 
     table = FitTable(
         "Cost per completed run",
         [
-            col("run / server", [o.name for o in opts], drop=None, wrap=True, left=True),
+            col("run / server", [o.name for o in opts], drop=None, name=True),
             col(
                 "USD/GPU-h",
                 ["n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}" for o in opts],
@@ -48,7 +53,7 @@ def render_compare(c: Comparison) -> RenderableType:
             col("USD/run", [_usd(o.per_run_usd) for o in opts], drop=None),
             col("step ms", ["" if o.step_time_ms is None else f"{o.step_time_ms:.2f}" for o in opts], drop=4),
             col("samples/s", ["" if o.samples_per_s is None else f"{o.samples_per_s:,.0f}" for o in opts], drop=1),
-            col("verdict", [o.bottleneck or "" for o in opts], drop=5, wrap=True, left=True),
+            col("verdict", [o.bottleneck or "" for o in opts], drop=5, name=True),
         ],
     )
     parts: list[RenderableType] = [table]
@@ -72,7 +77,7 @@ def render_compare(c: Comparison) -> RenderableType:
                     cells.append(Text(f"{v:.2f}"))
                 else:
                     cells.append(Text(f"{v:.2f} ({v - ref:+.2f})"))
-            columns.append(Column(header=text(name), cells=cells, drop=i))
+            columns.append(Column(header=text(name), cells=cells, drop=i, wrap=True))
         title = Text("Mean ms per step, difference against ") + text(base_name)
         parts.append(Text(""))
         parts.append(title)
@@ -95,7 +100,7 @@ def render_whatif(w: WhatIf) -> RenderableType:
     table = FitTable(
         None,
         [
-            Column(header="GPU", cells=[text(x.gpu) for x in t], justify="left", wrap=True),
+            Column(header="GPU", cells=[text(x.gpu) for x in t], justify="left", wrap=True, fold=True),
             Column(header="step ms", cells=[Text(f"{x.step_time_ms:.2f}") for x in t]),
             Column(header="speed-up", cells=[Text(f"{x.speedup:.2f}x") for x in t]),
             Column(
