@@ -90,6 +90,7 @@ def test_healthy_run_shows_its_tests():
     for e in report.health:
         assert e.metric in out
     assert "holds" in out and "GPU tests were not evaluated" in out
+    assert "\\x0a" not in out  # our own line breaks are layout, not escaped text
 
 
 def test_unknown_verdict_reads_well(trace_factory):

@@ -179,8 +179,8 @@ def _distribution(rows: pl.DataFrame, report: Report) -> Distribution:
     # at twice the fence and count those beyond.
     if hi > 2 * fence:
         top_edge = 2 * fence
-    if top_edge <= lo:
-        top_edge = lo + 1e-3
+    if top_edge - lo < 0.02 * max(lo, 1e-3):  # (nearly) one value: a readable axis around it
+        lo, top_edge = lo * 0.97, max(top_edge, lo) * 1.03 + 1e-3
     counts, edges = np.histogram(wall, bins=HIST_BINS, range=(lo, top_edge))
     out = rows.filter(pl.col(S.WALL_MS) > fence).sort(S.WALL_MS, descending=True).head(TOP_OUTLIERS)
     return Distribution(

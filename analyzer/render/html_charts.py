@@ -41,6 +41,8 @@ CONFIG: dict[str, Any] = {
 _END_COLOR = {"ok": "#59a14f", "imported": "#79706e", "live": "#f28e2b"}
 #: Stragglers outlined on a heatmap (the table lists all of them).
 MAX_MARKED = 20
+#: Runs with at most this many bins are drawn as stacked bars, longer ones as stacked areas.
+MAX_BARS = 120
 
 
 def _layout(fig: go.Figure, title: str, height: int, **kw: Any) -> go.Figure:
@@ -50,9 +52,26 @@ def _layout(fig: go.Figure, title: str, height: int, **kw: Any) -> go.Figure:
         "margin": {"l": 60, "r": 20, "t": 50, "b": 45},
         "template": "plotly_white",
         "legend": {"orientation": "h", "y": -0.18},
+        "yaxis": {"automargin": True},
     }
     fig.update_layout(**(layout | kw))
     return fig
+
+
+def _stacked(s: StepSeries, values: np.ndarray, label: str, color: str, unit: str, group: str) -> go.Bar | go.Scatter:
+    """One layer of a stack over the run: bars while there are few bins (one point has no area), else areas."""
+    hover = f"{label}: %{{y:.2f}} {unit}<extra></extra>"
+    if len(s.step) <= MAX_BARS:
+        return go.Bar(x=s.step, y=values, width=s.width, name=label, marker_color=color, hovertemplate=hover)
+    return go.Scatter(
+        x=s.step,
+        y=values,
+        name=label,
+        mode="lines",
+        stackgroup=group,
+        line={"width": 0.5, "color": color},
+        hovertemplate=hover,
+    )
 
 
 def _bins(s: StepSeries) -> str:
@@ -62,21 +81,10 @@ def _bins(s: StepSeries) -> str:
 def step_time(s: StepSeries, report: Report) -> go.Figure:
     fig = go.Figure()
     ranks = " (mean over ranks)" if report.metrics.ranks > 1 else ""
-    for part, values in s.parts.items():
-        label = words.PART_LABELS[part]
-        fig.add_trace(
-            go.Scatter(
-                x=s.step,
-                y=values,
-                name=label,
-                mode="lines",
-                stackgroup="parts",
-                line={"width": 0.5, "color": PART_COLORS[part]},
-                hovertemplate=f"{label}: %{{y:.2f}} ms<extra></extra>",
-            )
-        )
-    if not s.parts:
-        fig.add_trace(go.Scatter(x=s.step, y=s.wall, name="step", mode="lines"))
+    series = s.parts or {S.WALL_MS: s.wall}
+    for part, values in series.items():
+        label = words.PART_LABELS.get(part, "step")
+        fig.add_trace(_stacked(s, values, label, PART_COLORS.get(part, "#4e79a7"), "ms", "parts"))
     lo = s.first_step - 0.5
     if s.warmup_last_step is not None:
         fig.add_vrect(
@@ -117,6 +125,8 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
         f"Step time over the run, by phase{ranks}: {_bins(s)}",
         400,
         hovermode="x unified",
+        barmode="stack",
+        bargap=0.05,
         xaxis_title="step",
         yaxis_title="ms per step",
     )
@@ -161,31 +171,15 @@ def gpu_busy(s: StepSeries) -> go.Figure | None:
         return None
     busy = s.busy_share * 100
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=s.step,
-            y=busy,
-            name="busy",
-            stackgroup="gpu",
-            line={"width": 0.5, "color": "#59a14f"},
-            hovertemplate="busy %{y:.1f}%<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=s.step,
-            y=100 - busy,
-            name="idle",
-            stackgroup="gpu",
-            line={"width": 0.5, "color": "#e15759"},
-            hovertemplate="idle %{y:.1f}%<extra></extra>",
-        )
-    )
+    fig.add_trace(_stacked(s, busy, "busy", "#59a14f", "%", "gpu"))
+    fig.add_trace(_stacked(s, 100 - busy, "idle", "#e15759", "%", "gpu"))
     return _layout(
         fig,
         f"GPU busy and idle, % of step time: {_bins(s)}",
         300,
         hovermode="x unified",
+        barmode="stack",
+        bargap=0.05,
         xaxis_title="step",
         yaxis={"title": "% of step time", "range": [0, 100]},
     )

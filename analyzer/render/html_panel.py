@@ -13,8 +13,8 @@ from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.render import words
 from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h
+from analyzer.render.safe import shorten
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kernel_names import short_name
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison
@@ -218,7 +218,7 @@ def kernel_table(report: Report) -> str:
         out += "<h4>Top kernels</h4>" + table(
             ("kernel", "total ms", "count"),
             (
-                (f'<code title="{h(n)}">{h(short_name(n, 120))}</code>', f"{t:.2f}", f"{c:,}")
+                (f'<code title="{h(n)}">{h(shorten(n, 160))}</code>', f"{t:.2f}", f"{c:,}")
                 for n, t, c in km.top_kernels[:10]
             ),
             "num",

@@ -77,7 +77,8 @@ table.num td { font-variant-numeric: tabular-nums; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; word-break: break-all; }
 ul.notes li { color: var(--warn); }
 .chart { border: 1px solid var(--line); border-radius: 6px; margin: 10px 0; padding: 4px; }
-.row { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 12px; }
+.row { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px; }
+@media (max-width: 900px) { .row { grid-template-columns: minmax(0, 1fr); } }
 footer { padding: 14px 28px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--line); }
 """
 

@@ -156,7 +156,8 @@ def _finding(i: int, f: Finding) -> RenderableType:
 def _health(report: Report) -> RenderableType:
     healthy = report.bottleneck == "none"
     rows: list[tuple[str, RenderableType]] = [
-        ("holds" if e.passed else "fails", text(words.evidence(e) + "\n" + e.source)) for e in report.health
+        ("holds" if e.passed else "fails", text(words.test(e)) + Text("\n") + text(e.source, style="dim"))
+        for e in report.health
     ]
     intro = (
         "Every test of a healthy run holds:"

@@ -83,8 +83,13 @@ def confidence(c: Confidence) -> str:
     return f"{c.level} ({c.value:.2f}): {c.reason}"
 
 
+def test(e: Evidence) -> str:
+    """The evidence item's test with the measured value: 'data_wait_share = 0.84 >= 0.2 (fraction of step time)'."""
+    return f"{e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})"
+
+
 def evidence(e: Evidence) -> str:
-    return f"{e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit}): {'holds' if e.passed else 'fails'}"
+    return f"{test(e)}: {'holds' if e.passed else 'fails'}"
 
 
 def per_what(p: Projection) -> str:
