@@ -117,3 +117,9 @@ def test_straggler_export_loads_in_hta(tmp_path):
         steps = {int(n.split("#")[1]) for n in names if n.startswith("ProfilerStep#")}
         assert steps == set(load_any(STRAGGLER).frame.get_column(S.STEP).unique().to_list())
         assert S.EXPORT_PHASE_NAMES[S.FORWARD_MS] in names and len(df) > 0
+    # The default single file (every rank one process, for Perfetto) loads too, as the rank it names.
+    single = tmp_path / "one" / "straggler.json.gz"
+    single.parent.mkdir()
+    assert runner.invoke(app, ["export", str(STRAGGLER), "--chrome-trace", str(single)]).exit_code == 0
+    combined = TraceAnalysis(trace_dir=str(single.parent))
+    assert combined.t.get_ranks() == [0] and set(combined.t.get_trace(0)["pid"].unique()) == {0, 1}
