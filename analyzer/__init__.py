@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.pipeline import analyze
     from analyzer.record.options import ProfileOptions
     from analyzer.record.profiler import Profiler
+    from analyzer.render.html_report import report
     from gpuanalyze.ingest.reader import Trace, load_trace
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "analyze",
     "load_trace",
     "profile",
+    "report",
 ]
 
 _LAZY = {
@@ -45,6 +47,7 @@ _LAZY = {
     "ProfileOptions": "analyzer.record.options",
     "Trace": "gpuanalyze.ingest.reader",
     "load_trace": "gpuanalyze.ingest.reader",
+    "report": "analyzer.render.html_report",
 }
 
 

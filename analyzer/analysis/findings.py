@@ -137,3 +137,9 @@ class Report:
     """Cost per run, when run length (and price) were given."""
     mfu: Mfu | None = None
     """Model FLOPs utilisation, when FLOPs per step were given."""
+
+    def _repr_html_(self) -> str:
+        """The HTML report inline in a notebook (charts need the trace at ``path`` and the report extra)."""
+        from analyzer.render.html_report import notebook_html
+
+        return notebook_html(self)

@@ -7,8 +7,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from analyzer.cli.app import app, console, fail
+from analyzer.cli.app import app, fail
 from analyzer.errors import GpuAnalyzeError
+
+
+def width_option() -> Any:
+    """`--width N` for every command that prints a report."""
+    return typer.Option(
+        "--width", min=40, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
+    )
+
 
 if TYPE_CHECKING:
     from analyzer.planning.cost import CostInputs
@@ -49,6 +57,7 @@ def analyze_cmd(
         ),
     ] = None,
     tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
+    width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.analysis.pipeline import analyze
@@ -73,9 +82,10 @@ def analyze_cmd(
 
         typer.echo(render_json(report))
     else:
+        from analyzer.render.console import report_console
         from analyzer.render.terminal import render_terminal
 
-        console().print(render_terminal(report))
+        report_console(width).print(render_terminal(report))
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:

@@ -40,7 +40,9 @@ def fail(message: str) -> NoReturn:
     """One line on stderr, exit code 2: how every user error ends."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"gpuanalyze: error: {message}", markup=False)
+    from analyzer.render.safe import clean
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"gpuanalyze: error: {clean(message)}", markup=False)
     raise typer.Exit(2)
 
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from analyzer.cli.app import app, emit, fail
+from analyzer.cli.analyze import width_option
+from analyzer.cli.app import app, fail
 from analyzer.errors import GpuAnalyzeError
+
+
+def emit(renderable: Any, data: Any, json_out: bool, width: int | None) -> None:
+    """Print ``data`` as JSON, or the rich ``renderable`` laid out for ``width`` columns."""
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        from analyzer.render.console import report_console
+
+        report_console(width).print(renderable)
 
 
 @app.command("compare")
@@ -23,6 +35,7 @@ def compare_cmd(
     steps_per_run: Annotated[float | None, typer.Option(help="Run length for traces given directly.")] = None,
     samples_per_run: Annotated[float | None, typer.Option(help="Run length in samples, for traces.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Which run or server is cheaper per completed run (not per hour)."""
     from analyzer.cli.analyze import cost_options
@@ -44,7 +57,7 @@ def compare_cmd(
         result = compare([load_option(p, defaults) for p in runs])
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_compare(result), compare_dict(result), json_out)
+    emit(render_compare(result), compare_dict(result), json_out, width)
 
 
 @app.command("whatif")
@@ -53,6 +66,7 @@ def whatif_cmd(
     prices: Annotated[Path | None, typer.Option(help="TOML: GPU name = USD per GPU-hour (your prices).")] = None,
     steps_per_run: Annotated[float | None, typer.Option(help="Run length, for cost per run.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
     from analyzer.analysis.pipeline import analyze
@@ -65,7 +79,7 @@ def whatif_cmd(
         result = what_if(report.metrics, report.run, prices=price_map, steps_per_run=steps_per_run)
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_whatif(result), whatif_dict(result), json_out)
+    emit(render_whatif(result), whatif_dict(result), json_out, width)
 
 
 @app.command("memory")
@@ -82,6 +96,7 @@ def memory_cmd(
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank (needs --config).")] = None,
     qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base weights (with --lora-rank).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Estimate training memory and which GPUs of the table it fits."""
     from analyzer.planning.memory import MemoryInputs, ModelShape, estimate
@@ -112,4 +127,4 @@ def memory_cmd(
         )
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_memory(result), memory_dict(result), json_out)
+    emit(render_memory(result), memory_dict(result), json_out, width)

@@ -11,6 +11,7 @@ import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding, Report
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.render.words import run_state
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -32,6 +33,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "step_accounting": asdict(m.accounting),
         "ranks": m.ranks,
         "complete": report.complete,
+        "end_status": run_state(report)[0],
         "step_time_ms": {"median": _num(m.step_median_ms), "p90": _num(m.step_p90_ms)},
         "breakdown_ms": {part.removesuffix("_ms"): _num(v) for part, v in m.breakdown_ms.items()},
         "share": {part.removesuffix("_ms"): _num(v) for part, v in m.share.items()},
@@ -146,5 +148,16 @@ def _cost(report: Report) -> dict[str, Any] | None:
     }
 
 
+def _finite(value: Any) -> Any:
+    """Non-finite numbers as null: JSON has no NaN or Infinity."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def render_json(report: Report) -> str:
-    return json.dumps(report_dict(report), indent=2, default=str)
+    return json.dumps(_finite(report_dict(report)), indent=2, default=str, allow_nan=False)

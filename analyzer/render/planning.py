@@ -9,6 +9,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.render.layout import Column, FitTable, bullets
+from analyzer.render.safe import text
+
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison
     from analyzer.planning.memory import MemoryEstimate
@@ -29,66 +32,71 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
 
 
 def render_compare(c: Comparison) -> RenderableType:
-    table = Table(title="Cost per completed run", title_justify="left")
-    for col in (
-        "run / server",
-        "price $/GPU-h",
-        "GPUs",
-        "hours per run",
-        "cost per run",
-        "step ms",
-        "samples/s",
-        "verdict",
-    ):
-        table.add_column(col, justify="left" if col in ("run / server", "verdict") else "right")
-    for o in c.options:
-        table.add_row(
-            o.name,
-            "n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}",
-            str(o.gpus),
-            "n/a" if o.hours_per_run is None else f"{o.hours_per_run:,.2f}",
-            _usd(o.per_run_usd),
-            "" if o.step_time_ms is None else f"{o.step_time_ms:.2f}",
-            "" if o.samples_per_s is None else f"{o.samples_per_s:,.0f}",
-            o.bottleneck or "",
+    opts = c.options
+
+    def col(header: str, values: list[str], *, drop: int | None, name: bool = False) -> Column:
+        return Column(
+            header=header,
+            cells=[text(v) for v in values],
+            drop=drop,
+            wrap=name,
+            fold=name,
+            justify="left" if name else "right",
         )
+
+    table = FitTable(
+        "Cost per completed run",
+        [
+            col("run / server", [o.name for o in opts], drop=None, name=True),
+            col(
+                "USD/GPU-h",
+                ["n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}" for o in opts],
+                drop=3,
+            ),
+            col("GPUs", [str(o.gpus) for o in opts], drop=2),
+            col(
+                "hours/run", ["n/a" if o.hours_per_run is None else f"{o.hours_per_run:,.2f}" for o in opts], drop=None
+            ),
+            col("USD/run", [_usd(o.per_run_usd) for o in opts], drop=None),
+            col("step ms", ["" if o.step_time_ms is None else f"{o.step_time_ms:.2f}" for o in opts], drop=4),
+            col("samples/s", ["" if o.samples_per_s is None else f"{o.samples_per_s:,.0f}" for o in opts], drop=1),
+            col("verdict", [o.bottleneck or "" for o in opts], drop=5, name=True),
+        ],
+    )
     parts: list[RenderableType] = [table]
     if c.cheapest is not None:
-        parts.append(
-            Text(f"{c.cheapest} is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
-        )
+        line = text(c.cheapest, style="bold")
+        line.append(f" is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
+        parts.append(line)
     else:
         parts.append(Text("Give prices and a run length to rank the options by cost per run."))
     for k in c.checks:
-        applied = (
-            "the recommended fix" if k.recommended else "a fix (not the one recommended; projection redone for it)"
+        applied = "the recommended fix" if k.recommended else "not the fix recommended; projection redone for it"
+        line = Text(
+            f"Projection check ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms, "
+            f"measured {k.measured_ms:.2f} ms {k.per}; error {k.error:+.1%}",
+            style="bold",
         )
-        parts.append(
-            Text(
-                f"Projection check ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms, "
-                f"measured {k.measured_ms:.2f} ms {k.per}; error {k.error:+.1%}",
-                style="bold",
-            )
-        )
-    traced = [(o.name, o.breakdown_ms) for o in c.options if o.breakdown_ms]
+        parts.append(line)
+    traced = [(o.name, o.breakdown_ms) for o in opts if o.breakdown_ms]
     if len(traced) >= 2:
         base_name, base = traced[0]
-        diff = Table(title=f"Mean ms per step, difference against {base_name}", title_justify="left")
-        diff.add_column("part")
-        for name, _ in traced:
-            diff.add_column(name, justify="right")
-        for part, ref in base.items():
+        columns = [Column(header="part", cells=[Text(p.removesuffix("_ms")) for p in base], justify="left")]
+        for i, (name, parts_ms) in enumerate(traced):
             cells = []
-            for i, (_, parts_ms) in enumerate(traced):
+            for part, ref in base.items():
                 v = parts_ms.get(part)
                 if v is None:
-                    cells.append("n/a")
+                    cells.append(Text("n/a"))
                 elif i == 0 or ref is None:
-                    cells.append(f"{v:.2f}")
+                    cells.append(Text(f"{v:.2f}"))
                 else:
-                    cells.append(f"{v:.2f} ({v - ref:+.2f})")
-            diff.add_row(part.removesuffix("_ms"), *cells)
-        parts.append(diff)
+                    cells.append(Text(f"{v:.2f} ({v - ref:+.2f})"))
+            columns.append(Column(header=text(name), cells=cells, drop=i, wrap=True))
+        title = Text("Mean ms per step, difference against ") + text(base_name)
+        parts.append(Text(""))
+        parts.append(title)
+        parts.append(FitTable(None, columns, split=True))
     return Group(*parts)
 
 
@@ -103,20 +111,21 @@ def whatif_dict(w: WhatIf) -> dict[str, Any]:
 
 
 def render_whatif(w: WhatIf) -> RenderableType:
-    table = Table(
-        title=f"What if this run were on another GPU (estimates; measured on {w.source_gpu})", title_justify="left"
+    t = w.targets
+    table = FitTable(
+        None,
+        [
+            Column(header="GPU", cells=[text(x.gpu) for x in t], justify="left", wrap=True, fold=True),
+            Column(header="step ms", cells=[Text(f"{x.step_time_ms:.2f}") for x in t]),
+            Column(header="speed-up", cells=[Text(f"{x.speedup:.2f}x") for x in t]),
+            Column(
+                header="fits in memory", cells=[Text({True: "yes", False: "NO", None: "unknown"}[x.fits]) for x in t]
+            ),
+            Column(header="cost per run", cells=[Text(_usd(x.cost_per_run_usd)) for x in t], drop=1),
+        ],
     )
-    for col in ("GPU", "step ms", "speed-up", "fits in memory", "cost per run"):
-        table.add_column(col, justify="left" if col == "GPU" else "right")
-    for t in w.targets:
-        table.add_row(
-            t.gpu,
-            f"{t.step_time_ms:.2f}",
-            f"{t.speedup:.2f}x",
-            {True: "yes", False: "NO", None: "unknown"}[t.fits],
-            _usd(t.cost_per_run_usd),
-        )
-    return Group(table, Text(f"Basis: {w.basis}.", style="dim"))
+    title = Text("What if this run were on another GPU (estimates; measured on ") + text(w.source_gpu) + Text(")")
+    return Group(title, table, text(f"Basis: {w.basis}.", style="dim"))
 
 
 def memory_dict(e: MemoryEstimate) -> dict[str, Any]:
@@ -140,5 +149,8 @@ def render_memory(e: MemoryEstimate) -> RenderableType:
     fits = ", ".join(g for g, ok in e.fits.items() if ok) or "none of the table's GPUs"
     no = ", ".join(g for g, ok in e.fits.items() if not ok) or "-"
     return Group(
-        table, Text(f"fits: {fits}"), Text(f"does not fit: {no}"), *[Text(f"- {a}", style="dim") for a in e.assumptions]
+        table,
+        text(f"fits: {fits}"),
+        text(f"does not fit: {no}"),
+        bullets(text(a, style="dim") for a in e.assumptions),
     )

@@ -1,78 +1,70 @@
-"""Rich terminal rendering of a report: verdict, breakdown table, evidence, recommendations."""
+"""Rich terminal rendering of a report: verdict, breakdown table, evidence, recommendations.
+
+Laid out for 80 columns: every labelled block is a two-column grid, so wrapped lines hang under
+their text instead of under the label; paths are shortened in the middle to the width they get;
+every string from a trace goes through ``analyzer.render.safe``.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.analysis.findings import Report
+from analyzer.analysis.findings import Evidence, Finding, Report
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.render import words
+from analyzer.render.layout import bullets, labelled
+from analyzer.render.safe import shorten, text
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_names import short_name
 
-_LABELS = {
-    S.DATA_WAIT_MS: "data wait",
-    S.H2D_MS: "host->device copy",
-    S.FORWARD_MS: "forward",
-    S.BACKWARD_MS: "backward",
-    S.OPTIMIZER_MS: "optimizer",
-    S.SYNC_MS: "sync",
-    S.OTHER_MS: "other",
-}
-_VERDICT = {
-    "data_loading": "DATA LOADING: each step waits for its input batch",
-    "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
-    "kernels": "KERNELS: the GPU code itself sets the pace",
-    "sync": "SYNC: the host waits on the device or on other ranks",
-    "host": "HOST: host work no phase accounts for takes the step",
-    "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
-    "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
-}
+_STATE_STYLE = {"ok": "", "imported": "", "live": "yellow"}
+
+
+class TitledPanel:
+    """A panel whose title ends in an untrusted name (a path), shortened in the middle to fit."""
+
+    def __init__(self, body: RenderableType, prefix: str, name: str, *, style: str = "") -> None:
+        self.body, self.prefix, self.name, self.style = body, prefix, name, style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        room = max(8, options.max_width - 6 - len(self.prefix))
+        title = Text(self.prefix) + Text(shorten(self.name, room))
+        yield Panel(self.body, title=title, title_align="left", border_style=self.style)
+
+
+def _evidence(items: tuple[Evidence, ...]) -> RenderableType:
+    if not items:
+        return Text("none", style="dim")
+    out = []
+    for e in items:
+        line = text(words.evidence(e), style="" if e.passed else "red")
+        line.append("\n")
+        line.append_text(text(e.source, style="dim"))
+        out.append(line)
+    return bullets(out, "+" if items[0].supports else "x")
 
 
 def render_terminal(report: Report) -> RenderableType:
     m = report.metrics
-    parts: list[RenderableType] = []
-    head = Text()
-    head.append(_VERDICT[report.bottleneck], style="bold")
-    head.append(
-        f"   (confidence {report.confidence.level}, {report.confidence.value:.0%}: {report.confidence.reason})\n"
-    )
-    head.append(f"{m.steps} steps analysed ({m.warmup_steps} warm-up skipped), {m.ranks} rank(s); ")
-    head.append(f"step time median {m.step_median_ms:.2f} ms, p90 {m.step_p90_ms:.2f} ms")
-    if m.samples_per_s:
-        head.append(f"; {m.samples_per_s:,.0f} samples/s")
-    if m.gpu_util is not None:
-        head.append(f"; GPU busy {m.gpu_util:.0%}")
-    if report.cost is not None:
-        c = report.cost
-        usd = "" if c.per_run_usd is None else f" = ${c.per_run_usd:,.2f} per run"
-        head.append(
-            f"\nrun: {c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
-            f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}"
-        )
-    if report.mfu is not None:
-        u = report.mfu
-        head.append(
-            f"\nMFU: {u.achieved_tflops:.1f} TFLOP/s per GPU"
-            + (f" = {u.mfu_datasheet:.0%} of the {u.precision} datasheet peak" if u.mfu_datasheet else "")
-            + (f", {u.mfu_measured:.0%} of the measured matmul ceiling" if u.mfu_measured else "")
-        )
-    parts.append(Panel(head, title=f"gpuanalyze: {report.path}", expand=False))
-    for note in report.notes:
-        parts.append(Text(f"note: {note}", style="yellow"))
+    parts: list[RenderableType] = [_header(report)]
+    if report.notes:
+        parts.append(labelled((("note", text(n, style="yellow")) for n in report.notes), label_width=4))
 
     table = Table(title="Step time breakdown", title_justify="left")
     table.add_column("part")
     table.add_column("median ms/step", justify="right")
+    table.add_column("mean ms/step", justify="right")
     table.add_column("share of time", justify="right")
     for part in S.PARTS:
-        median = m.breakdown_ms[part]
-        share = m.share[part]
+        median, mean, share = m.breakdown_ms[part], m.mean_ms[part], m.share[part]
         table.add_row(
-            _LABELS[part], "n/a" if median is None else f"{median:.2f}", "n/a" if share is None else f"{share:.1%}"
+            words.PART_LABELS[part],
+            "n/a" if median is None else f"{median:.2f}",
+            "n/a" if mean is None else f"{mean:.2f}",
+            "n/a" if share is None else f"{share:.1%}",
         )
     parts.append(table)
 
@@ -82,45 +74,107 @@ def render_terminal(report: Report) -> RenderableType:
     kernels = _kernel_section(report)
     if kernels is not None:
         parts.append(kernels)
-
     for i, f in enumerate(report.findings, 1):
-        body = Text(f.summary + "\n")
-        for title, items in (("evidence", f.supporting), ("against", f.contrary)):
-            for e in items:
-                mark = "holds" if e.passed else "fails"
-                body.append(
-                    f"  {title}: {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit}; {mark})\n",
-                    style="dim",
-                )
-                body.append(f"            threshold source: {e.source}\n", style="dim")
-        body.append(f"  confidence {f.confidence.level} ({f.confidence.reason}); share of step ~{f.share:.0%}\n")
-        p = f.projection
-        per = f" per batch of {p.per_batch_of:.0f} samples" if p.per_batch_of else " per step"
-        body.append(
-            f"  if fixed: ~{p.step_ms:.2f} ms{per} (mean now {p.current_ms:.2f} ms; limit: {p.bound})\n", style="cyan"
-        )
-        body.append(f"            {p.rule}\n", style="dim")
-        if f.savings is not None:
-            s = f.savings
-            usd = "" if s.usd_per_run is None else f", ${s.usd_per_run:,.2f}"
-            body.append(
-                f"  saves ~{s.hours_per_run:,.2f} h ({s.gpu_hours_per_run:,.2f} GPU-h{usd}) per run\n",
-                style="bold cyan",
-            )
-        for r in f.recommendations:
-            body.append(f"  -> {r}\n")
-        parts.append(Panel(body, title=f"{i}. {f.bottleneck}: {f.cause} ({f.severity})", title_align="left"))
+        parts.append(_finding(i, f))
     if not report.findings:
-        body = Text()
-        for e in report.health:
-            body.append(
-                f"  {e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit}; "
-                f"{'holds' if e.passed else 'fails'})\n"
-            )
-        if m.gpu_util is None:
-            body.append("  no GPU timings in this trace, so GPU tests were not evaluated\n", style="dim")
-        parts.append(Panel(body, title="healthy run: the tests", title_align="left"))
+        parts.append(_health(report))
     return Group(*parts)
+
+
+def _header(report: Report) -> RenderableType:
+    m = report.metrics
+    rows: list[tuple[str, RenderableType]] = [
+        ("confidence", text(words.confidence(report.confidence))),
+        ("steps", Text(words.accounting(report))),
+        ("step time", Text(words.step_time(report))),
+    ]
+    rate = []
+    if m.samples_per_s:
+        rate.append(f"{m.samples_per_s:,.0f} samples/s")
+    if m.gpu_util is not None:
+        rate.append(f"GPU busy {m.gpu_util:.0%}")
+    if rate:
+        rows.append(("throughput", Text("; ".join(rate))))
+    state, sentence = words.run_state(report)
+    rows.append(("run", text(sentence, style=_STATE_STYLE.get(state, "bold red"))))
+    if report.run.gpu_name:
+        rows.append(("GPU", text(report.run.gpu_name)))
+    if report.cost is not None:
+        c = report.cost
+        usd = "" if c.per_run_usd is None else f" = {words.usd(c.per_run_usd)} per run"
+        rows.append(
+            (
+                "run cost",
+                Text(
+                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
+                    f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}"
+                ),
+            )
+        )
+    if report.mfu is not None:
+        u = report.mfu
+        rows.append(
+            (
+                "MFU",
+                Text(
+                    f"{u.achieved_tflops:.1f} TFLOP/s per GPU"
+                    + (f" = {u.mfu_datasheet:.0%} of the {u.precision} datasheet peak" if u.mfu_datasheet else "")
+                    + (f", {u.mfu_measured:.0%} of the measured matmul ceiling" if u.mfu_measured else "")
+                ),
+            )
+        )
+    if report.ceilings:
+        rows.append(("ceilings", text(report.ceilings)))
+    body = Group(Text(words.VERDICT[report.bottleneck], style="bold"), labelled(rows))
+    return TitledPanel(body, "gpuanalyze: ", report.path)
+
+
+def _finding(i: int, f: Finding) -> RenderableType:
+    p = f.projection
+    rows: list[tuple[str, RenderableType]] = [
+        ("supporting", _evidence(f.supporting)),
+        ("contrary", _evidence(f.contrary)),
+        ("confidence", text(words.confidence(f.confidence))),
+        ("share", Text(f"~{f.share:.0%} of the step")),
+        ("if fixed", Text(words.projection(p), style="cyan")),
+        ("bound", text(p.bound)),
+        ("rule", text(p.rule, style="dim")),
+    ]
+    if f.savings is not None:
+        s = f.savings
+        usd = "" if s.usd_per_run is None else f", {words.usd(s.usd_per_run)}"
+        rows.append(
+            ("saves", Text(f"~{s.hours_per_run:,.2f} h ({s.gpu_hours_per_run:,.2f} GPU-h{usd}) per run", "bold cyan"))
+        )
+    if f.recommendations:
+        rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
+    body = Group(text(f.summary), Text(""), labelled(rows))
+    title = Text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
+    return Panel(body, title=title, title_align="left")
+
+
+def _health(report: Report) -> RenderableType:
+    healthy = report.bottleneck == "none"
+    rows: list[tuple[str, RenderableType]] = [
+        ("holds" if e.passed else "fails", text(words.test(e)) + Text("\n") + text(e.source, style="dim"))
+        for e in report.health
+    ]
+    intro = (
+        "Every test of a healthy run holds:"
+        if healthy
+        else "These tests define a healthy run; the ones that fail say what is wrong, but no rule can attribute "
+        "the time (the trace records no phases it could be charged to) or project a fix:"
+    )
+    extra: list[RenderableType] = []
+    if report.metrics.gpu_util is None:
+        extra.append(Text("no GPU timings in this trace, so GPU tests were not evaluated", style="dim"))
+    title = "healthy run: the tests" if healthy else "not healthy, cause unknown: the tests"
+    return Panel(
+        Group(Text(intro), labelled(rows, label_width=5), *extra),
+        title=Text(title),
+        title_align="left",
+        border_style="green" if healthy else "red",
+    )
 
 
 def _kernel_section(report: Report) -> RenderableType | None:
@@ -129,8 +183,8 @@ def _kernel_section(report: Report) -> RenderableType | None:
     if km is None and gpu is None:
         return None
     table = Table(title="GPU kernels", title_justify="left")
-    table.add_column("")
-    table.add_column("value", justify="right")
+    table.add_column("", overflow="fold")
+    table.add_column("value", justify="right", overflow="fold")
     if gpu:
         table.add_row("busy / idle (HTA)", f"{gpu.busy_pct:.1f}% / {gpu.idle_pct:.1f}%")
         table.add_row("compute / non-compute (HTA)", f"{gpu.compute_pct:.1f}% / {gpu.non_compute_pct:.1f}%")
@@ -145,7 +199,7 @@ def _kernel_section(report: Report) -> RenderableType | None:
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))
         table.add_row("blocking sync API time", f"{t['sync_api_ms']:.2f} ms")
         for name, total, count in km.top_kernels[:3]:
-            table.add_row(f"top: {short_name(name, 40)}", f"{total:.2f} ms x{count}")
+            table.add_row(Text("top: ") + text(shorten(short_name(name, 1 << 16), 40)), f"{total:.2f} ms x{count}")
     return table
 
 

@@ -1,0 +1,104 @@
+"""`gpuanalyze report TRACE -o report.html`: the verdict, its evidence and the money, drawn in one HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from analyzer.cli.app import app, fail
+from analyzer.errors import GpuAnalyzeError
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Report
+    from analyzer.planning.compare import Comparison
+    from analyzer.planning.cost import CostInputs
+
+
+@app.command("report")
+def report_cmd(
+    trace: Annotated[
+        Path, typer.Argument(help="A trace: .arrow, a PyTorch profiler .json[.gz], or a directory of per-rank traces.")
+    ],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
+    ceilings: Annotated[
+        Path | None,
+        typer.Option(help="Measured ceilings from `gpuanalyze bench` (default: the file bench saves, if present)."),
+    ] = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(help="USD per GPU-hour (yours; none is shipped).")] = None,
+    steps_per_run: Annotated[float | None, typer.Option(help="Optimizer steps in a completed run.")] = None,
+    samples_per_run: Annotated[float | None, typer.Option(help="Samples in a completed run.")] = None,
+    tokens_per_run: Annotated[
+        float | None, typer.Option(help="Tokens in a completed run (with --tokens-per-sample).")
+    ] = None,
+    tokens_per_sample: Annotated[float | None, typer.Option(help="Tokens per sample (sequence length).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs of the run (default: the trace's world size).")] = None,
+    cost_config: Annotated[
+        Path | None, typer.Option(help="TOML file with the same cost keys (options override it).")
+    ] = None,
+    flops_per_step: Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")] = None,
+    compare: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--compare",
+            help="Another run or server to compare cost per completed run with (a trace or a TOML option file, "
+            "as `gpuanalyze compare` takes); repeat for several.",
+        ),
+    ] = None,
+) -> None:
+    """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra."""
+    from analyzer.cli.analyze import cost_options
+    from analyzer.files import check_target, write_bytes
+    from analyzer.render.html_report import render_html, require_plotly
+    from analyzer.render.safe import clean
+
+    try:
+        require_plotly()
+        check_target(out, force=force)  # before the analysis: refuse early, not after a long run
+        from analyzer.analysis.pipeline import analyze
+        from gpuanalyze.ingest.sources import load_any
+
+        cost = cost_options(
+            cost_config,
+            price_per_gpu_hour=price_per_gpu_hour,
+            steps_per_run=steps_per_run,
+            samples_per_run=samples_per_run,
+            tokens_per_run=tokens_per_run,
+            tokens_per_sample=tokens_per_sample,
+            gpus=gpus,
+        )
+        loaded = load_any(trace)
+        report = analyze(loaded, machine_ceilings=ceilings or True, cost=cost, flops_per_step=flops_per_step)
+        comparison = _comparison(report, trace, compare or [], cost) if compare else None
+        page = render_html(report, loaded, comparison=comparison).encode()
+        write_bytes(out, page, force=force)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    typer.echo(clean(f"{out}: {len(page) / 1e6:.1f} MB, verdict {report.bottleneck} (open it in a browser)"))
+
+
+def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInputs | None) -> Comparison:
+    """This run (from its report: not analysed twice) against the other runs or servers given."""
+    from analyzer.planning.compare import Loaded, RunOption, compare, load_option
+    from analyzer.planning.cost import CostInputs
+    from gpuanalyze.ingest import schema as S
+
+    c = report.cost
+    if c is None or cost is None:
+        raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
+    m = report.metrics
+    this = RunOption(
+        trace.name,
+        c.hours_per_run,
+        c.gpus,
+        cost.price_per_gpu_hour,
+        c.per_run_usd,
+        m.step_mean_ms,
+        m.samples_per_s,
+        {k: v for k, v in m.mean_ms.items() if k in S.PARTS},
+        report.bottleneck,
+    )
+    defaults = cost or CostInputs()
+    return compare([Loaded(this, report), *[load_option(p, defaults) for p in others]])

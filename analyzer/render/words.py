@@ -1,0 +1,104 @@
+"""The words every renderer (terminal, HTML) uses for a report's parts, so they say the same thing.
+
+These return plain strings that may contain untrusted text (an exception message, a path): the
+caller passes them through ``analyzer.render.safe`` for its medium.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from analyzer.analysis.findings import Confidence, Evidence, Projection, Report
+from gpuanalyze.ingest import schema as S
+
+PART_LABELS: dict[str, str] = {
+    S.DATA_WAIT_MS: "data wait",
+    S.H2D_MS: "host->device copy",
+    S.FORWARD_MS: "forward",
+    S.BACKWARD_MS: "backward",
+    S.OPTIMIZER_MS: "optimizer",
+    S.SYNC_MS: "sync",
+    S.OTHER_MS: "other",
+}
+VERDICT: dict[str, str] = {
+    "data_loading": "DATA LOADING: each step waits for its input batch",
+    "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
+    "kernels": "KERNELS: the GPU code itself sets the pace",
+    "sync": "SYNC: the host waits on the device or on other ranks",
+    "host": "HOST: host work that no phase accounts for takes the step",
+    "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
+    "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
+}
+RunState = Literal["ok", "exception", "interrupted", "profiler_error", "imported", "incomplete", "live", "unknown"]
+#: Phrase of the reader's note for a trace whose writer still holds it (the run is in progress).
+LIVE_PHRASE = "still being written"
+
+
+def run_state(report: Report) -> tuple[RunState | str, str]:
+    """(state, sentence): how the recorded run ended, as the trace says."""
+    if not report.complete:
+        if any(LIVE_PHRASE in n for n in report.notes):
+            return "live", "still being written: the run is in progress; these are the steps recorded so far"
+        return "incomplete", (
+            "cut off: the trace was never closed (the run was killed, crashed or ran out of memory); "
+            "these are the steps it recorded"
+        )
+    end = report.end
+    if end is None:
+        return "unknown", "ended; the trace records no end status"
+    if end.status == "ok":
+        return "ok", "ended normally"
+    if end.status == "exception":
+        return "exception", f"ended with an exception: {end.exception or 'unknown'}"
+    if end.status == "interrupted":
+        return "interrupted", "interrupted (Ctrl-C / KeyboardInterrupt)"
+    if end.status == "profiler_error":
+        return "profiler_error", f"profiling switched itself off after an internal error: {end.error or 'unknown'}"
+    if end.status == "imported":
+        return "imported", "imported from a PyTorch profiler trace (which records no end status)"
+    return end.status, f"ended with status '{end.status}'"
+
+
+def accounting(report: Report) -> str:
+    """Where every recorded step row went."""
+    m = report.metrics
+    a = m.accounting
+    per_rank = f" ({m.warmup_steps} per rank)" if m.ranks > 1 else ""
+    return (
+        f"{a.analysed:,} analysed of {a.rows:,} recorded: {a.warmup:,} warm-up{per_rank}, "
+        f"{a.profiler_windows:,} under a profiler window (kernel evidence only); {m.ranks} rank(s)"
+    )
+
+
+def step_time(report: Report) -> str:
+    m = report.metrics
+    slowest = " on the slowest rank" if m.ranks > 1 else ""
+    return (
+        f"median {m.step_median_ms:.2f} ms, p90 {m.step_p90_ms:.2f} ms (analysed steps); "
+        f"mean {m.step_mean_ms:.2f} ms{slowest}, which the projections and cost use"
+    )
+
+
+def confidence(c: Confidence) -> str:
+    return f"{c.level} ({c.value:.2f}): {c.reason}"
+
+
+def test(e: Evidence) -> str:
+    """The evidence item's test with the measured value: 'data_wait_share = 0.84 >= 0.2 (fraction of step time)'."""
+    return f"{e.metric} = {e.value:.4g} {e.comparison} {e.threshold:.4g} ({e.unit})"
+
+
+def evidence(e: Evidence) -> str:
+    return f"{test(e)}: {'holds' if e.passed else 'fails'}"
+
+
+def per_what(p: Projection) -> str:
+    return f"per batch of {p.per_batch_of:,.0f} samples" if p.per_batch_of else "per step"
+
+
+def projection(p: Projection) -> str:
+    return f"~{p.step_ms:.2f} ms {per_what(p)} (mean now {p.current_ms:.2f} ms per step)"
+
+
+def usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.2f}"

@@ -1,0 +1,80 @@
+import dataclasses
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analyzer.analysis.pipeline import analyze
+from analyzer.errors import TraceError
+from analyzer.render import chart_data as cd
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.reader import load_trace
+from tests.conftest import make_row
+from tests.report_helpers import kernel_stats, synthetic_trace
+
+
+def test_small_run_is_drawn_step_by_step(trace_factory):
+    rows = [make_row(i, wall=40.0 if i == 25 else 20.0, data=5.0) for i in range(30)]
+    trace = load_trace(trace_factory(rows))
+    report = analyze(trace)
+    data = cd.chart_data(trace, report)
+    s = data.steps
+    assert s.width == 1 and s.step.tolist() == list(range(30))
+    assert s.parts[S.DATA_WAIT_MS].tolist() == [5.0] * 30
+    assert S.H2D_MS not in s.parts  # unknown parts are not drawn as zero
+    assert s.warmup_last_step == report.metrics.warmup_steps - 1 and s.windows == ()
+    assert s.busy_share is None
+    d = data.distribution
+    assert d.counts.sum() == report.metrics.accounting.analysed
+    assert d.outliers == 1 and d.top == ((0, 25, 40.0),)
+    assert data.heatmap is None
+
+
+def test_long_many_rank_run_is_binned_within_the_limits():
+    trace = synthetic_trace(ranks=300, steps=2000, straggler=7)
+    report = analyze(trace)
+    data = cd.chart_data(trace, report)
+    s = data.steps
+    assert len(s.step) <= cd.MAX_POINTS and s.width == 2
+    frame = trace.frame
+    first_bin = frame.filter(pl.col(S.STEP) < 2)
+    assert s.wall[0] == pytest.approx(first_bin.get_column(S.WALL_MS).mean(), rel=1e-5)
+    assert s.parts[S.FORWARD_MS][0] == pytest.approx(first_bin.get_column(S.FORWARD_MS).mean(), rel=1e-5)
+    busy = first_bin.get_column(S.GPU_BUSY_MS).sum() / first_bin.get_column(S.WALL_MS).sum()
+    assert s.busy_share is not None and s.busy_share[0] == pytest.approx(busy, rel=1e-5)
+    h = data.heatmap
+    assert h is not None and h.wall.size <= cd.MAX_CELLS and h.wall.dtype == np.float32
+    assert h.ranks.tolist() == list(range(300)) and h.stragglers == (7,)
+    cell = frame.filter((pl.col(S.RANK) == 7) & (pl.col(S.STEP) < h.width))
+    assert h.wall[7, 0] == pytest.approx(cell.get_column(S.WALL_MS).mean(), rel=1e-5)
+    assert h.wait is not None and h.wait[7, 0] == pytest.approx(cell.get_column(S.SYNC_MS).mean(), rel=1e-5)
+    assert not np.isnan(h.wall).any()
+
+
+def test_profiler_windows_are_marked(trace_factory):
+    rows = [make_row(i, busy=10.0) for i in range(40)]
+    for i in (20, 21, 22, 35):
+        rows[i]["kernel_stats"] = kernel_stats("k")
+    trace = load_trace(trace_factory(rows))
+    report = analyze(trace)
+    assert report.metrics.accounting.profiler_windows == 4
+    data = cd.chart_data(trace, report)
+    assert data.steps.windows == ((20, 22), (35, 35))
+    assert data.distribution.counts.sum() == report.metrics.accounting.analysed
+
+
+def test_far_outliers_do_not_squash_the_histogram(trace_factory):
+    rows = [make_row(i, wall=20.0 + (i % 5) * 0.1) for i in range(100)]
+    rows[60] = make_row(60, wall=5000.0)
+    trace = load_trace(trace_factory(rows))
+    d = cd.chart_data(trace, analyze(trace)).distribution
+    assert d.edges[-1] < 100 and d.beyond == 1 and d.max_ms == 5000.0
+    assert d.top[0] == (0, 60, 5000.0)
+
+
+def test_a_trace_that_changed_since_the_analysis_is_refused():
+    trace = synthetic_trace(ranks=2, steps=40)
+    report = analyze(trace)
+    shorter = dataclasses.replace(trace, frame=trace.frame.filter(pl.col(S.STEP) < 30))
+    with pytest.raises(TraceError, match="changed since it was analysed"):
+        cd.chart_data(shorter, report)

@@ -1,0 +1,62 @@
+import dataclasses
+import json
+import math
+import re
+
+from analyzer.analysis.findings import Confidence
+from analyzer.analysis.pipeline import analyze
+from analyzer.planning.cost import CostInputs
+from analyzer.render.json_report import render_json, report_dict
+from gpuanalyze.ingest import schema as S
+from tests.conftest import ROOT, make_row, write_trace
+from tests.report_helpers import kernel_stats, synthetic_trace
+
+DOC = (ROOT / "docs" / "json.md").read_text()
+DOCUMENTED = set(re.findall(r"`([a-z_0-9]+)`", DOC))
+
+
+def keys(value, path=""):
+    """Every key of a JSON value, except the free-form maps (parts, kernel time fields, projection params)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield f"{path}.{k}", k
+            if k not in ("breakdown_ms", "share", "time_ms", "projection_params"):
+                yield from keys(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for v in value:
+            yield from keys(v, path + "[]")
+
+
+def test_every_key_is_documented(tmp_path):
+    rows = []
+    for i in range(40):
+        row = make_row(i, wall=20.0, busy=12.0, data=6.0, peak=10**9)
+        row[S.KERNEL_STATS] = kernel_stats("k")
+        rows.append(row)
+    single = analyze(
+        write_trace(tmp_path / "k.arrow", rows, run={"gpu_name": "NVIDIA H100 80GB HBM3", "world_size": 1}),
+        cost=CostInputs(steps_per_run=1e4, price_per_gpu_hour=2.0),
+        flops_per_step=1e12,
+    )
+    ranks = analyze(synthetic_trace(ranks=4, steps=40), cost=CostInputs(steps_per_run=1e4))
+    missing = {path for report in (single, ranks) for path, key in keys(report_dict(report)) if key not in DOCUMENTED}
+    assert not missing, sorted(missing)
+
+
+def test_evidence_and_confidence_shape():
+    data = json.loads(render_json(analyze(synthetic_trace(ranks=4, steps=40))))
+    assert 0.0 <= data["confidence"] <= 1.0 and data["confidence_level"] in {"low", "medium", "high"}
+    assert data["end_status"] == "ok"
+    items = [e for f in data["findings"] for e in f["evidence"]] + data["health"]
+    assert items
+    for e in items:
+        assert isinstance(e["passed"], bool) and isinstance(e["supports"], bool)
+    a = data["step_accounting"]
+    assert a["rows"] == a["warmup"] + a["profiler_windows"] + a["analysed"]
+
+
+def test_non_finite_numbers_become_null(trace_factory):
+    report = analyze(trace_factory([make_row(i, data=10.0) for i in range(20)]))
+    bad = dataclasses.replace(report, confidence=Confidence(math.nan, "low", "test"))
+    text = render_json(bad)
+    assert "NaN" not in text and json.loads(text)["confidence"] is None
