@@ -9,20 +9,20 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from analyzer.analysis.findings import BOTTLENECKS
+from tests.conftest import ROOT
 from tests.hostile.corpus import Case, build
 
-CLI = shutil.which("gpuanalyze") or str(Path(sys.executable).parent / "gpuanalyze")
 #: A run may not use more than this (real content here is a few KiB to 2 MiB).
 MAX_RSS_BYTES = 600 * 2**20
 #: The address-space cap: a catastrophe guard, high enough for polars' thread arenas.
@@ -37,33 +37,43 @@ def corpus(tmp_path_factory) -> list[Case]:
     return build(tmp_path_factory.mktemp("hostile"))
 
 
-def _run(args: list[str], cwd: Path) -> tuple[int, str, str, int]:
-    """(exit code, stdout, stderr, peak RSS in bytes) of one run, killed after 120 s."""
+def _run(case: Case, cwd: Path) -> tuple[list[dict[str, Any]], int, str]:
+    """The results of one input's commands, run in one process (killed after 300 s), and its peak RSS."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
+    commands = [[a.replace("{}", str(case.path)) for a in cmd] for cmd in case.commands]
     env = {
         **os.environ,
         "NO_COLOR": "1",
         "TERM": "dumb",
         "COLUMNS": "100",
         "GPUANALYZE_CEILINGS": str(cwd / "no-ceilings.json"),
+        "PYTHONPATH": str(ROOT),
     }
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([CLI, *args], stdout=out, stderr=err, cwd=cwd, env=env, preexec_fn=limit)
-        timer = threading.Timer(120, proc.kill)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.hostile.run_case", json.dumps(commands)],
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env=env,
+            preexec_fn=limit,
+        )
+        timer = threading.Timer(300, proc.kill)
         timer.start()
         _, status, usage = os.wait4(proc.pid, 0)
         timer.cancel()
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace"), usage.ru_maxrss * 1024
-
-
-def _runs(corpus: list[Case]) -> list[tuple[Case, list[str]]]:
-    return [(c, [a.replace("{}", str(c.path)) for a in cmd]) for c in corpus for cmd in c.commands]
+        raw, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    try:
+        results = json.loads(raw)
+    except ValueError:
+        results = [{"args": c, "code": proc.returncode, "out": raw, "err": stderr} for c in commands]
+    return results, usage.ru_maxrss * 1024, stderr
 
 
 def test_the_corpus_covers_every_class_with_sixty_inputs_or_more(corpus):
@@ -76,35 +86,40 @@ def _reject_constant(token: str) -> float:
 
 
 def test_every_command_on_every_hostile_input_ends_cleanly(corpus, tmp_path):
-    runs = _runs(corpus)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda r: (r, _run(r[1], tmp_path)), runs))
+        runs = list(pool.map(lambda c: (c, *_run(c, tmp_path)), corpus))
     problems = []
-    for (case, args), (code, out, err, rss) in results:
-        where = f"{case.name} {' '.join(a[-40:] for a in args)}"
-        text = out + err
-        if code not in (0, 2):
-            problems.append(f"{where}: exit {code}: {err[-300:]}")
-            continue
-        if "Traceback" in text:
-            problems.append(f"{where}: traceback")
-        if CONTROL.search(text.replace("\n", "").replace("\t", "")):
-            problems.append(f"{where}: raw control character in the output: {CONTROL.findall(text)[:5]}")
+    for case, results, rss, _stderr in runs:
         if rss > MAX_RSS_BYTES:
-            problems.append(f"{where}: peak RSS {rss / 2**20:.0f} MiB")
-        if code == 2:
-            lines = err.strip().splitlines()
-            if len(lines) != 1 or not lines[0].startswith("gpuanalyze: error:") or out.strip():
-                problems.append(f"{where}: exit 2 without exactly one error line: {err[-300:]!r}")
-        elif "--json" in args:
-            try:
-                data = json.loads(out, parse_constant=_reject_constant)
-            except ValueError as exc:
-                problems.append(f"{where}: invalid JSON ({exc})")
-                continue
-            if data.get("bottleneck") not in BOTTLENECKS:
-                problems.append(f"{where}: bottleneck {data.get('bottleneck')!r}")
-            shares = [v for v in (data.get("share") or {}).values() if v is not None]
-            if any(not 0 <= v <= 1 for v in shares) or any(not 0 <= f["share"] <= 1 for f in data["findings"]):
-                problems.append(f"{where}: a share outside [0, 1]")
+            problems.append(f"{case.name}: peak RSS {rss / 2**20:.0f} MiB")
+        for r in results:
+            problems += _problems(case, r)
     assert not problems, "\n".join(problems)
+
+
+def _problems(case: Case, r: dict[str, Any]) -> list[str]:
+    code, out, err, args = r["code"], r["out"], r["err"], r["args"]
+    where = f"{case.name} [{' '.join(a[-30:] for a in args)}]"
+    text = out + err
+    if code not in (0, 2):
+        return [f"{where}: exit {code}: {err[-400:]}"]
+    found = []
+    if "Traceback" in text:
+        found.append(f"{where}: traceback")
+    if CONTROL.search(text.replace("\n", "").replace("\t", "")):
+        found.append(f"{where}: raw control character in the output: {CONTROL.findall(text)[:5]}")
+    if code == 2:
+        lines = err.strip().splitlines()
+        if len(lines) != 1 or not lines[0].startswith("gpuanalyze: error:") or out.strip():
+            found.append(f"{where}: exit 2 without exactly one error line: {err[-300:]!r}")
+    elif "--json" in args:
+        try:
+            data = json.loads(out, parse_constant=_reject_constant)
+        except ValueError as exc:
+            return [*found, f"{where}: invalid JSON ({exc})"]
+        if data.get("bottleneck") not in BOTTLENECKS:
+            found.append(f"{where}: bottleneck {data.get('bottleneck')!r}")
+        shares = [v for v in (data.get("share") or {}).values() if v is not None]
+        if any(not 0 <= v <= 1 for v in shares) or any(not 0 <= f["share"] <= 1 for f in data["findings"]):
+            found.append(f"{where}: a share outside [0, 1]")
+    return found
