@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from analyzer.cli import options
 from analyzer.cli.app import app, fail
 from analyzer.errors import GpuAnalyzeError
 
@@ -31,25 +32,15 @@ def analyze_cmd(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
-    ceilings: Annotated[
-        Path | None,
-        typer.Option(
-            help="Measured ceilings from `gpuanalyze bench` (default: the file bench saves, if present); "
-            "only those measured on the trace's machine are used, else a note says why."
-        ),
-    ] = None,
-    price_per_gpu_hour: Annotated[float | None, typer.Option(help="USD per GPU-hour (yours; none is shipped).")] = None,
-    steps_per_run: Annotated[float | None, typer.Option(help="Optimizer steps in a completed run.")] = None,
-    samples_per_run: Annotated[float | None, typer.Option(help="Samples in a completed run.")] = None,
-    tokens_per_run: Annotated[
-        float | None, typer.Option(help="Tokens in a completed run (with --tokens-per-sample).")
-    ] = None,
-    tokens_per_sample: Annotated[float | None, typer.Option(help="Tokens per sample (sequence length).")] = None,
-    gpus: Annotated[int | None, typer.Option(help="GPUs of the run (default: the trace's world size).")] = None,
-    cost_config: Annotated[
-        Path | None, typer.Option(help="TOML file with the same cost keys (options override it).")
-    ] = None,
-    flops_per_step: Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")] = None,
+    ceilings: options.Ceilings = None,
+    price_per_gpu_hour: options.PricePerGpuHour = None,
+    steps_per_run: options.StepsPerRun = None,
+    samples_per_run: options.SamplesPerRun = None,
+    tokens_per_run: options.TokensPerRun = None,
+    tokens_per_sample: options.TokensPerSample = None,
+    gpus: options.Gpus = None,
+    cost_config: options.CostConfig = None,
+    flops_per_step: options.FlopsPerStep = None,
     model_config: Annotated[
         Path | None,
         typer.Option(
