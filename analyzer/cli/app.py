@@ -6,7 +6,6 @@ Commands live in the sibling modules and import what they need inside their bodi
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, NoReturn
 
@@ -46,12 +45,17 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def emit(renderable: Any, data: Any, json_out: bool) -> None:
-    """Print ``data`` as JSON, or the rich ``renderable``."""
+def emit(renderable: Any, data: Any, json_out: bool, width: int | None = None) -> None:
+    """Print ``data`` as strict JSON (non-finite numbers become null), or the rich ``renderable``
+    laid out for ``width`` columns."""
     if json_out:
-        typer.echo(json.dumps(data, indent=2, default=str))
+        from analyzer.render.json_report import dumps
+
+        typer.echo(dumps(data))
     else:
-        console().print(renderable)
+        from analyzer.render.console import report_console
+
+        report_console(width).print(renderable)
 
 
 def console() -> Any:

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from analyzer.cli.analyze import width_option
-from analyzer.cli.app import app, fail
+from analyzer.cli.app import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
-
-
-def emit(renderable: Any, data: Any, json_out: bool, width: int | None) -> None:
-    """Print ``data`` as JSON, or the rich ``renderable`` laid out for ``width`` columns."""
-    if json_out:
-        typer.echo(json.dumps(data, indent=2, default=str))
-    else:
-        from analyzer.render.console import report_console
-
-        report_console(width).print(renderable)
 
 
 @app.command("compare")

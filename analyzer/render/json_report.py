@@ -148,8 +148,12 @@ def _cost(report: Report) -> dict[str, Any] | None:
     }
 
 
+def dumps(data: Any) -> str:
+    """Strict JSON (non-finite numbers as null: JSON has no NaN or Infinity), indented."""
+    return json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
+
+
 def _finite(value: Any) -> Any:
-    """Non-finite numbers as null: JSON has no NaN or Infinity."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -160,4 +164,4 @@ def _finite(value: Any) -> Any:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(_finite(report_dict(report)), indent=2, default=str, allow_nan=False)
+    return dumps(report_dict(report))
