@@ -152,7 +152,8 @@ def test_writer_failure_switches_profiling_off(tmp_path):
         pytest.warns(GpuAnalyzeWarning, match="switched off"),
         analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
     ):
-        losses = train_with_fault(model, opt, loader, 3, prof._writer._file.close)  # the disk disappears
+        # the disk disappears (the file is created at the first step boundary)
+        losses = train_with_fault(model, opt, loader, 3, lambda: prof._writer._file.close())
     assert losses == plain
     assert_no_hooks_left(model)
 
@@ -207,7 +208,7 @@ def test_sampled_kernel_windows_on_cpu_are_empty_and_said(tmp_path):
 
     model, opt, loader = make_loop(small(steps=20))
     with analyzer.profile(
-        model, out=str(tmp_path / "t.arrow"), window_first=5, window_every=10, window_steps=2
+        model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=5, window_every=10, window_steps=2
     ) as prof:
         train(model, opt, loader)
     frame = load_trace(prof.path).frame
@@ -233,7 +234,7 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
     model, opt, loader = make_loop(cfg)
     with (
         pytest.warns(GpuAnalyzeWarning, match="CUPTI unavailable"),
-        analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=3) as prof,
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=3) as prof,
     ):
         losses = train(model, opt, loader)
     assert losses == plain and not prof.enabled
