@@ -47,7 +47,7 @@ def rank_siblings(path: Path) -> RankFiles:
     runs: dict[str, list[Path]] = {}
     started: dict[str, float] = {}
     for f in files:
-        run = _run_info(f)
+        run = read_run_info(f)
         k = pattern.match(f.name).group("k") or ""  # type: ignore[union-attr]  # matched above
         key = run.run_id if run is not None and run.run_id else f"name{k}"
         runs.setdefault(key, []).append(f)
@@ -68,8 +68,9 @@ def rank_siblings(path: Path) -> RankFiles:
     return chosen
 
 
-def _run_info(path: Path) -> RunInfo | None:
-    """The run information of a trace file, or None when it cannot be read (the loader says why later)."""
+def read_run_info(path: Path) -> RunInfo | None:
+    """The run information of a trace file (its schema only is read), or None when it cannot be read
+    (loading it says why)."""
     try:
         with pa.OSFile(str(path), "rb") as fh:
             meta = pa.ipc.open_stream(fh).schema.metadata or {}
