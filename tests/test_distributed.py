@@ -127,3 +127,40 @@ def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
     assert ev_["allreduce_busbw_gbps"].value == pytest.approx(100.0)
     assert ev_["allreduce_busbw_gbps"].threshold == 100.0 and "100%" in ev_["allreduce_busbw_gbps"].source
     assert ev_["exposed_communication_share"].value == pytest.approx(0.4)
+
+
+def _run(tmp_path, ranks, *, run_id, start, suffix=""):
+    for rank in range(ranks):
+        run = {"world_size": ranks, "rank": rank, "start_unix_ns": start}
+        if run_id:
+            run["run_id"] = run_id
+        write_trace(tmp_path / f"trace.rank{rank}{suffix}.arrow", [make_row(i, rank=rank) for i in range(5)], run=run)
+
+
+def test_a_second_run_into_the_same_name_is_picked_and_said(tmp_path):
+    _run(tmp_path, 2, run_id="old", start=1_000)
+    _run(tmp_path, 2, run_id="new", start=2_000, suffix="-1")
+    newest = rank_siblings(tmp_path / "trace.arrow")
+    assert [p.name for p in newest] == ["trace.rank0-1.arrow", "trace.rank1-1.arrow"]
+    assert "2 runs" in newest.note and "newest" in newest.note and "trace.rank0.arrow" in newest.note
+    assert [p.name for p in rank_siblings(tmp_path / "trace.rank1.arrow")] == ["trace.rank0.arrow", "trace.rank1.arrow"]
+    trace = load_any(tmp_path / "trace.arrow")
+    assert trace.frame.height == 10 and trace.notes[0] == newest.note
+    report = analyze(tmp_path / "trace.rank0.arrow")
+    assert report.metrics.ranks == 2 and any("the run of trace.rank0.arrow" in n for n in report.notes)
+
+
+def test_runs_without_a_run_id_are_told_apart_by_their_names(tmp_path):
+    _run(tmp_path, 2, run_id=None, start=1_000)
+    _run(tmp_path, 3, run_id=None, start=2_000, suffix="-1")
+    assert [p.name for p in rank_siblings(tmp_path / "trace.arrow")] == [
+        "trace.rank0-1.arrow",
+        "trace.rank1-1.arrow",
+        "trace.rank2-1.arrow",
+    ]
+    assert len(rank_siblings(tmp_path / "trace.rank1.arrow")) == 2
+
+
+def test_one_run_has_no_note(tmp_path):
+    _run(tmp_path, 2, run_id="only", start=1_000)
+    assert rank_siblings(tmp_path / "trace.arrow").note is None

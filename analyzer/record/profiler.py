@@ -150,9 +150,9 @@ class Profiler:
     # -- public API ------------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
         if _active:
-            if all(p._standing_by for p in _active):
+            if all(p._recorder == "run" for p in _active):
                 for p in list(_active):  # `gpuanalyze run`'s automatic profile gives way to an explicit one
-                    p._teardown(EndInfo(status="ok"))
+                    p.finish()
             else:
                 warn("gpuanalyze: a profile is already active; this one records nothing")
                 return self
@@ -205,11 +205,6 @@ class Profiler:
         return self._data_block
 
     # -- start ----------------------------------------------------------------------------------
-    @property
-    def _standing_by(self) -> bool:
-        """An automatic profile (`gpuanalyze run`) that has written nothing yet."""
-        return self._recorder == "run" and not self._opened
-
     def _start(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -376,8 +371,10 @@ class Profiler:
         if self._models is None:
             self._use_models(discover(optimizer))
         step = self._step
-        step.optimizer_nested_ns = step.phase_ns
-        step.optimizer_start = _clock()
+        now = _clock()
+        # a forward still open (a framework timing its training step) counts as nested only from here on
+        step.optimizer_nested_ns = step.phase_ns + (now - step.forward_start if step.forward_start is not None else 0)
+        step.optimizer_start = now
         if self._timer is not None:
             self._timer.begin(S.OPTIMIZER_MS)
 
@@ -515,6 +512,11 @@ class Profiler:
             self._fail(self._writer.error)
         elif opened_now:  # creating the file is not part of the next step
             self._restart_step()
+
+    @_guarded
+    def _skip_since_boundary(self) -> None:
+        """Framework integrations: what ran since the last step boundary (a validation loop) is not training."""
+        self._restart_step()
 
     def _restart_step(self) -> None:
         """Start the current step afresh now (what happened since the last boundary is not a step:
