@@ -574,3 +574,52 @@ def test_torch_compile_inside_the_block_has_no_graph_breaks(tmp_path):
     assert_no_hooks_left(model)
     f = load_trace(prof.path).frame
     assert f.height == 12 and (f.get_column(S.FORWARD_MS) > 0).all()
+
+
+RACER = """
+import json, sys, time, warnings
+import torch
+import analyzer
+out, start = sys.argv[1], float(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+time.sleep(max(0.0, start - time.time()))  # every process reaches its first step together
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    with analyzer.profile(model, out=out) as prof:
+        for _ in range(5):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+print(json.dumps({"path": str(prof.path), "warnings": [str(w.message) for w in seen]}))
+"""
+
+
+@pytest.mark.slow
+def test_processes_starting_together_with_the_same_out_each_get_their_own_file(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "trace.arrow"
+    start = time.time() + 5.0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(out), str(start)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(3)
+    ]
+    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    paths = sorted(r["path"] for r in results)
+    assert paths == sorted(str(tmp_path / n) for n in ("trace.arrow", "trace-1.arrow", "trace-2.arrow"))
+    for r in results:
+        assert load_trace(r["path"]).frame.height == 5
+        if r["path"] == str(out):
+            assert r["warnings"] == []
+        else:  # the warning names the file this process writes
+            assert r["warnings"] == [f"gpuanalyze: {out} exists and overwrite=False; writing {r['path']} instead"]

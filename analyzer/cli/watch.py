@@ -74,6 +74,7 @@ def _finish(trace: Path, console: Any) -> None:
         return
     from analyzer.render.terminal import render_terminal
 
+    console.print()
     console.print(render_terminal(report))
 
 
@@ -105,7 +106,7 @@ def _view(shot: Snapshot) -> Any:
         head.append(f" in {_duration(shot.elapsed_s)}")
     head.append(f"   [{state}]")
     if shot.bottleneck is not None:
-        head.append("\nverdict so far: ")
+        head.append("\nverdict: " if shot.complete else "\nverdict so far: ")
         head.append(shot.bottleneck.upper(), style="bold")
         if shot.confidence is not None:
             head.append(f" (confidence {shot.confidence:.0%})")

@@ -46,14 +46,18 @@ class Session:
     def active(self) -> bool:
         return self.profiler is not None and self.profiler.enabled
 
-    def start(self, model: Any, *, forward_hooks: bool) -> None:
+    def start(self, model: Any, *, forward_hooks: bool, samples_from_loader: bool = True) -> None:
         from analyzer.record.profiler import Profiler
 
         self.abandon("exception")  # a previous fit that raised without telling us
         self.report = None
         try:
             self.profiler = Profiler(
-                model, options=self.options, recorder=self.recorder, forward_hooks=forward_hooks
+                model,
+                options=self.options,
+                recorder=self.recorder,
+                forward_hooks=forward_hooks,
+                samples_from_loader=samples_from_loader,
             ).__enter__()
         except Exception as exc:  # noqa: BLE001 - e.g. a model the profiler cannot hook: train unprofiled
             warn(f"gpuanalyze: not profiling this run ({type(exc).__name__}: {exc})")

@@ -59,7 +59,8 @@ class GpuAnalyzeCallback(TrainerCallback):
         if self._trainer is None:
             self._trainer = _calling_trainer()
         self._evaluating = False
-        self._session.start(model, forward_hooks=True)
+        # the Trainer fetches batches ahead of the step that uses them: count what the model sees
+        self._session.start(model, forward_hooks=True, samples_from_loader=False)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._session.step()

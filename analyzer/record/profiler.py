@@ -103,6 +103,7 @@ class Profiler:
         options: ProfileOptions,
         recorder: str = "profile",
         forward_hooks: bool = True,
+        samples_from_loader: bool = True,
     ) -> None:
         import weakref
 
@@ -118,6 +119,7 @@ class Profiler:
         self._compiling: Callable[[], bool] = torch.compiler.is_compiling
         self._recorder = recorder
         self._forward_hooks = forward_hooks
+        self._samples_from_loader = samples_from_loader
         self._optimizer = optimizer
         self._loader = dataloader
         self._loader_iters: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -429,7 +431,7 @@ class Profiler:
             if owner is not self._loader and owner not in self._loader_iters:
                 return
         step.data_ns += elapsed_ns
-        if kind == "fetch" and result is not None:
+        if kind == "fetch" and result is not None and self._samples_from_loader:
             step.add_samples(batch_size_of(result), from_loader=True)
 
     @_guarded
