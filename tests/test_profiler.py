@@ -623,3 +623,23 @@ def test_processes_starting_together_with_the_same_out_each_get_their_own_file(t
             assert r["warnings"] == []
         else:  # the warning names the file this process writes
             assert r["warnings"] == [f"gpuanalyze: {out} exists and overwrite=False; writing {r['path']} instead"]
+
+
+@pytest.mark.slow
+def test_forked_dataloader_workers_never_write_traces(tmp_path):
+    """Workers forked from a process with an automatic profile (what `gpuanalyze run` arms) re-arm and
+    never write: only the training process has a trace."""
+    cfg = small(num_workers=2, sample_cost_s=0.001)
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    loader.multiprocessing_context = "fork"
+    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profiler import Profiler
+
+    with Profiler(None, options=ProfileOptions(out=tmp_path / "t.arrow"), recorder="run") as prof:
+        losses = train(model, opt, loader)
+    assert losses == plain
+    assert_no_hooks_left(model)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.arrow"]
+    trace = load_trace(prof.path)
+    assert trace.complete and trace.frame.height == 12 and trace.end.loader_workers == 2

@@ -103,6 +103,8 @@ def _describe(path: Path, files: tuple[Path, ...], live: bool, trace: Trace) -> 
         verdict = report.findings[0].summary if report.findings else None
     except GpuAnalyzeError as exc:
         verdict = f"no verdict yet ({exc})"
+    except Exception as exc:  # noqa: BLE001 - a live view keeps going; the final report will say more
+        verdict = f"no verdict ({type(exc).__name__}: {exc})"
     return Snapshot(
         path=path,
         files=files,

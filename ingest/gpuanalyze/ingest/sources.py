@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import re
+import stat
 from pathlib import Path
 
 import polars as pl
@@ -43,13 +44,15 @@ def rank_siblings(path: Path) -> RankFiles:
     match = _RANK_FILE.match(path.stem)
     stem = match.group("stem") if match else path.stem
     pattern = re.compile(rf"^{re.escape(stem)}\.rank\d+(?P<k>-\d+)?{re.escape(path.suffix)}$")
-    files = sorted(p for p in path.parent.glob(f"{glob.escape(stem)}.rank*{path.suffix}") if pattern.match(p.name))
+    named = sorted(
+        (p, m) for p in path.parent.glob(f"{glob.escape(stem)}.rank*{path.suffix}") if (m := pattern.match(p.name))
+    )
+    files = [p for p, _ in named]
     runs: dict[str, list[Path]] = {}
     started: dict[str, float] = {}
-    for f in files:
+    for f, m in named:
         run = read_run_info(f)
-        k = pattern.match(f.name).group("k") or ""  # type: ignore[union-attr]  # matched above
-        key = run.run_id if run is not None and run.run_id else f"name{k}"
+        key = run.run_id if run is not None and run.run_id else f"name{m.group('k') or ''}"
         runs.setdefault(key, []).append(f)
         start = run.start_unix_ns / 1e9 if run is not None and run.start_unix_ns else _mtime(f)
         started[key] = max(started.get(key, 0.0), start)
@@ -72,6 +75,8 @@ def read_run_info(path: Path) -> RunInfo | None:
     """The run information of a trace file (its schema only is read), or None when it cannot be read
     (loading it says why)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # never open a FIFO or a device to peek at it
+            return None
         with pa.OSFile(str(path), "rb") as fh:
             meta = pa.ipc.open_stream(fh).schema.metadata or {}
         raw = meta.get(S.META_RUN)
