@@ -643,3 +643,16 @@ def test_forked_dataloader_workers_never_write_traces(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["t.arrow"]
     trace = load_trace(prof.path)
     assert trace.complete and trace.frame.height == 12 and trace.end.loader_workers == 2
+
+
+def test_two_forwards_per_step_before_the_first_optimizer_step_are_one_step(tmp_path):
+    """A step that runs the model twice (two views, one loss): the first row is one optimizer step too."""
+    model, opt, loader = make_loop(small())
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y) + torch.nn.functional.mse_loss(model(x * 0.5), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    f = load_trace(prof.path).frame
+    assert f.height == 12 and f.get_column(S.BATCH_SAMPLES).to_list() == [8] * 12

@@ -117,6 +117,7 @@ class Profiler:
         self.error: BaseException | None = None
         self.steps_recorded = 0
         self._compiling: Callable[[], bool] = torch.compiler.is_compiling
+        self._grad_enabled: Callable[[], bool] = torch.is_grad_enabled
         self._recorder = recorder
         self._forward_hooks = forward_hooks
         self._samples_from_loader = samples_from_loader
@@ -323,6 +324,8 @@ class Profiler:
                 self._boundary(now)
             step = self._step
             step.forward_start = now
+            if not self._by_optimizer and self._grad_enabled():
+                step.grad_forwards += 1
             if step.loader_samples is None:  # the DataLoader's batch, when seen, is the better count
                 step.add_samples(batch_size_of(args) if args else batch_size_of(kwargs), from_loader=False)
             if self._timer is not None:
@@ -457,11 +460,12 @@ class Profiler:
 
     # -- step boundaries --------------------------------------------------------------------------
     def _boundary(self, now: int) -> None:
-        """A forward-delimited boundary. Before any optimizer step, a part that ran backward may be
-        one micro-batch of gradient accumulation, and with several models one step runs several
-        forwards: hold such parts until the optimizer steps (or until it is clear none will)."""
+        """A forward-delimited boundary. Before any optimizer step, a part that ran a forward with
+        autograd on or a backward may be one micro-batch of gradient accumulation (or one of several
+        forwards of a step, as with several models): hold such parts until the optimizer steps, or
+        until it is clear none will. Forwards under no_grad (evaluation, inference) end steps at once."""
         step = self._step
-        holds = step.backwards > 0 or self._per_model or self._held_parts
+        holds = step.backwards > 0 or step.grad_forwards > 0 or self._per_model or self._held_parts
         if self._no_optimizer or not holds:
             self._close(now)
             return

@@ -27,6 +27,8 @@ class StepTimes:
     forward_samples: int | None = None
     forwards: int = 0
     backwards: int = 0
+    grad_forwards: int = 0
+    """Forwards run with autograd on (training, as opposed to evaluation under no_grad)."""
     forward_start: int | None = None
     optimizer_start: int | None = None
     optimizer_nested_ns: int = 0
@@ -65,6 +67,7 @@ class StepTimes:
         self.sync_ns += later.sync_ns
         self.forwards += later.forwards
         self.backwards += later.backwards
+        self.grad_forwards += later.grad_forwards
         if later.loader_samples is not None:
             self.add_samples(later.loader_samples, from_loader=True)
         if later.forward_samples is not None:
