@@ -228,6 +228,25 @@ def test_a_script_runs_unchanged_and_is_analysed(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_variables_alone_profile_an_unchanged_command(tmp_path):
+    """What a scheduler does: the printed variables in the environment, the job's own command."""
+    pytest.importorskip("torch")
+    from gpuanalyze.ingest.reader import load_trace
+
+    out = tmp_path / "traces"  # not there yet: the first profiled process creates it
+    printed = runner.invoke(app, ["run", "--print-env", "--out", str(out), "--tag", "job=7"]).output
+    env = _env(GPUANALYZE_RUN_ID="job-7")
+    for line in printed.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = subprocess.run(["sh", "-c", f"echo {value}"], capture_output=True, text=True, env=env).stdout.strip()
+    script = _script(tmp_path, "short.py", FOREVER.replace("while True:", "for _ in range(30):"))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    trace = load_trace(out / "trace.arrow")
+    assert trace.frame.height == 30 and trace.run.run_id == "job-7" and trace.tags == {"job": "7"}
+
+
+@pytest.mark.slow
 def test_torchrun_ranks_each_write_a_trace(tmp_path):
     pytest.importorskip("torch")
     from gpuanalyze.ingest.reader import load_trace

@@ -63,9 +63,9 @@ def run_cmd(
             directory = (out or Path(config.DEFAULT_OUT)).absolute()
             env = config.env_for(options, directory, "<one id per run, e.g. $SLURM_JOB_ID>")
             env.pop(config.RUN_ID)
-            env["PYTHONPATH"] = f"{config.bootstrap_dir()}${{PYTHONPATH:+:$PYTHONPATH}}"
             for key, value in env.items():
-                typer.echo(f"export {key}={value if key == 'PYTHONPATH' else shlex.quote(value)}")
+                typer.echo(f"export {key}={shlex.quote(value)}")
+            typer.echo(f"export PYTHONPATH={shlex.quote(str(config.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")

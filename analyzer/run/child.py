@@ -17,6 +17,7 @@ import importlib.machinery
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -90,6 +91,7 @@ def _arm() -> None:
 
         try:
             options = options_from_env(os.environ)
+            _make_out_dir(options.out.parent)
         except GpuAnalyzeError as exc:
             _say(f"not profiling: {exc}")
             return
@@ -106,6 +108,20 @@ def _arm() -> None:
         sys.excepthook = excepthook
     except Exception as exc:  # noqa: BLE001 - never in the user's way
         _say(f"not profiling this process ({type(exc).__name__}: {exc})")
+
+
+def _make_out_dir(directory: Path) -> None:
+    """The traces' directory (set by a scheduler, it may not exist yet); never its parents."""
+    from analyzer.errors import GpuAnalyzeError
+
+    if directory.is_dir():
+        return
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise GpuAnalyzeError(f"cannot create GPUANALYZE_OUT={directory} ({exc.strerror})") from exc
 
 
 def _finish() -> None:
