@@ -113,7 +113,7 @@ def _lightning_fit(tmp_path, *, accumulate, callback, fail_at=None):
         enable_model_summary=False,
         enable_checkpointing=False,
     )
-    loader = DataLoader(SlowPairs(40, 0.002), batch_size=4)
+    loader = DataLoader(SlowPairs(40, 0.005), batch_size=4)
     trainer.fit(module, loader, DataLoader(SlowPairs(8, 0.0), batch_size=4))
     return trainer, module
 
@@ -199,7 +199,7 @@ def _hf_train(tmp_path, *, accumulate, callback, fail_at=None):
         seed=0,
     )
     trainer = Failing(
-        model=model, args=args, train_dataset=TokenDataset(48, 0.003), callbacks=[callback] if callback else []
+        model=model, args=args, train_dataset=TokenDataset(48, 0.01), callbacks=[callback] if callback else []
     )
     result = trainer.train()
     return trainer, model, result

@@ -172,10 +172,12 @@ def test_print_env_shows_what_a_scheduler_sets(tmp_path):
         (["run", "--out", "/no/such/parent/dir", "--", "true"], "no such directory"),
     ],
 )
-def test_bad_run_input_is_one_line_and_exit_2(args, says):
+def test_bad_run_input_is_one_line_and_exit_2(args, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert says in result.output and "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []  # no output directory left behind
 
 
 def test_a_command_without_python_training_says_no_trace(tmp_path):

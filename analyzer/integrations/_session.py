@@ -42,10 +42,6 @@ class Session:
         self.profiler: Profiler | None = None
         self.report: Report | None = None
 
-    @property
-    def active(self) -> bool:
-        return self.profiler is not None and self.profiler.enabled
-
     def start(self, model: Any, *, forward_hooks: bool, samples_from_loader: bool = True) -> None:
         from analyzer.record.profiler import Profiler
 

@@ -74,7 +74,7 @@ class GpuAnalyzeCallback(TrainerCallback):
             self._session.skip()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not self._session.active:
+        if self._session.profiler is None:
             return
         self.path = self._session.end()
         if not state.is_world_process_zero:
@@ -94,7 +94,7 @@ class GpuAnalyzeCallback(TrainerCallback):
                 _log.warning("gpuanalyze: could not log to the trainer (%s)", exc)
 
     def _train_raised(self, exc: BaseException) -> None:
-        if self._session.active:
+        if self._session.profiler is not None:
             self.path = self._session.end(exc)
 
 

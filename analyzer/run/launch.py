@@ -47,19 +47,21 @@ def default_out_dir() -> Path:
     return Path(f"gpuanalyze-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def prepare_out_dir(out_dir: Path) -> Path:
-    """Create the output directory (not its parents); raises GpuAnalyzeError when it cannot."""
+def prepare_out_dir(out_dir: Path) -> tuple[Path, bool]:
+    """Create the output directory (not its parents); returns it and whether it was created.
+    Raises GpuAnalyzeError when it cannot."""
     if out_dir.exists() and not out_dir.is_dir():
         raise GpuAnalyzeError(f"{out_dir} exists and is not a directory; choose another --out")
     if not out_dir.parent.is_dir():
         raise GpuAnalyzeError(
             f"{out_dir.parent}: no such directory (create it first; gpuanalyze does not create directories)"
         )
+    created = not out_dir.exists()
     try:
         out_dir.mkdir(exist_ok=True)
     except OSError as exc:
         raise GpuAnalyzeError(f"cannot create {out_dir} ({exc.strerror})") from exc
-    return out_dir.resolve()
+    return out_dir.resolve(), created
 
 
 def child_env(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, str]:
@@ -71,11 +73,14 @@ def child_env(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, 
 
 def run_command(command: list[str], options: ProfileOptions, out_dir: Path) -> Finished:
     """Run ``command`` to its end with profiling on; raises GpuAnalyzeError if it cannot start."""
-    out_dir = prepare_out_dir(out_dir)
+    out_dir, created = prepare_out_dir(out_dir)
     run_id = uuid.uuid4().hex
     try:
         child = subprocess.Popen(command, env=child_env(options, out_dir, run_id))
     except OSError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()  # leave nothing behind for a command that never ran
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     with _forwarding_signals(child):
         returncode = child.wait()
