@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from analyzer.cli.app import app, fail
 from analyzer.errors import GpuAnalyzeError
+
+if TYPE_CHECKING:
+    from analyzer.run.launch import Finished
 
 
 @app.command(
@@ -83,11 +86,10 @@ def _tag(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report(finished: object, json_out: bool) -> None:
-    from analyzer.run.launch import Finished
+def _report(finished: Finished, json_out: bool) -> None:
+    """What the command left: one line on stderr, then the analysis of each of its traces."""
     from analyzer.run.report import analyze_quietly, json_text, print_terminal
 
-    assert isinstance(finished, Finished)
     status = (
         f"was killed by signal {-finished.returncode}"
         if finished.returncode < 0
