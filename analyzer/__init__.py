@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
 
 
 def profile(
-    model: Any,
+    model: Any = None,
     *,
     out: str | Path = "trace.arrow",
     optimizer: Any = None,
@@ -69,12 +69,15 @@ def profile(
     tags: dict[str, str] | None = None,
     **options: Any,
 ) -> Profiler:
-    """Profile a training loop: ``with analyzer.profile(model, out="trace.arrow"):``.
+    """Profile a training loop: ``with analyzer.profile(model, out="trace.arrow") as prof:``.
 
+    ``model`` is a module, several (``[G, D]``, ``{"G": G, "D": D}``, an ``nn.ModuleDict``: each
+    forward is timed under its own name), or None to find the models at the first optimizer step.
     ``optimizer`` fixes which optimizer's step ends a training step (default: the first one
-    seen); ``dataloader`` limits data-wait timing to that loader (default: every DataLoader).
-    Further keyword arguments are ProfileOptions fields (device, manual_steps, kernel_windows,
-    window_first, window_every, window_steps, flush_interval_s, flush_every_steps). Needs torch.
+    seen); ``dataloader`` limits data-wait timing to that loader (default: every DataLoader;
+    ``with prof.data():`` times a custom loader). Further keyword arguments are ProfileOptions
+    fields (device, manual_steps, kernel_windows, window_first, window_every, window_steps,
+    flush_interval_s, flush_every_steps). Needs torch. Raises TypeError for a model it cannot time.
     """
     from analyzer.record.options import ProfileOptions
     from analyzer.record.profiler import Profiler

@@ -36,7 +36,11 @@ def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
         ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
     elif mode == "gpuanalyze+windows":
         ctx = analyzer.profile(
-            model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), window_first=10, window_every=20
+            model,
+            out=str(workdir / f"{time.monotonic_ns()}.arrow"),
+            kernel_windows=True,
+            window_first=10,
+            window_every=20,
         )
     elif mode == "torch.profiler":
         ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])

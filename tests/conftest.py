@@ -76,6 +76,7 @@ def write_trace(
         writer.flush()
         writer._stop.set()
         writer._file.flush()
+        writer._release_lock()  # as if the writing process had died
     return path
 
 

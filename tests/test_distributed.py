@@ -128,3 +128,69 @@ def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
     assert ev_["allreduce_busbw_gbps"].threshold == 100.0 and "100%" in ev_["allreduce_busbw_gbps"].source
     # 0.4 ms of every step's 0.75 ms GPU timeline has only the all-reduce running
     assert ev_["exposed_communication_share"].value == pytest.approx(0.4 / 0.75)
+
+
+def _run(tmp_path, ranks, *, run_id, start, suffix=""):
+    for rank in range(ranks):
+        run = {"world_size": ranks, "rank": rank, "start_unix_ns": start}
+        if run_id:
+            run["run_id"] = run_id
+        write_trace(tmp_path / f"trace.rank{rank}{suffix}.arrow", [make_row(i, rank=rank) for i in range(5)], run=run)
+
+
+def test_a_second_run_into_the_same_name_is_picked_and_said(tmp_path):
+    _run(tmp_path, 2, run_id="old", start=1_000)
+    _run(tmp_path, 2, run_id="new", start=2_000, suffix="-1")
+    newest = rank_siblings(tmp_path / "trace.arrow")
+    assert [p.name for p in newest] == ["trace.rank0-1.arrow", "trace.rank1-1.arrow"]
+    assert "2 runs" in newest.note and "newest" in newest.note and "trace.rank0.arrow" in newest.note
+    assert [p.name for p in rank_siblings(tmp_path / "trace.rank1.arrow")] == ["trace.rank0.arrow", "trace.rank1.arrow"]
+    trace = load_any(tmp_path / "trace.arrow")
+    assert trace.frame.height == 10 and trace.notes[0] == newest.note
+    report = analyze(tmp_path / "trace.rank0.arrow")
+    assert report.metrics.ranks == 2 and any("the run of trace.rank0.arrow" in n for n in report.notes)
+
+
+def test_runs_without_a_run_id_are_told_apart_by_their_names(tmp_path):
+    _run(tmp_path, 2, run_id=None, start=1_000)
+    _run(tmp_path, 3, run_id=None, start=2_000, suffix="-1")
+    assert [p.name for p in rank_siblings(tmp_path / "trace.arrow")] == [
+        "trace.rank0-1.arrow",
+        "trace.rank1-1.arrow",
+        "trace.rank2-1.arrow",
+    ]
+    assert len(rank_siblings(tmp_path / "trace.rank1.arrow")) == 2
+
+
+def test_one_run_has_no_note(tmp_path):
+    _run(tmp_path, 2, run_id="only", start=1_000)
+    assert rank_siblings(tmp_path / "trace.arrow").note is None
+
+
+@pytest.mark.slow
+def test_a_second_run_entered_before_init_is_its_own_run_and_picked(tmp_path):
+    """Run 1 as usual; run 2 enters analyzer.profile() (no model) before init_process_group, into the
+    same out: its ranks still name their files by rank (trace.rank<N>-1.arrow), know their world, and
+    `gpuanalyze trace.arrow` analyses run 2, saying so; a file of run 1 still analyses run 1."""
+    pytest.importorskip("torch")
+    from tests.scenarios.ddp import run_ddp
+
+    out = tmp_path / "trace.arrow"
+    run_ddp(out, world=2, steps=8)
+    run_ddp(out, world=2, steps=12, late_init=True)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["trace.rank0-1.arrow", "trace.rank0.arrow", "trace.rank1-1.arrow", "trace.rank1.arrow"]
+    late = [load_trace(tmp_path / f"trace.rank{r}-1.arrow") for r in (0, 1)]
+    assert [(t.run.rank, t.run.world_size, t.run.backend, t.frame.height) for t in late] == [
+        (0, 2, "gloo", 12),
+        (1, 2, "gloo", 12),
+    ]
+    assert late[0].run.run_id == late[1].run.run_id != load_trace(tmp_path / "trace.rank0.arrow").run.run_id
+    assert late[0].run.models == ("DistributedDataParallel",)
+    result = runner.invoke(app, [str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["ranks"] == 2 and load_any(out).frame.height == 2 * 12  # run 2's rows, not run 1's (2 x 8)
+    assert any("hold 2 runs; analysing the newest run" in n for n in data["notes"])
+    old = json.loads(runner.invoke(app, [str(tmp_path / "trace.rank1.arrow"), "--json"]).output)
+    assert any("the run of trace.rank1.arrow" in n for n in old["notes"])

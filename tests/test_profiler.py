@@ -1,3 +1,4 @@
+import time
 import warnings
 
 import pytest
@@ -152,7 +153,8 @@ def test_writer_failure_switches_profiling_off(tmp_path):
         pytest.warns(GpuAnalyzeWarning, match="switched off"),
         analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
     ):
-        losses = train_with_fault(model, opt, loader, 3, prof._writer._file.close)  # the disk disappears
+        # the disk disappears (the file is created at the first step boundary)
+        losses = train_with_fault(model, opt, loader, 3, lambda: prof._writer._file.close())
     assert losses == plain
     assert_no_hooks_left(model)
 
@@ -207,7 +209,7 @@ def test_sampled_kernel_windows_on_cpu_are_empty_and_said(tmp_path):
 
     model, opt, loader = make_loop(small(steps=20))
     with analyzer.profile(
-        model, out=str(tmp_path / "t.arrow"), window_first=5, window_every=10, window_steps=2
+        model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=5, window_every=10, window_steps=2
     ) as prof:
         train(model, opt, loader)
     frame = load_trace(prof.path).frame
@@ -233,7 +235,7 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
     model, opt, loader = make_loop(cfg)
     with (
         pytest.warns(GpuAnalyzeWarning, match="CUPTI unavailable"),
-        analyzer.profile(model, out=str(tmp_path / "t.arrow"), window_first=3) as prof,
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=3) as prof,
     ):
         losses = train(model, opt, loader)
     assert losses == plain and not prof.enabled
@@ -274,3 +276,383 @@ def test_trace_directory_removed_mid_run_does_not_stop_training(tmp_path):
         losses = train_with_fault(model, opt, loader, 4, lambda: shutil.rmtree(out_dir))
     assert losses == plain
     assert_no_hooks_left(model)
+
+
+# -- training-side edges (issue 15, item 7) -------------------------------------------------------
+
+
+def train_accumulating(model, opt, loader, every):
+    """Gradient accumulation: an optimizer step every ``every`` batches."""
+    losses = []
+    for i, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y) / every
+        loss.backward()
+        if i % every == every - 1:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_gradient_accumulation_gives_one_row_per_optimizer_step_from_the_first(tmp_path):
+    cfg = small(steps=12, sample_cost_s=0.001)
+    plain = train_accumulating(*make_loop(cfg), every=4)
+    model, opt, loader = make_loop(cfg)
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        losses = train_accumulating(model, opt, loader, every=4)
+    assert losses == plain
+    assert_no_hooks_left(model)
+    f = load_trace(prof.path).frame
+    assert f.get_column(S.STEP).to_list() == [0, 1, 2]  # 12 batches / 4 = 3 optimizer steps, the first one too
+    assert f.get_column(S.BATCH_SAMPLES).to_list() == [32, 32, 32]
+    assert (f.get_column(S.DATA_WAIT_MS) >= 4 * 8 * 1.0).all()  # four batches of 8 samples x 1 ms each
+    assert (f.get_column(S.OPTIMIZER_MS) > 0).all()
+
+
+def test_a_loop_that_never_steps_an_optimizer_gets_a_row_per_forward(tmp_path):
+    model, _, loader = make_loop(small())
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+                    p.grad = None
+    assert load_trace(prof.path).frame.height == 12
+
+
+@pytest.mark.parametrize("how", ["simplefilter", "pytest_filterwarnings"])
+def test_warnings_as_errors_never_stop_training(tmp_path, capsys, how):
+    """`python -W error` / filterwarnings=error: our warning is printed, not raised into the loop."""
+    out = tmp_path / "t.arrow"
+    out.write_bytes(b"keep me")
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    with warnings.catch_warnings():
+        if how == "simplefilter":
+            warnings.simplefilter("error")
+        else:
+            warnings.filterwarnings("error", category=GpuAnalyzeWarning)
+        with analyzer.profile(model, out=str(out)) as prof:
+            losses = train(model, opt, loader)
+    assert losses == plain and prof.error is None
+    assert f"writing {tmp_path / 't-1.arrow'} instead" in capsys.readouterr().err
+    assert out.read_bytes() == b"keep me" and load_trace(prof.path).frame.height == 12
+    assert_no_hooks_left(model)
+
+
+def test_internal_fault_under_warnings_as_errors_switches_off_quietly(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(StepTimes, "row", lambda *a, **k: 1 / 0)
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+            losses = train(model, opt, loader)
+    assert losses == plain and isinstance(prof.error, ZeroDivisionError)
+    assert capsys.readouterr().err.count("profiling switched off") == 1
+    assert_no_hooks_left(model)
+
+
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ is broken too")
+
+
+def test_an_exception_with_a_broken_str_propagates_and_the_next_profile_records(tmp_path):
+    model, opt, loader = make_loop(small())
+    raised = UnprintableError()
+    with pytest.raises(UnprintableError) as caught, analyzer.profile(model, out=str(tmp_path / "a.arrow")) as prof:
+        for i, (x, y) in enumerate(loader):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            if i == 2:
+                raise raised
+    assert caught.value is raised
+    assert_no_hooks_left(model)
+    end = load_trace(prof.path).end
+    assert end.status == "exception" and end.exception == "UnprintableError: <unprintable>"
+    with analyzer.profile(model, out=str(tmp_path / "b.arrow")) as again:
+        train(model, opt, loader)
+    assert again.error is None and load_trace(again.path).frame.height == 12
+
+
+def test_the_trace_name_is_chosen_and_created_in_one_step(tmp_path, monkeypatch):
+    """Another process creating the same name between our choice and our open: we move on to the
+    next name, and the warning names the file this process writes."""
+    from gpuanalyze.ingest.writer import TraceWriter
+
+    out = tmp_path / "t.arrow"
+    original = TraceWriter.open
+
+    def racing_open(self):
+        if self.path == out:
+            out.write_bytes(b"the other process's trace")  # it won the race for t.arrow
+        return original(self)
+
+    monkeypatch.setattr(TraceWriter, "open", racing_open)
+    model, opt, loader = make_loop(small())
+    with pytest.warns(GpuAnalyzeWarning) as record, analyzer.profile(model, out=str(out)) as prof:
+        train(model, opt, loader)
+    assert prof.path == tmp_path / "t-1.arrow"
+    assert [str(w.message) for w in record] == [
+        f"gpuanalyze: {out} exists and overwrite=False; writing {prof.path} instead"
+    ]
+    assert out.read_bytes() == b"the other process's trace" and load_trace(prof.path).frame.height == 12
+
+
+def test_secrets_in_argv_are_not_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        "sys.argv", ["train.py", "--hf-token=hf_abc", "--api_key", "sk-123", "WANDB_API_KEY=w1", "--lr", "3"]
+    )
+    model, opt, loader = make_loop(small())
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        train(model, opt, loader)
+    argv = load_trace(prof.path).run.argv
+    assert argv == "train.py --hf-token=*** --api_key *** WANDB_API_KEY=*** --lr 3"
+
+
+# -- models, compile, custom loaders, CPU quietness ----------------------------------------------
+
+
+def gan():
+    torch.manual_seed(0)
+    G = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    D = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return G, D, torch.optim.SGD(G.parameters(), lr=0.01), torch.optim.SGD(D.parameters(), lr=0.01)
+
+
+def train_gan(G, D, opt_g, opt_d, steps=6):
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        z, real = torch.randn(16, 4, generator=g), torch.randn(16, 8, generator=g)
+        d_loss = D(real).mean() - D(G(z).detach()).mean()
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()
+        g_loss = D(G(z)).mean()
+        opt_g.zero_grad()
+        g_loss.backward()
+        opt_g.step()
+        losses.append((float(d_loss.detach()), float(g_loss.detach())))
+    return losses
+
+
+@pytest.mark.parametrize("wrap", ["list", "dict", "moduledict"])
+def test_each_model_forward_is_timed_under_its_own_name(tmp_path, wrap):
+    plain = train_gan(*gan())
+    G, D, opt_g, opt_d = gan()
+    models = {"list": [G, D], "dict": {"gen": G, "disc": D}, "moduledict": torch.nn.ModuleDict({"gen": G, "disc": D})}
+    with analyzer.profile(models[wrap], out=str(tmp_path / "t.arrow")) as prof:
+        losses = train_gan(G, D, opt_g, opt_d)
+    assert losses == plain
+    assert_no_hooks_left(G)
+    assert_no_hooks_left(D)
+    trace = load_trace(prof.path)
+    names = ("Sequential", "Sequential#2") if wrap == "list" else ("gen", "disc")
+    assert trace.run.models == names
+    f = trace.frame
+    assert f.height == 6  # one row per step of the first optimizer seen (D's), the first one too
+    per_model = f.get_column(S.MODEL_FORWARD_MS).to_list()
+    assert all(set(m) == set(names) and all(v > 0 for v in m.values()) for m in per_model)
+    for row, m in zip(f.get_column(S.FORWARD_MS).to_list(), per_model, strict=True):
+        assert row == pytest.approx(sum(m.values()), rel=1e-6)  # G and D run one after the other
+
+
+@pytest.mark.parametrize("bad", [3, "model", [torch.nn.Linear(2, 2), "x"], [], torch.nn.ModuleDict()])
+def test_what_cannot_be_timed_is_a_clear_type_error(bad):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
+        analyzer.profile(bad)
+
+
+def test_the_same_module_twice_is_a_type_error():
+    m = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match="twice"):
+        analyzer.profile([m, m])
+
+
+def test_without_a_model_the_optimizers_model_is_found(tmp_path):
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    with analyzer.profile(out=str(tmp_path / "t.arrow")) as prof:
+        losses = train(model, opt, loader)
+    assert losses == plain
+    assert_no_hooks_left(model)
+    trace = load_trace(prof.path)
+    assert trace.run.models == ("Sequential",) and trace.run.model_params == sum(p.numel() for p in model.parameters())
+    f = trace.frame
+    assert f.height == 12 and (f.get_column(S.FORWARD_MS).tail(11) > 0).all()  # found at the first optimizer step
+
+
+def test_a_custom_loader_is_timed_as_data_wait(tmp_path):
+    """nanoGPT-style get_batch() (no DataLoader) sleeping 30 ms a step, wrapped in prof.data()."""
+    model, opt, loader = make_loop(small())
+    g = torch.Generator().manual_seed(0)
+
+    def get_batch():
+        time.sleep(0.030)
+        return torch.randn(8, 32, generator=g), torch.randn(8, 1, generator=g)
+
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for _ in range(6):
+            with prof.data():
+                x, y = get_batch()
+                list(zip(range(1), loader, strict=False))  # a DataLoader inside is not counted twice
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    f = load_trace(prof.path).frame
+    waits = f.get_column(S.DATA_WAIT_MS)
+    assert f.height == 6 and (waits >= 30.0).all()
+    assert (waits < f.get_column(S.WALL_MS)).all()
+
+
+def test_prof_data_is_harmless_when_profiling_is_off(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    with (
+        analyzer.profile(model, out=str(tmp_path / "a.arrow")),
+        pytest.warns(GpuAnalyzeWarning, match="already active"),
+        analyzer.profile(model, out=str(tmp_path / "b.arrow")) as inactive,
+        inactive.data(),
+    ):
+        x = torch.ones(2)
+    assert x.sum() == 2
+
+
+def test_cpu_runs_have_no_kernel_windows_and_no_profiler_noise(tmp_path, capfd):
+    model, opt, loader = make_loop(small(steps=20))
+    with analyzer.profile(model, out=str(tmp_path / "a.arrow"), window_first=2, window_every=5) as prof:
+        train(model, opt, loader)
+    assert load_trace(prof.path).frame.get_column(S.KERNEL_STATS).null_count() == 20  # off by default on CPU
+    model, opt, loader = make_loop(small(steps=20))
+    with analyzer.profile(model, out=str(tmp_path / "b.arrow"), kernel_windows=True, window_first=2, window_every=5):
+        train(model, opt, loader)
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "profiler_start" not in err
+
+
+def test_other_stderr_output_during_a_window_start_is_kept(capfd):
+    import os
+
+    from analyzer.record.windows import quiet_profiler
+
+    with quiet_profiler():
+        os.write(2, b"USDT: noise\nuser line\n")
+    assert capfd.readouterr().err == "user line\n"
+
+
+@pytest.mark.slow
+def test_torch_compile_inside_the_block_has_no_graph_breaks(tmp_path):
+    from torch._dynamo.utils import counters
+
+    cfg = small()
+
+    def compiled_run(profile):
+        torch._dynamo.reset()
+        counters.clear()
+        model, opt, loader = make_loop(cfg)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ctx = analyzer.profile(model, out=str(tmp_path / f"{profile}.arrow")) if profile else None
+            prof = ctx.__enter__() if ctx else None
+            fast = torch.compile(model, backend="aot_eager")
+            losses = train(fast, opt, loader)
+            if ctx:
+                ctx.__exit__(None, None, None)
+        graphs = counters["stats"]["unique_graphs"]
+        fast(torch.ones(8, 32))  # after the profile: no recompilation
+        return losses, prof, model, dict(counters["graph_break"]), graphs, counters["stats"]["unique_graphs"]
+
+    plain, *_ = compiled_run(None)
+    losses, prof, model, breaks, graphs, graphs_after = compiled_run("p")
+    assert losses == plain
+    assert breaks == {} and graphs == graphs_after == 1
+    assert_no_hooks_left(model)
+    f = load_trace(prof.path).frame
+    assert f.height == 12 and (f.get_column(S.FORWARD_MS) > 0).all()
+
+
+RACER = """
+import json, sys, time, warnings
+import torch
+import analyzer
+out, start = sys.argv[1], float(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+time.sleep(max(0.0, start - time.time()))  # every process reaches its first step together
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    with analyzer.profile(model, out=out) as prof:
+        for _ in range(5):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+print(json.dumps({"path": str(prof.path), "warnings": [str(w.message) for w in seen]}))
+"""
+
+
+@pytest.mark.slow
+def test_processes_starting_together_with_the_same_out_each_get_their_own_file(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "trace.arrow"
+    start = time.time() + 5.0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(out), str(start)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(3)
+    ]
+    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    paths = sorted(r["path"] for r in results)
+    assert paths == sorted(str(tmp_path / n) for n in ("trace.arrow", "trace-1.arrow", "trace-2.arrow"))
+    for r in results:
+        assert load_trace(r["path"]).frame.height == 5
+        if r["path"] == str(out):
+            assert r["warnings"] == []
+        else:  # the warning names the file this process writes
+            assert r["warnings"] == [f"gpuanalyze: {out} exists and overwrite=False; writing {r['path']} instead"]
+
+
+@pytest.mark.slow
+def test_forked_dataloader_workers_never_write_traces(tmp_path):
+    """Workers forked from a process with an automatic profile (what `gpuanalyze run` arms) re-arm and
+    never write: only the training process has a trace."""
+    cfg = small(num_workers=2, sample_cost_s=0.001)
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    loader.multiprocessing_context = "fork"
+    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profiler import Profiler
+
+    with Profiler(None, options=ProfileOptions(out=tmp_path / "t.arrow"), recorder="run") as prof:
+        losses = train(model, opt, loader)
+    assert losses == plain
+    assert_no_hooks_left(model)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.arrow"]
+    trace = load_trace(prof.path)
+    assert trace.complete and trace.frame.height == 12 and trace.end.loader_workers == 2
+
+
+def test_two_forwards_per_step_before_the_first_optimizer_step_are_one_step(tmp_path):
+    """A step that runs the model twice (two views, one loss): the first row is one optimizer step too."""
+    model, opt, loader = make_loop(small())
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y) + torch.nn.functional.mse_loss(model(x * 0.5), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    f = load_trace(prof.path).frame
+    assert f.height == 12 and f.get_column(S.BATCH_SAMPLES).to_list() == [8] * 12

@@ -76,3 +76,52 @@ def test_options_are_validated():
         WriterOptions(flush_interval_s=0)
     with pytest.raises(GpuAnalyzeError, match="flush_every_steps"):
         WriterOptions(flush_every_steps=0)
+
+
+def test_a_live_writer_is_told_apart_from_a_dead_one(tmp_path):
+    from gpuanalyze.ingest.reader import ENDED_NOTE, LIVE_NOTE
+    from gpuanalyze.ingest.writer import is_being_written
+
+    path = tmp_path / "t.arrow"
+    w = _writer(path, flush_interval_s=0.2)
+    w.open()
+    _add_and_wait(w, 3)
+    assert is_being_written(path)
+    assert load_trace(path).notes[0] == LIVE_NOTE  # not "the run ended without closing it"
+    w._release_lock()  # what the kernel does when the writing process dies
+    assert not is_being_written(path)
+    assert load_trace(path).notes[0] == ENDED_NOTE
+    w.close(EndInfo(status="ok"))
+    closed = load_trace(path)
+    assert closed.complete and not any("incomplete" in n or "still being" in n for n in closed.notes)
+
+
+def test_a_killed_writer_releases_its_lock(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from gpuanalyze.ingest.writer import is_being_written
+    from tests.conftest import ROOT
+
+    path = tmp_path / "t.arrow"
+    code = (
+        "import sys, time; from gpuanalyze.ingest.writer import TraceWriter; from gpuanalyze.ingest.runinfo import "
+        "RunInfo; w = TraceWriter(path=__import__('pathlib').Path(sys.argv[1]), run=RunInfo()); w.open(); "
+        "print('open', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert child.stdout.readline().strip() == "open"
+        assert is_being_written(path)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert not is_being_written(path)
+    assert load_trace(path).notes[0].startswith("trace is incomplete")

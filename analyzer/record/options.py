@@ -23,8 +23,9 @@ class ProfileOptions:
     """Only ``prof.step()`` ends a step (otherwise its first call switches automatic boundaries off)."""
     device: str = "auto"
     """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto': cuda when the model is on a GPU."""
-    kernel_windows: bool = True
-    """Sample torch.profiler windows for kernel-level evidence (sparse by default)."""
+    kernel_windows: bool | None = None
+    """Sample torch.profiler windows for kernel-level evidence (sparse). None: only when the model runs on
+    an accelerator (a CPU run has no kernels to sample, and the windows would only cost time)."""
     window_first: int = 50
     """Step at which the first kernel window starts (after warm-up)."""
     window_every: int = 2000

@@ -23,7 +23,7 @@ class Patches:
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
 
-    def install(self, report: Report, before: Before, *, sync: bool) -> None:
+    def install(self, report: Report, before: Before) -> None:
         import torch
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
@@ -32,10 +32,31 @@ class Patches:
         self._wrap(DataLoader, "__iter__", "iter", report, before)
         # Tensor.backward calls torch.autograd.backward through the module attribute.
         self._wrap(torch.autograd, "backward", "backward", report, before)
-        if sync:
-            self._wrap(torch.cuda, "synchronize", "sync", report, None)
-            for name in ("item", "tolist", "cpu"):
-                self._wrap(torch.Tensor, name, "sync", report, None)
+
+    def install_sync(self, report: Report) -> None:
+        """Host-device syncs: only meaningful (and only installed) when the model runs on a GPU."""
+        import torch
+
+        self._wrap(torch.cuda, "synchronize", "sync", report, None)
+        for name in ("item", "tolist", "cpu"):
+            self._wrap(torch.Tensor, name, "sync", report, None)
+
+    def install_compile(self, compiled: Callable[[Any, Any], None]) -> None:
+        """``torch.compile(module)`` calls ``compiled(module, result)`` so that the returned wrapper,
+        which runs eagerly, carries the forward hooks instead of the module it compiles."""
+        import torch
+
+        original = torch.compile
+        self._saved.append((torch, "compile", original))
+
+        @functools.wraps(original)
+        def compile_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if args and result is not args[0]:
+                compiled(args[0], result)
+            return result
+
+        torch.compile = compile_wrapper
 
     def remove(self) -> None:
         while self._saved:

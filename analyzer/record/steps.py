@@ -26,11 +26,19 @@ class StepTimes:
     loader_samples: int | None = None
     forward_samples: int | None = None
     forwards: int = 0
+    backwards: int = 0
+    grad_forwards: int = 0
+    """Forwards run with autograd on (training, as opposed to evaluation under no_grad)."""
     forward_start: int | None = None
     optimizer_start: int | None = None
+    optimizer_nested_ns: int = 0
+    """Phase time already counted when the optimizer step began: a closure (LBFGS, Lightning) runs
+    forward and backward inside ``optimizer.step``, and that time is not the optimizer's."""
     last_grad_ns: int | None = None
     """When the watched parameter's gradient was accumulated (distributed runs): after it, the
     rest of backward is waiting for gradient communication."""
+    model_ns: dict[str, int] | None = None
+    """Forward time per model name when more than one model is profiled."""
 
     def add_samples(self, n: int | None, *, from_loader: bool) -> None:
         """Count samples; batches from the DataLoader win over inputs seen by forward."""
@@ -44,6 +52,34 @@ class StepTimes:
     @property
     def samples(self) -> int | None:
         return self.loader_samples if self.loader_samples is not None else self.forward_samples
+
+    @property
+    def phase_ns(self) -> int:
+        """Host time counted in a phase so far (what a nested optimizer call must not count again)."""
+        return self.data_ns + self.forward_ns + self.backward_ns + self.sync_ns
+
+    def absorb(self, later: StepTimes) -> None:
+        """Fold a later part of the same optimizer step into this one (gradient accumulation)."""
+        self.data_ns += later.data_ns
+        self.forward_ns += later.forward_ns
+        self.backward_ns += later.backward_ns
+        self.optimizer_ns += later.optimizer_ns
+        self.sync_ns += later.sync_ns
+        self.forwards += later.forwards
+        self.backwards += later.backwards
+        self.grad_forwards += later.grad_forwards
+        if later.loader_samples is not None:
+            self.add_samples(later.loader_samples, from_loader=True)
+        if later.forward_samples is not None:
+            self.add_samples(later.forward_samples, from_loader=False)
+        if later.model_ns:
+            mine = self.model_ns if self.model_ns is not None else {}
+            for name, ns in later.model_ns.items():
+                mine[name] = mine.get(name, 0) + ns
+            self.model_ns = mine
+        self.forward_start, self.optimizer_start = later.forward_start, later.optimizer_start
+        self.optimizer_nested_ns = later.optimizer_nested_ns
+        self.last_grad_ns = later.last_grad_ns
 
     def row(self, end_ns: int, rank: int, device_ms: dict[str, float] | None) -> dict[str, Any]:
         """The trace row: host phases, or device phase times when CUDA events measured them."""
@@ -72,4 +108,6 @@ class StepTimes:
                 S.BATCH_SAMPLES: self.samples,
             }
         )
+        if self.model_ns is not None:
+            row[S.MODEL_FORWARD_MS] = {name: ns / _NS_PER_MS for name, ns in self.model_ns.items()}
         return row

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ class KernelWindows:
         """Stop an active window without using it (profiling is being switched off)."""
         prof, self._prof = self._prof, None
         if prof is not None:
-            with contextlib.suppress(Exception):  # already failing; nothing more to report
+            with contextlib.suppress(Exception), quiet_profiler():  # already failing; nothing more to report
                 prof.stop()
 
     def due(self, step: int) -> bool:
@@ -51,7 +53,8 @@ class KernelWindows:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         # A schedule (always RECORD) makes torch.profiler emit ProfilerStep#N markers at step().
         prof = torch.profiler.profile(activities=activities, schedule=lambda _: torch.profiler.ProfilerAction.RECORD)
-        prof.start()
+        with quiet_profiler():
+            prof.start()
         self._prof, self._start_step = prof, step
 
     def step_closed(self, step: int) -> dict[int, KernelStats] | None:
@@ -65,7 +68,8 @@ class KernelWindows:
 
     def finish(self) -> dict[int, KernelStats]:
         prof, self._prof = self._prof, None
-        prof.stop()
+        with quiet_profiler():
+            prof.stop()
         fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuanalyze-window-")
         os.close(fd)
         try:
@@ -78,3 +82,37 @@ class KernelWindows:
     def _per_step(self, k: KinetoTrace) -> dict[int, KernelStats]:
         kernels = StepKernels(k)
         return {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}
+
+
+#: What libkineto prints on every profiler start and stop ("USDT:... profiler_start").
+_NOISE_PREFIX = b"USDT:"
+
+
+@contextlib.contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Keep libkineto's start/stop lines off the user's stderr; anything else written meanwhile is
+    passed on unchanged when the block ends. Does nothing when fd 2 cannot be swapped."""
+    try:
+        sys.stderr.flush()
+        sink = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:
+        sink.close()
+        yield
+        return
+    os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        with sink:
+            sink.seek(0)
+            kept = b"".join(line for line in sink.read().splitlines(True) if not line.startswith(_NOISE_PREFIX))
+        if kept:
+            with contextlib.suppress(OSError):
+                os.write(2, kept)

@@ -16,11 +16,18 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
+from gpuanalyze.ingest.writer import is_being_written
 
 _T = TypeVar("_T")
 _R = TypeVar("_R", str, bytes)
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+#: Notes for a trace without an end marker: its writer is alive (holds the file's lock) or is gone.
+LIVE_NOTE = "trace is still being written (the run is in progress); analysing the steps recorded so far"
+ENDED_NOTE = (
+    "trace is incomplete: the run ended without closing it (crash, kill or OOM); analysing the steps it recorded"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,7 @@ def load_trace(path: str | Path) -> Trace:
 
 
 def _load(path: Path) -> Trace:
+    live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
     try:
         reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
         arrow_schema = reader.schema
@@ -82,11 +90,7 @@ def _load(path: Path) -> Trace:
     notes.extend(cast_notes)
     notes.extend(repair_notes)
     if end is None:
-        notes.insert(
-            0,
-            "trace is incomplete: the run ended without closing it (crash, kill or OOM); "
-            "analysing the steps it recorded",
-        )
+        notes.insert(0, LIVE_NOTE if live else ENDED_NOTE)
     return Trace(
         path=path,
         frame=frame,

@@ -56,6 +56,12 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Where the trace came from when it was imported ('kineto:<file name>')."""
     gpu_summary: GpuSummary | None = None
     cpu_count: _Int | None = None
+    run_id: _Name | None = None
+    """Shared by every rank of one run and by no other run: rank-file discovery groups files by it."""
+    models: Annotated[tuple[_Name, ...], msgspec.Meta(max_length=256)] | None = None
+    """Names of the models whose forward was timed (per-model times are in model_forward_ms)."""
+    recorder: _Name | None = None
+    """How the trace was recorded: 'profile', 'run' (gpuanalyze run), 'lightning', 'transformers'."""
 
     @property
     def world(self) -> int:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
 
 FORMAT_NAME = "gpuanalyze-trace"
-FORMAT_VERSION = "1.2"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms
+FORMAT_VERSION = "1.2"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -38,6 +38,9 @@ when loading in the training process is CPU work, near 0 when it sleeps on I/O o
 PEAK_MEM_BYTES = "peak_mem_bytes"
 
 KERNEL_STATS = "kernel_stats"
+MODEL_FORWARD_MS = "model_forward_ms"
+"""Forward time of each profiled model by name (profile([G, D]), nn.ModuleDict); null with one model."""
+MODEL_FORWARD_TYPE = pa.map_(pa.string(), pa.float64())
 
 #: Kernel categories, in the order of their ``<category>_ms`` fields in KERNEL_STATS.
 KERNEL_CATEGORIES: tuple[str, ...] = (
@@ -145,10 +148,11 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(PEAK_MEM_BYTES, pa.int64()),
     pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
     pa.field(DATA_CPU_MS, pa.float64()),
+    pa.field(MODEL_FORWARD_MS, MODEL_FORWARD_TYPE),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).

@@ -3,16 +3,20 @@ holding one trace per rank."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import re
+import stat
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
+from gpuanalyze.ingest.runinfo import RunInfo, decode_run
 
 
 def is_json_trace(path: Path) -> bool:
@@ -20,16 +24,76 @@ def is_json_trace(path: Path) -> bool:
     return name.endswith(".json") or name.endswith(".json.gz")
 
 
-_RANK_FILE = re.compile(r"^(?P<stem>.+)\.rank\d+$")
+_RANK_FILE = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
 
 
-def rank_siblings(path: Path) -> list[Path]:
-    """Per-rank files of the run ``path`` names: ``trace.arrow`` or ``trace.rank3.arrow`` ->
-    every ``trace.rank<N>.arrow`` beside it (empty when there are none)."""
+class RankFiles(list[Path]):
+    """The per-rank files of one run; ``note`` says which run was picked when several share the name."""
+
+    note: str | None = None
+
+
+def rank_siblings(path: Path) -> RankFiles:
+    """Per-rank files of the run ``path`` names: ``trace.arrow``, ``trace.rank3.arrow`` or
+    ``trace.rank3-1.arrow`` -> the ``trace.rank<N>[-<k>].arrow`` beside it that belong to one run
+    (empty when there are none).
+
+    A second run into the same name writes ``trace.rank<N>-1.arrow``; files are grouped by the
+    run id in their run information (by the ``-<k>`` suffix for traces without one). A rank file
+    picks its own run; ``trace.arrow`` picks the newest, and ``note`` says so."""
     match = _RANK_FILE.match(path.stem)
     stem = match.group("stem") if match else path.stem
-    pattern = re.compile(rf"^{re.escape(stem)}\.rank\d+{re.escape(path.suffix)}$")
-    return sorted(p for p in path.parent.glob(f"{glob.escape(stem)}.rank*{path.suffix}") if pattern.match(p.name))
+    pattern = re.compile(rf"^{re.escape(stem)}\.rank\d+(?P<k>-\d+)?{re.escape(path.suffix)}$")
+    named = sorted(
+        (p, m) for p in path.parent.glob(f"{glob.escape(stem)}.rank*{path.suffix}") if (m := pattern.match(p.name))
+    )
+    files = [p for p, _ in named]
+    runs: dict[str, list[Path]] = {}
+    started: dict[str, float] = {}
+    for f, m in named:
+        run = read_run_info(f)
+        key = run.run_id if run is not None and run.run_id else f"name{m.group('k') or ''}"
+        runs.setdefault(key, []).append(f)
+        start = run.start_unix_ns / 1e9 if run is not None and run.start_unix_ns else _mtime(f)
+        started[key] = max(started.get(key, 0.0), start)
+    if len(runs) <= 1:
+        return RankFiles(files)
+    mine = [key for key, members in runs.items() if path in members]
+    key = mine[0] if mine else max(runs, key=lambda k: started[k])
+    chosen = RankFiles(runs[key])
+    which = f"the run of {path.name}" if mine else "the newest run"
+    other = next(members[0].name for k, members in runs.items() if k != key)
+    chosen.note = (
+        f"{len(files)} files named {stem}.rank*{path.suffix} hold {len(runs)} runs; analysing {which} "
+        f"({len(chosen)} rank file(s): {', '.join(p.name for p in chosen[:4])}{' ...' if len(chosen) > 4 else ''}); "
+        f"pass a file of another run (e.g. {other}) to analyse it"
+    )
+    return chosen
+
+
+def read_run_info(path: Path) -> RunInfo | None:
+    """The run information of a trace file (its schema only is read), or None when it cannot be read
+    (loading it says why)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # never open a FIFO or a device to peek at it
+            return None
+        with pa.OSFile(str(path), "rb") as fh:
+            meta = pa.ipc.open_stream(fh).schema.metadata or {}
+        raw = meta.get(S.META_RUN)
+        return None if raw is None else decode_run(raw)
+    except Exception:  # noqa: BLE001 - grouping is best-effort; the loader reports bad files
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _noted(trace: Trace, note: str | None) -> Trace:
+    return trace if note is None else dataclasses.replace(trace, notes=(note, *trace.notes))
 
 
 def load_any(path: str | Path) -> Trace:
@@ -39,7 +103,7 @@ def load_any(path: str | Path) -> Trace:
     ``analyzer.profile``) brings in all its sibling rank files."""
     path = Path(path)
     if path.suffix == ".arrow" and (siblings := rank_siblings(path)) and (not path.exists() or path in siblings):
-        return _merge(path, [load_trace(p) for p in siblings])
+        return _noted(_merge(path, [load_trace(p) for p in siblings]), siblings.note)
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():

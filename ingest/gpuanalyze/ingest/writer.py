@@ -4,12 +4,19 @@ Rows are buffered in memory and written as Arrow record batches by a background 
 least every ``flush_interval_s`` and whenever ``flush_every_steps`` rows are pending, so a
 process killed with SIGKILL loses at most the last interval. The writer never raises into
 the caller after ``open``: the first failure is stored in ``error`` and writing stops.
+
+While it writes, the writer holds an exclusive ``flock`` on the file. The kernel drops the lock
+when the file is closed or the process dies (SIGKILL and OOM included), so a reader that finds
+no end marker tells a run still in progress (the lock is held) from one that ended without
+closing its trace (``is_being_written``). No pid is compared, so pid reuse cannot fool it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,6 +26,11 @@ import pyarrow as pa
 from analyzer.errors import GpuAnalyzeError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no liveness check, unclosed traces read as ended
+    fcntl = None  # type: ignore[assignment]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -63,6 +75,7 @@ class TraceWriter:
         """Create the file (never an existing one) and write the schema; raises OSError."""
         self._schema = S.arrow_schema(self.run, self.tags)
         self._file = open(self.path, "xb")  # noqa: SIM115 - closed in close()
+        _lock(self._file.fileno())
         self._stream = pa.ipc.new_stream(self._file, self._schema)
         self._stream.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
         self._file.flush()
@@ -126,3 +139,44 @@ class TraceWriter:
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
+
+    def _release_lock(self) -> None:
+        """Let readers see the file as no longer written (tests simulating a dead writer)."""
+        if self._file is not None and fcntl is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+
+
+def _lock(fd: int) -> None:
+    """Hold the writer's lock; a reader probing at this very moment only delays it a little."""
+    if fcntl is None:
+        return
+    for _ in range(50):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.001)
+        except OSError:  # a file system without flock: no liveness information
+            return
+
+
+def is_being_written(path: Path) -> bool:
+    """True while a live writer holds ``path`` open (see the module docstring); never raises."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -1,0 +1,111 @@
+"""What the Lightning and Hugging Face callbacks share: one profile driven by a framework's hooks.
+
+The framework says where steps end (one trace row per optimizer step, so gradient accumulation
+gives one row per accumulated step) and when validation runs (not counted). Nothing here raises
+into the training loop: the profiler's hooks are guarded, and the end-of-run analysis reports a
+failure as one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import GpuAnalyzeError
+from analyzer.record.notify import warn
+from analyzer.record.options import ProfileOptions
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Report
+    from analyzer.record.profiler import Profiler
+
+
+def make_options(out: str | Path, options: dict[str, Any]) -> ProfileOptions:
+    """Options for a callback; a bad one raises GpuAnalyzeError when the callback is created."""
+    if "manual_steps" in options:
+        raise GpuAnalyzeError("manual_steps is set by the callback (the framework marks the steps)")
+    try:
+        return ProfileOptions(out=Path(out), manual_steps=True, **options)
+    except TypeError as exc:
+        raise GpuAnalyzeError(f"GpuAnalyzeCallback: {exc}") from exc
+
+
+class Session:
+    """One profiled fit/train call."""
+
+    def __init__(self, options: ProfileOptions, *, recorder: str, logger: logging.Logger, report: bool) -> None:
+        self.options = options
+        self.recorder = recorder
+        self.logger = logger
+        self.print_report = report
+        self.profiler: Profiler | None = None
+        self.report: Report | None = None
+
+    def start(self, model: Any, *, forward_hooks: bool, samples_from_loader: bool = True) -> None:
+        from analyzer.record.profiler import Profiler
+
+        self.abandon("exception")  # a previous fit that raised without telling us
+        self.report = None
+        try:
+            self.profiler = Profiler(
+                model,
+                options=self.options,
+                recorder=self.recorder,
+                forward_hooks=forward_hooks,
+                samples_from_loader=samples_from_loader,
+            ).__enter__()
+        except Exception as exc:  # noqa: BLE001 - e.g. a model the profiler cannot hook: train unprofiled
+            warn(f"gpuanalyze: not profiling this run ({type(exc).__name__}: {exc})")
+            self.profiler = None
+
+    def step(self) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def forward_begin(self) -> None:
+        if self.profiler is not None:
+            self.profiler._forward_begin()
+
+    def forward_end(self) -> None:
+        if self.profiler is not None:
+            self.profiler._forward_end()
+
+    def skip(self) -> None:
+        """Drop what ran since the last step boundary (validation) from the next step."""
+        if self.profiler is not None:
+            self.profiler._skip_since_boundary()
+
+    def end(self, exc: BaseException | None = None) -> Path | None:
+        """Close the trace; returns its path (None when nothing was recorded)."""
+        prof, self.profiler = self.profiler, None
+        if prof is None:
+            return None
+        prof.finish(exc)
+        return prof.path
+
+    def abandon(self, status: str) -> None:
+        """Close a profile the framework never ended (its run raised)."""
+        if self.profiler is not None and self.profiler.enabled:
+            self.end(RuntimeError(f"the {self.recorder} run ended without reaching its end of training ({status})"))
+        self.profiler = None
+
+    def analyse(self, path: Path | None) -> Report | None:
+        """Analyse the finished trace, log the verdict and print the report; never raises."""
+        if path is None:
+            return None
+        try:
+            from analyzer.run.report import analyze_quietly, print_terminal, verdict_line
+
+            report, problem = analyze_quietly(path)
+            if report is None:
+                self.logger.warning("gpuanalyze: no analysis of %s (%s)", path, problem)
+                return None
+            self.report = report
+            self.logger.info("%s (trace: %s)", verdict_line(report), path)
+            if self.print_report:
+                print_terminal(report)
+            return report
+        except Exception as exc:  # noqa: BLE001 - the run is over; say it once
+            warn(f"gpuanalyze: could not analyse {path} ({type(exc).__name__}: {exc})")
+            return None

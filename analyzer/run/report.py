@@ -1,0 +1,62 @@
+"""The analysis printed when a recorded run ends (`gpuanalyze run`, the Lightning and Hugging Face
+callbacks): the public ``analyzer.analyze`` and the existing renderers, nothing of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Report
+
+
+def analyze_quietly(path: Path) -> tuple[Report | None, str | None]:
+    """(report, None), or (None, the one-line reason it could not be analysed)."""
+    from analyzer import analyze
+    from analyzer.errors import GpuAnalyzeError
+
+    try:
+        return analyze(path), None
+    except GpuAnalyzeError as exc:
+        return None, str(exc)
+
+
+def print_terminal(report: Report, *, stderr: bool = False) -> None:
+    from rich.console import Console
+
+    from analyzer.render.terminal import render_terminal
+
+    Console(highlight=False, stderr=stderr).print(render_terminal(report))
+
+
+def json_text(reports: list[Report]) -> str:
+    """One JSON object for one report, an array for several."""
+    from analyzer.render.json_report import dumps, report_dict
+
+    data: Any = [report_dict(r) for r in reports]
+    return dumps(data[0] if len(data) == 1 else data)
+
+
+def summary(report: Report) -> dict[str, Any]:
+    """The verdict in a few numbers, for a framework's logger."""
+    m = report.metrics
+    top = report.findings[0] if report.findings else None
+    return {
+        "bottleneck": report.bottleneck,
+        "confidence": report.confidence.value,
+        "confidence_level": report.confidence.level,
+        "steps": m.steps,
+        "step_time_median_ms": m.step_median_ms,
+        "samples_per_s": m.samples_per_s,
+        "projected_step_time_ms": None if top is None else top.projection.step_ms,
+        "summary": None if top is None else top.summary,
+    }
+
+
+def verdict_line(report: Report) -> str:
+    s = summary(report)
+    line = (
+        f"gpuanalyze: {report.bottleneck} (confidence {report.confidence.level}); "
+        f"{s['steps']} steps, median {s['step_time_median_ms']:.2f} ms/step"
+    )
+    return f"{line}; {s['summary']}" if s["summary"] else line
