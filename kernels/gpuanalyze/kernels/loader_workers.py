@@ -7,10 +7,10 @@ sentinel at once, in slices of ``POLL_S``: a worker that dies (SIGBUS, the OOM k
 is reported at once, Ctrl-C is acted on within a slice, and a run in which no worker answers for
 ``timeout_s`` is stopped with an error.
 
-Ctrl-C in a terminal signals the whole process group. Workers start with SIGINT ignored (they
-inherit it from the few milliseconds in which main ignores it to start each one) and leave when
-their pipe closes or their parent changes (main was killed), so only main acts on Ctrl-C, and
-no worker outlives the run.
+Ctrl-C in a terminal signals the whole process group. Workers start with SIGINT ignored (main
+ignores and blocks it, holding any Ctrl-C pending, for the few milliseconds it takes to start each
+one), and leave when their pipe closes or their parent changes (main was killed), so only
+main acts on Ctrl-C, none is lost, and no worker outlives the run.
 """
 
 from __future__ import annotations
@@ -83,15 +83,19 @@ def _serve(wid: int, slots: np.ndarray, iters: int, conn: Connection, parent: in
 
 @contextlib.contextmanager
 def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored while a worker is started, so the worker inherits SIG_IGN from its first instruction."""
+    """While a worker is started: SIGINT ignored, so the worker inherits SIG_IGN from its first
+    instruction, and blocked, so a Ctrl-C arriving meanwhile stays pending (Linux never discards a
+    blocked signal) and reaches main's own handler the moment the worker is started."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @contextlib.contextmanager
