@@ -9,7 +9,7 @@ def test_sync_wrappers_report_and_restore():
     seen = []
     original = torch.Tensor.item
     patches = Patches()
-    report = lambda kind, ns, owner, result: seen.append((kind, result))  # noqa: E731
+    report = lambda kind, ns, owner, result, cpu_ns: seen.append((kind, result))  # noqa: E731
     patches.install(report, lambda kind: None)
     patches.install_sync(report)
     try:

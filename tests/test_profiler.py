@@ -509,6 +509,45 @@ def test_a_custom_loader_is_timed_as_data_wait(tmp_path):
     waits = f.get_column(S.DATA_WAIT_MS)
     assert f.height == 6 and (waits >= 30.0).all()
     assert (waits < f.get_column(S.WALL_MS)).all()
+    assert (f.get_column(S.DATA_CPU_MS) < 0.5 * waits).all()  # sleeping, not computing
+
+
+def test_data_cpu_time_and_batch_bytes_are_recorded(tmp_path):
+    """A Dataset that computes in __getitem__ (CPU-bound loading) against one that sleeps (I/O-bound):
+    the recorded CPU time tells them apart, which the worker projection needs."""
+    from torch.utils.data import DataLoader, Dataset
+
+    class Spin(Dataset):
+        def __init__(self, spin: bool) -> None:
+            self.spin = spin
+
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int):
+            t0 = time.perf_counter()
+            if self.spin:
+                while time.perf_counter() - t0 < 0.001:
+                    pass
+            else:
+                time.sleep(0.001)
+            return torch.ones(32), torch.ones(1)
+
+    model = torch.nn.Linear(32, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    fractions = {}
+    for spin in (True, False):
+        out = tmp_path / f"{spin}.arrow"
+        with analyzer.profile(model, out=str(out)):
+            for x, y in DataLoader(Spin(spin), batch_size=8):
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+        trace = load_trace(out)
+        f = trace.frame
+        fractions[spin] = f.get_column(S.DATA_CPU_MS).sum() / f.get_column(S.DATA_WAIT_MS).sum()
+        assert trace.end.batch_bytes == 8 * 32 * 4 + 8 * 4
+    assert fractions[True] > 0.7 and fractions[False] < 0.3, fractions
 
 
 def test_prof_data_is_harmless_when_profiling_is_off(tmp_path):

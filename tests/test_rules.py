@@ -239,3 +239,11 @@ def test_gpu_only_advice_is_not_given_on_cpu_runs(trace_factory):
 def test_gpu_rules_do_not_fire_without_gpu_timings(trace_factory):
     r = analyze(trace_factory(_rows(wall=20.0), run={"param_dtype": "float32"}))
     assert r.bottleneck == "none" and not any(e.metric == "gpu_utilization" for e in r.health)
+
+
+def test_the_worker_cost_grows_with_the_batch_bytes(trace_factory):
+    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=0.5)
+    end = EndInfo(status="ok", steps=40, loader_workers=0, batch_bytes=4 * 2**20)
+    f = analyze(trace_factory(rows, run={"cpu_count": 4}, end=end)).findings[0]
+    cost = T.WORKER_BATCH_COST_MS + 4 * T.WORKER_COST_MS_PER_MIB
+    assert f.projection.step_ms == pytest.approx(50.0 / 4 + cost)

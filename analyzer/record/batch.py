@@ -39,3 +39,16 @@ def batch_size_of(obj: Any) -> int | None:
     if tensor is None or tensor.dim() == 0:
         return None
     return int(tensor.shape[0])
+
+
+def batch_bytes_of(obj: Any, *, depth: int = 0) -> int | None:
+    """Bytes of every tensor in a batch (nested tuples, lists, dicts); None when it holds none."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return int(obj.nelement() * obj.element_size())
+    if depth > 4:
+        return None
+    items: Iterable[Any] = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list | tuple) else ()
+    sizes = [b for item in items if (b := batch_bytes_of(item, depth=depth + 1)) is not None]
+    return sum(sizes) if sizes else None

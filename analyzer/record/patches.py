@@ -11,10 +11,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-Report = Callable[[str, int, Any, Any], None]
-"""report(kind, elapsed_ns, owner, result) with kind in {"fetch", "iter", "backward", "sync"}."""
+Report = Callable[[str, int, Any, Any, int], None]
+"""report(kind, elapsed_ns, owner, result, cpu_ns) with kind in {"fetch", "iter", "backward", "sync"};
+cpu_ns, the calling thread's CPU time in the call, is measured for data fetches only (0 otherwise)."""
+DATA_KINDS = ("fetch", "iter")
 Before = Callable[[str], None]
 """before(kind), called just before the wrapped call starts."""
+
+
+def _zero() -> int:
+    return 0
 
 
 class Patches:
@@ -67,17 +73,18 @@ class Patches:
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
         self._saved.append((owner, name, original))
         clock = time.perf_counter_ns
+        cpu_clock = time.thread_time_ns if kind in DATA_KINDS else _zero
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if before is not None:
                 before(kind)
-            t0 = clock()
+            t0, c0 = clock(), cpu_clock()
             result = None
             try:
                 result = original(*args, **kwargs)
                 return result
             finally:
-                report(kind, clock() - t0, args[0] if args else None, result)
+                report(kind, clock() - t0, args[0] if args else None, result, cpu_clock() - c0)
 
         setattr(owner, name, wrapper)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analyzer.record.batch import batch_size_of
+from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.notify import warn
@@ -144,6 +144,8 @@ class Profiler:
         self._per_model = self._models is not None and len(self._models) > 1
         self._data_depth = 0
         self._data_start = 0
+        self._data_cpu_start = 0
+        self._batch_bytes: int | None = None
         self._data_block = DataBlock(self)
         self._cuda: Any = None
         self._windows: KernelWindows | None = None
@@ -195,6 +197,7 @@ class Profiler:
                 end_unix_ns=time.time_ns(),
                 steps=self.steps_recorded,
                 loader_workers=self._loader_workers,
+                batch_bytes=self._batch_bytes,
             )
         )
 
@@ -407,7 +410,7 @@ class Profiler:
             self._boundary(_clock())
 
     @_guarded
-    def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any) -> None:
+    def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any, cpu_ns: int = 0) -> None:
         step = self._step
         if kind == "sync":
             step.sync_ns += elapsed_ns
@@ -434,6 +437,9 @@ class Profiler:
             if owner is not self._loader and owner not in self._loader_iters:
                 return
         step.data_ns += elapsed_ns
+        step.data_cpu_ns += cpu_ns
+        if kind == "fetch" and result is not None and self._batch_bytes is None:
+            self._batch_bytes = batch_bytes_of(result)
         if kind == "fetch" and result is not None and self._samples_from_loader:
             step.add_samples(batch_size_of(result), from_loader=True)
 
@@ -443,6 +449,7 @@ class Profiler:
             if self._forward_ends_step:
                 self._boundary(_clock())
             self._data_start = _clock()
+            self._data_cpu_start = time.thread_time_ns()
         self._data_depth += 1
 
     @_guarded
@@ -452,6 +459,7 @@ class Profiler:
         self._data_depth -= 1
         if self._data_depth == 0:
             self._step.data_ns += _clock() - self._data_start
+            self._step.data_cpu_ns += time.thread_time_ns() - self._data_cpu_start
 
     @_guarded
     def _mark_step(self) -> None:

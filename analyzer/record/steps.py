@@ -19,6 +19,8 @@ class StepTimes:
     start_ns: int
     start_unix_ns: int = field(default_factory=time.time_ns)
     data_ns: int = 0
+    data_cpu_ns: int = 0
+    """The training thread's CPU time inside data fetches (part of data_ns)."""
     forward_ns: int = 0
     backward_ns: int = 0
     optimizer_ns: int = 0
@@ -61,6 +63,7 @@ class StepTimes:
     def absorb(self, later: StepTimes) -> None:
         """Fold a later part of the same optimizer step into this one (gradient accumulation)."""
         self.data_ns += later.data_ns
+        self.data_cpu_ns += later.data_cpu_ns
         self.forward_ns += later.forward_ns
         self.backward_ns += later.backward_ns
         self.optimizer_ns += later.optimizer_ns
@@ -106,6 +109,7 @@ class StepTimes:
                 S.OTHER_MS: max(0.0, wall - sum(parts.values())),
                 S.GPU_BUSY_MS: busy,
                 S.BATCH_SAMPLES: self.samples,
+                S.DATA_CPU_MS: self.data_cpu_ns / _NS_PER_MS,
             }
         )
         if self.model_ns is not None:

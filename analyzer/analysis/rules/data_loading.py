@@ -27,8 +27,10 @@ def cores_per_process(ctx: Context) -> int:
 
 
 def worker_batch_cost_ms(ctx: Context) -> float:
-    """Per-batch cost of receiving a batch from a worker process (documented default; batch bytes when known)."""
-    return T.WORKER_BATCH_COST_MS
+    """Per-batch cost of passing a batch from a worker process: the fixed part, plus the copy of the
+    batch's bytes when the trace recorded them (docs/thresholds.md)."""
+    size = ctx.end.batch_bytes if ctx.end is not None else None
+    return T.WORKER_BATCH_COST_MS + (T.WORKER_COST_MS_PER_MIB * size / 2**20 if size else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,8 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     steps: _Int | None = None
     loader_workers: _Int | None = None
     """Largest DataLoader num_workers seen (0: loading ran in the training process)."""
+    batch_bytes: _Int | None = None
+    """Bytes of the tensors in the first batch fetched (what a worker process would pass per batch)."""
     end_unix_ns: _Int | None = None
 
 
