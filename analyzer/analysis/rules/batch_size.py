@@ -16,7 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
-from analyzer.analysis.rules.data_loading import helps, worker_plan
+from analyzer.analysis.rules.data_loading import cheap_batches, worker_plan
 from gpuanalyze.ingest import schema as S
 
 
@@ -33,21 +33,19 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
 
 
 def per_step_fixed_share(ctx: Context) -> float:
-    """CPU traces: share of the step that does not grow with the batch (the optimizer and small
-    unattributed host time; syncs are the sync rule's, large unattributed time the host rule's)."""
+    """CPU traces: share of the step that a larger batch spreads over more samples: the optimizer,
+    small unattributed host time, and the fetch of batches too cheap for worker processes (syncs are
+    the sync rule's, large unattributed time the host rule's)."""
     m = ctx.m
     other = m.effective[S.OTHER_MS]
     small_other = other if ctx.ms(other) < T.HOST_MIN_MS else 0.0
-    return (m.share[S.OPTIMIZER_MS] or 0.0) + small_other
+    return (m.share[S.OPTIMIZER_MS] or 0.0) + small_other + _fixed_data_wait(ctx)
 
 
 def _fixed_data_wait(ctx: Context) -> float:
-    """Data wait share that DataLoader workers would not remove (their per-batch cost exceeds it); 0 otherwise."""
-    share = ctx.m.effective[S.DATA_WAIT_MS]
-    plan = worker_plan(ctx, ctx.ms(share))
-    if share > 0 and plan is not None and plan.workers > 0 and not helps(plan, ctx.wall):
-        return share
-    return 0.0
+    """Data wait share that is a per-step cost: loading in the training process that costs less per
+    batch than a worker process would (cheap_batches); 0 otherwise."""
+    return ctx.m.effective[S.DATA_WAIT_MS] if cheap_batches(ctx) else 0.0
 
 
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:

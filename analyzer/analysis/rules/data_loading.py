@@ -89,6 +89,14 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
     return WorkerPlan(workers, step, loading, 0.0, rule)
 
 
+def cheap_batches(ctx: Context) -> bool:
+    """Loading in the training process costs less per batch than passing a batch from a worker would:
+    tiny batches, in-memory data (issue 10: then it is a per-step cost, batch_size's)."""
+    workers = ctx.end.loader_workers if ctx.end is not None else None
+    data = ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])
+    return workers == 0 and 0 < data < worker_batch_cost_ms(ctx)
+
+
 def helps(plan: WorkerPlan | None, wall: float) -> bool:
     return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
 
@@ -103,11 +111,12 @@ class DataLoading(Rule):
             return None
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
-        if plan is not None and plan.workers > 0 and not helps(plan, ctx.wall):
-            return None  # workers cost more than they save: batch_size names this fixed per-step cost
+        workers_useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
+        if workers_useless and cheap_batches(ctx):
+            return None  # a fixed per-step cost workers cannot remove: batch_size names it
         wait = "while the GPU is idle " if ctx.gpu else ""
         return Detection(
-            cause="input_pipeline",
+            cause="cpu_bound_loading" if workers_useless else "input_pipeline",
             share=share,
             consistency=ctx.m.consistency(S.DATA_WAIT_MS, T.DATA_WAIT_MODERATE.value),
             evidence_steps=ctx.m.steps,
@@ -203,6 +212,16 @@ class DataLoading(Rule):
                 "are bursty."
             )
             recs.append("Keep workers alive between epochs with persistent_workers=True.")
+        elif d.cause == "cpu_bound_loading":
+            recs.append(
+                "Worker processes would not help here: loading is CPU work and this host has "
+                f"{cores_per_process(ctx)} core(s) for it and the training loop; make each batch cheaper "
+                "to build instead."
+            )
+            recs.append(
+                "For data already in memory, fetch whole batches by index (a BatchSampler with a Dataset "
+                "that takes a list of indices, or __getitems__) instead of one __getitem__ per sample."
+            )
         elif current is None:
             recs.append(
                 "Load in the background: a DataLoader with num_workers > 0 (or a prefetching thread for a "
