@@ -1,0 +1,161 @@
+"""Exact quantiles of values spread over many ranks, in memory bounded by the sample, not the data.
+
+Each rank sends a ``Sketch``: its non-null value count and every m-th of its sorted values
+(m = 1, all of them, for small ranks). When every sketch holds all values the quantile is read
+directly. Otherwise the sketches bound where each wanted order statistic can lie: ``bracket``
+returns an interval [lo, hi] that provably holds it and at most about 2n/SAMPLE values; a second
+pass over the ranks (``in_bracket``) returns how many values lie below lo and the values inside,
+and ``select`` reads the exact order statistic. Definitions match polars: ``median`` is the linear quantile 0.5
+(the two middle values' midpoint for an even count), ``quantile(q, "linear")`` interpolates between the
+order statistics at floor and ceil of q (n - 1) as a + f (b - a).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Values a rank sends per column (beyond this it sends every m-th sorted value).
+SAMPLE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Sketch:
+    n: int
+    """Non-null values on the rank."""
+    every: int
+    """Spacing of the sample in the rank's sorted values (1: the sample is all of them)."""
+    sample: np.ndarray
+    """Sorted values at positions 0, every, 2 every, ..., and the last position."""
+
+    @property
+    def positions(self) -> np.ndarray:
+        pos = np.arange(self.sample.size, dtype=np.int64) * self.every
+        if pos.size:
+            pos[-1] = self.n - 1
+        return pos
+
+
+EMPTY = Sketch(0, 1, np.empty(0))
+
+
+def sketch(values: np.ndarray, sample: int = SAMPLE) -> Sketch:
+    """The sketch of one rank's non-null values (``values`` must hold no NaN)."""
+    n = int(values.size)
+    if n == 0:
+        return EMPTY
+    s = np.sort(values.astype(np.float64, copy=False))
+    every = max(1, math.ceil(n / sample))
+    if every == 1:
+        return Sketch(n, 1, s)
+    idx = np.arange(0, n, every)
+    if idx[-1] != n - 1:
+        idx = np.append(idx, n - 1)
+    return Sketch(n, every, s[idx])
+
+
+def order_stats(n: int, q: float) -> tuple[int, int, float]:
+    """(floor index, ceil index, weight of the ceil) of the linear quantile q of n values."""
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    return lo, min(lo + 1, n - 1), pos - lo
+
+
+def combine_linear(a: float, b: float, frac: float) -> float:
+    """polars' interpolation (its median is this with frac 0.5, not (a + b) / 2)."""
+    return a if frac == 0.0 else a + frac * (b - a)
+
+
+@dataclass(frozen=True, slots=True)
+class Bracket:
+    lo: float
+    hi: float
+    """The order statistics wanted lie in [lo, hi] (infinite ends mean unbounded)."""
+
+
+def _count_below_bound(sketches: Sequence[Sketch], x: float) -> int:
+    """An upper bound on how many values are < x."""
+    total = 0
+    for s in sketches:
+        if s.n == 0:
+            continue
+        j = int(np.searchsorted(s.sample, x, side="left"))
+        total += s.n if j >= s.sample.size else int(s.positions[j])
+    return total
+
+
+def _count_at_most_bound(sketches: Sequence[Sketch], x: float) -> int:
+    """A lower bound on how many values are <= x."""
+    total = 0
+    for s in sketches:
+        if s.n == 0:
+            continue
+        j = int(np.searchsorted(s.sample, x, side="right")) - 1
+        if j >= 0:
+            total += int(s.positions[j]) + 1
+    return total
+
+
+def bracket(sketches: Sequence[Sketch], first: int, last: int) -> Bracket:
+    """An interval holding the order statistics ``first`` .. ``last`` (0-based) of all values."""
+    cands = np.unique(np.concatenate([s.sample for s in sketches if s.n]))
+    # lo: the largest candidate x with (values < x) <= first, so the first-th value is >= x
+    lo_i, hi_i = -1, cands.size - 1
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i + 1) // 2
+        if _count_below_bound(sketches, float(cands[mid])) <= first:
+            lo_i = mid
+        else:
+            hi_i = mid - 1
+    lo = float(cands[lo_i]) if lo_i >= 0 else -math.inf
+    # hi: the smallest candidate x with (values <= x) >= last + 1, so the last-th value is <= x
+    a, b = 0, cands.size
+    while a < b:
+        mid = (a + b) // 2
+        if _count_at_most_bound(sketches, float(cands[mid])) >= last + 1:
+            b = mid
+        else:
+            a = mid + 1
+    hi = float(cands[a]) if a < cands.size else math.inf
+    return Bracket(lo, hi)
+
+
+def in_bracket(values: np.ndarray, b: Bracket) -> tuple[int, np.ndarray]:
+    """A rank's answer for a bracket: how many of its values are < lo, and its values in [lo, hi]."""
+    below = int(np.count_nonzero(values < b.lo))
+    inside = values[(values >= b.lo) & (values <= b.hi)]
+    return below, inside
+
+
+def select(answers: Sequence[tuple[int, np.ndarray]], k: int) -> float:
+    """The k-th (0-based) value of all ranks, from their answers for a bracket that holds it."""
+    below = sum(a for a, _ in answers)
+    inside = np.sort(np.concatenate([v for _, v in answers])) if answers else np.empty(0)
+    i = k - below
+    assert 0 <= i < inside.size, "the bracket must hold the order statistic"
+    return float(inside[i])
+
+
+def exact_values(sketches: Sequence[Sketch]) -> np.ndarray | None:
+    """All values, sorted, when every sketch holds all of its rank's values; else None."""
+    if any(s.every != 1 for s in sketches):
+        return None
+    parts = [s.sample for s in sketches if s.n]
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One quantile of one column: ``q`` in [0, 1] (0.5: the median)."""
+
+    column: str
+    q: float
+
+
+def plan(sketches: Sequence[Sketch], q: float) -> tuple[int, int, float] | None:
+    """The order statistics a quantile needs; None without values."""
+    n = sum(s.n for s in sketches)
+    return None if n == 0 else order_stats(n, q)
