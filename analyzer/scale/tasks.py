@@ -1,0 +1,174 @@
+"""The per-file tasks an engine runs: import a Kineto trace to a per-rank .arrow file (or reuse an
+up-to-date one), reduce a rank file to partials, answer a quantile bracket pass.
+
+Tasks are top-level functions of frozen, picklable jobs; they never raise for bad input: a
+GpuAnalyzeError comes back as the result's ``error`` (the driver decides whether to skip the file
+with a note or to stop), so one bad rank file cannot take a whole fleet analysis down.
+
+"Up to date" (reuse of an import): the output exists and its metadata records the same source file
+name, size, modification time (ns), importer version (kineto_import.IMPORTER_VERSION) and trace
+format version as now; anything else is imported again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from analyzer.analysis.combine import Answers
+from analyzer.analysis.partial import RankPartial, bracket_answers, rank_partial
+from analyzer.analysis.quantiles import Bracket
+from analyzer.errors import GpuAnalyzeError
+from analyzer.scale import storage
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.kineto import parse_kineto_stream
+from gpuanalyze.ingest.kineto_import import IMPORTER_VERSION, import_kineto, trace_writer
+from gpuanalyze.ingest.reader import Trace, load_trace
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.stream import ReadLimits
+
+#: Tag (in the trace's tags metadata) recording where an imported file came from.
+PROVENANCE = "gpuanalyze.import"
+
+
+def source_name(source: str) -> str:
+    """A file's name, from a local path or a URL."""
+    return source.rstrip("/").rsplit("/", 1)[-1] if storage.is_url(source) else Path(source).name
+
+
+def provenance(name: str, size: int, mtime_ns: int) -> str:
+    return json.dumps(
+        {"source": name, "size": size, "mtime_ns": mtime_ns, "importer": IMPORTER_VERSION, "format": S.FORMAT_VERSION},
+        sort_keys=True,
+    )
+
+
+def recorded_provenance(path: str) -> str | None:
+    """The provenance tag of an existing .arrow file (reads only its schema); None if absent or unreadable."""
+    try:
+        with storage.local_copy(path) as local, pa.OSFile(str(local), "rb") as fh:
+            schema = pa.ipc.open_stream(fh).schema
+    except (OSError, pa.ArrowException, ValueError, GpuAnalyzeError):
+        return None
+    raw = (schema.metadata or {}).get(S.META_TAGS)
+    try:
+        tags = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    value = tags.get(PROVENANCE) if isinstance(tags, dict) else None
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class FileJob:
+    """One input file: a gpuanalyze .arrow trace, or a Kineto .json[.gz] to import to ``out``."""
+
+    source: str
+    kineto: bool
+    out: str | None = None
+    """Where the import goes (None: import in memory only)."""
+    size: int = 0
+    mtime_ns: int = 0
+    max_bytes: int | None = None
+    force: bool = False
+    """Replace an ``out`` that is not up to date (the import cache; `import --force`)."""
+    reduce: bool = True
+    """Also reduce the rows to per-rank partials (analysis); False: import only."""
+    skip: int = 0
+    """Warm-up steps per rank (analysis)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    source: str
+    arrow: str | None = None
+    """The .arrow holding this file's rows (the source itself, or its import)."""
+    partials: tuple[RankPartial, ...] = ()
+    run: RunInfo | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+    complete: bool = True
+    end: EndInfo | None = None
+    notes: tuple[str, ...] = ()
+    steps: int = 0
+    ranks: tuple[int, ...] = ()
+    reused: bool = False
+    imported: bool = False
+    error: str | None = None
+
+
+def _import(job: FileJob) -> tuple[Trace, bool, bool]:
+    """(trace, reused, imported) of a Kineto job."""
+    prov = provenance(source_name(job.source), job.size, job.mtime_ns)
+    if job.out is not None and storage.exists(job.out) and recorded_provenance(job.out) == prov:
+        with storage.local_copy(job.out) as local:
+            return load_trace(local), True, False
+    limits = ReadLimits(max_bytes=job.max_bytes)
+    if storage.is_url(job.source):
+        with storage.local_copy(job.source) as local, open(local, "rb") as fh:
+            kt = parse_kineto_stream(fh, job.source, job.size or None, limits)
+    else:
+        from gpuanalyze.ingest.kineto import parse_kineto
+
+        kt = parse_kineto(job.source, limits)
+    trace = import_kineto(kt, tags={PROVENANCE: prov})
+    if job.out is not None:
+        storage.write(job.out, trace_writer(trace), force=job.force)
+    return trace, False, True
+
+
+def run_file(job: FileJob) -> FileResult:
+    """Import and/or reduce one file; errors come back in ``FileResult.error``."""
+    try:
+        if job.kineto:
+            trace, reused, imported = _import(job)
+            arrow = job.out
+        else:
+            with storage.local_copy(job.source) as local:
+                trace = load_trace(local)
+            reused, imported, arrow = False, False, job.source
+        partials: tuple[RankPartial, ...] = ()
+        ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
+        if job.reduce and trace.frame.height:
+            parts = trace.frame.partition_by(S.RANK, as_dict=True)
+            partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, job.skip) for r in ranks)
+        return FileResult(
+            source=job.source,
+            arrow=arrow,
+            partials=partials,
+            run=trace.run,
+            tags=trace.tags,
+            version=trace.version,
+            complete=trace.complete,
+            end=trace.end,
+            notes=trace.notes,
+            steps=trace.frame.height,
+            ranks=ranks,
+            reused=reused,
+            imported=imported,
+        )
+    except GpuAnalyzeError as exc:
+        return FileResult(source=job.source, error=str(exc))
+    except MemoryError:
+        return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
+
+
+@dataclass(frozen=True, slots=True)
+class BracketJob:
+    arrow: str
+    skip: int
+    drop_all_sampled: bool
+    wanted: dict[str, list[Bracket]]
+
+
+def answer_file(job: BracketJob) -> list[Answers]:
+    """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file."""
+    with storage.local_copy(job.arrow) as local:
+        trace = load_trace(local)
+    parts = trace.frame.partition_by(S.RANK, as_dict=True)
+    return [
+        bracket_answers(parts[key].sort(S.STEP), job.skip, job.drop_all_sampled, job.wanted) for key in sorted(parts)
+    ]
