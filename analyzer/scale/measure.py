@@ -93,7 +93,10 @@ def _stat(path: Path) -> tuple[int, int]:
 
 
 def _load_one(path: Path, limits: ReadLimits) -> Trace:
-    return load_kineto(path, limits) if is_json_trace(path) else load_trace(path)
+    try:
+        return load_kineto(path, limits) if is_json_trace(path) else load_trace(path)
+    except OSError as exc:  # e.g. PermissionError
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
 def cache_root() -> Path:

@@ -152,6 +152,8 @@ def run_file(job: FileJob) -> FileResult:
         )
     except GpuAnalyzeError as exc:
         return FileResult(source=job.source, error=str(exc))
+    except OSError as exc:  # e.g. PermissionError from the reader's own open()
+        return FileResult(source=job.source, error=f"{job.source}: cannot read ({exc.strerror or exc})")
     except MemoryError:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
 

@@ -67,6 +67,8 @@ def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
             traces.append(load_kineto(f, limits) if is_json_trace(f) else load_trace(f))
         except TraceError as exc:
             skipped.append((f, exc))
+        except OSError as exc:  # e.g. PermissionError
+            skipped.append((f, TraceError(f"{f}: cannot read ({exc.strerror or exc})")))
     if not traces:
         raise skipped[0][1]
     merged = _merge(path, traces)

@@ -38,7 +38,7 @@ READ_CHUNK = 4 * MiB
 #: Decompressed bytes produced per inflate call (a gzip bomb cannot make one call large).
 INFLATE_CHUNK = 8 * MiB
 #: Target size of one decoded batch of events.
-BATCH_BYTES = 16 * MiB
+BATCH_BYTES = 4 * MiB
 #: Metadata values kept for the importer (larger ones are ignored with a note).
 MAX_META_VALUE = 1 * MiB
 
@@ -60,7 +60,7 @@ class ReadLimits:
     ``gzip_ratio`` times their compressed size (at least ``min_allowance``)."""
     gzip_ratio: float = 100.0
     """Refuse gzip data that expands more than this (real profiler traces expand 10-20x)."""
-    min_allowance: int = 256 * MiB
+    min_allowance: int = 16 * MiB
     """Decompressed bytes a small gzip file may always expand to."""
     max_event_bytes: int = 64 * MiB
     """Largest single event."""
@@ -74,6 +74,13 @@ class ReadLimits:
             raise GpuAnalyzeError("--max-bytes must be a positive number of bytes")
         if self.gzip_ratio < 1:
             raise GpuAnalyzeError("gzip_ratio must be at least 1")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.0f} {unit}"
+    return f"{n} bytes"
 
 
 def parse_size(text: str) -> int:
@@ -125,10 +132,10 @@ class ByteChunks:
             if self.limits.max_bytes is None:
                 raise TraceError(
                     f"{self.name}: gzip data expands more than {self.limits.gzip_ratio:.0f}x its size "
-                    f"(over {self.allowed / MiB:.0f} MiB; a compression bomb?); pass --max-bytes to allow more"
+                    f"(over {_size(self.allowed)}; a compression bomb?); pass --max-bytes to allow more"
                 )
             raise TraceError(
-                f"{self.name}: more than {self.allowed / MiB:.0f} MiB of JSON (the --max-bytes limit); "
+                f"{self.name}: more than {_size(self.allowed)} of JSON (the --max-bytes limit); "
                 "raise --max-bytes to read it"
             )
         return data
@@ -156,12 +163,17 @@ class ByteChunks:
                 if out:
                     yield self._count(out)
                 if d.eof:
-                    rest = d.unused_data + data
+                    # what follows the member (zlib may also leave it in unconsumed_tail: do not count it twice)
+                    rest = d.unused_data or self.fh.read(READ_CHUNK)
+                    if len(rest) == 1:
+                        rest += self.fh.read(READ_CHUNK)
                     if rest[:2] == b"\x1f\x8b":  # another gzip member
                         d, data = zlib.decompressobj(wbits=31), rest
                         continue
-                    if rest.strip(b"\0") or self.fh.read(1).strip(b"\0"):
-                        raise TraceError(f"{self.name}: corrupt gzip data (bytes after the end of the stream)")
+                    while rest:  # zero padding after the last member is allowed (tape/block devices write it)
+                        if rest.strip(b"\0"):
+                            raise TraceError(f"{self.name}: corrupt gzip data (bytes after the end of the stream)")
+                        rest = self.fh.read(READ_CHUNK)
                     return
         except zlib.error as exc:
             raise TraceError(f"{self.name}: corrupt or truncated gzip data") from exc
@@ -290,7 +302,7 @@ class EventStream:
             except _NeedMore:
                 if len(self.buf) - start > cap:
                     raise TraceError(
-                        f"{self.name}: a JSON value over {cap / MiB:.0f} MiB where a profiler trace has small "
+                        f"{self.name}: a JSON value over {_size(cap)} where a profiler trace has small "
                         "metadata or single events; not a trace this importer reads"
                     ) from None
                 if not self._fill():
@@ -304,12 +316,12 @@ class EventStream:
         self._outside += end - start
         if self._outside > self.limits.max_outside_bytes:
             raise TraceError(
-                f"{self.name}: over {self.limits.max_outside_bytes / MiB:.0f} MiB of data outside traceEvents; "
+                f"{self.name}: over {_size(self.limits.max_outside_bytes)} of data outside traceEvents; "
                 "not a profiler trace this importer reads"
             )
         if key in self._keep:
             if end - start > MAX_META_VALUE:
-                self.notes.append(f"{key} is over {MAX_META_VALUE // MiB} MiB: ignored")
+                self.notes.append(f"{key} is over {_size(MAX_META_VALUE)}: ignored")
             else:
                 self.meta[key] = bytes(self.buf[start:end])
 
