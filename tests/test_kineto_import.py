@@ -2,6 +2,7 @@
 up to HTA's, non-CUDA accelerators, and gpuanalyze's own export annotations."""
 
 import gzip
+import itertools
 import json
 
 import numpy as np
@@ -69,7 +70,7 @@ def test_resnet_data_wait_matches_the_tensorboard_definition():
     expected = 0.0
     li = np.array(loader)
     bi = np.array(busy)
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         mid = (a + b) / 2
         in_loader = ((li[:, 0] <= mid) & (mid < li[:, 1])).any()
         if in_loader and not ((bi[:, 0] <= mid) & (mid < bi[:, 1])).any():
