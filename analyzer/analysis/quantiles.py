@@ -42,8 +42,9 @@ class Sketch:
 EMPTY = Sketch(0, 1, np.empty(0))
 
 
-def sketch(values: np.ndarray, sample: int = SAMPLE) -> Sketch:
-    """The sketch of one rank's non-null values (``values`` must hold no NaN)."""
+def sketch(values: np.ndarray, sample: int | None = None) -> Sketch:
+    """The sketch of one rank's non-null values (``values`` must hold no NaN); ``sample``: SAMPLE."""
+    sample = sample or SAMPLE
     n = int(values.size)
     if n == 0:
         return EMPTY
