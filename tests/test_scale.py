@@ -116,7 +116,15 @@ def test_gpu_timings_and_uneven_ranks(tmp_path, tight):
 
 def test_sampled_windows_across_ranks(tmp_path, tight):
     """Rows with kernel statistics are kernel evidence only when other rows are not sampled."""
-    stats = '{"gpu_busy_ms": 5.0, "kernel_count": 3, "kernel_median_us": 12.0, "gemm_simt_fp32_ms": 4.0, "top_kernels": [{"name": "volta_sgemm", "total_ms": 4.0, "count": 2}]}'
+    stats = json.dumps(
+        {
+            "gpu_busy_ms": 5.0,
+            "kernel_count": 3,
+            "kernel_median_us": 12.0,
+            "gemm_simt_fp32_ms": 4.0,
+            "top_kernels": [{"name": "volta_sgemm", "total_ms": 4.0, "count": 2}],
+        }
+    )
     for rank in range(3):
         rows = [make_row(i, rank=rank, wall=20.0 + rank, busy=15.0) for i in range(40)]
         for i in range(10, 40, 7):
