@@ -116,6 +116,14 @@ def exists(path: str) -> bool:
     return os.path.lexists(path)
 
 
+def is_regular(path: str) -> bool:
+    """A local regular file (following links)."""
+    try:
+        return stat_.S_ISREG(Path(path).stat().st_mode)
+    except OSError:
+        return False
+
+
 def is_dir(path: str) -> bool:
     if is_url(path):
         fs, p = _fs(path)

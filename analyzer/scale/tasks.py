@@ -47,7 +47,10 @@ def provenance(name: str, size: int, mtime_ns: int) -> str:
 
 
 def recorded_provenance(path: str) -> str | None:
-    """The provenance tag of an existing .arrow file (reads only its schema); None if absent or unreadable."""
+    """The provenance tag of an existing .arrow file (reads only its schema); None if absent, unreadable
+    or not a regular file (a FIFO is never opened: that would block)."""
+    if not storage.is_url(path) and not storage.is_regular(path):
+        return None
     try:
         with storage.local_copy(path) as local, pa.OSFile(str(local), "rb") as fh:
             schema = pa.ipc.open_stream(fh).schema
