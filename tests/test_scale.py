@@ -2,6 +2,7 @@
 definitions (tests/metrics_oracle.py), whatever the engine, sample size, store budget or block size."""
 
 import json
+import logging
 import math
 import os
 
@@ -210,7 +211,7 @@ def test_ray_engine_gives_the_local_result(tmp_path):
     """A local Ray limited to 2 CPUs; skipped when Ray is not installed or cannot start here."""
     ray = pytest.importorskip("ray")
     try:  # one local Ray for the whole test: engines find it initialised and leave it running
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     except Exception as exc:  # noqa: BLE001 - Ray raises many types when it cannot start
         pytest.skip(f"Ray cannot start here: {exc}")
     try:

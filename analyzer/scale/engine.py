@@ -8,6 +8,7 @@ driver combines without holding any rank's rows.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -98,11 +99,13 @@ class RayEngine:
         self._started = False
         if not ray.is_initialized():
             try:
-                ray.init(address=address or "auto", log_to_driver=False, logging_level="ERROR")
+                ray.init(address=address or "auto", log_to_driver=False, logging_level=logging.ERROR)
             except (ConnectionError, RuntimeError, ValueError):
                 # no running cluster: start a local one (limited to num_cpus when given)
                 try:
-                    ray.init(num_cpus=num_cpus, log_to_driver=False, logging_level="ERROR", include_dashboard=False)
+                    ray.init(
+                        num_cpus=num_cpus, log_to_driver=False, logging_level=logging.ERROR, include_dashboard=False
+                    )
                 except Exception as exc:  # Ray raises many types when it cannot start
                     raise GpuAnalyzeError(f"--engine ray: Ray could not start ({str(exc)[:160]})") from exc
             self._started = True
