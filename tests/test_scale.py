@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +15,8 @@ import analyzer.analysis.ranks as ranks
 from analyzer import analyze
 from analyzer.cli import app
 from analyzer.scale.measure import measure
+from analyzer.scale.tasks import FileJob, run_file
+from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.sources import load_any
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
@@ -101,17 +104,17 @@ def test_out_of_core_equals_the_in_memory_definitions(tmp_path, tight):
 
 def test_gpu_timings_and_uneven_ranks(tmp_path, tight):
     write_ranks(tmp_path, 5, 200, gpu=True, stragglers={1: ("data", 5.0)}, world=7)
-    # a rank with fewer steps (its own warm-up: 2 of 25) and one with a gap in its step numbers
-    write_trace(
-        tmp_path / "trace.rank5.arrow",
-        [make_row(i, rank=5, wall=30.0, busy=20.0, sync=12.0) for i in range(25)],
-        run={"world_size": 7, "rank": 5},
-    )
-    write_trace(
-        tmp_path / "trace.rank6.arrow",
-        [make_row(i, rank=6, wall=31.0, busy=21.0, sync=10.0) for i in (*range(50), *range(300, 320))],
-        run={"world_size": 7, "rank": 6},
-    )
+    # a rank with fewer steps (its own warm-up: 2 of 25), written out of order (the reader sorts it, so the
+    # quantile pass loads it again); one with a gap in its step numbers and a NaN phase (read raw, NaN as null)
+    short = [make_row(i, rank=5, wall=30.0, busy=20.0, sync=12.0) for i in range(25)]
+    write_trace(tmp_path / "trace.rank5.arrow", short[::-1], run={"world_size": 7, "rank": 5})
+    gappy = [make_row(i, rank=6, wall=31.0, busy=21.0, sync=10.0) for i in (*range(50), *range(300, 320))]
+    gappy[10][S.DATA_WAIT_MS] = math.nan
+    write_trace(tmp_path / "trace.rank6.arrow", gappy, run={"world_size": 7, "rank": 6})
+    results = {
+        Path(r.source).name: r for r in (run_file(FileJob(str(p), False, skip=2)) for p in tmp_path.glob("*.arrow"))
+    }
+    assert not results["trace.rank5.arrow"].fast and results["trace.rank6.arrow"].fast
     _check(tmp_path)
 
 

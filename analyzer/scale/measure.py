@@ -216,10 +216,10 @@ def _measure_files(
             if note:
                 notes.insert(0, note)
             file_notes = [n for res in book.ok for n in res.notes]
-            arrows = [res.arrow for res in book.ok if res.arrow is not None and res.partials]
+            reduced = [res for res in book.ok if res.arrow is not None and res.partials]
 
             def answer(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
-                jobs = [BracketJob(a, skip, drop, wanted) for a in arrows]
+                jobs = [BracketJob(r.arrow, skip, drop, wanted, r.fast, r.stamp) for r in reduced if r.arrow]
                 for per_file in engine.map(answer_file, jobs):
                     yield from per_file
 

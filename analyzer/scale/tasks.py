@@ -16,11 +16,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from analyzer.analysis.combine import Answers
-from analyzer.analysis.partial import RankPartial, bracket_answers, rank_partial
-from analyzer.analysis.quantiles import Bracket
+from analyzer.analysis.partial import KERNEL_MEDIAN, RankPartial, bracket_answers, rank_partial
+from analyzer.analysis.quantiles import Bracket, in_bracket
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from gpuanalyze.ingest import schema as S
@@ -100,6 +102,11 @@ class FileResult:
     ranks: tuple[int, ...] = ()
     reused: bool = False
     imported: bool = False
+    fast: bool = False
+    """The file's rows are exactly its raw rows (the reader dropped, repaired and reordered nothing),
+    so the quantile pass may read its columns directly instead of loading it again."""
+    stamp: tuple[int, int] = (0, 0)
+    """(size, mtime_ns) of ``arrow`` when it was reduced."""
     error: str | None = None
 
 
@@ -135,9 +142,13 @@ def run_file(job: FileJob) -> FileResult:
             reused, imported, arrow = False, False, job.source
         partials: tuple[RankPartial, ...] = ()
         ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
+        fast, stamp = False, (0, 0)
         if job.reduce and trace.frame.height:
             parts = trace.frame.partition_by(S.RANK, as_dict=True)
             partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, job.skip) for r in ranks)
+            if arrow is not None and not storage.is_url(arrow):
+                stamp = storage.stat(arrow)
+                fast = _raw_matches(Path(arrow), trace.frame)
         return FileResult(
             source=job.source,
             arrow=arrow,
@@ -152,6 +163,8 @@ def run_file(job: FileJob) -> FileResult:
             ranks=ranks,
             reused=reused,
             imported=imported,
+            fast=fast,
+            stamp=stamp,
         )
     except GpuAnalyzeError as exc:
         return FileResult(source=job.source, error=str(exc))
@@ -161,19 +174,76 @@ def run_file(job: FileJob) -> FileResult:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
 
 
+#: Columns the quantile pass reads.
+_RAW_COLUMNS = (S.STEP, S.RANK, S.WALL_MS, *S.PARTS, S.BATCH_SAMPLES, S.KERNEL_STATS)
+_RAW_TYPES = {f.name: f.type for f in S.FIELDS if f.name in _RAW_COLUMNS}
+
+
+def _raw_table(table: pa.Table) -> bool:
+    return all(table.schema.field(c).type == t for c, t in _RAW_TYPES.items() if c in table.column_names) and all(
+        c in table.column_names for c in _RAW_TYPES
+    )
+
+
+def _raw_matches(path: Path, frame: pl.DataFrame) -> bool:
+    """The file's raw rows are the loaded frame's rows, in order (nothing dropped, repaired or sorted)."""
+    try:
+        with pa.memory_map(str(path)) as src:
+            table = pa.ipc.open_stream(src).read_all()
+            if table.num_rows != frame.height or not _raw_table(table):
+                return False
+            for c in (S.STEP, S.RANK):
+                if not np.array_equal(table.column(c).to_numpy(), frame.get_column(c).to_numpy()):
+                    return False
+            return True
+    except (OSError, pa.ArrowException, ValueError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class BracketJob:
     arrow: str
     skip: int
     drop_all_sampled: bool
     wanted: dict[str, list[Bracket]]
+    fast: bool = False
+    stamp: tuple[int, int] = (0, 0)
 
 
 def answer_file(job: BracketJob) -> list[Answers]:
     """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file."""
+    if job.fast and KERNEL_MEDIAN not in job.wanted:
+        if storage.stat(job.arrow) != job.stamp:
+            raise GpuAnalyzeError(f"{job.arrow}: the file changed during the analysis; run it again")
+        return _answer_raw(job)
     with storage.local_copy(job.arrow) as local:
         trace = load_trace(local)
     parts = trace.frame.partition_by(S.RANK, as_dict=True)
     return [
         bracket_answers(parts[key].sort(S.STEP), job.skip, job.drop_all_sampled, job.wanted) for key in sorted(parts)
     ]
+
+
+def _answer_raw(job: BracketJob) -> list[Answers]:
+    """answer_file from the raw columns (zero-copy), for files whose raw rows are the analysed rows'
+    source: per rank the same warm-up and sampled-row selection as partial.analysed_rows, NaN as null."""
+    out = []
+    with pa.memory_map(job.arrow) as src:
+        table = pa.ipc.open_stream(src).read_all()
+        ranks = table.column(S.RANK).to_numpy()
+        sampled_all = table.column(S.KERNEL_STATS).is_valid().to_numpy(zero_copy_only=False)
+        bounds = np.flatnonzero(np.diff(ranks)) + 1
+        for a, b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [ranks.size]]), strict=True):
+            post = np.arange(min(a + job.skip, b), b)
+            sampled = sampled_all[post]
+            all_sampled = bool(post.size) and bool(sampled.all())
+            rows = post if all_sampled or not sampled.any() else post[~sampled]
+            if all_sampled and job.drop_all_sampled:
+                rows = rows[:0]
+            answers: Answers = {}
+            for column, brackets in job.wanted.items():
+                values = table.column(column).take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.float64)
+                values = values[~np.isnan(values)]
+                answers[column] = [in_bracket(values, br) for br in brackets]
+            out.append(answers)
+    return out
