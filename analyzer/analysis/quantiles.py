@@ -33,6 +33,7 @@ class Sketch:
 
     @property
     def positions(self) -> np.ndarray:
+        """Position of each sample value in the rank's sorted values."""
         pos = np.arange(self.sample.size, dtype=np.int64) * self.every
         if pos.size:
             pos[-1] = self.n - 1
@@ -77,50 +78,46 @@ class Bracket:
     """The order statistics wanted lie in [lo, hi] (infinite ends mean unbounded)."""
 
 
-def _count_below_bound(sketches: Sequence[Sketch], x: float) -> int:
-    """An upper bound on how many values are < x."""
-    total = 0
-    for s in sketches:
-        if s.n == 0:
-            continue
-        j = int(np.searchsorted(s.sample, x, side="left"))
-        total += s.n if j >= s.sample.size else int(s.positions[j])
-    return total
+class _Bounds:
+    """Bounds on how many of all values lie below / at most x, from the sketches, in O(log) per query.
 
+    For one rank, (values < x) <= the position of its first sample >= x (or n), and (values <= x) >=
+    1 + the position of its last sample <= x. Summed over ranks, both change only where x crosses
+    a sample; each sample's change is precomputed, so a query is one binary search and a cumsum.
+    """
 
-def _count_at_most_bound(sketches: Sequence[Sketch], x: float) -> int:
-    """A lower bound on how many values are <= x."""
-    total = 0
-    for s in sketches:
-        if s.n == 0:
-            continue
-        j = int(np.searchsorted(s.sample, x, side="right")) - 1
-        if j >= 0:
-            total += int(s.positions[j]) + 1
-    return total
+    def __init__(self, sketches: Sequence[Sketch]) -> None:
+        used = [s for s in sketches if s.n]
+        values = np.concatenate([s.sample for s in used])
+        pos = [s.positions for s in used]
+        # below: crossing sample j of a rank moves its bound from positions[j] to positions[j + 1] (or n)
+        nxt = np.concatenate([np.append(p[1:], s.n) for p, s in zip(pos, used, strict=True)])
+        here = np.concatenate(pos)
+        # at most: crossing sample j moves its bound from positions[j - 1] + 1 (0 before the first) to positions[j] + 1
+        prev = np.concatenate([np.concatenate([[-1], p[:-1]]) for p in pos])
+        order = np.argsort(values, kind="stable")  # per rank, samples are sorted: stable keeps their order
+        self.values = values[order]
+        self.base = int(sum(int(p[0]) for p in pos))
+        self.below = np.concatenate([[0], np.cumsum((nxt - here)[order])])
+        self.at_most = np.concatenate([[0], np.cumsum((here - prev)[order])])
+
+    def below_bound(self, x: np.ndarray) -> np.ndarray:
+        return self.base + self.below[np.searchsorted(self.values, x, side="left")]
+
+    def at_most_bound(self, x: np.ndarray) -> np.ndarray:
+        return self.at_most[np.searchsorted(self.values, x, side="right")]
 
 
 def bracket(sketches: Sequence[Sketch], first: int, last: int) -> Bracket:
     """An interval holding the order statistics ``first`` .. ``last`` (0-based) of all values."""
-    cands = np.unique(np.concatenate([s.sample for s in sketches if s.n]))
+    bounds = _Bounds(sketches)
+    cands = np.unique(bounds.values)
     # lo: the largest candidate x with (values < x) <= first, so the first-th value is >= x
-    lo_i, hi_i = -1, cands.size - 1
-    while lo_i < hi_i:
-        mid = (lo_i + hi_i + 1) // 2
-        if _count_below_bound(sketches, float(cands[mid])) <= first:
-            lo_i = mid
-        else:
-            hi_i = mid - 1
-    lo = float(cands[lo_i]) if lo_i >= 0 else -math.inf
+    ok = np.flatnonzero(bounds.below_bound(cands) <= first)
+    lo = float(cands[ok[-1]]) if ok.size else -math.inf
     # hi: the smallest candidate x with (values <= x) >= last + 1, so the last-th value is <= x
-    a, b = 0, cands.size
-    while a < b:
-        mid = (a + b) // 2
-        if _count_at_most_bound(sketches, float(cands[mid])) >= last + 1:
-            b = mid
-        else:
-            a = mid + 1
-    hi = float(cands[a]) if a < cands.size else math.inf
+    ok = np.flatnonzero(bounds.at_most_bound(cands) >= last + 1)
+    hi = float(cands[ok[0]]) if ok.size else math.inf
     return Bracket(lo, hi)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
@@ -52,7 +53,7 @@ class LocalEngine:
         self._pool: ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
-        if self.workers <= 1 or len(items) <= 1:
+        if self.workers <= 1 or len(items) <= 1 or not _spawn_works():
             for item in items:
                 yield fn(item)
             return
@@ -79,6 +80,13 @@ class LocalEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _spawn_works() -> bool:
+    """Spawned workers re-import the main script: impossible when it came from stdin ('<stdin>')."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None or os.path.exists(path)
 
 
 class RayEngine:
