@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -86,7 +87,7 @@ def _spawn_works() -> bool:
     """Spawned workers re-import the main script: impossible when it came from stdin ('<stdin>')."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    return path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None or os.path.exists(path)
+    return path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None or Path(path).exists()
 
 
 class RayEngine:
