@@ -67,8 +67,11 @@ class StepSums:
                 self.sums[k] = new
             self.steps = union
             idx = np.searchsorted(union, steps)
+        at: slice | np.ndarray = idx
+        if idx[-1] - idx[0] + 1 == idx.size:  # the rank's steps are a run of the known ones: add a slice
+            at = slice(int(idx[0]), int(idx[-1]) + 1)
         for k, values in _step_values(v).items():
-            self.sums[k][idx] += values
+            self.sums[k][at] += values
 
     def merge(self, other: StepSums) -> StepSums:
         out = StepSums()

@@ -9,6 +9,7 @@ Files that cannot be read are skipped with a note; a directory where none can be
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -216,7 +217,7 @@ def _measure_files(
             if note:
                 notes.insert(0, note)
             file_notes = [n for res in book.ok for n in res.notes]
-            reduced = [res for res in book.ok if res.arrow is not None and res.partials]
+            reduced = [res for res in book.ok if res.arrow is not None and res.steps]
 
             def answer(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
                 jobs = [BracketJob(r.arrow, skip, drop, wanted, r.fast, r.stamp) for r in reduced if r.arrow]
@@ -256,9 +257,9 @@ def _reduce(
     book = _Files(path)
     try:
         for res in engine.map(run_file, file_jobs(files, cache, limits, skip=skip, force=True)):
-            book.add(res)
             for p in res.partials:
                 combiner.add(p)
+            book.add(dataclasses.replace(res, partials=()))  # keep the metadata, not the rows' vectors
     except BaseException:
         combiner.close()
         raise
