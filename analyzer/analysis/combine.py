@@ -17,7 +17,16 @@ import polars as pl
 
 from analyzer.analysis.kernel_metrics import KernelMetrics, combine_kernels
 from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
-from analyzer.analysis.quantiles import Bracket, Sketch, bracket, combine_linear, exact_values, order_stats, select
+from analyzer.analysis.quantiles import (
+    Answer,
+    Bracket,
+    Sketch,
+    bracket,
+    combine_linear,
+    exact_values,
+    order_stats,
+    select,
+)
 from analyzer.analysis.ranks import RankAnalysis, WorkStore, rank_analysis_from
 from gpuanalyze.ingest import schema as S
 
@@ -39,7 +48,7 @@ _SUMS = (
     "unexpl_c",
     "unexpl_u",
 )
-Answers = dict[str, list[tuple[int, np.ndarray]]]
+Answers = dict[str, list[Answer]]
 AnswerFn = Callable[[dict[str, list[Bracket]], bool], Iterable[Answers]]
 """Given brackets per column and whether all-sampled ranks are left out, every rank's answers."""
 
@@ -60,16 +69,15 @@ class StepSums:
         idx = np.searchsorted(self.steps, steps)
         if idx.size and (idx.max() >= self.steps.size or not np.array_equal(self.steps[idx], steps)):
             union = np.union1d(self.steps, steps)
-            at = np.searchsorted(union, self.steps)
+            moved = np.searchsorted(union, self.steps)
             for k, old in self.sums.items():
                 new = np.zeros(union.size)
-                new[at] = old
+                new[moved] = old
                 self.sums[k] = new
             self.steps = union
             idx = np.searchsorted(union, steps)
-        at: slice | np.ndarray = idx
-        if idx[-1] - idx[0] + 1 == idx.size:  # the rank's steps are a run of the known ones: add a slice
-            at = slice(int(idx[0]), int(idx[-1]) + 1)
+        run = idx[-1] - idx[0] + 1 == idx.size  # the rank's steps are a run of the known ones: add a slice
+        at = slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
         for k, values in _step_values(v).items():
             self.sums[k][at] += values
 
@@ -242,15 +250,15 @@ def _quantiles(
     if not pending:
         return out
     requests = {c: [bracket(sketches[c], i, j) for _, i, j, _ in items] for c, items in pending.items()}
-    gathered: dict[str, list[list[tuple[int, np.ndarray]]]] = {c: [[] for _ in b] for c, b in requests.items()}
+    gathered: dict[str, list[list[Answer]]] = {c: [[] for _ in b] for c, b in requests.items()}
     for answers in ask(requests):
         for c, per_bracket in answers.items():
             for k, a in enumerate(per_bracket):
                 gathered[c][k].append(a)
     for c, items in pending.items():
         for k, (q, i, j, frac) in enumerate(items):
-            got = gathered[c][k]
-            out[(c, q)] = _interpolate(c, select(got, i), select(got, j), frac)
+            got, b = gathered[c][k], requests[c][k]
+            out[(c, q)] = _interpolate(c, select(got, b, i), select(got, b, j), frac)
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
-from analyzer.analysis.quantiles import Bracket, Sketch, in_bracket, sketch
+from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch
 from analyzer.analysis.ranks import RankStats, rank_stats
 from gpuanalyze.ingest import schema as S
 
@@ -123,7 +123,7 @@ def rank_partial(frame: pl.DataFrame, rank: int, skip: int) -> RankPartial:
 
 def bracket_answers(
     frame: pl.DataFrame, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
-) -> dict[str, list[tuple[int, np.ndarray]]]:
+) -> dict[str, list[Answer]]:
     """One rank's answers for the quantile brackets (second pass; same rows as rank_partial)."""
     post, f, all_sampled = analysed_rows(frame, skip)
     if all_sampled and drop_all_sampled:

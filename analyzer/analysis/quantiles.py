@@ -3,11 +3,13 @@
 Each rank sends a ``Sketch``: its non-null value count and every m-th of its sorted values
 (m = 1, all of them, for small ranks). When every sketch holds all values the quantile is read
 directly. Otherwise the sketches bound where each wanted order statistic can lie: ``bracket``
-returns an interval [lo, hi] that provably holds it and at most about 2n/SAMPLE values; a second
-pass over the ranks (``in_bracket``) returns how many values lie below lo and the values inside,
-and ``select`` reads the exact order statistic. Definitions match polars: ``median`` is the linear quantile 0.5
-(the two middle values' midpoint for an even count), ``quantile(q, "linear")`` interpolates between the
-order statistics at floor and ceil of q (n - 1) as a + f (b - a).
+returns an interval [lo, hi] that provably holds it and at most about 2n/SAMPLE values strictly
+inside; a second pass over the ranks (``in_bracket``) returns how many values lie below lo and at
+its ends, and the values strictly inside, and ``select`` reads the exact order statistic.
+
+Definitions match polars: ``median`` is the linear quantile 0.5 (the two middle values' midpoint
+for an even count), ``quantile(q, "linear")`` interpolates between the order statistics at floor
+and ceil of q (n - 1) as a + f (b - a).
 """
 
 from __future__ import annotations
@@ -122,20 +124,41 @@ def bracket(sketches: Sequence[Sketch], first: int, last: int) -> Bracket:
     return Bracket(lo, hi)
 
 
-def in_bracket(values: np.ndarray, b: Bracket) -> tuple[int, np.ndarray]:
-    """A rank's answer for a bracket: how many of its values are < lo, and its values in [lo, hi]."""
-    below = int(np.count_nonzero(values < b.lo))
-    inside = values[(values >= b.lo) & (values <= b.hi)]
-    return below, inside
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One rank's answer for a bracket: counts below and at its ends, and the values strictly inside
+    (ties at the ends are counted, not sent: a column of one repeated value costs nothing)."""
+
+    below: int
+    at_lo: int
+    inside: np.ndarray
+    at_hi: int
 
 
-def select(answers: Sequence[tuple[int, np.ndarray]], k: int) -> float:
-    """The k-th (0-based) value of all ranks, from their answers for a bracket that holds it."""
-    below = sum(a for a, _ in answers)
-    inside = np.sort(np.concatenate([v for _, v in answers])) if answers else np.empty(0)
-    i = k - below
-    assert 0 <= i < inside.size, "the bracket must hold the order statistic"
-    return float(inside[i])
+def in_bracket(values: np.ndarray, b: Bracket) -> Answer:
+    at_lo = int(np.count_nonzero(values == b.lo))
+    at_hi = 0 if b.hi == b.lo else int(np.count_nonzero(values == b.hi))
+    return Answer(
+        below=int(np.count_nonzero(values < b.lo)),
+        at_lo=at_lo,
+        inside=values[(values > b.lo) & (values < b.hi)],
+        at_hi=at_hi,
+    )
+
+
+def select(answers: Sequence[Answer], b: Bracket, k: int) -> float:
+    """The k-th (0-based) value of all ranks, from their answers for a bracket ``b`` that holds it."""
+    i = k - sum(a.below for a in answers)
+    at_lo = sum(a.at_lo for a in answers)
+    assert i >= 0, "the bracket must hold the order statistic"
+    if i < at_lo:
+        return b.lo
+    inside = np.sort(np.concatenate([a.inside for a in answers])) if answers else np.empty(0)
+    i -= at_lo
+    if i < inside.size:
+        return float(inside[i])
+    assert i - inside.size < sum(a.at_hi for a in answers), "the bracket must hold the order statistic"
+    return b.hi
 
 
 def exact_values(sketches: Sequence[Sketch]) -> np.ndarray | None:

@@ -42,7 +42,7 @@ PHASE_NAMES: dict[str, str] = {
 #: Bytes of work vectors kept in memory before they go to a temporary directory.
 STORE_BUDGET = 256 << 20
 #: Bytes of one block of the step x rank matrix.
-BLOCK_BUDGET = 64 << 20
+BLOCK_BUDGET = 256 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,43 +88,56 @@ class RankStats:
 
 @dataclass(slots=True)
 class WorkStore:
-    """Each rank's (steps, work) vectors; in memory up to a budget, then in a temporary directory."""
+    """Each rank's work per step; in memory up to a budget, then in a temporary directory.
+
+    Steps that are a run (n, n+1, ...) are kept as their first number only."""
 
     budget: int = STORE_BUDGET
-    _mem: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _files: dict[int, Path] = field(default_factory=dict)
+    _mem: dict[int, tuple[int | np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _files: dict[int, tuple[int | None, Path]] = field(default_factory=dict)
     _dir: tempfile.TemporaryDirectory[str] | None = None
     _bytes: int = 0
 
     def add(self, rank: int, steps: np.ndarray, work: np.ndarray) -> None:
-        size = steps.nbytes + work.nbytes
+        run = steps.size > 0 and int(steps[-1]) - int(steps[0]) + 1 == steps.size
+        first: int | np.ndarray = int(steps[0]) if run else steps
+        size = work.nbytes + (0 if run else steps.nbytes)
         if self._bytes + size <= self.budget:
-            self._mem[rank] = (steps, work)
+            self._mem[rank] = (first, work)
             self._bytes += size
             return
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="gpuanalyze-work-")
         path = Path(self._dir.name) / str(rank)
-        np.save(path.with_suffix(".steps.npy"), steps)
         np.save(path.with_suffix(".work.npy"), work)
-        self._files[rank] = path
+        if not run:
+            np.save(path.with_suffix(".steps.npy"), steps)
+        self._files[rank] = (int(steps[0]) if run else None, path)
 
     def drop(self, ranks: list[int]) -> None:
         for r in ranks:
             self._mem.pop(r, None)
             self._files.pop(r, None)
 
-    @property
-    def ranks(self) -> list[int]:
-        return sorted([*self._mem, *self._files])
-
-    def get(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    def window(self, rank: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, work) of ``rank`` for step numbers in [lo, hi] (a copy: nothing stays mapped)."""
         if rank in self._mem:
-            return self._mem[rank]
-        path = self._files[rank]
-        return np.load(path.with_suffix(".steps.npy"), mmap_mode="r"), np.load(
-            path.with_suffix(".work.npy"), mmap_mode="r"
-        )
+            first, work = self._mem[rank]
+            steps = None if isinstance(first, int) else first
+        else:
+            start, path = self._files[rank]
+            work = np.load(path.with_suffix(".work.npy"), mmap_mode="r")
+            first = start if start is not None else 0
+            steps = None if start is not None else np.load(path.with_suffix(".steps.npy"), mmap_mode="r")
+        if steps is None:
+            assert isinstance(first, int)
+            i0, i1 = max(0, lo - first), min(work.size, hi - first + 1)
+            if i1 <= i0:
+                return np.empty(0, np.int64), np.empty(0)
+            return np.arange(first + i0, first + i1, dtype=np.int64), np.array(work[i0:i1])
+        i0 = int(np.searchsorted(steps, lo, side="left"))
+        i1 = int(np.searchsorted(steps, hi, side="right"))
+        return np.array(steps[i0:i1]), np.array(work[i0:i1])
 
     def close(self) -> None:
         if self._dir is not None:
@@ -138,9 +151,29 @@ def polars_median(values: np.ndarray) -> float:
 
 
 def _blocks(steps: np.ndarray, ranks: int) -> Iterator[tuple[int, int]]:
-    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 3))
+    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 4))  # the block, its partition copy, masks
     for a in range(0, steps.size, size):
         yield a, min(a + size, steps.size)
+
+
+def _baselines(m: np.ndarray, count: np.ndarray, ranks: int) -> np.ndarray:
+    """Per row of ``m`` (steps x ranks, NaN where a rank has no such step): the median (polars'
+    definition) of the present values, from a two-element partition where every rank is present."""
+    out = np.empty(m.shape[0])
+    full = count == m.shape[1]
+    if full.any():
+        k_lo, k_hi = (ranks - 1) // 2, ranks // 2
+        part = np.partition(m[full], [k_lo, k_hi], axis=1)
+        a, b = part[:, k_lo], part[:, k_hi]
+        out[full] = a if ranks % 2 else a + 0.5 * (b - a)
+    rest = ~full
+    if rest.any():
+        srt = np.sort(m[rest], axis=1)  # NaN last
+        c = count[rest]
+        idx = np.arange(srt.shape[0])
+        a, b = srt[idx, (c - 1) // 2], srt[idx, c // 2]
+        out[rest] = np.where(c % 2 == 1, a, a + 0.5 * (b - a))
+    return out
 
 
 def rank_analysis_from(
@@ -151,7 +184,6 @@ def rank_analysis_from(
     ranks = sorted(stats)
     if len(ranks) < 2:
         return None
-    col = {r: i for i, r in enumerate(ranks)}
     threshold = max(SLOW_STEP_MIN_MS, SLOW_STEP_FRACTION * step_median)
     slow_count = dict.fromkeys(ranks, 0)
     excess: dict[int, list[np.ndarray]] = {r: [] for r in ranks}
@@ -159,25 +191,17 @@ def rank_analysis_from(
     for a, b in _blocks(steps, len(ranks)):
         block_steps = steps[a:b]
         m = np.full((b - a, len(ranks)), np.nan)
-        for r in ranks:
-            s, w = store.get(r)
-            i0 = int(np.searchsorted(s, block_steps[0], side="left"))
-            i1 = int(np.searchsorted(s, block_steps[-1], side="right"))
-            if i1 > i0:
-                rows = np.searchsorted(block_steps, s[i0:i1])
-                m[rows, col[r]] = w[i0:i1]
+        for c, r in enumerate(ranks):
+            s, w = store.window(r, int(block_steps[0]), int(block_steps[-1]))
+            if s.size:
+                m[np.searchsorted(block_steps, s), c] = w
         count = np.count_nonzero(~np.isnan(m), axis=1)
-        srt = np.sort(m, axis=1)  # NaN last
         have = count > 0
-        srt, count, m = srt[have], count[have], m[have]
-        idx = np.arange(srt.shape[0])
-        lo, hi = srt[:, 0], srt[idx, count - 1]
-        if len(ranks) >= 3:
-            mid_a = srt[idx, (count - 1) // 2]
-            mid_b = srt[idx, count // 2]
-            baseline = np.where(count % 2 == 1, mid_a, mid_a + 0.5 * (mid_b - mid_a))
-        else:
-            baseline = lo
+        if not have.all():
+            m, count = m[have], count[have]
+        hi = np.fmax.reduce(m, axis=1)
+        lo = np.fmin.reduce(m, axis=1)
+        baseline = _baselines(m, count, len(ranks)) if len(ranks) >= 3 else lo
         skews.append(hi - lo)
         with np.errstate(invalid="ignore"):
             slow = (m == hi[:, None]) & (m - baseline[:, None] > threshold)
