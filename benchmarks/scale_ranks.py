@@ -77,10 +77,41 @@ print(json.dumps({{
 
 def run(mode: str, path: Path, workers: int | None) -> dict:
     code = _CHILD.format(root=str(ROOT), path=str(path), mode=mode, workers=workers)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"{mode} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=err, text=True)
+        tree_peak = 0
+        while proc.poll() is None:
+            tree_peak = max(tree_peak, tree_rss_mib(proc.pid))
+            time.sleep(0.2)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode} failed:\n{err.read()[-3000:]}")
+        result = json.loads(out.read().strip().splitlines()[-1])
+    result["tree_peak_mib"] = max(tree_peak, result["peak_rss_mib"])
+    return result
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants (the worker processes), from /proc."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        parent[int(d.name)] = int(fields.get("PPid", "0").strip())
+        rss[int(d.name)] = int(fields.get("VmRSS", "0 kB").split()[0] or 0)
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in tree]
+        tree.update(kids)
+        frontier.extend(kids)
+    return sum(rss.get(p, 0) for p in tree) / 1024
 
 
 def main() -> None:
@@ -103,26 +134,27 @@ def main() -> None:
     before = load()
     ooc = run("out_of_core", directory, args.workers)
     print(
-        f"out of core : {ooc['seconds']:7.1f} s, peak RSS {ooc['peak_rss_mib']:7.0f} MiB | load before {before}, "
-        f"after {load()} | verdict {ooc['verdict']}, stragglers {ooc['stragglers']}"
+        f"out of core : {ooc['seconds']:7.1f} s, peak RSS {ooc['peak_rss_mib']:6.0f} MiB (with workers "
+        f"{ooc['tree_peak_mib']:6.0f} MiB) | load before {before}, after {load()} | verdict {ooc['verdict']}, "
+        f"stragglers {ooc['stragglers']}"
     )
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if args.compare or rows * ROW_BYTES_IN_MEMORY < ram / 2:
         before = load()
         mem = run("in_memory", directory, None)
         print(
-            f"in memory   : {mem['seconds']:7.1f} s, peak RSS {mem['peak_rss_mib']:7.0f} MiB | load before {before}, "
+            f"in memory   : {mem['seconds']:7.1f} s, peak RSS {mem['peak_rss_mib']:6.0f} MiB | load before {before}, "
             f"after {load()} | verdict {mem['verdict']}, stragglers {mem['stragglers']}"
         )
         print(
             f"ratio out-of-core / in-memory: time {ooc['seconds'] / mem['seconds']:.2f}x, "
-            f"peak RSS {ooc['peak_rss_mib'] / mem['peak_rss_mib']:.2f}x; same verdict and stragglers: "
+            f"peak RSS {ooc['tree_peak_mib'] / mem['peak_rss_mib']:.2f}x (with workers); same verdict and stragglers: "
             f"{ooc['verdict'] == mem['verdict'] and ooc['stragglers'] == mem['stragglers']}"
         )
     else:
         est = rows * ROW_BYTES_IN_MEMORY / 2**30
         print(f"in memory   : skipped (about {est:.0f} GiB at ~{ROW_BYTES_IN_MEMORY} B/row; pass --compare to try)")
-    ok = ooc["seconds"] <= 120 and ooc["peak_rss_mib"] <= 6 * 1024
+    ok = ooc["seconds"] <= 120 and ooc["tree_peak_mib"] <= 6 * 1024
     print(f"goal (<= 120 s, <= 6 GiB at this size): {'met' if ok else 'NOT met'}")
 
 
