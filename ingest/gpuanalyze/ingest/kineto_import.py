@@ -51,10 +51,12 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
     mask = np.ones(k.gpu.start.size, dtype=bool)
     if k.steps and k.gpu.start.size:
         last = max(s for _, s, _ in k.steps)
-        valid = k.runtime_correlation[k.runtime.start < last]
-        hta = np.isin(k.gpu_correlation, valid[valid >= 0])
-        if hta.any():
-            mask = hta
+        valid = np.unique(k.runtime_correlation[(k.runtime.start < last) & (k.runtime_correlation >= 0)])
+        if valid.size:
+            at = np.minimum(np.searchsorted(valid, k.gpu_correlation), valid.size - 1)
+            hta = valid[at] == k.gpu_correlation  # np.isin without its sort of both arrays
+            if hta.any():
+                mask = hta
     return mask
 
 
@@ -93,6 +95,21 @@ class _Marks:
         return union_length(self.start[s], self.end[s]) / 1e3
 
 
+def _loader_idle(k: KinetoTrace) -> Clipper:
+    """DataLoader time outside device activity and runtime calls (only the activity that overlaps the
+    loader's span is merged: a trace without DataLoader annotations costs nothing here)."""
+    sel = k.cpu_mark == MARK_LOADER
+    if not sel.any():
+        return Clipper(np.empty(0), np.empty(0))
+    ls, le = k.cpu.start[sel], k.cpu.end[sel]
+    lo, hi = float(ls.min()), float(le.max())
+    parts = [(a.start, a.end) for a in (k.gpu, k.runtime)]
+    near = [(s[(e > lo) & (s < hi)], e[(e > lo) & (s < hi)]) for s, e in parts]
+    busy_s = np.concatenate([s for s, _ in near])
+    busy_e = np.concatenate([e for _, e in near])
+    return Clipper(*subtract(ls, le, busy_s, busy_e))
+
+
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
     windows, notes = _windows(k)
@@ -101,10 +118,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
     kernels = StepKernels(k)
-    loader_sel = k.cpu_mark == MARK_LOADER
-    busy_s = np.concatenate([k.gpu.start, k.runtime.start])
-    busy_e = np.concatenate([k.gpu.end, k.runtime.end])
-    loader_idle = Clipper(*subtract(k.cpu.start[loader_sel], k.cpu.end[loader_sel], busy_s, busy_e))
+    loader_idle = _loader_idle(k)
     backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
