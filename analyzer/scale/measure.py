@@ -257,9 +257,9 @@ def _reduce(
     book = _Files(path)
     try:
         for res in engine.map(run_file, file_jobs(files, cache, limits, skip=skip, force=True)):
+            book.add(dataclasses.replace(res, partials=()))  # keeps the metadata, not the rows' vectors
             for p in res.partials:
                 combiner.add(p)
-            book.add(dataclasses.replace(res, partials=()))  # keep the metadata, not the rows' vectors
     except BaseException:
         combiner.close()
         raise
