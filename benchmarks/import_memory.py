@@ -35,7 +35,12 @@ import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = (
-    ROOT.parent / "shared" / "external_traces" / "hta" / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    ROOT.parent
+    / "shared"
+    / "external_traces"
+    / "hta"
+    / "ns_resolution_trace"
+    / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 )
 _ID_ARGS = ("correlation", "External id", "Record function id", "Fwd thread id", "Sequence number")
 
@@ -83,7 +88,9 @@ def build(source: Path, out: Path, size: int, gz: bool) -> None:
                     d["id"] = d["id"] + shift_id
                 args = d.get("args")
                 if isinstance(args, dict) and any(isinstance(args.get(k), int) for k in _ID_ARGS):
-                    d["args"] = {k: (v + shift_arg if k in _ID_ARGS and isinstance(v, int) else v) for k, v in args.items()}
+                    d["args"] = {
+                        k: (v + shift_arg if k in _ID_ARGS and isinstance(v, int) else v) for k, v in args.items()
+                    }
                 name = d.get("name")
                 if isinstance(name, str) and name.startswith("ProfilerStep#"):
                     d["name"] = f"ProfilerStep#{int(name.split('#')[1]) + copy * step_span}"
@@ -118,7 +125,9 @@ print(took, int(hwm.split()[1]) / 1024, trace.frame.height, digest)
 
 def run(mode: str, path: Path) -> tuple[float, float, int, int]:
     code = _CHILD.format(root=str(ROOT), path=str(path), mode=mode)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}
+    )
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{out.stderr[-3000:]}")
     took, rss, rows, digest = out.stdout.split()
