@@ -72,9 +72,8 @@ def build(source: Path, out: Path, size: int, gz: bool) -> None:
     enc = msgspec.json.Encoder()
     head = enc.encode(doc)[:-1] + (b', "traceEvents": [' if doc else b'{"traceEvents": [')
     tmp = out.with_name(out.name + ".part")
-    opener = gzip.open if gz else open
     written, copy = 0, 0
-    with opener(tmp, "wb") as fh:  # type: ignore[operator]
+    with gzip.open(tmp, "wb", compresslevel=6) if gz else open(tmp, "wb") as fh:
         fh.write(head)
         first = True
         while written < size:

@@ -193,6 +193,21 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
     assert any("1 of 3 rank(s) have no trace here (ranks 2)" in n for n in notes)
 
 
+def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
+    import analyzer.scale.measure as measure_module
+
+    path = write_trace(tmp_path / "t.arrow", [make_row(i) for i in range(5)])
+
+    def denied(p):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(measure_module, "load_trace", denied)
+    result = runner.invoke(app, [str(path)])
+    assert (
+        result.exit_code == 2 and result.output.strip() == f"gpuanalyze: error: {path}: cannot read (Permission denied)"
+    )
+
+
 def test_a_directory_of_only_unreadable_files_is_one_line(tmp_path):
     (tmp_path / "a.json").write_text("[1, 2]")
     (tmp_path / "b.arrow").write_text("nope")
