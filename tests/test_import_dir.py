@@ -140,3 +140,13 @@ def test_parallel_import_on_the_process_pool(tmp_path):
     serial = measure(out, workers=1)
     parallel = measure(src, workers=2)
     assert parallel.metrics.share == serial.metrics.share and parallel.metrics.kernels == serial.metrics.kernels
+
+
+def test_two_sources_with_one_output_name_are_refused(tmp_path):
+    src = _ranks(tmp_path / "src", 1)
+    write(src / "rank0.json", two_step_trace(rank=0, world=1))  # rank0.json and rank0.json.gz -> rank0.arrow
+    out = tmp_path / "out"
+    out.mkdir()
+    result = runner.invoke(app, ["import", str(src), "-o", str(out)])
+    assert result.exit_code == 2 and "would both import to rank0.arrow" in result.output
+    assert list(out.iterdir()) == []

@@ -152,9 +152,14 @@ def file_jobs(
     files: list[storage.Entry], cache: str | None, limits: ReadLimits, *, skip: int, reduce: bool = True, force: bool
 ) -> list[FileJob]:
     jobs = []
+    outs: dict[str, str] = {}
     for e in files:
         kineto = is_json_trace(Path(e.name))
         out = storage.join(cache, _stem(e.name) + ".arrow") if kineto and cache is not None else None
+        if out is not None and out in outs:
+            raise GpuAnalyzeError(f"{outs[out]} and {e.name} would both import to {_name(out)}; keep one of them")
+        if out is not None:
+            outs[out] = e.name
         jobs.append(FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip))
     return jobs
 
@@ -201,8 +206,7 @@ def _measure_files(
     with make_engine(engine_name, workers=_workers(files, engine_name, workers)) as engine:
         skip = WARMUP_MAX_STEPS
         while True:
-            done = _reduce(path, files, engine, limits, cache, skip)
-            combiner, book = done
+            combiner, book = _reduce(path, files, engine, limits, cache, skip)
             right = warmup_steps(combiner.min_rows) if combiner.partials else skip
             if right == skip:
                 break
