@@ -299,6 +299,10 @@ def import_dir(
 
     limits = limits or ReadLimits()
     if not storage.is_url(out) and not Path(out).is_dir():
+        if Path(out).exists():
+            raise GpuAnalyzeError(
+                f"{out}: not a directory (importing a directory of traces, -o names an existing directory)"
+            )
         raise GpuAnalyzeError(f"{out}: no such directory (create it first; gpuanalyze does not create directories)")
     entries = storage.list_dir(source)
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and is_json_trace(Path(e.name))]
