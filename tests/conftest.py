@@ -94,3 +94,9 @@ def trace_factory(tmp_path: Path):
 def _isolated_ceilings(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's saved ceilings (~/.cache/gpuanalyze)."""
     monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path_factory.mktemp("ceil") / "ceilings.json"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_import_cache(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's import cache (`gpuanalyze DIR` of Kineto rank files)."""
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path_factory.mktemp("imports")))

@@ -1,16 +1,26 @@
-"""Kernel-level evidence aggregated over the analysed steps that carry kernel statistics."""
+"""Kernel-level evidence aggregated over the analysed steps that carry kernel statistics.
+
+Computed per rank (``kernel_partial``) and combined (``combine_kernels``), so a run of many ranks
+never holds every rank's statistics at once.
+"""
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+import numpy as np
 import polars as pl
 
-from analyzer.analysis.aggregate import number
+from analyzer.analysis.quantiles import Sketch, sketch
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_stats import hta_percentages, top_kernels
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
+
+#: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
+MAX_NAMES_PER_RANK = 65536
+_BATCH = msgspec.json.Decoder(list[S.KernelStats])
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +48,71 @@ class KernelMetrics:
         return self.totals_ms["idle_host_wait_ms"] + self.totals_ms["idle_launch_ms"] + self.totals_ms["idle_other_ms"]
 
 
-def kernel_metrics(frame: pl.DataFrame) -> KernelMetrics | None:
-    """None when no analysed step has kernel statistics (e.g. CPU runs, no sampled window yet)."""
-    rows = frame.filter(pl.col(S.KERNEL_STATS).is_not_null())
+@dataclass(frozen=True, slots=True)
+class KernelPartial:
+    """One rank's kernel statistics, summed."""
+
+    steps: int
+    totals_ms: dict[str, float]
+    wall_ms: float
+    kernel_count: int
+    medians: Sketch
+    top: dict[str, tuple[float, int]]
+    """Per kernel name over the rank's steps: (total ms, count) from the per-step top lists."""
+
+
+def _stats(rows: pl.DataFrame) -> list[S.KernelStats]:
+    texts = rows.get_column(S.KERNEL_STATS).to_list()
+    return _BATCH.decode("[" + ",".join(texts) + "]")
+
+
+def step_kernel_medians(post: pl.DataFrame) -> np.ndarray:
+    """Each sampled step's median kernel duration (us), where known."""
+    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
+    if rows.height == 0:
+        return np.empty(0)
+    return np.array([st.kernel_median_us for st in _stats(rows) if st.kernel_median_us is not None], dtype=np.float64)
+
+
+def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
+    """The kernel statistics of one rank's post-warm-up rows; None when none has any."""
+    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
     if rows.height == 0:
         return None
-    stats = [S.decode_kernel_stats(t) for t in rows.get_column(S.KERNEL_STATS).to_list()]
-    if not any(st.kernel_count for st in stats):
-        return None
+    stats = _stats(rows)
     totals = {f: float(sum(getattr(st, f) for st in stats)) for f in S.KERNEL_STAT_FIELDS}
-    medians = [st.kernel_median_us for st in stats if st.kernel_median_us is not None]
-    ranked = top_kernels((k.name, k.total_ms, k.count) for st in stats for k in st.top_kernels)
-    return KernelMetrics(
+    medians = np.array([st.kernel_median_us for st in stats if st.kernel_median_us is not None], dtype=np.float64)
+    top: dict[str, list[float]] = {}
+    for st in stats:
+        for k in st.top_kernels:
+            t = top.setdefault(k.name, [0.0, 0])
+            t[0] += k.total_ms
+            t[1] += k.count
+    if len(top) > MAX_NAMES_PER_RANK:
+        top = dict(sorted(top.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
+    return KernelPartial(
         steps=rows.height,
         totals_ms=totals,
-        wall_ms=number(rows.get_column(S.WALL_MS).sum()),
+        wall_ms=float(rows.get_column(S.WALL_MS).sum()),
         kernel_count=sum(st.kernel_count for st in stats),
-        kernel_median_us=float(statistics.median(medians)) if medians else None,
+        medians=sketch(medians),
+        top={name: (ms, int(count)) for name, (ms, count) in top.items()},
+    )
+
+
+def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> KernelMetrics | None:
+    """KernelMetrics of the ranks' partials (in rank order); ``median_us`` is the median of the
+    per-step medians, computed by the caller (it may need a second pass over the ranks)."""
+    if not parts or not sum(p.kernel_count for p in parts):
+        return None
+    totals = {f: sum(p.totals_ms[f] for p in parts) for f in S.KERNEL_STAT_FIELDS}
+    ranked = top_kernels((name, ms, count) for p in parts for name, (ms, count) in p.top.items())
+    return KernelMetrics(
+        steps=sum(p.steps for p in parts),
+        totals_ms=totals,
+        wall_ms=sum(p.wall_ms for p in parts),
+        kernel_count=sum(p.kernel_count for p in parts),
+        kernel_median_us=median_us,
         top_kernels=tuple(ranked),
     )
 

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 import polars as pl
 
 from analyzer.analysis.aggregate import number
-from analyzer.analysis.kernel_metrics import KernelMetrics, kernel_metrics
-from analyzer.analysis.ranks import RankAnalysis, rank_analysis
+from analyzer.analysis.combine import Answers, Combined, Combiner, per_step_frame
+from analyzer.analysis.kernel_metrics import KernelMetrics
+from analyzer.analysis.partial import DATA_WAIT_WITH_CPU, bracket_answers, rank_partial
+from analyzer.analysis.quantiles import Bracket
+from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
@@ -77,8 +80,11 @@ class StepMetrics:
     batch_samples: float | None
     samples_per_s: float | None
     per_step: pl.DataFrame
-    """Per-step shares of wall time: the effective waits (columns named like the parts), the GPU busy
-    share (gpu_busy_ms), idle and unexplained idle; for consistency across steps."""
+    """Per-step shares of wall time, one row per step number: the effective waits (columns named like
+    the parts), the waits before the GPU-idle cap (RAW suffix), the GPU busy share (gpu_busy_ms; null
+    without GPU timings), idle and unexplained idle; for consistency across steps. On a multi-rank run
+    each share is summed over the ranks that ran the step (their waits over their wall time), so the
+    frame grows with steps, not ranks x steps."""
     kernels: KernelMetrics | None = None
     """Kernel-level evidence, when steps carry kernel statistics."""
     distributed: RankAnalysis | None = None
@@ -107,85 +113,72 @@ def _clamp(x: float) -> float:
 
 
 def step_metrics(trace: Trace) -> StepMetrics:
+    """StepMetrics of a trace held in memory (the same per-rank reduction as for files, in-process)."""
     frame = trace.frame
     if frame.height == 0:
         raise TraceError(f"{trace.path}: the trace holds no steps (the run stopped before its first step ended)")
-    rows = frame.height
-    skip = warmup_steps(int(number(frame.group_by(S.RANK).len().get_column("len").min())))
-    frame = frame.filter(pl.col(S.STEP).rank("ordinal").over(S.RANK) > skip)
-    kernels = kernel_metrics(frame)
-    sampled = frame.get_column(S.KERNEL_STATS).is_not_null()
-    windows = 0
-    if sampled.any() and not sampled.all():
-        windows = int(sampled.sum())
-        frame = frame.filter(~sampled)  # steps run under torch.profiler: kernel evidence only, not timings
-    known = {c: frame.get_column(c).null_count() < frame.height for c in (S.GPU_BUSY_MS, *S.PARTS)}
-    has_gpu = known[S.GPU_BUSY_MS]
-    wall = pl.col(S.WALL_MS)
-    idle = (wall - pl.col(S.GPU_BUSY_MS).fill_null(0.0)).clip(lower_bound=0.0)
-    eff = {
-        p: (pl.min_horizontal(pl.col(p).fill_null(0.0), idle) if has_gpu else pl.col(p).fill_null(0.0)).alias(p)
-        for p in WAITS
-    }
-    frame = frame.with_columns(
-        *[e.alias(f"{p}__eff") for p, e in eff.items()],
-        idle.alias(IDLE),
-    )
-    unexplained = (pl.col(IDLE) - pl.col(f"{S.DATA_WAIT_MS}__eff") - pl.col(f"{S.SYNC_MS}__eff")).clip(lower_bound=0.0)
-    frame = frame.with_columns(unexplained.alias(UNEXPLAINED_IDLE))
-    wall_total = number(frame.get_column(S.WALL_MS).sum())
-    total = {c: number(frame.get_column(c).sum()) for c in (*S.PARTS, IDLE, UNEXPLAINED_IDLE, S.GPU_BUSY_MS)}
-    total.update({f"{p}__eff": number(frame.get_column(f"{p}__eff").sum()) for p in WAITS})
-    breakdown = {p: number(frame.get_column(p).median()) if known[p] else None for p in S.PARTS}
-    means = {p: number(frame.get_column(p).mean()) if known[p] else None for p in S.PARTS}
-    share = {p: _clamp(total[p] / wall_total) if known[p] else None for p in S.PARTS}
-    effective = {p: _clamp(total[f"{p}__eff"] / wall_total) for p in WAITS}
-    per_rank = frame.group_by(S.RANK).agg(wall.mean().alias("mean"), wall.sum().alias("sum"))
-    mem = frame.get_column(S.PEAK_MEM_BYTES)
-    samples = frame.get_column(S.BATCH_SAMPLES)
-    has_samples = samples.null_count() < samples.len()
-    per_step = frame.select(
-        S.STEP,
-        S.RANK,
-        *[(pl.col(f"{p}__eff") / wall).alias(p) for p in WAITS],
-        *[(pl.col(p).fill_null(0.0) / wall).alias(p + RAW) for p in WAITS],
-        (pl.col(S.GPU_BUSY_MS) / wall).alias(S.GPU_BUSY_MS),
-        (pl.col(IDLE) / wall).alias(IDLE),
-        (pl.col(UNEXPLAINED_IDLE) / wall).alias(UNEXPLAINED_IDLE),
-    )
+    parts = {int(k[0]): v for k, v in frame.partition_by(S.RANK, as_dict=True).items()}
+    skip = warmup_steps(min(v.height for v in parts.values()))
+    combiner = Combiner(skip)
+    try:
+        for rank in sorted(parts):
+            combiner.add(rank_partial(parts[rank], rank, skip))
+
+        def answer(wanted: dict[str, list[Bracket]], drop: bool) -> list[Answers]:
+            return [bracket_answers(parts[r], skip, drop, wanted) for r in sorted(parts)]
+
+        return metrics_from(combiner.finish(answer), skip, trace.run.gpu_memory_bytes)
+    finally:
+        combiner.close()
+
+
+_PER_STEP_COLUMNS = {
+    "step": S.STEP,
+    "data": S.DATA_WAIT_MS,
+    "sync": S.SYNC_MS,
+    "other": S.OTHER_MS,
+    "data_raw": S.DATA_WAIT_MS + RAW,
+    "sync_raw": S.SYNC_MS + RAW,
+    "other_raw": S.OTHER_MS + RAW,
+    "busy": S.GPU_BUSY_MS,
+    "idle": IDLE,
+    "unexplained": UNEXPLAINED_IDLE,
+}
+
+
+def metrics_from(c: Combined, skip: int, gpu_memory_bytes: int | None) -> StepMetrics:
+    """StepMetrics from ranks' combined partials (combine.py)."""
+    wall_total = c.wall_total
+    sums = c.step_sums.sums
+    v = "c" if c.has_gpu else "u"
+    eff = {S.DATA_WAIT_MS: f"data_{v}", S.SYNC_MS: f"sync_{v}", S.OTHER_MS: f"other_{v}"}
+    q = c.quantiles
     return StepMetrics(
-        steps=frame.height,
-        ranks=frame.get_column(S.RANK).n_unique(),
+        steps=c.analysed,
+        ranks=c.ranks,
         warmup_steps=skip,
-        accounting=StepAccounting(
-            rows=rows, warmup=rows - frame.height - windows, profiler_windows=windows, analysed=frame.height
-        ),
-        step_median_ms=number(frame.get_column(S.WALL_MS).median()),
-        step_p90_ms=number(frame.get_column(S.WALL_MS).quantile(0.9, "linear")),
-        breakdown_ms=breakdown,
-        step_mean_ms=number(per_rank.get_column("mean").max()),  # a run lasts as long as its slowest rank
-        busy_mean_ms=number(frame.get_column(S.GPU_BUSY_MS).mean()) if has_gpu else None,
-        mean_ms=means,
-        share=share,
-        effective=effective,
-        gpu_util=_clamp(total[S.GPU_BUSY_MS] / wall_total) if has_gpu else None,
-        idle_unexplained=_clamp(total[UNEXPLAINED_IDLE] / wall_total) if has_gpu else None,
-        data_cpu_fraction=_data_cpu_fraction(frame),
-        peak_mem_bytes=None if mem.null_count() == mem.len() else int(number(mem.max())),
-        gpu_memory_bytes=trace.run.gpu_memory_bytes,
-        batch_samples=number(samples.median()) if has_samples else None,
-        samples_per_s=1000.0 * number(samples.sum()) / number(per_rank.get_column("sum").max())
-        if has_samples
-        else None,
-        per_step=per_step,
-        kernels=kernels,
-        distributed=rank_analysis(frame),
+        accounting=StepAccounting(rows=c.rows, warmup=c.warmup, profiler_windows=c.windows, analysed=c.analysed),
+        step_median_ms=q[(S.WALL_MS, 0.5)],
+        step_p90_ms=q[(S.WALL_MS, 0.9)],
+        breakdown_ms={p: q[(p, 0.5)] if c.known[p] else None for p in S.PARTS},
+        step_mean_ms=c.step_mean_ms,
+        busy_mean_ms=c.means[S.GPU_BUSY_MS] if c.has_gpu else None,
+        mean_ms={p: c.means[p] if c.known[p] else None for p in S.PARTS},
+        share={p: _clamp(c.sums[p] / wall_total) if c.known[p] else None for p in S.PARTS},
+        effective={p: _clamp(float(sums[k].sum()) / wall_total) for p, k in eff.items()},
+        gpu_util=_clamp(c.sums[S.GPU_BUSY_MS] / wall_total) if c.has_gpu else None,
+        idle_unexplained=_clamp(float(sums[f"unexpl_{v}"].sum()) / wall_total) if c.has_gpu else None,
+        data_cpu_fraction=_cpu_fraction(c.sums),
+        peak_mem_bytes=c.peak_mem_bytes,
+        gpu_memory_bytes=gpu_memory_bytes,
+        batch_samples=q[(S.BATCH_SAMPLES, 0.5)] if c.known[S.BATCH_SAMPLES] else None,
+        samples_per_s=c.samples_per_s,
+        per_step=per_step_frame(c.step_sums, c.has_gpu, _PER_STEP_COLUMNS),
+        kernels=c.kernels,
+        distributed=c.distributed,
     )
 
 
-def _data_cpu_fraction(frame: pl.DataFrame) -> float | None:
-    rows = frame.filter(pl.col(S.DATA_CPU_MS).is_not_null())
-    wait = number(rows.get_column(S.DATA_WAIT_MS).fill_null(0.0).sum()) if rows.height else 0.0
-    if wait <= 0:
-        return None
-    return _clamp(number(rows.get_column(S.DATA_CPU_MS).sum()) / wait)
+def _cpu_fraction(sums: dict[str, float]) -> float | None:
+    with_cpu = sums[DATA_WAIT_WITH_CPU]
+    return _clamp(sums[S.DATA_CPU_MS] / with_cpu) if with_cpu > 0 else None

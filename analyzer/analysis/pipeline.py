@@ -6,13 +6,11 @@ import dataclasses
 from pathlib import Path
 
 from analyzer.analysis.findings import Finding, Report, Savings
-from analyzer.analysis.metrics import step_metrics
 from analyzer.analysis.rules import Context, classify
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, RunCost, run_cost, run_hours
 from analyzer.planning.mfu import mfu
 from gpuanalyze.ingest.reader import Trace
-from gpuanalyze.ingest.sources import load_any
 
 
 def analyze(
@@ -22,6 +20,9 @@ def analyze(
     machine_ceilings: bool | Path = False,
     cost: CostInputs | None = None,
     flops_per_step: float | None = None,
+    engine: str = "local",
+    workers: int | None = None,
+    max_bytes: int | None = None,
 ) -> Report:
     """Analyse a trace (.arrow, Kineto .json[.gz], a directory of per-rank traces, or a loaded Trace).
 
@@ -30,13 +31,23 @@ def analyze(
     ``ceilings`` applies the given ones as they are. Findings quote achieved numbers against them.
     ``cost`` (run length, price) adds cost per run and savings; ``flops_per_step`` adds model FLOPs
     utilisation. Raises GpuAnalyzeError on bad input.
+
+    A directory of rank files (or a URL of one) is measured out of core on ``engine`` ('local': a
+    process pool of ``workers``, default the cores; 'ray': Ray tasks), docs/large-runs.md;
+    ``max_bytes`` caps the decompressed JSON read from a Kineto trace (default: a gzip ratio guard).
     """
-    loaded = trace if isinstance(trace, Trace) else load_any(trace)
+    from analyzer.scale.measure import measure, measure_trace
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    if isinstance(trace, Trace):
+        loaded = measure_trace(trace)
+    else:
+        loaded = measure(trace, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes))
+    metrics = loaded.metrics
     notes = loaded.notes
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
-    metrics = step_metrics(loaded)
     verdict = classify(Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings))
     cost_ = None
     if cost is not None and cost.has_length:
@@ -49,7 +60,7 @@ def analyze(
             "GPU kernels (a CPU run): kernel-level evidence is empty",
         )
     return Report(
-        path=str(loaded.path),
+        path=loaded.path,
         bottleneck=verdict.bottleneck,
         confidence=verdict.confidence,
         findings=findings,

@@ -9,6 +9,7 @@ import typer
 
 from analyzer.cli import options
 from analyzer.cli.app import app, fail
+from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
 
 
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
 @app.command("analyze")
 def analyze_cmd(
     trace: Annotated[
-        Path,
+        str,
         typer.Argument(
-            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], or a directory of per-rank traces."
+            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], or a directory (or URL of one) "
+            "of per-rank traces."
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
@@ -49,6 +51,9 @@ def analyze_cmd(
     ] = None,
     tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
     width: Annotated[int | None, width_option()] = None,
+    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.analysis.pipeline import analyze
@@ -65,7 +70,15 @@ def analyze_cmd(
         )
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
-        report = analyze(trace, machine_ceilings=ceilings or True, cost=cost, flops_per_step=flops_per_step)
+        report = analyze(
+            trace,
+            machine_ceilings=ceilings or True,
+            cost=cost,
+            flops_per_step=flops_per_step,
+            engine=engine,
+            workers=workers,
+            max_bytes=max_bytes_option(max_bytes),
+        )
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:

@@ -1,4 +1,4 @@
-"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON to a gpuanalyze trace)."""
+"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON to gpuanalyze traces)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,68 @@ import typer
 from analyzer.cli.app import app, fail
 from analyzer.errors import GpuAnalyzeError
 
+ENGINE_HELP = "Where per-rank work runs: local (a process pool) or ray (Ray tasks; pip install 'gpuanalyze[ray]')."
+WORKERS_HELP = "Worker processes (local engine; default: the CPU cores, one for small inputs)."
+MAX_BYTES_HELP = (
+    "Most decompressed JSON to read from one Kineto trace, e.g. 8G (default: gzip may expand 100x its size)."
+)
+
+
+def max_bytes_option(text: str | None) -> int | None:
+    from gpuanalyze.ingest.stream import parse_size
+
+    return None if text is None else parse_size(text)
+
 
 @app.command("import")
 def import_cmd(
-    trace: Annotated[Path, typer.Argument(help="A PyTorch profiler (Kineto) trace: .json or .json.gz.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="The gpuanalyze trace to write (.arrow).")],
-    force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
+    trace: Annotated[
+        str, typer.Argument(help="A PyTorch profiler (Kineto) trace (.json or .json.gz), or a directory of them.")
+    ],
+    out: Annotated[
+        str,
+        typer.Option(
+            "-o", "--out", help="The .arrow file to write; for a directory, an existing directory (one file per rank)."
+        ),
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite outputs that exist.")] = False,
+    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
 ) -> None:
-    """Convert a PyTorch profiler trace to a gpuanalyze trace (never writes over its input)."""
-    from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+    """Convert PyTorch profiler traces to gpuanalyze traces (never writes over its input or, without
+    --force, over any file; a directory is imported in parallel and up-to-date outputs are reused)."""
+    from analyzer.scale import storage
 
     try:
-        loaded = load_kineto(trace)
-        write_trace_file(loaded, out, force=force)
+        limit = max_bytes_option(max_bytes)
+        if storage.is_dir(trace):
+            _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
+            return
+        from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+        from gpuanalyze.ingest.stream import ReadLimits
+
+        if storage.is_url(trace) or storage.is_url(out):
+            raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")
+        loaded = load_kineto(Path(trace), ReadLimits(max_bytes=limit))
+        write_trace_file(loaded, Path(out), force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror}")
     typer.echo(f"{out}: {loaded.frame.height} step(s) from {trace}")
+
+
+def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, engine: str, workers: int | None) -> None:
+    from analyzer.scale.measure import import_dir
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    results, notes = import_dir(
+        source, out, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes), force=force
+    )
+    for res in results:
+        how = "reused (up to date)" if res.reused else f"{res.steps} step(s)"
+        typer.echo(f"{res.arrow}: {how}, rank {','.join(map(str, res.ranks)) or '?'} from {res.source}")
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"{len(results)} rank file(s) in {out}; analyse them with: gpuanalyze {out}")

@@ -3,10 +3,14 @@
 Definitions follow HolisticTraceAnalysis (HTA) so numbers can be cross-checked:
 span = first kernel start to last kernel end; busy = union of kernel intervals; idle = span - busy;
 compute = union of kernels that are neither communication nor memcpy/memset; non-compute =
-busy - compute; exposed communication = time when only communication kernels run. Idle gaps on
-the merged GPU timeline are split like HTA's idle-time breakdown:
-host wait when the next kernel's launch call started after the gap began, launch overhead when
-the gap is shorter than LAUNCH_GAP_US, other otherwise.
+busy - compute; exposed communication = time when only communication kernels run.
+
+Idle gaps are found on the GPU timeline of the *whole trace* (the union of every kernel) and each
+gap belongs to the step that launched the kernel ending it, so the gap between two steps counts
+for the step that follows: the steps' idle times add up to the trace's idle time, as HTA counts
+it. A gap is split like HTA's idle-time breakdown: host wait when the next kernel's launch call
+started after the gap began, launch overhead when the gap is shorter than LAUNCH_GAP_US, other
+otherwise.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ import numpy as np
 
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import merge, union_length
-from gpuanalyze.ingest.kernel_names import hta_kernel_type, memcpy_kind
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.runinfo import GpuSummary
 from gpuanalyze.ingest.schema import KernelStats, TopKernel
 
 LAUNCH_GAP_US = 30.0
 TOP_KERNELS = 5
+_CATEGORY_CODE = {c: i for i, c in enumerate(S.KERNEL_CATEGORIES)}
+_MEMCPY_CODE = {"h2d": 0, "d2h": 1, "d2d": 2}
+_NON_COMPUTE = np.array([c in ("communication", "memcpy", "memset") for c in S.KERNEL_CATEGORIES])
+_COMM = _CATEGORY_CODE["communication"]
 
 
 def hta_percentages(span: float, busy: float, compute: float) -> GpuSummary | None:
@@ -39,13 +46,13 @@ def hta_percentages(span: float, busy: float, compute: float) -> GpuSummary | No
     )
 
 
-def hta_summary(start: np.ndarray, end: np.ndarray, names: list[str]) -> GpuSummary | None:
-    """HTA's temporal breakdown of a whole trace; None without GPU events."""
+def hta_summary(start: np.ndarray, end: np.ndarray, computation: np.ndarray) -> GpuSummary | None:
+    """HTA's temporal breakdown of a whole trace (``computation``: HTA counts the event as computation);
+    None without GPU events."""
     if start.size == 0:
         return None
-    comp = np.fromiter((hta_kernel_type(n) == "computation" for n in names), dtype=bool, count=len(names))
     return hta_percentages(
-        float(end.max() - start.min()), union_length(start, end), union_length(start[comp], end[comp])
+        float(end.max() - start.min()), union_length(start, end), union_length(start[computation], end[computation])
     )
 
 
@@ -60,98 +67,134 @@ def top_kernels(entries: Iterable[tuple[str, float, int]], n: int = TOP_KERNELS)
     return [(name, ms, int(count)) for name, (ms, count) in ranked]
 
 
-def window_stats(
-    start: np.ndarray,
-    end: np.ndarray,
-    names: list[str],
-    categories: list[str],
-    launch_ts: np.ndarray,
-    sync_api_us: float,
-) -> KernelStats:
-    """The KernelStats of the kernels of one window (arrays already selected)."""
-    if start.size == 0:
-        return KernelStats(sync_api_ms=sync_api_us / 1e3)
-    stats: dict[str, float] = dict.fromkeys(S.KERNEL_STAT_FIELDS, 0.0)
-    stats["sync_api_ms"] = sync_api_us / 1e3
-    dur = end - start
-    seg_s, seg_e = merge(start, end)
-    busy = float((seg_e - seg_s).sum())
-    span = float(seg_e[-1] - seg_s[0])
-    cats = np.array(categories)
-    compute_mask = np.isin(cats, ("communication", "memcpy", "memset"), invert=True)
-    compute = union_length(start[compute_mask], end[compute_mask])
-    non_comm = union_length(start[cats != "communication"], end[cats != "communication"])
-    stats.update(
-        gpu_span_ms=span / 1e3,
-        gpu_busy_ms=busy / 1e3,
-        compute_ms=compute / 1e3,
-        comm_exposed_ms=(busy - non_comm) / 1e3,
-        non_compute_ms=(busy - compute) / 1e3,
-    )
-    for cat in S.KERNEL_CATEGORIES:
-        stats[f"{cat}_ms"] = float(dur[cats == cat].sum()) / 1e3
-    for i in np.flatnonzero(cats == "memcpy"):
-        kind = memcpy_kind(names[i])
-        if kind != "other":
-            stats[f"memcpy_{kind}_ms"] += float(dur[i]) / 1e3
-        if "Pageable" in names[i]:
-            stats["memcpy_pageable_ms"] += float(dur[i]) / 1e3
-    stats.update(_idle_split(start, launch_ts, seg_s, seg_e))
-    top = top_kernels((name, float(d) / 1e3, 1) for name, d in zip(names, dur, strict=True))
-    return KernelStats(
-        **stats,
-        kernel_count=int(start.size),
-        kernel_median_us=float(np.median(dur)),
-        top_kernels=tuple(TopKernel(name=n[:300], total_ms=ms, count=c) for n, ms, c in top),
-    )
-
-
-def _idle_split(start: np.ndarray, launch_ts: np.ndarray, seg_s: np.ndarray, seg_e: np.ndarray) -> dict[str, float]:
-    out = {"idle_host_wait_ms": 0.0, "idle_launch_ms": 0.0, "idle_other_ms": 0.0}
-    if seg_s.size < 2:
-        return out
-    order = np.argsort(start, kind="stable")
-    first_of_seg = order[np.searchsorted(start[order], seg_s[1:], side="left")]
-    gaps = seg_s[1:] - seg_e[:-1]
-    launch = launch_ts[first_of_seg]
-    host_wait = (launch >= 0) & (launch > seg_e[:-1])
-    short = ~host_wait & (gaps < LAUNCH_GAP_US)
-    out["idle_host_wait_ms"] = float(gaps[host_wait].sum()) / 1e3
-    out["idle_launch_ms"] = float(gaps[short].sum()) / 1e3
-    out["idle_other_ms"] = float(gaps[~host_wait & ~short].sum()) / 1e3
-    return out
-
-
 class StepKernels:
     """A Kineto trace's kernels and blocking syncs, ready to be cut into step windows.
 
     A kernel belongs to the window in which its launch call (matched by correlation id) started;
-    kernels without a launch call go by their own start time.
+    kernels without a launch call go by their own start time. Windows are found by binary search
+    over kernels sorted by that time, so cutting a trace into N steps costs O(N log n), not O(N n).
     """
 
     def __init__(self, k: KinetoTrace) -> None:
         self.k = k
-        corr_ts = dict(zip(k.runtime_correlation.tolist(), k.runtime.start.tolist(), strict=False))
-        self.launch = np.array([corr_ts.get(c, -1.0) for c in k.gpu_correlation.tolist()], dtype=np.float64)
-        self.owner = np.where(self.launch >= 0, self.launch, k.gpu.start)
-        # parse_kineto keeps runtime names only for blocking syncs
-        self.sync = np.fromiter((bool(n) for n in k.runtime.names), dtype=bool, count=len(k.runtime.names))
+        start, end = k.gpu.start, k.gpu.end
+        self.launch = _launch_times(k)
+        self.owner = np.where(self.launch >= 0, self.launch, start)
+        self._order = np.argsort(self.owner, kind="stable")
+        self._owner_sorted = self.owner[self._order]
+        kind_cat = np.array([_CATEGORY_CODE[x.category] for x in k.kinds], dtype=np.int8)
+        kind_mem = np.array([_MEMCPY_CODE.get(x.memcpy, -1) for x in k.kinds], dtype=np.int8)
+        kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds], dtype=bool)
+        self.category = kind_cat[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
+        self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
+        self.pageable = kind_page[k.gpu_kind] if k.kinds else np.empty(0, bool)
+        rt = k.runtime
+        sync = np.flatnonzero(k.runtime_sync)
+        order = sync[np.argsort(rt.start[sync], kind="stable")]
+        self._sync_start = rt.start[order]
+        self._sync_dur = rt.end[order] - rt.start[order]
+        self._gaps(start, end)
+
+    def _gaps(self, start: np.ndarray, end: np.ndarray) -> None:
+        """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
+        seg_s, seg_e = merge(start, end)
+        if seg_s.size < 2:
+            self._gap_owner = np.empty(0)
+            self._gap_len = np.empty((3, 0))
+            return
+        by_start = np.argsort(start, kind="stable")
+        first = by_start[np.searchsorted(start[by_start], seg_s[1:], side="left")]
+        gaps = seg_s[1:] - seg_e[:-1]
+        launch = self.launch[first]
+        host = (launch >= 0) & (launch > seg_e[:-1])
+        short = ~host & (gaps < LAUNCH_GAP_US)
+        owner = self.owner[first]
+        order = np.argsort(owner, kind="stable")
+        self._gap_owner = owner[order]
+        self._gap_len = np.stack(
+            [
+                np.where(host, gaps, 0.0)[order],
+                np.where(short, gaps, 0.0)[order],
+                np.where(~host & ~short, gaps, 0.0)[order],
+            ]
+        )
 
     def sync_us(self, lo: float, hi: float) -> float:
         """Host time in blocking sync calls that started in [lo, hi)."""
-        rt = self.k.runtime
-        sel = self.sync & (rt.start >= lo) & (rt.start < hi)
-        return float((rt.end[sel] - rt.start[sel]).sum())
+        i, j = np.searchsorted(self._sync_start, (lo, hi), side="left")
+        return float(self._sync_dur[i:j].sum())
+
+    def idle_us(self, lo: float, hi: float) -> tuple[float, float, float]:
+        """(host wait, launch overhead, other) of the GPU idle gaps ended by kernels launched in [lo, hi)."""
+        i, j = np.searchsorted(self._gap_owner, (lo, hi), side="left")
+        part = self._gap_len[:, i:j].sum(axis=1)
+        return float(part[0]), float(part[1]), float(part[2])
+
+    def indices(self, lo: float, hi: float) -> np.ndarray:
+        """Kernels launched in [lo, hi), in trace order."""
+        i, j = np.searchsorted(self._owner_sorted, (lo, hi), side="left")
+        return np.sort(self._order[i:j])
 
     def stats(self, lo: float, hi: float) -> KernelStats:
         """KERNEL_STATS of the kernels launched in [lo, hi)."""
+        idx = self.indices(lo, hi)
+        return self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
+
+    def _window(self, idx: np.ndarray, idle: tuple[float, float, float], sync_api_us: float) -> KernelStats:
+        if idx.size == 0:
+            return KernelStats(sync_api_ms=sync_api_us / 1e3)
         k = self.k
-        idx = np.flatnonzero((self.owner >= lo) & (self.owner < hi))
-        return window_stats(
-            k.gpu.start[idx],
-            k.gpu.end[idx],
-            [k.gpu.names[i] for i in idx],
-            [k.gpu_category[i] for i in idx],
-            self.launch[idx],
-            self.sync_us(lo, hi),
+        start, end = k.gpu.start[idx], k.gpu.end[idx]
+        cats = self.category[idx]
+        dur = end - start
+        stats: dict[str, float] = dict.fromkeys(S.KERNEL_STAT_FIELDS, 0.0)
+        stats["sync_api_ms"] = sync_api_us / 1e3
+        seg_s, seg_e = merge(start, end)
+        busy = float((seg_e - seg_s).sum())
+        compute_mask = ~_NON_COMPUTE[cats]
+        compute = union_length(start[compute_mask], end[compute_mask])
+        non_comm = union_length(start[cats != _COMM], end[cats != _COMM])
+        stats.update(
+            gpu_span_ms=float(seg_e[-1] - seg_s[0]) / 1e3,
+            gpu_busy_ms=busy / 1e3,
+            compute_ms=compute / 1e3,
+            comm_exposed_ms=(busy - non_comm) / 1e3,
+            non_compute_ms=(busy - compute) / 1e3,
+            idle_host_wait_ms=idle[0] / 1e3,
+            idle_launch_ms=idle[1] / 1e3,
+            idle_other_ms=idle[2] / 1e3,
         )
+        per_cat = np.bincount(cats, weights=dur, minlength=len(S.KERNEL_CATEGORIES))
+        for code, cat in enumerate(S.KERNEL_CATEGORIES):
+            stats[f"{cat}_ms"] = float(per_cat[code]) / 1e3
+        mem = self.memcpy[idx]
+        for kind, code in _MEMCPY_CODE.items():
+            stats[f"memcpy_{kind}_ms"] = float(dur[mem == code].sum()) / 1e3
+        stats["memcpy_pageable_ms"] = float(dur[self.pageable[idx]].sum()) / 1e3
+        kinds = k.gpu_kind[idx]
+        per_kind = np.bincount(kinds, weights=dur)
+        counts = np.bincount(kinds)
+        used = np.flatnonzero(counts)
+        top = top_kernels((k.kinds[i].name, float(per_kind[i]) / 1e3, int(counts[i])) for i in used)
+        return KernelStats(
+            **stats,
+            kernel_count=int(idx.size),
+            kernel_median_us=float(np.median(dur)),
+            top_kernels=tuple(TopKernel(name=n[:300], total_ms=ms, count=c) for n, ms, c in top),
+        )
+
+
+def _launch_times(k: KinetoTrace) -> np.ndarray:
+    """Start of each kernel's launch call (the last runtime call with its correlation id); -1 without one."""
+    corr = k.gpu_correlation
+    out = np.full(corr.size, -1.0)
+    rt_corr = k.runtime_correlation
+    if corr.size == 0 or rt_corr.size == 0:
+        return out
+    order = np.argsort(rt_corr, kind="stable")
+    sorted_corr = rt_corr[order]
+    pos = np.searchsorted(sorted_corr, corr, side="right") - 1
+    found = (pos >= 0) & (corr >= 0)
+    found[found] = sorted_corr[pos[found]] == corr[found]
+    out[found] = k.runtime.start[order[pos[found]]]
+    return out

@@ -1,8 +1,24 @@
-"""Convert a parsed Kineto trace into gpuanalyze trace rows: one per ProfilerStep window."""
+"""Convert a parsed Kineto trace into gpuanalyze trace rows: one per ProfilerStep window.
+
+Per step (times in the step's host window [start, end) of its ProfilerStep annotation):
+
+- data_wait: DataLoader ``__next__`` time during which neither a device activity nor a runtime
+  call runs (the PyTorch profiler TensorBoard plugin's definition: its step breakdown gives each
+  instant to the first of kernel, memcpy, memset, runtime, DataLoader, CPU op), clipped to the step;
+- backward: union of autograd work (``autograd::engine::evaluate_function`` and ``XxxBackward``
+  CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
+- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d and gpu_busy from the
+  kernels launched in the step (kernel_stats.py);
+- gpuanalyze's own export convention wins where present: ``user_annotation`` slices named
+  ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
+- other: what the known host parts leave of the step.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 import numpy as np
@@ -10,17 +26,24 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import union_length
+from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
-from gpuanalyze.ingest.kineto import KinetoTrace, parse_kineto
+from gpuanalyze.ingest.kineto import (
+    EXPORT_PART_OF_MARK,
+    MARK_BACKWARD,
+    MARK_LOADER,
+    MARK_OPTIMIZER,
+    KinetoTrace,
+    parse_kineto,
+)
 from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.stream import ReadLimits
 
 IMPORTED = EndInfo(status="imported")
-
-DATALOADER_PREFIX = "enumerate(DataLoader)"
-OPTIMIZER_PREFIX = "Optimizer.step#"
-BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+#: Bumped whenever the same Kineto file would import to different rows: an import made by an older
+#: importer is then redone rather than reused (sources.py, the import cache).
+IMPORTER_VERSION = "2"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
@@ -28,10 +51,12 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
     mask = np.ones(k.gpu.start.size, dtype=bool)
     if k.steps and k.gpu.start.size:
         last = max(s for _, s, _ in k.steps)
-        valid = k.runtime_correlation[k.runtime.start < last]
-        hta = np.isin(k.gpu_correlation, valid)
-        if hta.any():
-            mask = hta
+        valid = np.unique(k.runtime_correlation[(k.runtime.start < last) & (k.runtime_correlation >= 0)])
+        if valid.size:
+            at = np.minimum(np.searchsorted(valid, k.gpu_correlation), valid.size - 1)
+            hta = valid[at] == k.gpu_correlation  # np.isin without its sort of both arrays
+            if hta.any():
+                mask = hta
     return mask
 
 
@@ -46,12 +71,46 @@ def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]
     return [(0, lo, hi)], ["no ProfilerStep#N annotations: the whole trace is analysed as one step"]
 
 
-def _sum_in(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray, lo: float, hi: float) -> float:
-    sel = mask & (starts >= lo) & (starts < hi)
-    return float((ends[sel] - starts[sel]).sum())
+class _Marks:
+    """CPU annotations of one kind, sorted by start, for per-window sums."""
+
+    def __init__(self, k: KinetoTrace, mark: int) -> None:
+        sel = np.flatnonzero(k.cpu_mark == mark)
+        order = sel[np.argsort(k.cpu.start[sel], kind="stable")]
+        self.start, self.end = k.cpu.start[order], k.cpu.end[order]
+        self.present = bool(sel.size)
+
+    def _slice(self, lo: float, hi: float) -> slice:
+        i, j = np.searchsorted(self.start, (lo, hi), side="left")
+        return slice(int(i), int(j))
+
+    def total(self, lo: float, hi: float) -> float:
+        """Summed duration (ms) of the annotations that start in [lo, hi)."""
+        s = self._slice(lo, hi)
+        return float((self.end[s] - self.start[s]).sum()) / 1e3
+
+    def union(self, lo: float, hi: float) -> float:
+        """Union (ms) of the annotations that start in [lo, hi) (nested autograd nodes count once)."""
+        s = self._slice(lo, hi)
+        return union_length(self.start[s], self.end[s]) / 1e3
 
 
-def import_kineto(k: KinetoTrace) -> Trace:
+def _loader_idle(k: KinetoTrace) -> Clipper:
+    """DataLoader time outside device activity and runtime calls (only the activity that overlaps the
+    loader's span is merged: a trace without DataLoader annotations costs nothing here)."""
+    sel = k.cpu_mark == MARK_LOADER
+    if not sel.any():
+        return Clipper(np.empty(0), np.empty(0))
+    ls, le = k.cpu.start[sel], k.cpu.end[sel]
+    lo, hi = float(ls.min()), float(le.max())
+    parts = [(a.start, a.end) for a in (k.gpu, k.runtime)]
+    near = [(s[(e > lo) & (s < hi)], e[(e > lo) & (s < hi)]) for s, e in parts]
+    busy_s = np.concatenate([s for s, _ in near])
+    busy_e = np.concatenate([e for _, e in near])
+    return Clipper(*subtract(ls, le, busy_s, busy_e))
+
+
+def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
     windows, notes = _windows(k)
     notes = k.notes + notes
@@ -59,17 +118,18 @@ def import_kineto(k: KinetoTrace) -> Trace:
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
     kernels = StepKernels(k)
-    cpu_names = k.cpu.names
-    loader = np.array([n.startswith(DATALOADER_PREFIX) for n in cpu_names], dtype=bool)
-    optim = np.array([n.startswith(OPTIMIZER_PREFIX) for n in cpu_names], dtype=bool)
-    backward = np.array([n.startswith(BACKWARD_PREFIX) for n in cpu_names], dtype=bool)
+    loader_idle = _loader_idle(k)
+    backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
+    exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
+    if exported:
+        notes.append(
+            f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
+        )
     rank = k.rank or 0
     rows = []
     for step, lo, hi in windows:
         wall = (hi - lo) / 1e3
-        sync_us = kernels.sync_us(lo, hi)
         stats = kernels.stats(lo, hi) if has_gpu else None
-        sel = backward & (k.cpu.start >= lo) & (k.cpu.start < hi)
         row = S.empty_row()
         row.update(
             {
@@ -77,43 +137,50 @@ def import_kineto(k: KinetoTrace) -> Trace:
                 S.RANK: rank,
                 S.START_UNIX_NS: int(lo * 1e3),
                 S.WALL_MS: wall,
-                S.DATA_WAIT_MS: _sum_in(k.cpu.start, k.cpu.end, loader, lo, hi) / 1e3,
+                S.DATA_WAIT_MS: loader_idle.length(lo, hi) / 1e3,
                 S.H2D_MS: stats.memcpy_h2d_ms if stats else None,
-                S.BACKWARD_MS: union_length(k.cpu.start[sel], k.cpu.end[sel]) / 1e3,
-                S.OPTIMIZER_MS: _sum_in(k.cpu.start, k.cpu.end, optim, lo, hi) / 1e3,
-                S.SYNC_MS: sync_us / 1e3,
+                S.BACKWARD_MS: backward.union(lo, hi) if backward.present else None,
+                S.OPTIMIZER_MS: optimizer.total(lo, hi),
+                S.SYNC_MS: kernels.sync_us(lo, hi) / 1e3,
                 S.GPU_BUSY_MS: min(wall, stats.gpu_busy_ms) if stats else None,
                 S.KERNEL_STATS: S.encode_kernel_stats(stats),
             }
         )
-        known = sum(row[c] or 0.0 for c in (S.DATA_WAIT_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS))
-        row[S.OTHER_MS] = max(0.0, wall - known)
+        for part, marks in exported.items():
+            row[part] = marks.total(lo, hi)
+        if S.OTHER_MS not in exported:
+            host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
+            row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
         rows.append(row)
     mask = hta_gpu_mask(k)
-    summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], [n for n, m in zip(k.gpu.names, mask, strict=False) if m])
+    computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
+    summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
     try:
         run = msgspec.convert(
             {
-                "source": f"kineto:{Path(k.path).name}",
+                "source": f"kineto:{Path(k.path).name}"[:4096],
                 "rank": rank,
                 "world_size": k.world_size or 1,
                 "backend": k.backend,
                 "gpu_name": k.device_name,
                 "gpu_memory_bytes": k.device_memory,
-                "device": "cuda" if has_gpu else "cpu",
+                "device": k.device,
                 "gpu_summary": summary,
             },
             RunInfo,
         )
     except msgspec.ValidationError as exc:
         raise TraceError(f"{k.path}: implausible run information ({exc})") from exc
-    table = pa.Table.from_pylist(rows, schema=S.arrow_schema(run))
+    try:
+        table = pa.Table.from_pylist(rows, schema=S.arrow_schema(run, tags))
+    except (pa.ArrowException, OverflowError) as exc:
+        raise TraceError(f"{k.path}: step values out of range ({str(exc)[:120]})") from exc
     frame, repair = normalise_frame(frame_of(table))
     return Trace(
         path=Path(k.path),
         frame=frame,
         run=run,
-        tags={},
+        tags=dict(tags or {}),
         version=S.FORMAT_VERSION,
         complete=True,
         end=IMPORTED,
@@ -121,20 +188,28 @@ def import_kineto(k: KinetoTrace) -> Trace:
     )
 
 
-def load_kineto(path: str | Path) -> Trace:
-    return import_kineto(parse_kineto(path))
+def load_kineto(path: str | Path, limits: ReadLimits | None = None) -> Trace:
+    return import_kineto(parse_kineto(path, limits))
+
+
+def trace_writer(trace: Trace) -> Callable[[BinaryIO], None]:
+    """Writes ``trace`` as a gpuanalyze .arrow stream (with the 'imported' end marker) to a binary file."""
+    schema = S.arrow_schema(trace.run, trace.tags)
+    table = trace.frame.to_arrow().select(list(S.COLUMNS)).cast(schema)
+
+    def write(fh: BinaryIO) -> None:
+        with pa.ipc.new_stream(fh, schema) as writer:
+            writer.write_table(table)
+            S.write_end_marker(writer, schema, trace.end or IMPORTED)
+
+    return write
 
 
 def write_trace_file(trace: Trace, out: Path, *, force: bool) -> None:
-    """Write an in-memory Trace as a gpuanalyze .arrow file; never over an existing file unless forced."""
-    if out.exists() and not force:
-        raise TraceError(f"{out} exists; pass --force to overwrite it")
-    if out.resolve() == Path(trace.path).resolve():
+    """Write an in-memory Trace as a gpuanalyze .arrow file through analyzer.files.write_file (never
+    over an existing file unless forced, never through links or special files, never its own input)."""
+    from analyzer.files import write_file
+
+    if out.exists() and Path(trace.path).exists() and out.resolve() == Path(trace.path).resolve():
         raise TraceError(f"{out} is the input file; choose another output path")
-    schema = S.arrow_schema(trace.run, trace.tags)
-    table = trace.frame.to_arrow().select(list(S.COLUMNS)).cast(schema)
-    tmp = out.with_name(out.name + ".tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_table(table)
-        S.write_end_marker(writer, schema, IMPORTED)
-    tmp.replace(out)
+    write_file(out, trace_writer(trace), force=force)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import re
 import stat
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pyarrow as pa
 
@@ -16,7 +18,8 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
-from gpuanalyze.ingest.runinfo import RunInfo, decode_run
+from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, decode_run
+from gpuanalyze.ingest.stream import ReadLimits
 
 
 def is_json_trace(path: Path) -> bool:
@@ -96,28 +99,86 @@ def _noted(trace: Trace, note: str | None) -> Trace:
     return trace if note is None else dataclasses.replace(trace, notes=(note, *trace.notes))
 
 
-def load_any(path: str | Path) -> Trace:
-    """One Trace from a file or a directory of per-rank files; raises TraceError with the reason.
+def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
+    """One Trace, in memory, from a file or a directory of per-rank files; raises TraceError with the reason.
 
     A multi-rank run's file (``trace.rank0.arrow``, or the ``trace.arrow`` passed to
-    ``analyzer.profile``) brings in all its sibling rank files."""
+    ``analyzer.profile``) brings in all its sibling rank files. In a directory, files that cannot be
+    read (not a trace, unreadable, not a regular file) are skipped with a note. For runs too large
+    to hold in memory, ``analyzer.analyze`` measures directories out of core instead.
+    """
     path = Path(path)
     if path.suffix == ".arrow" and (siblings := rank_siblings(path)) and (not path.exists() or path in siblings):
         return _noted(_merge(path, [load_trace(p) for p in siblings]), siblings.note)
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
-        return _load_dir(path)
+        return _load_dir(path, limits)
     if is_json_trace(path):
-        return load_kineto(path)
+        return load_kineto(path, limits)
     return load_trace(path)
 
 
-def _load_dir(path: Path) -> Trace:
-    files = sorted(p for p in path.iterdir() if p.is_file() and (is_json_trace(p) or p.suffix == ".arrow"))
+def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
+    files = sorted(p for p in path.iterdir() if (is_json_trace(p) or p.suffix == ".arrow") and not p.is_dir())
     if not files:
         raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
-    return _merge(path, [load_kineto(f) if is_json_trace(f) else load_trace(f) for f in files])
+    traces, skipped = [], []
+    for f in files:
+        try:
+            traces.append(load_kineto(f, limits) if is_json_trace(f) else load_trace(f))
+        except TraceError as exc:
+            skipped.append((f, exc))
+        except OSError as exc:  # e.g. PermissionError
+            skipped.append((f, TraceError(f"{f}: cannot read ({exc.strerror or exc})")))
+    if not traces:
+        raise skipped[0][1]
+    merged = _merge(path, traces)
+    notes = [f"skipped {f.name}: {str(exc).removeprefix(str(f) + ': ')}" for f, exc in skipped]
+    return dataclasses.replace(merged, notes=tuple(dict.fromkeys([*notes, *merged.notes])))
+
+
+#: A trace may claim a world at most this many times the rank files present (else the claim is ignored).
+WORLD_CLAIM_FACTOR = 64
+
+
+def missing_ranks_note(world: int, present: set[int]) -> str | None:
+    """A note on the ranks of ``world`` without a trace; never enumerates a claimed world it cannot hold."""
+    if world > max(len(present), 1) * WORLD_CLAIM_FACTOR:
+        return (
+            f"the traces claim a world of {world:,} ranks but only {len(present)} rank file(s) are here; "
+            f"analysing the {len(present)} present"
+        )
+    missing = world - len([r for r in present if r < world])
+    if missing <= 0:
+        return None
+    shown = [str(r) for r in itertools.islice((r for r in range(world) if r not in present), 10)]
+    more = " ..." if missing > 10 else ""
+    return (
+        f"{missing} of {world} rank(s) have no trace here (ranks {', '.join(shown)}{more}); "
+        f"analysing the {len(present)} present"
+    )
+
+
+def mean_summary(summaries: list[GpuSummary]) -> GpuSummary:
+    """The GPU breakdown of a multi-rank run: each percentage averaged over the ranks that have one."""
+    n = len(summaries)
+    return GpuSummary(
+        busy_pct=sum(s.busy_pct for s in summaries) / n,
+        idle_pct=sum(s.idle_pct for s in summaries) / n,
+        compute_pct=sum(s.compute_pct for s in summaries) / n,
+        non_compute_pct=sum(s.non_compute_pct for s in summaries) / n,
+    )
+
+
+def run_of(runs: list[RunInfo], ranks: int) -> RunInfo:
+    """The run description of several rank files (lowest rank first): the first, with the GPU
+    breakdown averaged over every rank that has one."""
+    first = runs[0]
+    summaries = [r.gpu_summary for r in runs if r.gpu_summary is not None]
+    if ranks > 1 and len(summaries) > 1:
+        first = msgspec.structs.replace(first, gpu_summary=mean_summary(summaries))
+    return first
 
 
 def _merge(path: Path, traces: list[Trace]) -> Trace:
@@ -134,20 +195,15 @@ def _merge(path: Path, traces: list[Trace]) -> Trace:
     if len(worlds) > 1:
         raise TraceError(f"{path}: traces disagree on the world size ({sorted(worlds)}); the directory mixes runs")
     notes = [n for t in traces for n in t.notes]
-    world = worlds.pop() if worlds else len(by_rank)
-    missing = sorted(set(range(int(world))) - set(by_rank))
-    if missing:
-        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        notes.insert(
-            0,
-            f"{len(missing)} of {world} rank(s) have no trace here (ranks {shown}); "
-            f"analysing the {len(by_rank)} present",
-        )
-    first = min(traces, key=lambda t: int(t.run.rank_or_zero))
+    note = missing_ranks_note(worlds.pop() if worlds else len(by_rank), set(by_rank))
+    if note:
+        notes.insert(0, note)
+    ordered = sorted(traces, key=lambda t: int(t.run.rank_or_zero))
+    first = ordered[0]
     return Trace(
         path=path,
         frame=pl.concat([t.frame for t in traces]).sort([S.RANK, S.STEP]),
-        run=first.run,
+        run=run_of([t.run for t in ordered], len(by_rank)),
         tags=first.tags,
         version=first.version,
         complete=all(t.complete for t in traces),

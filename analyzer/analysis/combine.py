@@ -1,0 +1,297 @@
+"""Merge ranks' partials (analyzer.analysis.partial) into StepMetrics, one partial at a time.
+
+Memory held here: the partials' small parts (O(ranks)), per-step sums over ranks (O(steps)), and
+the ranks' work vectors for the cross-rank analysis (a WorkStore, spilled to disk past a budget).
+Quantiles are exact: when the ranks' sketches do not hold every value, ``finish`` asks the caller
+for a second pass (``answer``) over the ranks for the values inside the brackets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from analyzer.analysis.kernel_metrics import KernelMetrics, combine_kernels
+from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
+from analyzer.analysis.quantiles import (
+    Answer,
+    Bracket,
+    Sketch,
+    bracket,
+    combine_linear,
+    exact_values,
+    order_stats,
+    select,
+)
+from analyzer.analysis.ranks import RankAnalysis, WorkStore, rank_analysis_from
+from gpuanalyze.ingest import schema as S
+
+WALL, PARTS, SAMPLES, S_BUSY = S.WALL_MS, S.PARTS, S.BATCH_SAMPLES, S.GPU_BUSY_MS
+
+#: Per-step sums kept over ranks: capped (_c: while the GPU idles) and uncapped (_u) waits.
+_SUMS = (
+    "wall",
+    "data_c",
+    "sync_c",
+    "other_c",
+    "data_u",
+    "sync_u",
+    "other_u",
+    "busy",
+    "busy_wall",
+    "busy_n",
+    "idle",
+    "unexpl_c",
+    "unexpl_u",
+)
+Answers = dict[str, list[Answer]]
+AnswerFn = Callable[[dict[str, list[Bracket]], bool], Iterable[Answers]]
+"""Given brackets per column and whether all-sampled ranks are left out, every rank's answers."""
+
+_NO_VECTORS = StepVectors(*(np.empty(0) for _ in range(6)))
+
+
+class StepSums:
+    """Sums over ranks per step number; the step set grows as ranks bring new steps."""
+
+    def __init__(self) -> None:
+        self.steps = np.empty(0, dtype=np.int64)
+        self.sums = {k: np.empty(0) for k in _SUMS}
+
+    def add(self, v: StepVectors) -> None:
+        if v.steps.size == 0:
+            return
+        steps = v.steps.astype(np.int64, copy=False)
+        idx = np.searchsorted(self.steps, steps)
+        if idx.size and (idx.max() >= self.steps.size or not np.array_equal(self.steps[idx], steps)):
+            union = np.union1d(self.steps, steps)
+            moved = np.searchsorted(union, self.steps)
+            for k, old in self.sums.items():
+                new = np.zeros(union.size)
+                new[moved] = old
+                self.sums[k] = new
+            self.steps = union
+            idx = np.searchsorted(union, steps)
+        run = idx[-1] - idx[0] + 1 == idx.size  # the rank's steps are a run of the known ones: add a slice
+        at = slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
+        for k, values in _step_values(v).items():
+            self.sums[k][at] += values
+
+    def merge(self, other: StepSums) -> StepSums:
+        out = StepSums()
+        for part in (self, other):
+            if part.steps.size:
+                out._add_sums(part.steps, part.sums)
+        return out
+
+    def _add_sums(self, steps: np.ndarray, sums: dict[str, np.ndarray]) -> None:
+        union = np.union1d(self.steps, steps)
+        at_old, at_new = np.searchsorted(union, self.steps), np.searchsorted(union, steps)
+        for k in _SUMS:
+            merged = np.zeros(union.size)
+            merged[at_old] = self.sums[k]
+            merged[at_new] += sums[k]
+            self.sums[k] = merged
+        self.steps = union
+
+
+def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
+    known = ~np.isnan(v.busy)
+    busy = np.where(known, v.busy, 0.0)
+    idle = np.maximum(v.wall - busy, 0.0)
+    capped = {p: np.minimum(x, idle) for p, x in (("data", v.data), ("sync", v.sync), ("other", v.other))}
+    return {
+        "wall": v.wall,
+        "data_c": capped["data"],
+        "sync_c": capped["sync"],
+        "other_c": capped["other"],
+        "data_u": v.data,
+        "sync_u": v.sync,
+        "other_u": v.other,
+        "busy": busy,
+        "busy_wall": np.where(known, v.wall, 0.0),
+        "busy_n": known.astype(np.float64),
+        "idle": idle,
+        "unexpl_c": np.maximum(idle - capped["data"] - capped["sync"], 0.0),
+        "unexpl_u": np.maximum(idle - v.data - v.sync, 0.0),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Combined:
+    """Everything StepMetrics is built from (metrics.py turns it into StepMetrics)."""
+
+    rows: int
+    warmup: int
+    windows: int
+    analysed: int
+    ranks: int
+    known: dict[str, bool]
+    has_gpu: bool
+    sums: dict[str, float]
+    means: dict[str, float | None]
+    quantiles: dict[tuple[str, float], float]
+    step_sums: StepSums
+    wall_total: float
+    step_mean_ms: float
+    samples_per_s: float | None
+    peak_mem_bytes: int | None
+    kernels: KernelMetrics | None
+    distributed: RankAnalysis | None
+
+
+class Combiner:
+    """Accepts ranks' partials in any order; ``finish`` returns the Combined metrics."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.partials: dict[int, RankPartial] = {}
+        self._main, self._alt = StepSums(), StepSums()
+        self._store = WorkStore()
+
+    def add(self, p: RankPartial) -> None:
+        if p.rank in self.partials:
+            raise ValueError(f"rank {p.rank} twice")
+        (self._alt if p.all_sampled else self._main).add(p.vectors)
+        if p.n:
+            self._store.add(p.rank, p.vectors.steps, p.vectors.work)
+        self.partials[p.rank] = dataclasses.replace(p, vectors=_NO_VECTORS)
+
+    @property
+    def min_rows(self) -> int:
+        return min(p.rows for p in self.partials.values())
+
+    def close(self) -> None:
+        self._store.close()
+
+    def finish(self, answer: AnswerFn) -> Combined:
+        parts = [self.partials[r] for r in sorted(self.partials)]
+        post = sum(p.rows - p.warmup for p in parts)
+        sampled = sum(p.sampled for p in parts)
+        drop = 0 < sampled < post
+        used = [p for p in parts if not (drop and p.all_sampled) and p.n]
+        sums = self._main if drop else self._main.merge(self._alt)
+        n = sum(p.n for p in used)
+        rows = sum(p.rows for p in parts)
+        windows = sum(p.sampled for p in parts) if drop else 0
+        known = {c: sum(p.known[c] for p in used) > 0 for c in parts[0].known}
+        has_gpu = known[S_BUSY]
+        total = {c: sum(p.sums[c] for p in used) for c in parts[0].sums}
+        counts = {c: sum(p.known[c] for p in used) for c in parts[0].known}
+        means: dict[str, float | None] = {c: (total[c] / counts[c] if counts[c] else None) for c in (*PARTS, S_BUSY)}
+        wanted: dict[str, list[float]] = {WALL: [0.5, 0.9]}
+        wanted.update({c: [0.5] for c in PARTS if known[c]})
+        if known[SAMPLES]:
+            wanted[SAMPLES] = [0.5]
+        kparts = [p.kernels for p in parts if p.kernels is not None]
+        sketches: dict[str, list[Sketch]] = {c: [p.sketches[c] for p in used] for c in QUANTILE_COLUMNS}
+        if kparts:
+            wanted[KERNEL_MEDIAN] = [0.5]
+            sketches[KERNEL_MEDIAN] = [k.medians for k in kparts]
+        quantiles = _quantiles(wanted, sketches, lambda req: answer(req, drop))
+        step_mean = max(p.sums[WALL] / p.n for p in used)
+        samples = None
+        if known[SAMPLES]:
+            samples = 1000.0 * total[SAMPLES] / max(p.sums[WALL] for p in used)
+        mems = [p.peak_mem for p in used if p.peak_mem is not None]
+        kernel_median = quantiles.get((KERNEL_MEDIAN, 0.5))
+        kernels = combine_kernels(kparts, kernel_median) if kparts else None
+        stats = {p.rank: p.stats for p in used}
+        if drop:
+            self._store.drop([p.rank for p in parts if p.all_sampled])
+        distributed = (
+            rank_analysis_from(stats, self._store, sums.steps, quantiles[(WALL, 0.5)]) if len(stats) >= 2 else None
+        )
+        return Combined(
+            rows=rows,
+            warmup=rows - n - windows,
+            windows=windows,
+            analysed=n,
+            ranks=len(used),
+            known=known,
+            has_gpu=has_gpu,
+            sums=total,
+            means=means,
+            quantiles=quantiles,
+            step_sums=sums,
+            wall_total=float(sums.sums["wall"].sum()),
+            step_mean_ms=step_mean,
+            samples_per_s=samples,
+            peak_mem_bytes=max(mems) if mems else None,
+            kernels=kernels,
+            distributed=distributed,
+        )
+
+
+def _quantiles(
+    wanted: dict[str, list[float]],
+    sketches: dict[str, list[Sketch]],
+    ask: Callable[[dict[str, list[Bracket]]], Iterable[Answers]],
+) -> dict[tuple[str, float], float]:
+    """Exact quantiles; one extra pass over the ranks (``ask``) for columns whose sketches are samples."""
+    out: dict[tuple[str, float], float] = {}
+    pending: dict[str, list[tuple[float, int, int, float]]] = {}
+    for column, qs in wanted.items():
+        sk = sketches[column]
+        total = sum(s.n for s in sk)
+        if total == 0:
+            continue
+        exact = exact_values(sk)
+        for q in qs:
+            i, j, frac = _order(column, total, q)
+            if exact is not None:
+                out[(column, q)] = _interpolate(column, float(exact[i]), float(exact[j]), frac)
+            else:
+                pending.setdefault(column, []).append((q, i, j, frac))
+    if not pending:
+        return out
+    requests = {c: [bracket(sketches[c], i, j) for _, i, j, _ in items] for c, items in pending.items()}
+    gathered: dict[str, list[list[Answer]]] = {c: [[] for _ in b] for c, b in requests.items()}
+    for answers in ask(requests):
+        for c, per_bracket in answers.items():
+            for k, a in enumerate(per_bracket):
+                gathered[c][k].append(a)
+    for c, items in pending.items():
+        for k, (q, i, j, frac) in enumerate(items):
+            got, b = gathered[c][k], requests[c][k]
+            out[(c, q)] = _interpolate(c, select(got, b, i), select(got, b, j), frac)
+    return out
+
+
+def _order(column: str, n: int, q: float) -> tuple[int, int, float]:
+    if column == KERNEL_MEDIAN:  # statistics.median, as KernelMetrics always used
+        return (n - 1) // 2, n // 2, 0.5
+    return order_stats(n, q)
+
+
+def _interpolate(column: str, a: float, b: float, frac: float) -> float:
+    if column == KERNEL_MEDIAN:
+        return a if a == b else (a + b) / 2
+    return combine_linear(a, b, frac)
+
+
+def per_step_frame(sums: StepSums, has_gpu: bool, columns: dict[str, str]) -> pl.DataFrame:
+    """StepMetrics.per_step: one row per step, each share summed over the ranks that ran it."""
+    s = sums.sums
+    wall = s["wall"]
+    v = "c" if has_gpu else "u"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy = np.where(s["busy_n"] > 0, s["busy"] / s["busy_wall"], np.nan)
+        data = {
+            columns["step"]: sums.steps,
+            columns["data"]: s[f"data_{v}"] / wall,
+            columns["sync"]: s[f"sync_{v}"] / wall,
+            columns["other"]: s[f"other_{v}"] / wall,
+            columns["data_raw"]: s["data_u"] / wall,
+            columns["sync_raw"]: s["sync_u"] / wall,
+            columns["other_raw"]: s["other_u"] / wall,
+            columns["busy"]: busy,
+            columns["idle"]: s["idle"] / wall,
+            columns["unexplained"]: s[f"unexpl_{v}"] / wall,
+        }
+    frame = pl.DataFrame(data)
+    return frame.with_columns(pl.col(columns["busy"]).fill_nan(None))

@@ -1,0 +1,334 @@
+"""Load what the user points at and measure it: one file in memory, or many rank files out of core.
+
+A directory (or the rank files of one run, ``trace.rank<N>.arrow``) is measured without ever
+holding more than one rank's rows per worker: each file is reduced by a task (import first for
+Kineto JSON, reusing an up-to-date import), the partials are combined as they arrive, a second
+pass answers quantile brackets when needed, and the cross-rank pass reads work vectors in blocks.
+Files that cannot be read are skipped with a note; a directory where none can be read is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyzer.analysis.combine import Answers, Combiner
+from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
+from analyzer.analysis.quantiles import Bracket
+from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
+from analyzer.errors import GpuAnalyzeError, TraceError
+from analyzer.scale import storage
+from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
+from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
+from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.reader import Trace, load_trace
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.sources import is_json_trace, missing_ranks_note, rank_siblings, run_of
+from gpuanalyze.ingest.stream import ReadLimits
+
+#: Below this much input, work runs in this process: starting worker processes would cost more.
+PARALLEL_MIN_BYTES = 64 << 20
+
+
+def _workers(files: list[storage.Entry], engine: str, workers: int | None) -> int | None:
+    """The pool size: as asked, else one process for small inputs, else the cores (engine default)."""
+    if workers is not None or engine != "local":
+        return workers
+    return 1 if sum(e.size for e in files) < PARALLEL_MIN_BYTES else None
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What the analysis needs from loading: the run's description and its step metrics."""
+
+    path: str
+    run: RunInfo
+    end: EndInfo | None
+    complete: bool
+    notes: tuple[str, ...]
+    metrics: StepMetrics
+
+
+def measure_trace(trace: Trace) -> Measured:
+    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace))
+
+
+def measure(
+    path: str | Path,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    limits: ReadLimits | None = None,
+) -> Measured:
+    """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run."""
+    limits = limits or ReadLimits()
+    p = str(path)
+    if storage.is_url(p):
+        if storage.is_dir(p):
+            return _measure_dir(p, engine, workers, limits)
+        with storage.local_copy(p) as local:
+            return measure_trace(_load_one(local, limits))
+    local = Path(p)
+    if local.suffix == ".arrow" and (siblings := rank_siblings(local)) and (not local.exists() or local in siblings):
+        entries = [storage.Entry(str(s), s.name, *_stat(s)) for s in siblings]
+        run_note = [siblings.note] if siblings.note else []  # which of several runs into one name this is
+        return _measure_files(p, entries, engine, workers, limits, cache=None, notes=run_note)
+    if not local.exists() and not local.is_symlink():
+        raise TraceError(f"{local}: no such file or directory")
+    if local.is_dir():
+        return _measure_dir(p, engine, workers, limits)
+    return measure_trace(_load_one(local, limits))
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return 0, 0
+    return st.st_size, st.st_mtime_ns
+
+
+def _load_one(path: Path, limits: ReadLimits) -> Trace:
+    try:
+        return load_kineto(path, limits) if is_json_trace(path) else load_trace(path)
+    except OSError as exc:  # e.g. PermissionError
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def cache_root() -> Path:
+    """Where `gpuanalyze DIR` keeps imports of Kineto rank files: $GPUANALYZE_CACHE, else the user cache."""
+    env = os.environ.get("GPUANALYZE_CACHE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gpuanalyze" / "imports"
+
+
+def _cache_dir(source_dir: str) -> tuple[str, tempfile.TemporaryDirectory[str] | None]:
+    """The import cache of one input directory (a temporary one when the cache cannot be written)."""
+    key = source_dir if storage.is_url(source_dir) else str(Path(source_dir).resolve())
+    d = cache_root() / hashlib.sha256(key.encode()).hexdigest()[:16]
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.access(d, os.W_OK):
+            return str(d), None
+    except OSError:
+        pass
+    tmp = tempfile.TemporaryDirectory(prefix="gpuanalyze-import-")
+    return tmp.name, tmp
+
+
+def _measure_dir(path: str, engine: str, workers: int | None, limits: ReadLimits) -> Measured:
+    entries = storage.list_dir(path)
+    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
+    files = [e for e in entries if e.regular and _candidate(e.name)]
+    if not files:
+        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
+    cache, tmp = _cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
+    try:
+        return _measure_files(path, files, engine, workers, limits, cache=cache, notes=notes)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _candidate(name: str) -> bool:
+    return name.endswith(".arrow") or is_json_trace(Path(name))
+
+
+def _stem(name: str) -> str:
+    for suffix in (".json.gz", ".json"):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def file_jobs(
+    files: list[storage.Entry], cache: str | None, limits: ReadLimits, *, skip: int, reduce: bool = True, force: bool
+) -> list[FileJob]:
+    jobs = []
+    outs: dict[str, str] = {}
+    for e in files:
+        kineto = is_json_trace(Path(e.name))
+        out = storage.join(cache, _stem(e.name) + ".arrow") if kineto and cache is not None else None
+        if out is not None and out in outs:
+            raise GpuAnalyzeError(f"{outs[out]} and {e.name} would both import to {_name(out)}; keep one of them")
+        if out is not None:
+            outs[out] = e.name
+        jobs.append(FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip))
+    return jobs
+
+
+class _Files:
+    """Bookkeeping of the files of one measurement: which rank is where, their notes and metadata."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.by_rank: dict[int, str] = {}
+        self.ok: list[FileResult] = []
+        self.errors: list[FileResult] = []
+
+    def add(self, res: FileResult) -> None:
+        if res.error is not None:
+            self.errors.append(res)
+            return
+        name = _name(res.source)
+        for rank in res.ranks:
+            if rank in self.by_rank:
+                raise TraceError(
+                    f"{self.path}: rank {rank} appears in both {self.by_rank[rank]} and {name}; "
+                    "the directory mixes runs, keep one run per directory"
+                )
+            self.by_rank[rank] = name
+        self.ok.append(res)
+
+
+def _name(source: str) -> str:
+    return source.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _measure_files(
+    path: str,
+    files: list[storage.Entry],
+    engine_name: str,
+    workers: int | None,
+    limits: ReadLimits,
+    *,
+    cache: str | None,
+    notes: list[str] | None = None,
+) -> Measured:
+    notes = list(notes or [])
+    with make_engine(engine_name, workers=_workers(files, engine_name, workers)) as engine:
+        skip = WARMUP_MAX_STEPS
+        while True:
+            combiner, book = _reduce(path, files, engine, limits, cache, skip)
+            right = warmup_steps(combiner.min_rows) if combiner.partials else skip
+            if right == skip:
+                break
+            combiner.close()
+            skip = right  # some rank has fewer than WARMUP_MAX_STEPS / WARMUP_FRACTION rows: redo with its warm-up
+        try:
+            for res in book.errors:
+                notes.append(f"skipped {_name(res.source)}: {_reason(res)}")
+            if not combiner.partials:
+                raise TraceError(f"{path}: the trace holds no steps (the run stopped before its first step ended)")
+            run, note = _run_info(path, book)
+            if note:
+                notes.insert(0, note)
+            file_notes = [n for res in book.ok for n in res.notes]
+            reduced = [res for res in book.ok if res.arrow is not None and res.steps]
+
+            def answer(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
+                jobs = [BracketJob(r.arrow, skip, drop, wanted, r.fast, r.stamp) for r in reduced if r.arrow]
+                for per_file in engine.map(answer_file, jobs):
+                    yield from per_file
+
+            metrics = metrics_from(combiner.finish(answer), skip, run.gpu_memory_bytes)
+        finally:
+            combiner.close()
+    first = min(book.ok, key=lambda r: min(r.ranks) if r.ranks else math.inf)
+    return Measured(
+        path=path,
+        run=run,
+        end=first.end,
+        complete=all(r.complete for r in book.ok),
+        notes=tuple(dict.fromkeys([*notes, *file_notes])),
+        metrics=metrics,
+    )
+
+
+def _reason(res: FileResult) -> str:
+    assert res.error is not None
+    text = res.error
+    prefix = res.source + ": "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _reduce(
+    path: str,
+    files: list[storage.Entry],
+    engine: LocalEngine | RayEngine,
+    limits: ReadLimits,
+    cache: str | None,
+    skip: int,
+) -> tuple[Combiner, _Files]:
+    combiner = Combiner(skip)
+    book = _Files(path)
+    try:
+        for res in engine.map(run_file, file_jobs(files, cache, limits, skip=skip, force=True)):
+            book.add(dataclasses.replace(res, partials=()))  # keeps the metadata, not the rows' vectors
+            for p in res.partials:
+                combiner.add(p)
+    except BaseException:
+        combiner.close()
+        raise
+    if not book.ok:
+        first = book.errors[0]
+        raise TraceError(first.error or f"{first.source}: unreadable")
+    return combiner, book
+
+
+def _run_info(path: str, book: _Files) -> tuple[RunInfo, str | None]:
+    """The run's description (sources.run_of) and a note on ranks the world size says are missing."""
+    ok = sorted(book.ok, key=lambda r: min(r.ranks) if r.ranks else math.inf)
+    runs = [r.run for r in ok if r.run is not None]
+    worlds = {r.world_size for r in runs if r.world_size}
+    if len(worlds) > 1:
+        raise TraceError(f"{path}: traces disagree on the world size ({sorted(worlds)}); the directory mixes runs")
+    note = missing_ranks_note(worlds.pop() if worlds else len(book.by_rank), set(book.by_rank))
+    return run_of(runs, len(book.by_rank)), note
+
+
+def import_dir(
+    source: str,
+    out: str,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    limits: ReadLimits | None = None,
+    force: bool = False,
+) -> tuple[list[FileResult], list[str]]:
+    """`gpuanalyze import DIR -o OUTDIR`: every Kineto file of ``source`` to OUTDIR/<name>.arrow, in
+    parallel, reusing up-to-date outputs. Returns the results and the notes (skipped files)."""
+    from analyzer.scale.tasks import provenance, recorded_provenance
+
+    limits = limits or ReadLimits()
+    if not storage.is_url(out) and not Path(out).is_dir():
+        if Path(out).exists():
+            raise GpuAnalyzeError(
+                f"{out}: not a directory (importing a directory of traces, -o names an existing directory)"
+            )
+        raise GpuAnalyzeError(f"{out}: no such directory (create it first; gpuanalyze does not create directories)")
+    entries = storage.list_dir(source)
+    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and is_json_trace(Path(e.name))]
+    files = [e for e in entries if e.regular and is_json_trace(Path(e.name))]
+    if not files:
+        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory")
+    jobs = file_jobs(files, out, limits, skip=0, reduce=False, force=force)
+    if not force:
+        stale = [
+            j.out
+            for j in jobs
+            if j.out is not None
+            and storage.exists(j.out)
+            and recorded_provenance(j.out) != provenance(_name(j.source), j.size, j.mtime_ns)
+        ]
+        if stale:
+            shown = ", ".join(_name(s) for s in stale[:3]) + (" ..." if len(stale) > 3 else "")
+            raise GpuAnalyzeError(
+                f"{len(stale)} output(s) exist and are not imports of these files ({shown}); "
+                "pass --force to overwrite them"
+            )
+    with make_engine(engine, workers=_workers(files, engine, workers)) as eng:
+        results = list(eng.map(run_file, jobs))
+    ok = [r for r in results if r.error is None]
+    notes += [f"skipped {_name(r.source)}: {_reason(r)}" for r in results if r.error is not None]
+    if not ok:
+        raise TraceError(results[0].error or f"{source}: nothing could be imported")
+    return ok, notes

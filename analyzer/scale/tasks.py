@@ -1,0 +1,249 @@
+"""The per-file tasks an engine runs: import a Kineto trace to a per-rank .arrow file (or reuse an
+up-to-date one), reduce a rank file to partials, answer a quantile bracket pass.
+
+Tasks are top-level functions of frozen, picklable jobs; they never raise for bad input: a
+GpuAnalyzeError comes back as the result's ``error`` (the driver decides whether to skip the file
+with a note or to stop), so one bad rank file cannot take a whole fleet analysis down.
+
+"Up to date" (reuse of an import): the output exists and its metadata records the same source file
+name, size, modification time (ns), importer version (kineto_import.IMPORTER_VERSION) and trace
+format version as now; anything else is imported again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from analyzer.analysis.combine import Answers
+from analyzer.analysis.partial import KERNEL_MEDIAN, RankPartial, bracket_answers, rank_partial
+from analyzer.analysis.quantiles import Bracket, in_bracket
+from analyzer.errors import GpuAnalyzeError
+from analyzer.scale import storage
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.kineto import parse_kineto_stream
+from gpuanalyze.ingest.kineto_import import IMPORTER_VERSION, import_kineto, trace_writer
+from gpuanalyze.ingest.reader import Trace, load_trace
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.stream import ReadLimits
+
+#: Tag (in the trace's tags metadata) recording where an imported file came from.
+PROVENANCE = "gpuanalyze.import"
+
+
+def source_name(source: str) -> str:
+    """A file's name, from a local path or a URL."""
+    return source.rstrip("/").rsplit("/", 1)[-1] if storage.is_url(source) else Path(source).name
+
+
+def provenance(name: str, size: int, mtime_ns: int) -> str:
+    return json.dumps(
+        {"source": name, "size": size, "mtime_ns": mtime_ns, "importer": IMPORTER_VERSION, "format": S.FORMAT_VERSION},
+        sort_keys=True,
+    )
+
+
+def recorded_provenance(path: str) -> str | None:
+    """The provenance tag of an existing .arrow file (reads only its schema); None if absent, unreadable
+    or not a regular file (a FIFO is never opened: that would block)."""
+    if not storage.is_url(path) and not storage.is_regular(path):
+        return None
+    try:
+        with storage.local_copy(path) as local, pa.OSFile(str(local), "rb") as fh:
+            schema = pa.ipc.open_stream(fh).schema
+    except (OSError, pa.ArrowException, ValueError, GpuAnalyzeError):
+        return None
+    raw = (schema.metadata or {}).get(S.META_TAGS)
+    try:
+        tags = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    value = tags.get(PROVENANCE) if isinstance(tags, dict) else None
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class FileJob:
+    """One input file: a gpuanalyze .arrow trace, or a Kineto .json[.gz] to import to ``out``."""
+
+    source: str
+    kineto: bool
+    out: str | None = None
+    """Where the import goes (None: import in memory only)."""
+    size: int = 0
+    mtime_ns: int = 0
+    max_bytes: int | None = None
+    force: bool = False
+    """Replace an ``out`` that is not up to date (the import cache; `import --force`)."""
+    reduce: bool = True
+    """Also reduce the rows to per-rank partials (analysis); False: import only."""
+    skip: int = 0
+    """Warm-up steps per rank (analysis)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    source: str
+    arrow: str | None = None
+    """The .arrow holding this file's rows (the source itself, or its import)."""
+    partials: tuple[RankPartial, ...] = ()
+    run: RunInfo | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+    complete: bool = True
+    end: EndInfo | None = None
+    notes: tuple[str, ...] = ()
+    steps: int = 0
+    ranks: tuple[int, ...] = ()
+    reused: bool = False
+    imported: bool = False
+    fast: bool = False
+    """The file's rows are exactly its raw rows (the reader dropped, repaired and reordered nothing),
+    so the quantile pass may read its columns directly instead of loading it again."""
+    stamp: tuple[int, int] = (0, 0)
+    """(size, mtime_ns) of ``arrow`` when it was reduced."""
+    error: str | None = None
+
+
+def _import(job: FileJob) -> tuple[Trace, bool, bool]:
+    """(trace, reused, imported) of a Kineto job."""
+    prov = provenance(source_name(job.source), job.size, job.mtime_ns)
+    if job.out is not None and storage.exists(job.out) and recorded_provenance(job.out) == prov:
+        with storage.local_copy(job.out) as local:
+            return load_trace(local), True, False
+    limits = ReadLimits(max_bytes=job.max_bytes)
+    if storage.is_url(job.source):
+        with storage.local_copy(job.source) as local, open(local, "rb") as fh:
+            kt = parse_kineto_stream(fh, job.source, job.size or None, limits)
+    else:
+        from gpuanalyze.ingest.kineto import parse_kineto
+
+        kt = parse_kineto(job.source, limits)
+    trace = import_kineto(kt, tags={PROVENANCE: prov})
+    if job.out is not None:
+        storage.write(job.out, trace_writer(trace), force=job.force)
+    return trace, False, True
+
+
+def run_file(job: FileJob) -> FileResult:
+    """Import and/or reduce one file; errors come back in ``FileResult.error``."""
+    try:
+        if job.kineto:
+            trace, reused, imported = _import(job)
+            arrow = job.out
+        else:
+            with storage.local_copy(job.source) as local:
+                trace = load_trace(local)
+            reused, imported, arrow = False, False, job.source
+        partials: tuple[RankPartial, ...] = ()
+        ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
+        fast, stamp = False, (0, 0)
+        if job.reduce and trace.frame.height:
+            parts = trace.frame.partition_by(S.RANK, as_dict=True)
+            partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, job.skip) for r in ranks)
+            if arrow is not None and not storage.is_url(arrow):
+                stamp = storage.stat(arrow)
+                fast = _raw_matches(Path(arrow), trace.frame)
+        return FileResult(
+            source=job.source,
+            arrow=arrow,
+            partials=partials,
+            run=trace.run,
+            tags=trace.tags,
+            version=trace.version,
+            complete=trace.complete,
+            end=trace.end,
+            notes=trace.notes,
+            steps=trace.frame.height,
+            ranks=ranks,
+            reused=reused,
+            imported=imported,
+            fast=fast,
+            stamp=stamp,
+        )
+    except GpuAnalyzeError as exc:
+        return FileResult(source=job.source, error=str(exc))
+    except OSError as exc:  # e.g. PermissionError from the reader's own open()
+        return FileResult(source=job.source, error=f"{job.source}: cannot read ({exc.strerror or exc})")
+    except MemoryError:
+        return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
+
+
+#: Columns the quantile pass reads.
+_RAW_COLUMNS = (S.STEP, S.RANK, S.WALL_MS, *S.PARTS, S.BATCH_SAMPLES, S.KERNEL_STATS)
+_RAW_TYPES = {f.name: f.type for f in S.FIELDS if f.name in _RAW_COLUMNS}
+
+
+def _raw_table(table: pa.Table) -> bool:
+    return all(table.schema.field(c).type == t for c, t in _RAW_TYPES.items() if c in table.column_names) and all(
+        c in table.column_names for c in _RAW_TYPES
+    )
+
+
+def _raw_matches(path: Path, frame: pl.DataFrame) -> bool:
+    """The file's raw rows are the loaded frame's rows, in order (nothing dropped, repaired or sorted)."""
+    try:
+        with pa.memory_map(str(path)) as src:
+            table = pa.ipc.open_stream(src).read_all()
+            if table.num_rows != frame.height or not _raw_table(table):
+                return False
+            for c in (S.STEP, S.RANK):
+                if not np.array_equal(table.column(c).to_numpy(), frame.get_column(c).to_numpy()):
+                    return False
+            return True
+    except (OSError, pa.ArrowException, ValueError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class BracketJob:
+    arrow: str
+    skip: int
+    drop_all_sampled: bool
+    wanted: dict[str, list[Bracket]]
+    fast: bool = False
+    stamp: tuple[int, int] = (0, 0)
+
+
+def answer_file(job: BracketJob) -> list[Answers]:
+    """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file."""
+    if job.fast and KERNEL_MEDIAN not in job.wanted:
+        if storage.stat(job.arrow) != job.stamp:
+            raise GpuAnalyzeError(f"{job.arrow}: the file changed during the analysis; run it again")
+        return _answer_raw(job)
+    with storage.local_copy(job.arrow) as local:
+        trace = load_trace(local)
+    parts = trace.frame.partition_by(S.RANK, as_dict=True)
+    return [
+        bracket_answers(parts[key].sort(S.STEP), job.skip, job.drop_all_sampled, job.wanted) for key in sorted(parts)
+    ]
+
+
+def _answer_raw(job: BracketJob) -> list[Answers]:
+    """answer_file from the raw columns (zero-copy), for files whose raw rows are the analysed rows'
+    source: per rank the same warm-up and sampled-row selection as partial.analysed_rows, NaN as null."""
+    out = []
+    with pa.memory_map(job.arrow) as src:
+        table = pa.ipc.open_stream(src).read_all()
+        ranks = table.column(S.RANK).to_numpy()
+        sampled_all = table.column(S.KERNEL_STATS).is_valid().to_numpy(zero_copy_only=False)
+        bounds = np.flatnonzero(np.diff(ranks)) + 1
+        for a, b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [ranks.size]]), strict=True):
+            post = np.arange(min(a + job.skip, b), b)
+            sampled = sampled_all[post]
+            all_sampled = bool(post.size) and bool(sampled.all())
+            rows = post if all_sampled or not sampled.any() else post[~sampled]
+            if all_sampled and job.drop_all_sampled:
+                rows = rows[:0]
+            answers: Answers = {}
+            for column, brackets in job.wanted.items():
+                values = table.column(column).take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.float64)
+                values = values[~np.isnan(values)]
+                answers[column] = [in_bracket(values, br) for br in brackets]
+            out.append(answers)
+    return out

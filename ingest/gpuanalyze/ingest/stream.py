@@ -1,0 +1,524 @@
+"""Read a Chrome/Kineto trace JSON incrementally, in bounded memory.
+
+The file is decompressed in chunks; the ``traceEvents`` array is cut into batches of whole events
+and each batch is decoded by msgspec (typed structs, unknown fields skipped); the rest of the
+document is scanned and skipped, except the small metadata values the importer reads
+(``distributedInfo``, ``deviceProperties``), which are kept as raw JSON. Peak memory is one
+decompressed chunk plus one decoded batch, whatever the size of the file.
+
+How a batch is cut: a candidate cut is a ``}`` followed by ``,`` or ``]``; the batch from the start
+of an event to the candidate is decoded as a JSON array. JSON lexing is deterministic, so that
+array is valid only if the candidate is a real event boundary (a ``}`` inside a string or a
+nested value leaves the array unterminated): a decode that fails at its very end means "not a
+boundary" and the batch is cut by an exact structural scan instead. Inputs that are not
+objects-in-an-array take that exact (slower) path throughout.
+
+Limits (``ReadLimits``): decompressed bytes (a gzip ratio guard, or ``max_bytes``), the size of one
+event, the bytes outside ``traceEvents``, and the nesting depth (msgspec's recursion limit).
+Every violation is a TraceError with one line.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from analyzer.errors import GpuAnalyzeError, TraceError
+
+MiB = 1 << 20
+#: Compressed bytes read from the file at a time.
+READ_CHUNK = 4 * MiB
+#: Decompressed bytes produced per inflate call (a gzip bomb cannot make one call large).
+INFLATE_CHUNK = 8 * MiB
+#: Target size of one decoded batch of events.
+BATCH_BYTES = 4 * MiB
+#: Metadata values kept for the importer (larger ones are ignored with a note).
+MAX_META_VALUE = 1 * MiB
+
+_WS = b" \t\r\n"
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: Tokens that matter for structure: complete strings, brackets, and a bare quote (a string cut by the buffer end).
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"', re.DOTALL)
+_SCALAR = re.compile(rb"[^\s,\]}:\[{\"]+")
+_CANDIDATE = re.compile(rb"\}[ \t\r\n]*[,\]]")
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+@dataclass(kw_only=True, slots=True)
+class ReadLimits:
+    """How much a trace file may make the importer read and keep."""
+
+    max_bytes: int | None = None
+    """Most decompressed JSON bytes to read; None: plain files of any size, and gzip files up to
+    ``gzip_ratio`` times their compressed size (at least ``min_allowance``)."""
+    gzip_ratio: float = 100.0
+    """Refuse gzip data that expands more than this (real profiler traces expand 10-20x)."""
+    min_allowance: int = 16 * MiB
+    """Decompressed bytes a small gzip file may always expand to."""
+    max_event_bytes: int = 64 * MiB
+    """Largest single event."""
+    max_outside_bytes: int = 64 * MiB
+    """Most bytes outside the ``traceEvents`` array (metadata)."""
+    max_kept_events: int = 50_000_000
+    """Most GPU, runtime and annotation events kept by the importer (about 40 bytes each)."""
+
+    def __post_init__(self) -> None:
+        if self.max_bytes is not None and self.max_bytes < 1:
+            raise GpuAnalyzeError("--max-bytes must be a positive number of bytes")
+        if self.gzip_ratio < 1:
+            raise GpuAnalyzeError("gzip_ratio must be at least 1")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.0f} {unit}"
+    return f"{n} bytes"
+
+
+def parse_size(text: str) -> int:
+    """'500M', '2G', '1048576' -> bytes (the --max-bytes option)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if m is None:
+        raise GpuAnalyzeError(f"--max-bytes {text!r}: give a size such as 800M or 4G")
+    value = int(float(m.group(1)) * units[m.group(2).upper()])
+    if value < 1:
+        raise GpuAnalyzeError(f"--max-bytes {text!r} must be at least one byte")
+    return value
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading only if it is a regular file (never a FIFO, device or /dev/zero link)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError as exc:
+        raise TraceError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: is a directory; pass one trace file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); refusing to read it")
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+class ByteChunks:
+    """The decompressed bytes of a (possibly gzip, possibly multi-member) file, chunk by chunk."""
+
+    def __init__(self, fh: IO[bytes], name: str, size: int | None, limits: ReadLimits) -> None:
+        self.fh, self.name, self.limits = fh, name, limits
+        self.size = size
+        self.total = 0
+        self._head = fh.read(READ_CHUNK)
+        self.gzip = self._head[:2] == b"\x1f\x8b"
+        self.allowed: int | None = limits.max_bytes
+        if self.allowed is None and self.gzip and size is not None:
+            self.allowed = max(limits.min_allowance, int(limits.gzip_ratio * size))
+
+    def _count(self, data: bytes) -> bytes:
+        self.total += len(data)
+        if self.allowed is not None and self.total > self.allowed:
+            if self.limits.max_bytes is None:
+                raise TraceError(
+                    f"{self.name}: gzip data expands more than {self.limits.gzip_ratio:.0f}x its size "
+                    f"(over {_size(self.allowed)}; a compression bomb?); pass --max-bytes to allow more"
+                )
+            raise TraceError(
+                f"{self.name}: more than {_size(self.allowed)} of JSON (the --max-bytes limit); "
+                "raise --max-bytes to read it"
+            )
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self.gzip:
+            data = self._head
+            while data:
+                yield self._count(data)
+                data = self.fh.read(READ_CHUNK)
+            return
+        yield from self._inflate()
+
+    def _inflate(self) -> Iterator[bytes]:
+        d = zlib.decompressobj(wbits=31)
+        data = self._head
+        try:
+            while True:
+                if not data:
+                    data = self.fh.read(READ_CHUNK)
+                    if not data:
+                        break
+                out = d.decompress(data, INFLATE_CHUNK)
+                data = d.unconsumed_tail
+                if out:
+                    yield self._count(out)
+                if d.eof:
+                    # what follows the member (zlib may also leave it in unconsumed_tail: do not count it twice)
+                    rest = d.unused_data or self.fh.read(READ_CHUNK)
+                    if len(rest) == 1:
+                        rest += self.fh.read(READ_CHUNK)
+                    if rest[:2] == b"\x1f\x8b":  # another gzip member
+                        d, data = zlib.decompressobj(wbits=31), rest
+                        continue
+                    while rest:  # zero padding after the last member is allowed (tape/block devices write it)
+                        if rest.strip(b"\0"):
+                            raise TraceError(f"{self.name}: corrupt gzip data (bytes after the end of the stream)")
+                        rest = self.fh.read(READ_CHUNK)
+                    return
+        except zlib.error as exc:
+            raise TraceError(f"{self.name}: corrupt or truncated gzip data") from exc
+        if not d.eof:
+            raise TraceError(f"{self.name}: corrupt or truncated gzip data (the file ends early)")
+
+
+class _NeedMore(Exception):  # noqa: N818 - internal control flow
+    """The buffer ends before the value being read does."""
+
+
+DecodeBatch = Callable[[memoryview], list[Any]]
+
+
+class EventStream:
+    """The events of a trace JSON in decoded batches, and the raw JSON of the metadata it keeps.
+
+    ``decode`` turns a JSON array (a memoryview) into a list of events; it may raise
+    msgspec.ValidationError (the caller's types do not fit: not a profiler trace).
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[bytes],
+        name: str,
+        limits: ReadLimits,
+        decode: DecodeBatch,
+        keep: tuple[str, ...] = ("distributedInfo", "deviceProperties"),
+    ) -> None:
+        self._chunks = chunks
+        self.name, self.limits, self._decode, self._keep = name, limits, decode, keep
+        self.buf = bytearray()
+        self.pos = 0
+        self.eof = False
+        self.meta: dict[str, bytes] = {}
+        """Raw JSON of the kept top-level keys."""
+        self.notes: list[str] = []
+        self.events_found = False
+        """True once a ``traceEvents`` array (or a top-level array) was seen."""
+        self._outside = 0
+        self._hold = False
+        """While set, the buffer is not compacted (a scan holds indices into it)."""
+
+    # ---- buffer -------------------------------------------------------------------------------
+
+    def _fill(self) -> bool:
+        """Append the next chunk; False at the end of the input."""
+        if self.eof:
+            return False
+        if not self._hold and self.pos > 1 and self.pos > len(self.buf) // 2:
+            # keep one byte before pos: batches overwrite it with '['
+            del self.buf[: self.pos - 1]
+            self.pos = 1
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def _peek(self) -> int | None:
+        """The next non-whitespace byte (pos moves past the whitespace); None at the end of input."""
+        while True:
+            buf, n = self.buf, len(self.buf)
+            p = self.pos
+            while p < n and buf[p] in _WS:
+                p += 1
+            self.pos = p
+            if p < n:
+                return buf[p]
+            if not self._fill():
+                return None
+
+    def _expect(self, what: bytes) -> None:
+        c = self._peek()
+        if c is None or c not in what:
+            raise self._invalid("unexpected end of data" if c is None else f"unexpected {chr(c)!r}")
+        self.pos += 1
+
+    def _invalid(self, why: str) -> TraceError:
+        return TraceError(f"{self.name}: not valid JSON (truncated or corrupt: {why})")
+
+    def _not_a_trace(self, why: str) -> TraceError:
+        return TraceError(f"{self.name}: JSON, but not a PyTorch profiler trace ({why})")
+
+    # ---- values outside traceEvents --------------------------------------------------------
+
+    def _value_end(self, start: int) -> int:
+        """Index just past the JSON value starting at ``start`` (raises _NeedMore when it is not all here)."""
+        buf = self.buf
+        c = buf[start]
+        if c == ord('"'):
+            m = _STRING.match(buf, start)
+            if m is None:
+                raise _NeedMore
+            return m.end()
+        if c not in b"[{":
+            m = _SCALAR.match(buf, start)
+            if m is None:
+                raise self._invalid(f"unexpected {chr(c)!r}")
+            if m.end() == len(buf) and not self.eof:
+                raise _NeedMore
+            return m.end()
+        depth = 0
+        for m in _TOKEN.finditer(buf, start):
+            tok = m.group()
+            if tok == b'"':
+                raise _NeedMore
+            if tok in (b"[", b"{"):
+                depth += 1
+            elif tok in (b"]", b"}"):
+                depth -= 1
+                if depth == 0:
+                    return m.end()
+        raise _NeedMore
+
+    def _read_value(self, cap: int) -> tuple[int, int]:
+        """(start, end) of the next value, reading more input as needed; at most ``cap`` bytes."""
+        if self._peek() is None:
+            raise self._invalid("unexpected end of data")
+        while True:
+            start = self.pos
+            try:
+                end = self._value_end(start)
+            except _NeedMore:
+                if len(self.buf) - start > cap:
+                    raise TraceError(
+                        f"{self.name}: a JSON value over {_size(cap)} where a profiler trace has small "
+                        "metadata or single events; not a trace this importer reads"
+                    ) from None
+                if not self._fill():
+                    raise self._invalid("unexpected end of data") from None
+                continue
+            self.pos = end
+            return start, end
+
+    def _outside_value(self, key: str | None) -> None:
+        start, end = self._read_value(self.limits.max_outside_bytes)
+        self._outside += end - start
+        if self._outside > self.limits.max_outside_bytes:
+            raise TraceError(
+                f"{self.name}: over {_size(self.limits.max_outside_bytes)} of data outside traceEvents; "
+                "not a profiler trace this importer reads"
+            )
+        if key in self._keep:
+            if end - start > MAX_META_VALUE:
+                self.notes.append(f"{key} is over {_size(MAX_META_VALUE)}: ignored")
+            else:
+                self.meta[key] = bytes(self.buf[start:end])
+
+    # ---- the document -----------------------------------------------------------------------
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Decoded batches of events, in file order."""
+        c = self._peek()
+        if c is None:
+            raise TraceError(f"{self.name}: file is empty")
+        if c == ord("["):
+            self.pos += 1
+            self.events_found = True
+            yield from self._array()
+            self._end_of_document()
+            return
+        if c != ord("{"):
+            self._scalar_document()
+        self.pos += 1
+        seen_events = False
+        if self._peek() == ord("}"):
+            self.pos += 1
+            self._end_of_document()
+            return
+        while True:
+            if self._peek() != ord('"'):
+                raise self._invalid("expected a key")
+            start, end = self._read_value(self.limits.max_outside_bytes)
+            try:
+                key = msgspec.json.decode(self.buf[start:end], type=str)
+            except msgspec.DecodeError as exc:
+                raise self._invalid("bad key") from exc
+            self._expect(b":")
+            if key == "traceEvents":
+                if seen_events:
+                    raise self._not_a_trace("traceEvents appears twice")
+                seen_events = True
+                if self._peek() != ord("["):
+                    raise self._not_a_trace("traceEvents is not a list")
+                self.pos += 1
+                self.events_found = True
+                yield from self._array()
+            else:
+                self._outside_value(key)
+            c = self._peek()
+            if c == ord(","):
+                self.pos += 1
+                continue
+            if c == ord("}"):
+                self.pos += 1
+                break
+            raise self._invalid("expected ',' or '}'" if c is not None else "unexpected end of data")
+        self._end_of_document()
+
+    def _scalar_document(self) -> None:
+        if self.buf[self.pos] not in b'"-0123456789tfn':
+            raise self._invalid(f"starts with {bytes(self.buf[self.pos : self.pos + 1])!r}")
+        start, end = self._read_value(self.limits.max_outside_bytes)
+        try:
+            msgspec.json.decode(self.buf[start:end])
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise self._invalid("not an object or an array") from exc
+        self._end_of_document()
+        raise self._not_a_trace("the document is not an object or a list of events")
+
+    def _end_of_document(self) -> None:
+        if self._peek() is not None:
+            raise self._invalid("data after the end of the document")
+
+    # ---- the events array -------------------------------------------------------------------
+
+    def _array(self) -> Iterator[list[Any]]:
+        """Batches of the array whose '[' was just consumed; returns with pos past its ']'."""
+        while True:
+            c = self._peek()
+            if c is None:
+                raise self._invalid("unexpected end of data")
+            if c == ord("]"):
+                self.pos += 1
+                return
+            while len(self.buf) - self.pos < BATCH_BYTES and self._fill():
+                pass
+            batch, closed = self._next_batch()
+            if batch:
+                yield batch
+            if closed:
+                return
+
+    def _next_batch(self) -> tuple[list[Any], bool]:
+        """Decode events from pos up to a boundary; (events, True if the array ended)."""
+        start = self.pos
+        end = len(self.buf)
+        m = _last_candidate(self.buf, start, end)
+        if m is not None:
+            cut = m.start()
+            try:
+                events, closed_at = self._decode_span(start, cut + 1)
+            except _NotABoundary:
+                pass
+            else:
+                if closed_at is not None:  # the array ended before the candidate (metadata follows it)
+                    self.pos = closed_at
+                    return events, True
+                self.pos = m.end()
+                return events, self.buf[m.end() - 1] == ord("]")
+        elif len(self.buf) - start < self.limits.max_event_bytes and not self.eof and self._fill():
+            return [], False  # no complete object yet: read more (an event may span chunks)
+        return self._exact_batch()
+
+    def _exact_batch(self) -> tuple[list[Any], bool]:
+        """Cut the batch by scanning value by value (for non-object elements or odd strings)."""
+        start = self.pos
+        closed = False
+        self._hold = True
+        try:
+            while True:
+                _, end = self._read_value(self.limits.max_event_bytes)
+                c = self._peek()
+                if c == ord("]"):
+                    closed = True
+                    break
+                if c != ord(","):
+                    raise self._invalid(
+                        "expected ',' or ']' between events" if c is not None else "unexpected end of data"
+                    )
+                if end - start >= BATCH_BYTES:
+                    break
+                self.pos += 1
+        finally:
+            self._hold = False
+        sep = self.pos
+        events, _ = self._decode_span(start, end, exact=True)
+        self.pos = sep + 1
+        return events, closed
+
+    def _decode_span(self, start: int, stop: int, *, exact: bool = False) -> tuple[list[Any], int | None]:
+        """Decode buf[start:stop] (whole events separated by commas) as one JSON array.
+
+        Returns the events and, when the events array itself ends inside the span (the cut was
+        past its ']'), the index just past that ']'."""
+        buf = self.buf
+        assert start >= 1, "the byte before an event (its '[' or ',') is always kept"
+        before, after_pos = buf[start - 1], stop
+        appended = after_pos == len(buf)
+        after = 0 if appended else buf[after_pos]
+        buf[start - 1] = ord("[")
+        if appended:
+            buf.append(ord("]"))
+        else:
+            buf[after_pos] = ord("]")
+        try:
+            with memoryview(buf) as view, view[start - 1 : stop + 1] as span:
+                return self._decode_closed(span, start, exact)
+        except msgspec.ValidationError as exc:
+            raise self._not_a_trace(str(exc)[:160]) from exc
+        except RecursionError as exc:
+            raise TraceError(f"{self.name}: an event is nested too deeply to be a profiler event") from exc
+        except msgspec.DecodeError as exc:
+            at = _BYTE_AT.search(str(exc))
+            near_end = at is None or int(at.group(1)) >= stop - start
+            if near_end and not exact:
+                raise _NotABoundary from exc
+            raise self._invalid(str(exc)[:80]) from exc
+        finally:
+            buf[start - 1] = before
+            if appended:
+                del buf[-1]
+            else:
+                buf[after_pos] = after
+
+    def _decode_closed(self, span: memoryview, start: int, exact: bool) -> tuple[list[Any], int | None]:
+        try:
+            return self._decode(span), None
+        except msgspec.DecodeError as exc:
+            at = _BYTE_AT.search(str(exc))
+            if at is None or "trailing characters" not in str(exc) or exact:
+                raise
+            trailing = int(at.group(1))
+        # the events array closed before the cut (metadata follows it): decode it up to its own ']'
+        close = bytes(span[:trailing]).rfind(b"]") + 1
+        if close <= 0:
+            raise self._invalid("unbalanced brackets")
+        with span[:close] as head:
+            return self._decode(head), start - 1 + close
+
+
+class _NotABoundary(Exception):  # noqa: N818 - internal control flow
+    pass
+
+
+def _last_candidate(buf: bytearray, start: int, end: int) -> re.Match[bytes] | None:
+    """The last '}' followed by ',' or ']' in buf[start:end], searching back from the end."""
+    for window in (1 << 16, 1 << 20, end - start):
+        lo = max(start, end - window)
+        last = None
+        for last in _CANDIDATE.finditer(buf, lo, end):  # noqa: B007 - we want the last match
+            pass
+        if last is not None or lo == start:
+            return last
+    return None
