@@ -84,7 +84,6 @@ def test_split_ranks_writes_kineto_files(tmp_path):
     assert rank_path(tmp_path / "x.trace", 3).name == "x.trace.rank3"
 
 
-@pytest.mark.xfail(strict=True, reason="importer support lands with the import rework")
 def test_round_trip_export_then_import_gives_the_same_phase_times(tmp_path):
     src = SAMPLES / "cpu_data_loading.arrow"
     out = tmp_path / "t.json.gz"

@@ -6,6 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from analyzer.analysis import thresholds as T
 from analyzer.cli import app
 from analyzer.planning.compare import compare, load_option
 from analyzer.planning.cost import CostInputs
@@ -13,6 +14,8 @@ from gpuanalyze.ingest.runinfo import EndInfo
 from tests.conftest import make_row
 
 runner = CliRunner()
+#: What 4 workers project for 50 ms of sleeping loading: each worker loads and hands over a batch.
+FOUR = (50.0 + T.WORKER_SIDE_COST_MS) / 4
 
 
 def _trace(factory, *, wall, data, workers, samples=32, n=40):
@@ -28,15 +31,15 @@ def test_the_recommended_worker_count_is_checked_against_the_measurement(trace_f
     c = compare([load_option(before, CostInputs()), load_option(after, CostInputs())])
     (check,) = c.checks
     assert check.fix == "num_workers 0 -> 4" and check.bottleneck == "data_loading" and check.recommended
-    assert check.projected_ms == pytest.approx(50.0 / 4 + 0.7) and check.measured_ms == pytest.approx(13.5)
-    assert check.error == pytest.approx((13.2 - 13.5) / 13.5)
+    assert check.projected_ms == pytest.approx(FOUR) and check.measured_ms == pytest.approx(13.5)
+    assert check.error == pytest.approx((FOUR - 13.5) / 13.5)
 
 
 def test_a_different_worker_count_gets_its_own_projection(trace_factory):
     before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
     after = _trace(trace_factory, wall=35.0, data=25.0, workers=2)
     (check,) = compare([load_option(before, CostInputs()), load_option(after, CostInputs())]).checks
-    assert not check.recommended and check.projected_ms == pytest.approx(50.0 / 2 + 0.7)
+    assert not check.recommended and check.projected_ms == pytest.approx((50.0 + T.WORKER_SIDE_COST_MS) / 2)
 
 
 def test_a_larger_batch_is_compared_per_batch_of_the_old_size(trace_factory):
@@ -60,5 +63,5 @@ def test_the_cli_prints_and_the_json_carries_both_numbers(trace_factory):
     assert text.exit_code == 0 and "Projection check" in text.output and "measured 13.50 ms" in text.output
     data = json.loads(runner.invoke(app, ["compare", str(before), str(after), "--json"]).output)
     (check,) = data["projection_checks"]
-    assert check["projected_ms"] == pytest.approx(13.2) and check["measured_ms"] == pytest.approx(13.5)
-    assert check["error"] == pytest.approx((13.2 - 13.5) / 13.5)
+    assert check["projected_ms"] == pytest.approx(FOUR) and check["measured_ms"] == pytest.approx(13.5)
+    assert check["error"] == pytest.approx((FOUR - 13.5) / 13.5)

@@ -123,6 +123,16 @@ def test_negative_part_is_skipped(tmp_path):
     assert load_trace(write_trace(tmp_path / "t.arrow", rows)).frame.height == 3
 
 
+def test_a_part_longer_than_its_step_is_clamped_and_unknown_parts_stay_unknown(tmp_path):
+    rows = [make_row(i) for i in range(4)]
+    rows[1][S.DATA_WAIT_MS] = 25.0  # the step is 20 ms
+    trace = load_trace(write_trace(tmp_path / "t.arrow", rows))
+    assert trace.frame.get_column(S.DATA_WAIT_MS).to_list()[1] == 20.0
+    for col in (S.GPU_BUSY_MS, S.DATA_CPU_MS, S.H2D_MS):
+        assert trace.frame.get_column(col).null_count() == 4, col
+    assert any("clamped" in n for n in trace.notes)
+
+
 def test_duplicates_and_disorder_are_repaired_and_said(tmp_path):
     rows = [make_row(i) for i in (0, 2, 1, 2, 3)]
     trace = load_trace(write_trace(tmp_path / "t.arrow", rows))

@@ -289,7 +289,7 @@ def test_compression_bombs_stay_small(tmp_path):
         f"try:\n    parse_kineto({str(minimal)!r}, ReadLimits(max_bytes=1 << 30))\nexcept TraceError as e:\n"
         "    assert 'no profiler events' in str(e)\n"
     )
-    assert _peak_rss_mb(code) < 300
+    assert _peak_rss_mb(code) < 250  # one decoded batch alive at a time (two: ~300 MB)
 
 
 def test_directory_world_claims_are_bounded(tmp_path):

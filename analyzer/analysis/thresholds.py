@@ -58,12 +58,15 @@ FALLBACK_TENSOR_CORE_RATIO = 2.0
 FUSION_SPEEDUP = 2.0
 MAX_BATCH_MULTIPLIER = 4
 DEFAULT_BATCH_MULTIPLIER = 2
-#: Cost of passing one batch from a DataLoader worker process to the training process: a fixed
-#: part (pickling, a queue hop, unpickling) plus a part per byte (the copy through shared memory).
-#: Ours, measured with torch 2.13 on a 2-core x86 box by benchmarks/worker_cost.py: 0.7-0.9 ms for
-#: batches under 64 KiB, 5.2 ms for a 4 MiB batch (fit: 0.7 ms + 1.1 ms per MiB).
-WORKER_BATCH_COST_MS = 0.7
-WORKER_COST_MS_PER_MIB = 1.1
+#: Cost of handing one batch from a DataLoader worker process to the training process, measured on
+#: both sides with torch 2.13 on this project's 2-core x86 box by benchmarks/worker_cost.py (in-memory
+#: data, so loading itself costs ~0; 2 workers, load 0.9): CPU time 0.51 ms per batch in the training
+#: process and 0.65 ms + 0.92 ms per MiB in the worker; wall time a little more (pipe wake-ups,
+#: scheduling): 2 workers deliver a 64 B batch every 0.63-0.76 ms and a 4 MiB batch every 3.7 ms,
+#: which these constants give as 0.77 and 3.2 ms. Ours; `gpuanalyze bench` does not measure it.
+WORKER_MAIN_COST_MS = 0.75
+WORKER_SIDE_COST_MS = 0.75
+WORKER_SIDE_MS_PER_MIB = 1.0
 #: Time a fix must save, as a share of step time, before it is recommended.
 MIN_SAVING = 0.01
 WORKER_MIN_GAIN = Threshold(

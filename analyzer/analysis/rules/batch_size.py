@@ -178,7 +178,7 @@ class BatchSize(Rule):
                         "<",
                         "fraction of step time",
                         "DataLoader workers would save less than this (their "
-                        "per-batch cost, WORKER_BATCH_COST_MS), so loading stays in the training process",
+                        "per-batch hand-over cost, docs/thresholds.md), so loading stays in the training process",
                     )
                 )
         if m.peak_mem_bytes and m.gpu_memory_bytes:

@@ -1,10 +1,11 @@
 """data_loading: each step waits for its input batch while the GPU (or the CPU compute) idles.
 
-The projection charges what the fix costs: DataLoader workers overlap loading with compute but
-pass every batch between processes (WORKER_BATCH_COST_MS + WORKER_COST_MS_PER_MIB), and they
-share the host's cores with the training process. When that costs more than the wait it removes
-(tiny batches, in-memory data) no worker advice is given: the wait is a fixed per-step cost and
-batch_size says so.
+The projection charges what the fix costs. DataLoader workers overlap loading with compute, but
+every batch is handed over between processes: the training process pays WORKER_MAIN_COST_MS per
+batch to receive it, each worker WORKER_SIDE_COST_MS (plus WORKER_SIDE_MS_PER_MIB for its bytes)
+to collate and send it; and loading that is CPU work still needs the host's cores, which the
+training loop uses too. When a batch costs less to load than to hand over (tiny batches,
+in-memory data) no worker advice is given: the wait is a per-step cost and batch_size says so.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ def cores_per_process(ctx: Context) -> int:
     return max(1, cores // local)
 
 
-def worker_batch_cost_ms(ctx: Context) -> float:
-    """Per-batch cost of passing a batch from a worker process: the fixed part, plus the copy of the
-    batch's bytes when the trace recorded them (docs/thresholds.md)."""
+def handover_ms(ctx: Context) -> tuple[float, float]:
+    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
+    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
     size = ctx.end.batch_bytes if ctx.end is not None else None
-    return T.WORKER_BATCH_COST_MS + (T.WORKER_COST_MS_PER_MIB * size / 2**20 if size else 0.0)
+    side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
+    return T.WORKER_MAIN_COST_MS, side
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,26 +58,27 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
     cores = cores_per_process(ctx)
     if current == 0:
         workers = workers or max(2, min(MAX_WORKERS, cores))
-        cost = worker_batch_cost_ms(ctx)
+        main, side = handover_ms(ctx)
         cpu = ctx.m.data_cpu_fraction
         cpu_share = 1.0 if cpu is None else cpu
-        loading = data_ms / min(workers, cores) if cpu_share > 0 else data_ms / workers
-        # CPU-bound loading moves to other processes but still needs cores: compute, loading and the
-        # per-batch hand-over share the host's cores.
-        cores_bound = (compute + data_ms * cpu_share + cost) / cores
-        step = max(compute + cost, loading + cost, cores_bound)
+        # CPU-bound loading runs at most `cores` workers at once; sleeping loading, all of them.
+        parallel = min(workers, cores) if cpu_share > 0 else workers
+        loading = (data_ms + side) / parallel
+        # Compute, the hand-over and the CPU part of loading all need the host's cores.
+        cores_bound = (compute + main + data_ms * cpu_share + side) / cores
+        step = max(compute + main, loading, cores_bound)
         basis = (
             "CPU time not recorded: loading assumed CPU-bound"
             if cpu is None
             else f"{cpu_share:.0%} of the wait is CPU time"
         )
         rule = (
-            f"num_workers={workers}: loading {data_ms:.2f} ms per batch ({basis}) over {min(workers, cores)} "
-            f"core(s) = {loading:.2f} ms, overlapped with the {compute:.2f} ms compute path, plus {cost:.2f} ms per "
-            f"batch to pass it between processes; all of it shares {cores} core(s): max({compute:.2f} + {cost:.2f}, "
-            f"{loading:.2f} + {cost:.2f}, ({compute:.2f} + {data_ms * cpu_share:.2f} + {cost:.2f})/{cores})"
+            f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
+            f"to hand over, {parallel} at a time: {loading:.2f} ms per batch; the training process computes "
+            f"{compute:.2f} ms + receives {main:.2f} ms; all of it shares {cores} core(s): max({compute:.2f} + "
+            f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})/{cores})"
         )
-        return WorkerPlan(workers, step, loading, cost, rule)
+        return WorkerPlan(workers, step, loading, main + side, rule)
     workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
     if workers <= current:
         return WorkerPlan(0, ctx.wall, ctx.wall, 0.0, f"num_workers={current} already uses the {cores} core(s)")
@@ -94,7 +97,7 @@ def cheap_batches(ctx: Context) -> bool:
     tiny batches, in-memory data (issue 10: then it is a per-step cost, batch_size's)."""
     workers = ctx.end.loader_workers if ctx.end is not None else None
     data = ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])
-    return workers == 0 and 0 < data < worker_batch_cost_ms(ctx)
+    return workers == 0 and 0 < data < sum(handover_ms(ctx))
 
 
 def helps(plan: WorkerPlan | None, wall: float) -> bool:
@@ -149,7 +152,7 @@ class DataLoading(Rule):
                     ">=",
                     "ms",
                     "loading a batch must cost more than passing it from a worker process "
-                    "(WORKER_BATCH_COST_MS, docs/thresholds.md) for workers to pay off",
+                    "(WORKER_MAIN_COST_MS + WORKER_SIDE_COST_MS, docs/thresholds.md) for workers to pay off",
                 )
             )
         c = ctx.ceilings

@@ -443,6 +443,7 @@ def parse_kineto_stream(fh: IO[bytes], name: str, size: int | None, limits: Read
     try:
         for batch in stream.batches():
             sink.consume(batch)
+            del batch  # not alive while the next batch decodes
     except OSError as exc:
         raise TraceError(f"{name}: cannot read ({exc.strerror or exc})") from exc
     if not stream.events_found:

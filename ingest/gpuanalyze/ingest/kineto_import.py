@@ -12,6 +12,10 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
 - gpuanalyze's own export convention wins where present: ``user_annotation`` slices named
   ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
 - other: what the known host parts leave of the step.
+
+Work is attributed by when it starts; where a step's window overlaps the next one (the recorder's
+timer stops a few microseconds after the next step began), what starts in the overlap is the next
+step's.
 """
 
 from __future__ import annotations
@@ -127,8 +131,12 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         )
     rank = k.rank or 0
     rows = []
-    for step, lo, hi in windows:
-        wall = (hi - lo) / 1e3
+    starts = np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64))
+    for step, lo, end in windows:
+        wall = (end - lo) / 1e3
+        # A step's timer can stop a few us after the next step began: what starts then is the next step's.
+        following = int(np.searchsorted(starts, lo, side="right"))
+        hi = min(end, float(starts[following])) if following < starts.size else end
         stats = kernels.stats(lo, hi) if has_gpu else None
         row = S.empty_row()
         row.update(

@@ -253,7 +253,10 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     n_over = frame.filter(over).height
     if n_over:
         notes.append(f"{n_over} row(s) had a phase or GPU-busy time longer than the step itself; clamped to the step")
-        frame = frame.with_columns(pl.min_horizontal(pl.col(c), pl.col(S.WALL_MS)).alias(c) for c in durations[1:])
+        frame = frame.with_columns(
+            pl.when(pl.col(c) > pl.col(S.WALL_MS)).then(pl.col(S.WALL_MS)).otherwise(pl.col(c)).alias(c)
+            for c in durations[1:]
+        )
     for col, limit, what in (
         (S.BATCH_SAMPLES, MAX_BATCH_SAMPLES, "batch sizes"),
         (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES, "peak memory values"),

@@ -407,6 +407,7 @@ class EventStream:
             batch, closed = self._next_batch()
             if batch:
                 yield batch
+            del batch  # one decoded batch alive at a time, not two while the next one decodes
             if closed:
                 return
 
