@@ -139,13 +139,32 @@ def test_a_trace_with_no_recognised_phase_is_unknown_not_healthy(trace_factory):
 
 
 def test_cheap_batches_in_the_training_process_are_batch_size_not_data_loading(trace_factory):
-    """Batch 1 from memory: fetching takes 0.15 ms, handing a batch over from a worker costs more."""
-    rows = _rows(wall=0.5, data=0.15, fwd=0.12, bwd=0.13, opt=0.08, samples=1)
+    """Batch 1 from memory (a quiet recording's means): the 0.05 ms fetch costs less than a worker's
+    hand-over and less than the optimizer and loop overhead: one more per-step cost."""
+    rows = _rows(wall=0.45, data=0.05, fwd=0.07, bwd=0.12, opt=0.08, samples=1)
     end = EndInfo(status="ok", steps=40, loader_workers=0)
     r = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end))
-    assert r.bottleneck == "batch_size" and r.findings[0].cause == "per_step_overhead"
+    f = r.findings[0]
+    assert r.bottleneck == "batch_size" and f.cause == "per_step_overhead"
+    assert f.share == pytest.approx((0.05 + 0.08 + 0.13) / 0.45)
+    # the fetch is fixed per step, so the projection divides it with the optimizer and the rest
+    assert f.projection.step_ms == pytest.approx(0.19 + 0.26 / 2)
     assert not any(f.bottleneck == "data_loading" for f in r.findings)
     assert not any("num_workers=2" in rec for f in r.findings for rec in f.recommendations)
+
+
+def test_a_cheap_fetch_that_dominates_the_step_is_per_sample_loading_work(trace_factory):
+    """Batch 256 from memory: the fetch (one __getitem__ per sample and a collate) is 57% of the step;
+    workers would cost more than they save, a larger batch grows it too: build batches cheaper."""
+    rows = _rows(wall=1.15, data=0.65, fwd=0.10, bwd=0.16, opt=0.08, samples=256)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    r = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end))
+    f = r.findings[0]
+    assert (r.bottleneck, f.cause) == ("data_loading", "cpu_bound_loading")
+    assert dict(f.projection.params) == {} and "upper bound" in f.projection.rule
+    assert [e.metric for e in f.supporting] == ["data_wait_share", "worker_gain"] and not f.contrary
+    assert any("whole batches" in rec for rec in f.recommendations)
+    assert not any("num_workers=" in rec for rec in f.recommendations)
 
 
 def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace_factory):

@@ -28,6 +28,9 @@ HOST_MODERATE = Threshold(0.10, OURS + ": host work no phase accounts for, above
 #: Unattributed host time below this per step is the loop's own Python (loss, zero_grad, .to()):
 #: 0.05-0.2 ms per step measured on CPU here (benchmarks/projection_validation.py), a per-step cost.
 HOST_MIN_MS = 1.0
+#: Below this share of the step in recognised phases the trace has no phases to speak of (an imported
+#: trace without annotations): unattributed time is then not a finding but an unknown.
+HOST_RECOGNISED = 0.01
 PER_STEP_FIXED = Threshold(
     0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
 )

@@ -34,6 +34,9 @@ class LoopConfig:
     """Where the model runs."""
     item_every_step: bool = False
     """Read the loss with .item() every step (a host-device sync on GPUs)."""
+    batched_fetch: bool = False
+    """Fetch each batch with one indexing call (a BatchSampler as the sampler) instead of one
+    __getitem__ per sample and a collate: the fix for per-sample loading overhead."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.features < 1:
@@ -59,7 +62,7 @@ def scenario(name: str, **overrides: Any) -> LoopConfig:
 def make_loop(cfg: LoopConfig) -> tuple[Any, Any, Any]:
     """(model, optimizer, dataloader) for the configuration, seeded."""
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
     class SyntheticDataset(Dataset):
         def __init__(self, n: int) -> None:
@@ -70,9 +73,9 @@ def make_loop(cfg: LoopConfig) -> tuple[Any, Any, Any]:
         def __len__(self) -> int:
             return self.x.shape[0]
 
-        def __getitem__(self, i: int) -> tuple[Any, Any]:
+        def __getitem__(self, i: int | list[int]) -> tuple[Any, Any]:
             if cfg.sample_cost_s:
-                time.sleep(cfg.sample_cost_s)
+                time.sleep(cfg.sample_cost_s * (len(i) if isinstance(i, list) else 1))
             return self.x[i], self.y[i]
 
     torch.manual_seed(cfg.seed)
@@ -85,14 +88,22 @@ def make_loop(cfg: LoopConfig) -> tuple[Any, Any, Any]:
         torch.nn.Linear(hidden, 1),
     ).to(cfg.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    loader = DataLoader(
-        SyntheticDataset(cfg.steps * cfg.batch),
-        batch_size=cfg.batch,
-        shuffle=True,
-        num_workers=cfg.num_workers,
-        generator=torch.Generator().manual_seed(cfg.seed),
-        pin_memory=cfg.device == "cuda",
-    )
+    data = SyntheticDataset(cfg.steps * cfg.batch)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    if cfg.batched_fetch:
+        sampler = BatchSampler(RandomSampler(data, generator=generator), cfg.batch, drop_last=False)
+        loader = DataLoader(
+            data, sampler=sampler, batch_size=None, num_workers=cfg.num_workers, pin_memory=cfg.device == "cuda"
+        )
+    else:
+        loader = DataLoader(
+            data,
+            batch_size=cfg.batch,
+            shuffle=True,
+            num_workers=cfg.num_workers,
+            generator=generator,
+            pin_memory=cfg.device == "cuda",
+        )
     return model, optimizer, loader
 
 

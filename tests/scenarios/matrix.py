@@ -88,9 +88,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "in_memory_batch256",
-        "batch_size",
-        "per_step_overhead",
-        "batch 256 of a tiny MLP from memory: loading is CPU work that workers would only move, not remove",
+        "data_loading",
+        "cpu_bound_loading",
+        "batch 256 of a tiny MLP from memory: one __getitem__ per sample and a collate take half the step; "
+        "workers would only move that CPU work (and add a hand-over), a larger batch grows it: build batches cheaper",
         _loop(LoopConfig(batch=256, features=16, steps=200)),
     ),
     Scenario(

@@ -16,7 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
-from analyzer.analysis.rules.data_loading import cheap_batches, worker_plan
+from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_plan
 from gpuanalyze.ingest import schema as S
 
 
@@ -34,18 +34,13 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
 
 def per_step_fixed_share(ctx: Context) -> float:
     """CPU traces: share of the step that a larger batch spreads over more samples: the optimizer,
-    small unattributed host time, and the fetch of batches too cheap for worker processes (syncs are
-    the sync rule's, large unattributed time the host rule's)."""
-    m = ctx.m
-    other = m.effective[S.OTHER_MS]
-    small_other = other if ctx.ms(other) < T.HOST_MIN_MS else 0.0
-    return (m.share[S.OPTIMIZER_MS] or 0.0) + small_other + _fixed_data_wait(ctx)
+    small unattributed host time, and a fetch that is itself a per-step cost (fetch_is_a_step_cost)."""
+    return other_step_costs(ctx) + _fixed_data_wait(ctx)
 
 
 def _fixed_data_wait(ctx: Context) -> float:
-    """Data wait share that is a per-step cost: loading in the training process that costs less per
-    batch than a worker process would (cheap_batches); 0 otherwise."""
-    return ctx.m.effective[S.DATA_WAIT_MS] if cheap_batches(ctx) else 0.0
+    """Data wait share that is a per-step cost (fetch_is_a_step_cost); 0 otherwise."""
+    return ctx.m.effective[S.DATA_WAIT_MS] if fetch_is_a_step_cost(ctx) else 0.0
 
 
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
@@ -56,6 +51,9 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         data = ctx.ms(m.effective[S.DATA_WAIT_MS])
         scaling = ctx.busy + data
         scaling_what = f"GPU work {ctx.busy:.2f} ms and data wait {data:.2f} ms"
+    elif _fixed_data_wait(ctx) > 0:
+        scaling = sum(m.mean_ms[p] or 0.0 for p in (S.FORWARD_MS, S.BACKWARD_MS))
+        scaling_what = f"forward and backward {scaling:.2f} ms (the fetch is a per-step cost)"
     else:
         scaling = sum(m.mean_ms[p] or 0.0 for p in (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS))
         scaling_what = f"loading, forward and backward {scaling:.2f} ms"
@@ -88,7 +86,8 @@ class BatchSize(Rule):
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
                 return None
             km = m.kernels
-            launch = km is not None and km.totals_ms["idle_launch_ms"] > km.totals_ms["idle_host_wait_ms"]
+            # Launch overhead only when short launch gaps are most of the idle time (HTA's kernel-launch idle).
+            launch = km is not None and km.totals_ms["idle_launch_ms"] >= T.LAUNCH_BOUND.value * km.idle_ms > 0
             return Detection(
                 cause="launch_overhead" if launch else "host_overhead",
                 share=idle,

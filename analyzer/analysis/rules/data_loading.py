@@ -76,7 +76,8 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
             f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
             f"to hand over, {parallel} at a time: {loading:.2f} ms per batch; the training process computes "
             f"{compute:.2f} ms + receives {main:.2f} ms; all of it shares {cores} core(s): max({compute:.2f} + "
-            f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})/{cores})"
+            f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})"
+            f"/{cores}) = {step:.2f} ms"
         )
         return WorkerPlan(workers, step, loading, main + side, rule)
     workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
@@ -93,11 +94,26 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
 
 
 def cheap_batches(ctx: Context) -> bool:
-    """Loading in the training process costs less per batch than passing a batch from a worker would:
-    tiny batches, in-memory data (issue 10: then it is a per-step cost, batch_size's)."""
+    """Loading in the training process costs less per batch than passing a batch from a worker would
+    (tiny batches, in-memory data)."""
     workers = ctx.end.loader_workers if ctx.end is not None else None
     data = ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])
     return workers == 0 and 0 < data < sum(handover_ms(ctx))
+
+
+def other_step_costs(ctx: Context) -> float:
+    """Share of the step in per-step costs besides loading: the optimizer and small unattributed host
+    time (large unattributed time is the host rule's, syncs the sync rule's)."""
+    m = ctx.m
+    other = m.effective[S.OTHER_MS]
+    return (m.share[S.OPTIMIZER_MS] or 0.0) + (other if ctx.ms(other) < T.HOST_MIN_MS else 0.0)
+
+
+def fetch_is_a_step_cost(ctx: Context) -> bool:
+    """The fetch is one more fixed per-step cost (batch_size's), not a loading problem: cheaper than a
+    worker's hand-over and no larger than the other per-step costs (a batch-1 loop). A cheap fetch
+    that dominates the step is per-sample loading work (data_loading's cpu_bound_loading)."""
+    return cheap_batches(ctx) and ctx.m.effective[S.DATA_WAIT_MS] <= other_step_costs(ctx)
 
 
 def helps(plan: WorkerPlan | None, wall: float) -> bool:
@@ -115,7 +131,7 @@ class DataLoading(Rule):
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
         workers_useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
-        if workers_useless and cheap_batches(ctx):
+        if workers_useless and fetch_is_a_step_cost(ctx):
             return None  # a fixed per-step cost workers cannot remove: batch_size names it
         wait = "while the GPU is idle " if ctx.gpu else ""
         return Detection(
@@ -143,7 +159,19 @@ class DataLoading(Rule):
                 )
             )
         plan = worker_plan(ctx, ctx.ms(d.share))
-        if plan is not None and plan.cost_ms > 0:
+        if plan is not None and plan.workers > 0 and d.cause == "cpu_bound_loading":
+            ev.append(
+                Evidence(
+                    "worker_gain",
+                    (ctx.wall - plan.step_ms) / ctx.wall,
+                    T.WORKER_MIN_GAIN.value,
+                    "<",
+                    "fraction of step time",
+                    "DataLoader workers would save less than this (the loading is CPU work on the same cores, "
+                    "plus the per-batch hand-over, docs/thresholds.md): the batches must get cheaper to build",
+                )
+            )
+        elif plan is not None and plan.cost_ms > 0:
             ev.append(
                 Evidence(
                     "data_wait_ms_per_batch",
@@ -185,7 +213,8 @@ class DataLoading(Rule):
                 )
         plan = worker_plan(ctx, data)
         base = f"step {ctx.wall:.2f} ms, of which data wait {data:.2f} ms"
-        if plan is not None and plan.workers > 0:
+        if helps(plan, ctx.wall):
+            assert plan is not None
             return bounded(
                 ctx,
                 plan.step_ms,
@@ -194,7 +223,9 @@ class DataLoading(Rule):
                 f"{base}; {plan.rule}",
                 params=(("num_workers", plan.workers),),
             )
-        how = plan.rule + "; " if plan is not None else ""
+        how = ""
+        if plan is not None:
+            how = f"{plan.rule}: not {T.WORKER_MIN_GAIN.value:.0%} faster; " if plan.workers > 0 else f"{plan.rule}; "
         return bounded(
             ctx,
             compute,
