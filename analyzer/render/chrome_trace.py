@@ -25,6 +25,7 @@ import polars as pl
 
 from analyzer import __version__
 from analyzer.analysis.aggregate import number
+from analyzer.render.words import PART_LABELS
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
 
@@ -41,15 +42,6 @@ LAYOUT: tuple[str, ...] = (
 STEP_TID = 1
 PHASE_TID = {p: i for i, p in enumerate(LAYOUT, start=STEP_TID + 1)}
 CHUNK_ROWS = 100_000
-_TRACK_NAMES = {
-    S.DATA_WAIT_MS: "data wait",
-    S.H2D_MS: "host->device copy",
-    S.FORWARD_MS: "forward",
-    S.BACKWARD_MS: "backward",
-    S.OPTIMIZER_MS: "optimizer",
-    S.SYNC_MS: "sync",
-    S.OTHER_MS: "other",
-}
 #: Smallest room left at a step's end, in us: a phase slice always starts inside its step.
 _EPS_US = 0.001
 
@@ -94,7 +86,7 @@ def _metadata(rank: int) -> list[str]:
         {"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": STEP_TID, "args": {"sort_index": STEP_TID}},
     ]
     for part, tid in PHASE_TID.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": _TRACK_NAMES[part]}})
+        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": PART_LABELS[part]}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
     return [json.dumps(e) for e in events]
 

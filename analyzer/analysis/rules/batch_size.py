@@ -16,7 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
-from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_plan
+from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain, worker_plan
 from gpuanalyze.ingest import schema as S
 
 
@@ -169,17 +169,8 @@ class BatchSize(Rule):
             data = _fixed_data_wait(ctx)
             plan = worker_plan(ctx, ctx.ms(data))
             if data > 0 and plan is not None:
-                ev.append(
-                    Evidence(
-                        "worker_gain",
-                        (ctx.wall - plan.step_ms) / ctx.wall,
-                        T.WORKER_MIN_GAIN.value,
-                        "<",
-                        "fraction of step time",
-                        "DataLoader workers would save less than this (their "
-                        "per-batch hand-over cost, docs/thresholds.md), so loading stays in the training process",
-                    )
-                )
+                why = "their per-batch hand-over costs more than they take off; loading stays in the training process"
+                ev.append(worker_gain(ctx, plan, why))
         if m.peak_mem_bytes and m.gpu_memory_bytes:
             used = m.peak_mem_bytes / m.gpu_memory_bytes
             ev.append(

@@ -116,6 +116,18 @@ def fetch_is_a_step_cost(ctx: Context) -> bool:
     return cheap_batches(ctx) and ctx.m.effective[S.DATA_WAIT_MS] <= other_step_costs(ctx)
 
 
+def worker_gain(ctx: Context, plan: WorkerPlan, why: str) -> Evidence:
+    """Evidence that workers would save less than WORKER_MIN_GAIN of the step (``why``: so what)."""
+    return Evidence(
+        "worker_gain",
+        (ctx.wall - plan.step_ms) / ctx.wall,
+        T.WORKER_MIN_GAIN.value,
+        "<",
+        "fraction of step time",
+        f"DataLoader workers would save less than this: {why} (docs/thresholds.md)",
+    )
+
+
 def helps(plan: WorkerPlan | None, wall: float) -> bool:
     return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
 
@@ -160,17 +172,8 @@ class DataLoading(Rule):
             )
         plan = worker_plan(ctx, ctx.ms(d.share))
         if plan is not None and plan.workers > 0 and d.cause == "cpu_bound_loading":
-            ev.append(
-                Evidence(
-                    "worker_gain",
-                    (ctx.wall - plan.step_ms) / ctx.wall,
-                    T.WORKER_MIN_GAIN.value,
-                    "<",
-                    "fraction of step time",
-                    "DataLoader workers would save less than this (the loading is CPU work on the same cores, "
-                    "plus the per-batch hand-over, docs/thresholds.md): the batches must get cheaper to build",
-                )
-            )
+            why = "the loading is CPU work on the same cores, plus a hand-over; the batches must get cheaper to build"
+            ev.append(worker_gain(ctx, plan, why))
         elif plan is not None and plan.cost_ms > 0:
             ev.append(
                 Evidence(
