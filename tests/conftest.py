@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,16 @@ def trace_factory(tmp_path: Path):
         return write_trace(tmp_path / f"t{next(counter)}.arrow", rows, **kwargs)
 
     return factory
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_reaches_the_tests():
+    """A job started in the background (`cmd &`, nohup) inherits SIGINT ignored, and so would every
+    process the tests start: give this process Python's own handler, so children start with the
+    default disposition and the Ctrl-C tests test gpuanalyze, not how CI was launched."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(autouse=True)
