@@ -82,3 +82,26 @@ def test_env_answers_without_a_gpu():
     result = runner.invoke(app, ["env"])
     assert result.exit_code == 0
     assert "cuda.is_available()" in result.output
+
+
+def test_every_command_is_mapped_to_the_module_that_registers_it():
+    from analyzer.cli import COMMANDS
+
+    registered = {c.name for c in app.registered_commands}
+    assert registered == set(COMMANDS)
+
+
+def test_a_command_line_imports_only_its_own_command_module():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from analyzer.cli import main\n"
+        "try:\n    main(['memory', '--params', '7e9', '--json'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('analyzer.cli.')), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stderr.strip().splitlines()[-1]
+    assert "analyzer.cli.plan" in loaded
+    assert "analyzer.cli.report" not in loaded and "analyzer.cli.watch" not in loaded
+    assert json.loads(out.stdout)["weights_gb"] == 14.0

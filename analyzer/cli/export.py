@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from analyzer.cli.app import app, fail
+from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from analyzer.cli.app import app, console, fail
+from analyzer.cli.base import app, console, fail
 from analyzer.errors import GpuAnalyzeError
 
 

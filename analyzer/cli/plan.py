@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from analyzer.cli.analyze import width_option
-from analyzer.cli.app import app, emit, fail
+from analyzer.cli.base import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
 
 

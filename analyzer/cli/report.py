@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from analyzer.cli import options
-from analyzer.cli.app import app, fail
+from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:

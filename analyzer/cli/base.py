@@ -6,7 +6,6 @@ Commands live in the sibling modules and import what they need inside their bodi
 
 from __future__ import annotations
 
-import sys
 from typing import Any, NoReturn
 
 import typer
@@ -75,8 +74,3 @@ def main_callback(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Find why a GPU training run is slow: data loading, batch size, kernels or sync."""
-
-
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point."""
-    return app(args=argv if argv is not None else sys.argv[1:], prog_name="gpuanalyze")
