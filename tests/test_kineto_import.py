@@ -53,6 +53,35 @@ def test_data_wait_is_clipped_to_its_step(tmp_path):
     assert _col(trace, S.DATA_WAIT_MS) == [pytest.approx(0.1), pytest.approx(0.2)]
 
 
+def test_work_starting_in_a_steps_last_moments_belongs_to_the_next_step(tmp_path):
+    """The recorder's step timer stops a few us after the next step began (an export of a recorded
+    trace): the optimizer that starts in that overlap is the next step's, counted once."""
+    events = [
+        ev("user_annotation", "ProfilerStep#0", 0, 1012),
+        ev("user_annotation", "ProfilerStep#1", 1000, 1000),
+        ev("cpu_op", "Optimizer.step#SGD.step", 1000, 100),
+        ev("cpu_op", "aten::mm", 0, 10),
+    ]
+    trace = load_kineto(write(tmp_path / "t.json", {"traceEvents": events}))
+    assert _col(trace, S.OPTIMIZER_MS) == [0.0, pytest.approx(0.1)]
+    assert _col(trace, S.WALL_MS) == [pytest.approx(1.012), pytest.approx(1.0)]
+
+
+def test_an_interleaved_stream_of_steps_cuts_no_window(tmp_path):
+    """Steps of another thread starting 20 us after each of ours are not 'the next step': our
+    windows keep their data wait."""
+    events = [ev("cpu_op", "aten::mm", 0, 10)]
+    for n in range(3):
+        t0 = 10_000 * n
+        events += [
+            ev("user_annotation", f"ProfilerStep#{n}", t0, 10_000),
+            dict(ev("user_annotation", f"ProfilerStep#{n}", t0 + 20, 10_000), tid=2),
+            ev("user_annotation", LOADER, t0 + 10, 5000),
+        ]
+    trace = load_kineto(write(tmp_path / "t.json", {"traceEvents": events}))
+    assert all(v == pytest.approx(5.0) for v in _col(trace, S.DATA_WAIT_MS))
+
+
 @needs_traces
 def test_resnet_data_wait_matches_the_tensorboard_definition():
     """rtx2080ti ResNet: DataLoader time minus kernel/memcpy/memset/runtime time, computed here from the

@@ -167,6 +167,36 @@ def test_a_cheap_fetch_that_dominates_the_step_is_per_sample_loading_work(trace_
     assert not any("num_workers=" in rec for rec in f.recommendations)
 
 
+def test_a_fetch_workers_would_speed_up_is_not_called_a_per_step_cost(trace_factory):
+    """1.4 ms per batch is cheaper than a worker's whole hand-over, but workers still save 16% of a
+    4 ms step: no rule may then say 'keep num_workers=0' while another says 'use workers'."""
+    rows = _rows(wall=4.0, data=1.4, fwd=0.5, bwd=0.6, opt=1.5, samples=1)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    r = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end))
+    data = _find(r, "data_loading")
+    assert data.cause == "input_pipeline" and dict(data.projection.params) == {"num_workers": 2}
+    assert [e.metric for e in data.supporting] == ["data_wait_share", "worker_gain"] and not data.contrary
+    batch = _find(r, "batch_size")
+    assert batch.share == pytest.approx(1.5 / 4.0)  # the optimizer only: the fetch is data_loading's
+    assert not any("num_workers=0" in rec for rec in batch.recommendations)
+
+
+def test_a_wait_that_is_not_cpu_work_is_not_called_cpu_bound(trace_factory):
+    rows = _rows(wall=1.15, data=0.65, fwd=0.10, bwd=0.16, opt=0.08, samples=256, data_cpu=0.0)
+    end = EndInfo(status="ok", steps=40, loader_workers=0)
+    f = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end)).findings[0]
+    assert (f.bottleneck, f.cause) == ("data_loading", "input_pipeline")
+    assert not any("CPU work" in rec or "num_workers=" in rec for rec in f.recommendations)
+
+
+def test_a_larger_batch_saves_only_the_per_step_cost_it_measured(trace_factory):
+    """8 ms of sync is the sync rule's: a larger batch divides the 5 ms optimizer, not the sync."""
+    rows = _rows(wall=20.0, data=1.0, fwd=3.0, bwd=4.0, opt=4.0, sync=8.0, samples=8)
+    r = analyze(trace_factory(rows, run={"cpu_count": 4}))
+    f = _find(r, "batch_size")
+    assert f.projection.saved_ms == pytest.approx(f.share * 20.0 / 2)
+
+
 def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace_factory):
     # the loader sleeps (I/O): 0.5 of its 50 ms is CPU time, so 4 workers divide it over 4 cores
     rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=0.5)

@@ -44,30 +44,31 @@ def _fixed_data_wait(ctx: Context) -> float:
 
 
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
-    """Step time per current batch worth of samples with a batch ``k`` times larger."""
+    """Step time per current batch worth of samples with a batch ``k`` times larger: the per-step
+    cost this rule measures (GPU idle no data wait or sync explains; on a CPU the optimizer, small
+    host time and a fetch that is a per-step cost) is divided by ``k``; the rest of the step grows
+    with the batch or belongs to another cause, and stays."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
-        data = ctx.ms(m.effective[S.DATA_WAIT_MS])
-        scaling = ctx.busy + data
-        scaling_what = f"GPU work {ctx.busy:.2f} ms and data wait {data:.2f} ms"
-    elif _fixed_data_wait(ctx) > 0:
-        scaling = sum(m.mean_ms[p] or 0.0 for p in (S.FORWARD_MS, S.BACKWARD_MS))
-        scaling_what = f"forward and backward {scaling:.2f} ms (the fetch is a per-step cost)"
+        fixed = ctx.ms(m.idle_unexplained or 0.0)
+        fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
     else:
-        scaling = sum(m.mean_ms[p] or 0.0 for p in (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS))
-        scaling_what = f"loading, forward and backward {scaling:.2f} ms"
-    fixed = max(0.0, wall - scaling)
-    step = scaling + fixed / k
+        fixed = ctx.ms(per_step_fixed_share(ctx))
+        fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
+    fixed = min(max(fixed, 0.0), wall)
+    rest = wall - fixed
+    step = rest + fixed / k
     rule = (
-        f"{why}: {scaling_what} grow with the batch, the other {fixed:.2f} ms per step (launches, optimizer, "
-        f"host) does not, so per current batch worth of samples: {scaling:.2f} + {fixed:.2f}/{k:g} = {step:.2f} ms"
+        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; the other {rest:.2f} ms "
+        f"grows with it or is another cause's, so per current batch worth of samples: "
+        f"{rest:.2f} + {fixed:.2f}/{k:g} = {step:.2f} ms"
     )
     return bounded(
         ctx,
         step,
         f"batch x{k:g}",
-        {"the work that grows with the batch": scaling},
+        {"the work that grows with the batch": rest},
         rule,
         params=(("batch_multiplier", k),),
         per_batch_of=m.batch_samples,
@@ -170,7 +171,7 @@ class BatchSize(Rule):
             plan = worker_plan(ctx, ctx.ms(data))
             if data > 0 and plan is not None:
                 why = "their per-batch hand-over costs more than they take off; loading stays in the training process"
-                ev.append(worker_gain(ctx, plan, why))
+                ev.append(worker_gain(ctx, plan, why, expect_gain=False))
         if m.peak_mem_bytes and m.gpu_memory_bytes:
             used = m.peak_mem_bytes / m.gpu_memory_bytes
             ev.append(
@@ -209,7 +210,7 @@ class BatchSize(Rule):
             ),
             ("Move per-step Python work (logging, metric bookkeeping) off the step or do it every N steps.", True),
         ]
-        if not ctx.gpu:
+        if _fixed_data_wait(ctx) > 0:
             recs.append(
                 "Keep loading in the training process (num_workers=0) while batches are this cheap to fetch: "
                 "worker processes would add their per-batch cost."

@@ -93,14 +93,6 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
     return WorkerPlan(workers, step, loading, 0.0, rule)
 
 
-def cheap_batches(ctx: Context) -> bool:
-    """Loading in the training process costs less per batch than passing a batch from a worker would
-    (tiny batches, in-memory data)."""
-    workers = ctx.end.loader_workers if ctx.end is not None else None
-    data = ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])
-    return workers == 0 and 0 < data < sum(handover_ms(ctx))
-
-
 def other_step_costs(ctx: Context) -> float:
     """Share of the step in per-step costs besides loading: the optimizer and small unattributed host
     time (large unattributed time is the host rule's, syncs the sync rule's)."""
@@ -110,21 +102,28 @@ def other_step_costs(ctx: Context) -> float:
 
 
 def fetch_is_a_step_cost(ctx: Context) -> bool:
-    """The fetch is one more fixed per-step cost (batch_size's), not a loading problem: cheaper than a
-    worker's hand-over and no larger than the other per-step costs (a batch-1 loop). A cheap fetch
-    that dominates the step is per-sample loading work (data_loading's cpu_bound_loading)."""
-    return cheap_batches(ctx) and ctx.m.effective[S.DATA_WAIT_MS] <= other_step_costs(ctx)
+    """The fetch is one more fixed per-step cost (batch_size's), not a loading problem: loading runs in
+    the training process, workers would not save WORKER_MIN_GAIN (their hand-over costs more than
+    they take off), and the fetch is no larger than the other per-step costs (a batch-1 loop). A
+    fetch that dominates the step is loading work (data_loading's)."""
+    share = ctx.m.effective[S.DATA_WAIT_MS]
+    if share <= 0 or ctx.end is None or ctx.end.loader_workers != 0:
+        return False
+    plan = worker_plan(ctx, ctx.ms(share))
+    useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
+    return useless and share <= other_step_costs(ctx)
 
 
-def worker_gain(ctx: Context, plan: WorkerPlan, why: str) -> Evidence:
-    """Evidence that workers would save less than WORKER_MIN_GAIN of the step (``why``: so what)."""
+def worker_gain(ctx: Context, plan: WorkerPlan, why: str, *, expect_gain: bool) -> Evidence:
+    """What more DataLoader workers would save, as a share of the step, against WORKER_MIN_GAIN."""
+    verb = "at least" if expect_gain else "less than"
     return Evidence(
         "worker_gain",
         (ctx.wall - plan.step_ms) / ctx.wall,
         T.WORKER_MIN_GAIN.value,
-        "<",
+        ">=" if expect_gain else "<",
         "fraction of step time",
-        f"DataLoader workers would save less than this: {why} (docs/thresholds.md)",
+        f"num_workers={plan.workers} is projected to save {verb} this: {why} (docs/thresholds.md)",
     )
 
 
@@ -145,9 +144,11 @@ class DataLoading(Rule):
         workers_useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
         if workers_useless and fetch_is_a_step_cost(ctx):
             return None  # a fixed per-step cost workers cannot remove: batch_size names it
+        cpu = ctx.m.data_cpu_fraction
+        cpu_bound = workers_useless and (cpu is None or cpu >= 0.5)
         wait = "while the GPU is idle " if ctx.gpu else ""
         return Detection(
-            cause="cpu_bound_loading" if workers_useless else "input_pipeline",
+            cause="cpu_bound_loading" if cpu_bound else "input_pipeline",
             share=share,
             consistency=ctx.m.consistency(S.DATA_WAIT_MS, T.DATA_WAIT_MODERATE.value),
             evidence_steps=ctx.m.steps,
@@ -171,21 +172,16 @@ class DataLoading(Rule):
                 )
             )
         plan = worker_plan(ctx, ctx.ms(d.share))
-        if plan is not None and plan.workers > 0 and d.cause == "cpu_bound_loading":
-            why = "the loading is CPU work on the same cores, plus a hand-over; the batches must get cheaper to build"
-            ev.append(worker_gain(ctx, plan, why))
-        elif plan is not None and plan.cost_ms > 0:
-            ev.append(
-                Evidence(
-                    "data_wait_ms_per_batch",
-                    ctx.ms(d.share),
-                    plan.cost_ms,
-                    ">=",
-                    "ms",
-                    "loading a batch must cost more than passing it from a worker process "
-                    "(WORKER_MAIN_COST_MS + WORKER_SIDE_COST_MS, docs/thresholds.md) for workers to pay off",
+        if plan is not None and plan.workers > 0:
+            if helps(plan, ctx.wall):
+                why = "the hand-over on both sides and the cores everything shares included"
+            elif d.cause == "cpu_bound_loading":
+                why = (
+                    "the loading is CPU work on the same cores, plus a hand-over; the batches must get cheaper to build"
                 )
-            )
+            else:
+                why = "the wait is shorter than what a worker's hand-over adds; it must get shorter at its source"
+            ev.append(worker_gain(ctx, plan, why, expect_gain=helps(plan, ctx.wall)))
         c = ctx.ceilings
         if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
             ev.append(

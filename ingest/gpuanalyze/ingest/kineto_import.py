@@ -64,6 +64,10 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
     return mask
 
 
+#: How far (us) a step's window may run into the next step's before they are separate streams.
+OVERLAP_US = 1000.0
+
+
 def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
     if k.steps:
         return k.steps, []
@@ -134,9 +138,13 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     starts = np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64))
     for step, lo, end in windows:
         wall = (end - lo) / 1e3
-        # A step's timer can stop a few us after the next step began: what starts then is the next step's.
+        # A step's timer can stop a few us after the next step began: what starts then is the next
+        # step's. Only a next step starting in this one's last moments is that; one starting earlier is
+        # another stream of steps (another thread or process) and cuts nothing.
         following = int(np.searchsorted(starts, lo, side="right"))
-        hi = min(end, float(starts[following])) if following < starts.size else end
+        hi = end
+        if following < starts.size and end - OVERLAP_US <= starts[following] < end:
+            hi = float(starts[following])
         stats = kernels.stats(lo, hi) if has_gpu else None
         row = S.empty_row()
         row.update(
