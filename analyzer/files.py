@@ -39,6 +39,17 @@ def check_target(path: Path, *, force: bool) -> None:
         raise GpuAnalyzeError(f"{path} exists; pass --force to overwrite it")
 
 
+def _mode_for(path: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` would give (the replaced file's, or 0o666 less the
+    umask), not mkstemp's private 0o600: a report is meant to be shared."""
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool) -> None:
     """Create or (with ``force``) replace the regular file ``path`` with what ``write`` writes, atomically."""
     check_target(path, force=force)
@@ -49,6 +60,7 @@ def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool) ->
         raise GpuAnalyzeError(f"cannot write in {parent} ({exc.strerror})") from exc
     tmp = Path(tmp_name)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

@@ -60,3 +60,18 @@ def test_a_failing_writer_leaves_nothing_behind(tmp_path):
     with pytest.raises(RuntimeError):
         write_file(tmp_path / "out.bin", broken, force=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_new_files_get_the_umask_permissions_and_replaced_files_keep_theirs(tmp_path):
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "r.html"
+        write_bytes(out, b"a", force=False)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        out.chmod(0o600)
+        write_bytes(out, b"b", force=True)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_bytes() == b"b"
+    finally:
+        os.umask(old)
