@@ -52,7 +52,8 @@ def per_batch_ms(data: TensorDataset, batch: int, workers: int, n: int) -> tuple
         short = epoch(data, batch, workers, n // 4)
         long = epoch(data, batch, workers, n)
         runs.append([(b - a) / (n - n // 4) * 1e3 for a, b in zip(short, long, strict=True)])
-    return tuple(float(x) for x in np.median(np.array(runs), axis=0))  # type: ignore[return-value]
+    wall, main_cpu, worker_cpu = np.median(np.array(runs), axis=0)
+    return float(wall), float(main_cpu), float(worker_cpu)
 
 
 def model_ms(fetch: float, size_mib: float, workers: int, cores: int) -> float:
@@ -79,11 +80,10 @@ def main() -> None:
         for batch in (1, 32, 256):
             data = TensorDataset(torch.randn((n + 10) * batch, features), torch.randn((n + 10) * batch, 1))
             wall0, fetch, _ = per_batch_ms(data, batch, 0, n)
-            walls = {}
-            for w in (1, 2, 4):
-                walls[w], main_cpu, worker_cpu = per_batch_ms(data, batch, w, n)
-                if w == 2:
-                    main_side, side = main_cpu, max(0.0, worker_cpu - fetch)
+            runs = {w: per_batch_ms(data, batch, w, n) for w in (1, 2, 4)}
+            walls = {w: r[0] for w, r in runs.items()}
+            _, main_side, worker_cpu = runs[2]  # the CPU split is read at 2 workers
+            side = max(0.0, worker_cpu - fetch)
             size = batch * (features + 1) * 4
             mains.append(main_side)
             sides.append(side)

@@ -1,11 +1,10 @@
 """batch_size: too little work per step, so fixed per-step costs dominate.
 
 On a GPU it shows as idle time that neither data wait nor sync explains (kernel launches, Python
-between ops): a larger batch gives every launch more work. On a CPU it shows as a data wait
-that workers cannot remove because passing a batch between processes costs more than loading
-it (tiny batches, in-memory data). The projection is per current batch worth of samples: the
-parts that grow with the batch (GPU work, compute, loading) scale, the fixed per-step rest is
-divided by the batch multiplier.
+between ops): a larger batch gives every launch more work. On a CPU it shows as the optimizer,
+small host time and, in a batch-1 loop, a fetch that workers cannot speed up (their hand-over
+costs more). The projection is per current batch worth of samples: that per-step cost is divided
+by the batch multiplier, the rest of the step stays.
 """
 
 from __future__ import annotations
@@ -168,8 +167,8 @@ class BatchSize(Rule):
                 )
             )
             data = _fixed_data_wait(ctx)
-            plan = worker_plan(ctx, ctx.ms(data))
-            if data > 0 and plan is not None:
+            plan = worker_plan(ctx, ctx.ms(data)) if data > 0 else None
+            if plan is not None:
                 why = "their per-batch hand-over costs more than they take off; loading stays in the training process"
                 ev.append(worker_gain(ctx, plan, why, expect_gain=False))
         if m.peak_mem_bytes and m.gpu_memory_bytes:

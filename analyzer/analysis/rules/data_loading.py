@@ -4,13 +4,16 @@ The projection charges what the fix costs. DataLoader workers overlap loading wi
 every batch is handed over between processes: the training process pays WORKER_MAIN_COST_MS per
 batch to receive it, each worker WORKER_SIDE_COST_MS (plus WORKER_SIDE_MS_PER_MIB for its bytes)
 to collate and send it; and loading that is CPU work still needs the host's cores, which the
-training loop uses too. When a batch costs less to load than to hand over (tiny batches,
-in-memory data) no worker advice is given: the wait is a per-step cost and batch_size says so.
+training loop uses too. Workers are advised only when that projection saves WORKER_MIN_GAIN.
+When they would not, a fetch no larger than the loop's other per-step costs (a batch-1 loop) is
+batch_size's per-step cost; a larger one is loading to make cheaper (cpu_bound_loading when it is
+CPU work).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
@@ -42,9 +45,6 @@ class WorkerPlan:
     workers: int
     """Workers the projection assumes (0: the loop already has all the workers its cores allow)."""
     step_ms: float
-    loading_ms: float
-    """Per-batch loading time with the workers (what each step still waits for at most)."""
-    cost_ms: float
     rule: str
 
 
@@ -79,10 +79,10 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
             f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})"
             f"/{cores}) = {step:.2f} ms"
         )
-        return WorkerPlan(workers, step, loading, main + side, rule)
+        return WorkerPlan(workers, step, rule)
     workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
     if workers <= current:
-        return WorkerPlan(0, ctx.wall, ctx.wall, 0.0, f"num_workers={current} already uses the {cores} core(s)")
+        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {cores} core(s)")
     # With `current` workers each batch takes a worker current x step to build; more workers divide that.
     loading = ctx.wall * current / workers
     step = max(compute, loading)
@@ -90,7 +90,7 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
         f"num_workers {current} -> {workers}: batches arrive every {ctx.wall:.2f} x {current}/{workers} = "
         f"{loading:.2f} ms, overlapped with the {compute:.2f} ms compute path"
     )
-    return WorkerPlan(workers, step, loading, 0.0, rule)
+    return WorkerPlan(workers, step, rule)
 
 
 def other_step_costs(ctx: Context) -> float:
@@ -109,9 +109,7 @@ def fetch_is_a_step_cost(ctx: Context) -> bool:
     share = ctx.m.effective[S.DATA_WAIT_MS]
     if share <= 0 or ctx.end is None or ctx.end.loader_workers != 0:
         return False
-    plan = worker_plan(ctx, ctx.ms(share))
-    useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
-    return useless and share <= other_step_costs(ctx)
+    return would_not_help(worker_plan(ctx, ctx.ms(share)), ctx.wall) and share <= other_step_costs(ctx)
 
 
 def worker_gain(ctx: Context, plan: WorkerPlan, why: str, *, expect_gain: bool) -> Evidence:
@@ -127,8 +125,14 @@ def worker_gain(ctx: Context, plan: WorkerPlan, why: str, *, expect_gain: bool) 
     )
 
 
-def helps(plan: WorkerPlan | None, wall: float) -> bool:
+def helps(plan: WorkerPlan | None, wall: float) -> TypeGuard[WorkerPlan]:
+    """More workers are possible and projected to save at least WORKER_MIN_GAIN of the step."""
     return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
+
+
+def would_not_help(plan: WorkerPlan | None, wall: float) -> bool:
+    """More workers are possible but projected to save less than WORKER_MIN_GAIN."""
+    return plan is not None and plan.workers > 0 and not helps(plan, wall)
 
 
 class DataLoading(Rule):
@@ -141,7 +145,7 @@ class DataLoading(Rule):
             return None
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
-        workers_useless = plan is not None and plan.workers > 0 and not helps(plan, ctx.wall)
+        workers_useless = would_not_help(plan, ctx.wall)
         if workers_useless and fetch_is_a_step_cost(ctx):
             return None  # a fixed per-step cost workers cannot remove: batch_size names it
         cpu = ctx.m.data_cpu_fraction
@@ -173,7 +177,8 @@ class DataLoading(Rule):
             )
         plan = worker_plan(ctx, ctx.ms(d.share))
         if plan is not None and plan.workers > 0:
-            if helps(plan, ctx.wall):
+            gain = helps(plan, ctx.wall)
+            if gain:
                 why = "the hand-over on both sides and the cores everything shares included"
             elif d.cause == "cpu_bound_loading":
                 why = (
@@ -181,7 +186,7 @@ class DataLoading(Rule):
                 )
             else:
                 why = "the wait is shorter than what a worker's hand-over adds; it must get shorter at its source"
-            ev.append(worker_gain(ctx, plan, why, expect_gain=helps(plan, ctx.wall)))
+            ev.append(worker_gain(ctx, plan, why, expect_gain=gain))
         c = ctx.ceilings
         if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
             ev.append(
@@ -213,7 +218,6 @@ class DataLoading(Rule):
         plan = worker_plan(ctx, data)
         base = f"step {ctx.wall:.2f} ms, of which data wait {data:.2f} ms"
         if helps(plan, ctx.wall):
-            assert plan is not None
             return bounded(
                 ctx,
                 plan.step_ms,
