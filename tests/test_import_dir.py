@@ -3,7 +3,6 @@ in parallel, reusing up-to-date imports; the safe-write rules of every output fi
 
 import json
 import os
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -43,8 +42,10 @@ def test_import_dir_writes_one_arrow_per_rank_and_reuses_them(tmp_path):
     assert again.exit_code == 0 and again.output.count("reused (up to date)") == 3
     assert {f: (out / f).stat().st_mtime_ns for f in files} == before
     # a changed source is imported again; the others are reused
-    time.sleep(0.01)
+    old_mtime = (src / "rank1.json.gz").stat().st_mtime_ns
     write(src / "rank1.json.gz", two_step_trace(rank=1, world=3), gz=True)
+    # a coarse file-system clock may give the rewrite the same mtime: make it visibly later
+    os.utime(src / "rank1.json.gz", ns=(old_mtime + 10**9, old_mtime + 10**9))
     third = runner.invoke(app, ["import", str(src), "-o", str(out), "--force"])
     assert third.output.count("reused") == 2 and (out / "rank1.arrow").stat().st_mtime_ns != before["rank1.arrow"]
     data = json.loads(runner.invoke(app, [str(out), "--json"]).output)

@@ -25,12 +25,12 @@ def assert_no_hooks_left(model):
     assert (DataLoader.__iter__, _BaseDataLoaderIter.__next__, torch.Tensor.item, torch.cuda.synchronize) == ORIGINALS
 
 
-def train_with_fault(model, opt, loader, at_step, fault):
-    """The demo loop, calling ``fault()`` just before step ``at_step``; returns the losses."""
+def train_with_fault(model, opt, loader, faults):
+    """The demo loop, calling ``faults[i]()`` just before step ``i``; returns the losses."""
     losses = []
     for i, (x, y) in enumerate(loader):
-        if i == at_step:
-            fault()
+        if i in faults:
+            faults[i]()
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -149,13 +149,29 @@ def test_writer_failure_switches_profiling_off(tmp_path):
     cfg = small()
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
+
+    writers = []
+
+    def disk_gone():
+        writers.append(prof._writer)
+        prof._writer._file.close()
+
+    def slow_disk():
+        """Let time pass (as a slow disk would) until the writer's thread has met the failure."""
+        deadline = time.monotonic() + 10
+        while writers[0].error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writers[0].error is not None
+
     with (
-        pytest.warns(GpuAnalyzeWarning, match="switched off"),
+        pytest.warns(GpuAnalyzeWarning, match="switched off.*closed file") as record,
         analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
     ):
-        # the disk disappears (the file is created at the first step boundary)
-        losses = train_with_fault(model, opt, loader, 3, lambda: prof._writer._file.close())
+        # the file is created at the first step boundary; the steps after 3 write to a closed file
+        losses = train_with_fault(model, opt, loader, {3: disk_gone, 5: slow_disk})
+    assert len(record) == 1
     assert losses == plain
+    assert not prof.enabled
     assert_no_hooks_left(model)
 
 
@@ -273,7 +289,7 @@ def test_trace_directory_removed_mid_run_does_not_stop_training(tmp_path):
     out_dir.mkdir()
     model, opt, loader = make_loop(cfg)
     with analyzer.profile(model, out=str(out_dir / "t.arrow"), flush_every_steps=1):
-        losses = train_with_fault(model, opt, loader, 4, lambda: shutil.rmtree(out_dir))
+        losses = train_with_fault(model, opt, loader, {4: lambda: shutil.rmtree(out_dir)})
     assert losses == plain
     assert_no_hooks_left(model)
 
@@ -547,7 +563,9 @@ def test_data_cpu_time_and_batch_bytes_are_recorded(tmp_path):
         f = trace.frame
         fractions[spin] = f.get_column(S.DATA_CPU_MS).sum() / f.get_column(S.DATA_WAIT_MS).sum()
         assert trace.end.batch_bytes == 8 * 32 * 4 + 8 * 4
-    assert fractions[True] > 0.7 and fractions[False] < 0.3, fractions
+    # a loaded machine takes CPU from the spinning thread (0.43 seen with 3 busy loops on 2 cores),
+    # so the test is the contrast, not an absolute share
+    assert fractions[True] > 5 * fractions[False] and fractions[False] < 0.3, fractions
 
 
 def test_prof_data_is_harmless_when_profiling_is_off(tmp_path):
