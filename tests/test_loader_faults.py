@@ -141,13 +141,18 @@ def test_a_ctrl_c_during_cleanup_is_delivered_after_it():
 
 @pytest.fixture(scope="module")
 def run_after_workers_s(tmp_path_factory) -> float:
-    """How long a quick run lasts once its workers are up, on this machine now (~1.2 s idle)."""
-    proc = _start(tmp_path_factory.mktemp("calibrate"))
-    _wait_for(lambda: len(_workers(proc.pid)) >= (os.cpu_count() or 1), 60, "the loader workers")
-    t0 = time.monotonic()
-    _finish(proc, timeout=60)
-    assert proc.returncode == 0
-    return time.monotonic() - t0
+    """How long a quick run lasts once its workers are up, on this machine now (~1.2 s idle): the
+    shortest of three, as the first run (cold caches) is the slowest and a moment of 0.8 of it
+    fell after the run had ended on a loaded machine."""
+    lengths = []
+    for _ in range(3):
+        proc = _start(tmp_path_factory.mktemp("calibrate"))
+        _wait_for(lambda: len(_workers(proc.pid)) >= (os.cpu_count() or 1), 60, "the loader workers")  # noqa: B023
+        t0 = time.monotonic()
+        _finish(proc, timeout=60)
+        assert proc.returncode == 0
+        lengths.append(time.monotonic() - t0)
+    return min(lengths)
 
 
 @pytest.mark.slow
@@ -209,7 +214,8 @@ def test_kill_9_leaves_no_worker_and_the_next_run_removes_the_segment(tmp_path, 
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    _wait_for(lambda: not _group(proc.pid), 5, "the orphaned workers to exit")
+    # an orphan notices only once started (~2 s: spawn, numba, compile); this checks that it exits
+    _wait_for(lambda: not _group(proc.pid), 30, "the orphaned workers to exit")
     assert segment.exists()  # the owner had no chance to remove it
     monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path / "ceilings.json"))
     result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])

@@ -105,6 +105,16 @@ def test_options_travel_through_the_environment(tmp_path):
     assert config.options_from_env({config.variable("kernel_windows"): "auto"}).kernel_windows is None
 
 
+def _rows(path) -> int:
+    """Rows a trace being written has on disk so far (0 while it cannot be read yet)."""
+    from gpuanalyze.ingest.reader import load_trace
+
+    try:
+        return load_trace(path).frame.height
+    except (OSError, GpuAnalyzeError):
+        return 0
+
+
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [
@@ -298,7 +308,9 @@ def test_signals_reach_the_command_and_its_fate_is_passed_on(tmp_path, signum, s
             line = launcher.stdout.readline()
             if line.startswith("step 60") or not line:
                 break
-        time.sleep(1.2)  # past one flush interval
+        # the writer thread has put 60 rows on disk (SIGTERM writes nothing more at exit)
+        while time.monotonic() < deadline and _rows(out / "trace.arrow") < 60:
+            time.sleep(0.05)
         launcher.send_signal(signum)
         stdout, stderr = launcher.communicate(timeout=120)
     finally:

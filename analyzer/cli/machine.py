@@ -65,12 +65,13 @@ def bench_cmd(
         fail(str(exc))
     except KeyboardInterrupt:
         _interrupted()
-    if json_out:
-        typer.echo(render_bench_json(report))
-    else:
-        Console(highlight=False, width=width).print(render_bench(report))
     said = Console(stderr=json_out, highlight=False, width=width)
     try:
+        # a Ctrl-C while the results print still saves nothing
+        if json_out:
+            typer.echo(render_bench_json(report))
+        else:
+            Console(highlight=False, width=width).print(render_bench(report))
         if out is not None:
             write_report(report, out, force=force)
             said.print("wrote the report to", markup=False)

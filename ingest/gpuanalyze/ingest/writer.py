@@ -113,22 +113,26 @@ class TraceWriter:
                 self._fail(exc)
 
     def flush(self) -> None:
-        """Write pending rows now (called by the background thread and by close)."""
-        with self._lock:
-            rows, self._pending = self._pending, []
-        if not rows or self.error is not None:
-            return
-        try:
-            with self._io_lock:
+        """Write pending rows now (called by the background thread and by close).
+
+        The rows are taken under the I/O lock, so when ``flush`` returns every row queued before
+        the call is on disk, in order, even if the background thread was writing at that moment;
+        ``add`` takes only the short row lock and never waits for the disk."""
+        with self._io_lock:
+            with self._lock:
+                rows, self._pending = self._pending, []
+            if not rows or self.error is not None:
+                return
+            try:
                 assert self._file is not None and self._stream is not None  # open() ran before add()
                 batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
                 self._stream.write_batch(batch)
                 self._file.flush()
                 if self.options.fsync:
                     os.fsync(self._file.fileno())
-            self.rows_written += len(rows)
-        except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
-            self._fail(exc)
+                self.rows_written += len(rows)
+            except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
+                self._fail(exc)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
