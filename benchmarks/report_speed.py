@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,39 +21,22 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic run in tests/report_helpers
+
 from analyzer.analysis.pipeline import analyze
 from analyzer.files import write_bytes
 from analyzer.render.html_report import render_html
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.sources import load_any
+from tests.report_helpers import synthetic_table
 
 
 def write_rank(directory: Path, rank: int, ranks: int, steps: int, rng: np.random.Generator) -> None:
-    fwd = rng.normal(5.0, 0.2, steps) + (4.0 if rank == 7 else 0.0)
-    bwd, data, opt = rng.normal(8.0, 0.3, steps), rng.normal(1.0, 0.1, steps), np.full(steps, 1.0)
-    work = fwd + bwd + data + opt
-    wall = np.full(steps, 20.0) + rng.normal(0, 0.05, steps)
-    sync = np.maximum(wall - work, 0.0)
-    cols = {
-        S.STEP: np.arange(steps),
-        S.RANK: np.full(steps, rank, np.int32),
-        S.START_UNIX_NS: 1_700_000_000_000_000_000 + np.arange(steps) * 20_000_000,
-        S.WALL_MS: wall,
-        S.DATA_WAIT_MS: data,
-        S.FORWARD_MS: fwd,
-        S.BACKWARD_MS: bwd,
-        S.OPTIMIZER_MS: opt,
-        S.SYNC_MS: sync,
-        S.OTHER_MS: np.maximum(wall - work - sync, 0.0),
-        S.GPU_BUSY_MS: 0.8 * wall,
-        S.BATCH_SAMPLES: np.full(steps, 32),
-        S.PEAK_MEM_BYTES: np.full(steps, 40 * 2**30),
-    }
     run = RunInfo(world_size=ranks, rank=rank, gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_bytes=80 * 2**30)
     schema = S.arrow_schema(run)
-    arrays = [pa.array(cols[f.name], type=f.type) if f.name in cols else pa.nulls(steps, f.type) for f in S.FIELDS]
-    table = pa.Table.from_arrays(arrays, schema=schema)
+    ranks_col = np.full(steps, rank, np.int32)
+    table = synthetic_table(ranks_col, np.arange(steps, dtype=np.int64), rng, straggler=7, schema=schema)
     with pa.OSFile(str(directory / f"trace.rank{rank}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
         w.write_table(table, max_chunksize=10_000)
         S.write_end_marker(w, schema, EndInfo(status="ok", steps=steps))

@@ -59,6 +59,17 @@ def as_run(run: RunInfo | dict[str, Any] | None) -> RunInfo:
     return run if isinstance(run, RunInfo) else msgspec.convert(run or {"host": "test"}, RunInfo)
 
 
+def rows_on_disk(path: Path) -> int:
+    """Rows a trace that is still being written has on disk so far (0 while it cannot be read)."""
+    from analyzer.errors import GpuAnalyzeError
+    from gpuanalyze.ingest.reader import load_trace
+
+    try:
+        return load_trace(path).frame.height
+    except (OSError, GpuAnalyzeError):
+        return 0
+
+
 def write_trace(
     path: Path,
     rows: list[dict[str, Any]],

@@ -25,22 +25,18 @@ def raw_controls(output: str) -> set[str]:
     return {ch for ch in output if ch in RAW_CONTROLS}
 
 
-def synthetic_trace(
+def synthetic_table(
+    rank: np.ndarray,
+    step: np.ndarray,
+    rng: np.random.Generator,
     *,
-    ranks: int = 4,
-    steps: int = 50,
-    straggler: int | None = 1,
+    straggler: int | None,
     gpu: bool = True,
-    end: EndInfo | None = None,
-    gpu_name: str = "NVIDIA H100 80GB HBM3",
-    seed: int = 0,
-    path: Path = Path("synthetic.arrow"),
-) -> Trace:
-    """``ranks`` x ``steps`` rows like a DDP run: one straggler slow in forward, the others wait in sync."""
-    rng = np.random.default_rng(seed)
-    n = ranks * steps
-    rank = np.repeat(np.arange(ranks, dtype=np.int32), steps)
-    step = np.tile(np.arange(steps, dtype=np.int64), ranks)
+    schema: pa.Schema,
+) -> pa.Table:
+    """Rows of a DDP-like run at 20 ms a step: rank ``straggler`` is 4 ms slower in forward, the
+    others wait for it in sync (the report tests and `benchmarks/report_speed.py`)."""
+    n = len(rank)
     fwd = rng.normal(5.0, 0.2, n) + np.where(rank == straggler, 4.0, 0.0)
     bwd, data, opt = rng.normal(8.0, 0.3, n), rng.normal(1.0, 0.1, n), np.full(n, 1.0)
     work = fwd + bwd + data + opt
@@ -62,9 +58,28 @@ def synthetic_trace(
     if gpu:
         cols[S.GPU_BUSY_MS] = 0.8 * wall
         cols[S.PEAK_MEM_BYTES] = np.full(n, 40 * 2**30)
-    run = RunInfo(world_size=ranks, rank=0, gpu_name=gpu_name if gpu else None, gpu_memory_bytes=80 * 2**30)
     arrays = [pa.array(cols[f.name], type=f.type) if f.name in cols else pa.nulls(n, f.type) for f in S.FIELDS]
-    frame, _ = normalise_frame(frame_of(pa.Table.from_arrays(arrays, schema=pa.schema(list(S.FIELDS)))))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def synthetic_trace(
+    *,
+    ranks: int = 4,
+    steps: int = 50,
+    straggler: int | None = 1,
+    gpu: bool = True,
+    end: EndInfo | None = None,
+    gpu_name: str = "NVIDIA H100 80GB HBM3",
+    seed: int = 0,
+    path: Path = Path("synthetic.arrow"),
+) -> Trace:
+    """``ranks`` x ``steps`` rows like a DDP run: one straggler slow in forward, the others wait in sync."""
+    rng = np.random.default_rng(seed)
+    rank = np.repeat(np.arange(ranks, dtype=np.int32), steps)
+    step = np.tile(np.arange(steps, dtype=np.int64), ranks)
+    table = synthetic_table(rank, step, rng, straggler=straggler, gpu=gpu, schema=pa.schema(list(S.FIELDS)))
+    frame, _ = normalise_frame(frame_of(table))
+    run = RunInfo(world_size=ranks, rank=0, gpu_name=gpu_name if gpu else None, gpu_memory_bytes=80 * 2**30)
     return Trace(
         path=path,
         frame=frame,

@@ -13,10 +13,9 @@ import pytest
 pytest.importorskip("torch")
 
 from analyzer import analyze
-from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, rows_on_disk
 
 CHILD = textwrap.dedent("""
     import sys, torch
@@ -32,13 +31,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _rows_on_disk(path) -> int:
-    try:
-        return load_trace(path).frame.height
-    except TraceError:
-        return 0
-
-
 @pytest.mark.slow
 def test_sigkill_leaves_a_readable_incomplete_trace(tmp_path):
     out = tmp_path / "killed.arrow"
@@ -49,7 +41,7 @@ def test_sigkill_leaves_a_readable_incomplete_trace(tmp_path):
         seen = 0
         while time.monotonic() < deadline and seen < 120:  # several flushes, however loaded the box is
             time.sleep(0.2)
-            seen = _rows_on_disk(out) if out.exists() else 0
+            seen = rows_on_disk(out)
         assert seen >= 120, "the child did not train"
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)

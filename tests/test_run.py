@@ -15,6 +15,7 @@ from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.run import config
 from analyzer.run.launch import child_env
+from tests.conftest import rows_on_disk
 
 runner = CliRunner()
 
@@ -103,16 +104,6 @@ def test_options_travel_through_the_environment(tmp_path):
     assert back.out == tmp_path / "trace.arrow"
     assert (back.device, back.kernel_windows, back.window_first, back.tags) == ("cpu", True, 7, options.tags)
     assert config.options_from_env({config.variable("kernel_windows"): "auto"}).kernel_windows is None
-
-
-def _rows(path) -> int:
-    """Rows a trace being written has on disk so far (0 while it cannot be read yet)."""
-    from gpuanalyze.ingest.reader import load_trace
-
-    try:
-        return load_trace(path).frame.height
-    except (OSError, GpuAnalyzeError):
-        return 0
 
 
 @pytest.mark.parametrize(
@@ -309,7 +300,7 @@ def test_signals_reach_the_command_and_its_fate_is_passed_on(tmp_path, signum, s
             if line.startswith("step 60") or not line:
                 break
         # the writer thread has put 60 rows on disk (SIGTERM writes nothing more at exit)
-        while time.monotonic() < deadline and _rows(out / "trace.arrow") < 60:
+        while time.monotonic() < deadline and rows_on_disk(out / "trace.arrow") < 60:
             time.sleep(0.05)
         launcher.send_signal(signum)
         stdout, stderr = launcher.communicate(timeout=120)
