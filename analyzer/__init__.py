@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import GpuAnalyzeError, GpuAnalyzeWarning, TraceError
-
-__version__ = "0.2.0"
+from analyzer.version import __version__
 
 if TYPE_CHECKING:
-    from analyzer.analysis.findings import Evidence, Finding, Report
-    from analyzer.analysis.pipeline import analyze
+    from analyzer.analysis.findings import Evidence, Finding
+    from analyzer.api import analyze, report
+    from analyzer.planning.outcome import Report
     from analyzer.record.options import ProfileOptions
     from analyzer.record.profiler import Profiler
-    from analyzer.render.html_report import report
     from gpuanalyze.ingest.reader import Trace, load_trace
 
 __all__ = [
@@ -42,12 +41,12 @@ __all__ = [
 _LAZY = {
     "Evidence": "analyzer.analysis.findings",
     "Finding": "analyzer.analysis.findings",
-    "Report": "analyzer.analysis.findings",
-    "analyze": "analyzer.analysis.pipeline",
+    "Report": "analyzer.api",
+    "analyze": "analyzer.api",
     "ProfileOptions": "analyzer.record.options",
     "Trace": "gpuanalyze.ingest.reader",
     "load_trace": "gpuanalyze.ingest.reader",
-    "report": "analyzer.render.html_report",
+    "report": "analyzer.api",
 }
 
 

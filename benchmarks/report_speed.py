@@ -23,7 +23,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic run in tests/report_helpers
 
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.files import write_bytes
 from analyzer.render.html_report import render_html
 from gpuanalyze.ingest import schema as S

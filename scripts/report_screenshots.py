@@ -16,7 +16,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.planning.cost import CostInputs
 from analyzer.render.html_report import render_html
 from gpuanalyze.ingest.sources import load_any

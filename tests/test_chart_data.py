@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.errors import TraceError
 from analyzer.render import chart_data as cd
 from gpuanalyze.ingest import schema as S

@@ -3,8 +3,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from analyzer import __version__
 from analyzer.cli import app
+from analyzer.version import __version__
 from tests.conftest import SAMPLES, make_row
 
 runner = CliRunner()

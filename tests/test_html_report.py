@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analyzer
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.cost import CostInputs

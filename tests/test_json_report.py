@@ -4,7 +4,7 @@ import math
 import re
 
 from analyzer.analysis.findings import Confidence
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.planning.cost import CostInputs
 from analyzer.render.json_report import render_json, report_dict
 from gpuanalyze.ingest import schema as S

@@ -7,8 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.analysis import thresholds as T
+from analyzer.api import load_compared
 from analyzer.cli import app
-from analyzer.planning.compare import compare, load_option
+from analyzer.planning.compare import compare
 from analyzer.planning.cost import CostInputs
 from gpuanalyze.ingest.runinfo import EndInfo
 from tests.conftest import make_row
@@ -28,7 +29,7 @@ def _trace(factory, *, wall, data, workers, samples=32, n=40):
 def test_the_recommended_worker_count_is_checked_against_the_measurement(trace_factory):
     before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
     after = _trace(trace_factory, wall=13.5, data=3.5, workers=4)
-    c = compare([load_option(before, CostInputs()), load_option(after, CostInputs())])
+    c = compare([load_compared(before, CostInputs(), None), load_compared(after, CostInputs(), None)])
     (check,) = c.checks
     assert check.fix == "num_workers 0 -> 4" and check.bottleneck == "data_loading" and check.recommended
     assert check.projected_ms == pytest.approx(FOUR) and check.measured_ms == pytest.approx(13.5)
@@ -38,14 +39,14 @@ def test_the_recommended_worker_count_is_checked_against_the_measurement(trace_f
 def test_a_different_worker_count_gets_its_own_projection(trace_factory):
     before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
     after = _trace(trace_factory, wall=35.0, data=25.0, workers=2)
-    (check,) = compare([load_option(before, CostInputs()), load_option(after, CostInputs())]).checks
+    (check,) = compare([load_compared(before, CostInputs(), None), load_compared(after, CostInputs(), None)]).checks
     assert not check.recommended and check.projected_ms == pytest.approx((50.0 + T.WORKER_SIDE_COST_MS) / 2)
 
 
 def test_a_larger_batch_is_compared_per_batch_of_the_old_size(trace_factory):
     before = _trace(trace_factory, wall=20.0, data=0.2, workers=0, samples=16)
     after = _trace(trace_factory, wall=30.0, data=0.4, workers=0, samples=32)
-    (check,) = compare([load_option(before, CostInputs()), load_option(after, CostInputs())]).checks
+    (check,) = compare([load_compared(before, CostInputs(), None), load_compared(after, CostInputs(), None)]).checks
     assert check.fix == "batch 16 -> 32" and check.per == "per batch of 16 samples"
     assert check.measured_ms == pytest.approx(15.0)
 
@@ -53,7 +54,7 @@ def test_a_larger_batch_is_compared_per_batch_of_the_old_size(trace_factory):
 def test_unrelated_traces_have_no_check(trace_factory):
     a = _trace(trace_factory, wall=20.0, data=0.2, workers=0)
     b = _trace(trace_factory, wall=21.0, data=0.3, workers=0)
-    assert compare([load_option(a, CostInputs()), load_option(b, CostInputs())]).checks == ()
+    assert compare([load_compared(a, CostInputs(), None), load_compared(b, CostInputs(), None)]).checks == ()
 
 
 def test_the_cli_prints_and_the_json_carries_both_numbers(trace_factory):

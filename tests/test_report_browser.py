@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.planning.cost import CostInputs
 from gpuanalyze.ingest.sources import load_any
 from tests.conftest import SAMPLES

@@ -7,7 +7,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from analyzer.analysis.findings import Projection
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.render.terminal import render_terminal
 from gpuanalyze.ingest.runinfo import EndInfo

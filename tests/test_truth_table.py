@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis.findings import Report
-from analyzer.analysis.pipeline import analyze
+from analyzer.api import analyze
+from analyzer.planning.outcome import Report
 from tests.conftest import SHARED
 from tests.scenarios.matrix import SCENARIOS
 

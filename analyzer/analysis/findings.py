@@ -1,22 +1,15 @@
 """The analysis result types: frozen, so renderers can only format them.
 
-A ``Report`` carries one ``Finding`` per bottleneck that fired, ranked by the step time its fix
-saves. Every finding has evidence (each item a test that passed or failed, for or against the
-finding), a projection with the bound that limits it, and a confidence that says how much
-evidence stands behind it.
+The rules give one ``Finding`` per bottleneck that fired, ranked by the step time its fix saves
+(``planning.outcome.Report`` carries them with cost and MFU). Every finding has evidence (each
+item a test that passed or failed, for or against the finding), a projection with the bound that
+limits it, and a confidence that says how much evidence stands behind it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-from analyzer.analysis.metrics import StepMetrics
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-
-if TYPE_CHECKING:
-    from analyzer.planning.cost import RunCost
-    from analyzer.planning.mfu import Mfu
+from typing import Literal
 
 Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown"]
 """``host``: host work no phase accounts for (not forward, backward, optimizer, data or sync);
@@ -115,31 +108,3 @@ class Finding:
     @property
     def contrary(self) -> tuple[Evidence, ...]:
         return tuple(e for e in self.evidence if not e.supports)
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    path: str
-    bottleneck: Bottleneck
-    confidence: Confidence
-    findings: tuple[Finding, ...]
-    """Ranked by the step time their fix saves (docs/thresholds.md, 'Ranking')."""
-    health: tuple[Evidence, ...]
-    """The tests that define a healthy run; all pass when the bottleneck is 'none'."""
-    metrics: StepMetrics
-    complete: bool
-    notes: tuple[str, ...]
-    run: RunInfo
-    end: EndInfo | None = None
-    ceilings: str | None = None
-    """Path of the measured-ceilings file the findings were compared with, if any."""
-    cost: RunCost | None = None
-    """Cost per run, when run length (and price) were given."""
-    mfu: Mfu | None = None
-    """Model FLOPs utilisation, when FLOPs per step were given."""
-
-    def _repr_html_(self) -> str:
-        """The HTML report inline in a notebook (charts need the trace at ``path`` and the report extra)."""
-        from analyzer.render.html_report import notebook_html
-
-        return notebook_html(self)

@@ -56,7 +56,7 @@ def analyze_cmd(
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
-    from analyzer.analysis.pipeline import analyze
+    from analyzer.api import analyze
 
     try:
         cost = cost_options(

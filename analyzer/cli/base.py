@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from analyzer import __version__
+from analyzer.version import __version__
 
 _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
 

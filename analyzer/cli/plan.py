@@ -27,8 +27,9 @@ def compare_cmd(
     width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Which run or server is cheaper per completed run (not per hour)."""
+    from analyzer.api import load_compared
     from analyzer.cli.analyze import cost_options
-    from analyzer.planning.compare import compare, load_option
+    from analyzer.planning.compare import compare
     from analyzer.planning.cost import CostInputs
     from analyzer.render.planning import compare_dict, render_compare
 
@@ -43,7 +44,7 @@ def compare_cmd(
             or CostInputs()
         )
         # runs from other machines are compared here, so no measured ceilings (they belong to one machine)
-        result = compare([load_option(p, defaults) for p in runs])
+        result = compare([load_compared(Path(p), defaults, None) for p in runs])
     except GpuAnalyzeError as exc:
         fail(str(exc))
     emit(render_compare(result), compare_dict(result), json_out, width)
@@ -58,7 +59,7 @@ def whatif_cmd(
     width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
-    from analyzer.analysis.pipeline import analyze
+    from analyzer.api import analyze
     from analyzer.planning.whatif import load_prices, what_if
     from analyzer.render.planning import render_whatif, whatif_dict
 

@@ -12,9 +12,9 @@ from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
-    from analyzer.analysis.findings import Report
     from analyzer.planning.compare import Comparison
     from analyzer.planning.cost import CostInputs
+    from analyzer.planning.outcome import Report
 
 
 @app.command("report")
@@ -51,7 +51,7 @@ def report_cmd(
     try:
         require_plotly()
         check_target(out, force=force)  # before the analysis: refuse early, not after a long run
-        from analyzer.analysis.pipeline import analyze
+        from analyzer.api import analyze
         from gpuanalyze.ingest.sources import load_any
 
         cost = cost_options(
@@ -75,7 +75,8 @@ def report_cmd(
 
 def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInputs | None) -> Comparison:
     """This run (from its report: not analysed twice) against the other runs or servers given."""
-    from analyzer.planning.compare import Loaded, RunOption, compare, load_option
+    from analyzer.api import load_compared
+    from analyzer.planning.compare import Loaded, RunOption, compare
     from analyzer.planning.cost import CostInputs
     from gpuanalyze.ingest import schema as S
 
@@ -95,4 +96,4 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
         report.bottleneck,
     )
     defaults = cost or CostInputs()
-    return compare([Loaded(this, report), *[load_option(p, defaults) for p in others]])
+    return compare([Loaded(this, report), *[load_compared(Path(p), defaults, None) for p in others]])

@@ -17,7 +17,7 @@ from analyzer.record.notify import warn
 from analyzer.record.options import ProfileOptions
 
 if TYPE_CHECKING:
-    from analyzer.analysis.findings import Report
+    from analyzer.planning.outcome import Report
     from analyzer.record.profiler import Profiler
 
 

@@ -24,7 +24,7 @@ except ImportError as _missing:  # pragma: no cover - exercised by a test that h
 from analyzer.integrations._session import Session, make_options
 
 if TYPE_CHECKING:
-    from analyzer.analysis.findings import Report
+    from analyzer.planning.outcome import Report
 
 _log = logging.getLogger("lightning.pytorch.callbacks.gpuanalyze")
 

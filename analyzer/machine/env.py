@@ -41,7 +41,7 @@ def check_env() -> EnvCheck:
         )
     import torch
 
-    from analyzer.record.runinfo import _driver_version
+    from analyzer.machine.driver import driver_version
 
     available = torch.cuda.is_available()
     if not available:
@@ -62,7 +62,7 @@ def check_env() -> EnvCheck:
                 fp8=cc >= (8, 9),
             )
         )
-    return EnvCheck(torch.__version__, torch.version.cuda, True, _driver_version(), tuple(devices), cupy, _smoke(torch))
+    return EnvCheck(torch.__version__, torch.version.cuda, True, driver_version(), tuple(devices), cupy, _smoke(torch))
 
 
 def _smoke(torch: Any) -> str:

@@ -7,19 +7,19 @@ measured one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.analysis.findings import Report
-from analyzer.analysis.pipeline import analyze
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.batch_size import batch_projection
 from analyzer.analysis.rules.data_loading import worker_plan
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.config import read_toml
-from analyzer.planning.cost import CostInputs, cost_inputs
+from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.mfu import tensor_core_share
+from analyzer.planning.outcome import Report
 from gpuanalyze.ingest import schema as S
 
 
@@ -77,9 +77,15 @@ class Loaded:
     """The analysis, when the option is a trace."""
 
 
-def load_option(path: str | Path, defaults: CostInputs, ceilings: Ceilings | None = None) -> Loaded:
-    """A trace (analysed with ``defaults``), or a TOML file naming price and run length
-    (``hours_per_run``, or ``trace`` plus ``steps_per_run``/``samples_per_run``)."""
+AnalyzeTrace = Callable[[Path, "CostInputs | None", "Ceilings | None"], Report]
+"""How a trace becomes a Report: given by the caller (``analyzer.api``), which sits above planning."""
+
+
+def load_option(
+    path: str | Path, defaults: CostInputs, ceilings: Ceilings | None = None, *, analyze_trace: AnalyzeTrace
+) -> Loaded:
+    """A trace (analysed with ``defaults`` by ``analyze_trace``), or a TOML file naming price and run
+    length (``hours_per_run``, or ``trace`` plus ``steps_per_run``/``samples_per_run``)."""
     path = Path(path)
     if path.suffix == ".toml":
         cfg = read_toml(path, "run option")
@@ -96,18 +102,19 @@ def load_option(path: str | Path, defaults: CostInputs, ceilings: Ceilings | Non
             )
         if trace is None:
             raise GpuAnalyzeError(f"{path}: needs hours_per_run, or trace plus a run length")
-        return _from_trace(path.parent / trace, name, inputs, ceilings)
-    return _from_trace(path, path.name, defaults, ceilings)
+        return _from_trace(path.parent / trace, name, inputs, ceilings, analyze_trace)
+    return _from_trace(path, path.name, defaults, ceilings, analyze_trace)
 
 
 def _usd(hours: float, gpus: int, inputs: CostInputs) -> float | None:
-    if inputs.price_per_gpu_hour is None:
-        return None
-    return hours * gpus * inputs.price_per_gpu_hour + inputs.other_usd
+    usd = gpu_hours_usd(hours * gpus, inputs.price_per_gpu_hour)
+    return None if usd is None else usd + inputs.other_usd
 
 
-def _from_trace(trace: Path, name: str, inputs: CostInputs, ceilings: Ceilings | None) -> Loaded:
-    report = analyze(trace, ceilings=ceilings, cost=inputs if inputs.has_length else None)
+def _from_trace(
+    trace: Path, name: str, inputs: CostInputs, ceilings: Ceilings | None, analyze_trace: AnalyzeTrace
+) -> Loaded:
+    report = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
     c = report.cost
     m = report.metrics
     option = RunOption(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from analyzer.analysis.findings import Savings
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.config import read_toml
 
@@ -126,7 +127,7 @@ def run_cost(step_time_ms: float, inputs: CostInputs, *, batch_samples: float | 
     gpus = int(inputs.gpus or world_size or 1)
     hours = run_hours(step_time_ms, steps)
     gpu_hours = hours * gpus
-    gpu_usd = None if inputs.price_per_gpu_hour is None else gpu_hours * inputs.price_per_gpu_hour
+    gpu_usd = gpu_hours_usd(gpu_hours, inputs.price_per_gpu_hour)
     return RunCost(
         steps_per_run=steps,
         step_time_s=step_time_ms / 1e3,
@@ -143,3 +144,20 @@ def run_cost(step_time_ms: float, inputs: CostInputs, *, batch_samples: float | 
 def run_hours(step_time_ms: float, steps: float) -> float:
     """Wall-clock hours of ``steps`` steps of ``step_time_ms`` each."""
     return steps * step_time_ms / 3.6e6
+
+
+def gpu_hours_usd(gpu_hours: float, price_per_gpu_hour: float | None) -> float | None:
+    """GPU-hours x price: the one place a price is applied (None without a price)."""
+    return None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour
+
+
+def savings(saved_ms_per_step: float, cost: RunCost) -> Savings:
+    """What saving ``saved_ms_per_step`` on every step saves per completed run."""
+    # A larger-batch projection is per current batch worth of samples, so the current step count applies.
+    hours = run_hours(saved_ms_per_step, cost.steps_per_run)
+    gpu_hours = hours * cost.gpus
+    return Savings(
+        hours_per_run=hours,
+        gpu_hours_per_run=gpu_hours,
+        usd_per_run=gpu_hours_usd(gpu_hours, cost.inputs.price_per_gpu_hour),
+    )

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from analyzer.machine.driver import driver_version
 from gpuanalyze.ingest.runinfo import RunInfo
 
 #: Environment variable that gives every process of one run the same run id (`gpuanalyze run` sets it).
@@ -169,7 +170,7 @@ def collect_run_info(
             gpu_name=props.name,
             gpu_count=torch.cuda.device_count(),
             gpu_memory_bytes=int(props.total_memory),
-            driver=_driver_version(),
+            driver=driver_version(),
         )
     return msgspec.convert(info, RunInfo)
 
@@ -190,14 +191,3 @@ def _env_int(name: str, default: int | None) -> int | None:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return default
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # noqa: BLE001 - NVML is optional
-        return None

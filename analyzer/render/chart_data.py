@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 
 from analyzer.analysis.aggregate import number
-from analyzer.analysis.findings import Report
 from analyzer.errors import TraceError
+from analyzer.planning.outcome import Report
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
 

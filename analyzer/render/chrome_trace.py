@@ -23,9 +23,9 @@ from typing import BinaryIO
 
 import polars as pl
 
-from analyzer import __version__
 from analyzer.analysis.aggregate import number
 from analyzer.render.words import PART_LABELS
+from analyzer.version import __version__
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
 

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from analyzer.analysis.findings import Report
+from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
 from analyzer.render.html_panel import ceiling_items

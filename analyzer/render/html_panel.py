@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from analyzer.analysis.findings import Evidence, Finding, Report
+from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h

@@ -15,16 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyzer import __version__
-from analyzer.analysis.findings import Report
 from analyzer.errors import GpuAnalyzeError
+from analyzer.planning.outcome import Report
 from analyzer.render import html_panel as panel
 from analyzer.render.safe import html as h
+from analyzer.version import __version__
 
 if TYPE_CHECKING:
-    from analyzer.machine.ceilings import Ceilings
     from analyzer.planning.compare import Comparison
-    from analyzer.planning.cost import CostInputs
     from gpuanalyze.ingest.reader import Trace
 
 MISSING_EXTRA = "the HTML report draws its charts with plotly, which is not installed: pip install 'gpuanalyze[report]'"
@@ -201,30 +199,3 @@ class HtmlReport:
         path = Path(path)
         write_bytes(path, self.html.encode(), force=force)
         return path
-
-
-def report(
-    trace: str | Path | Trace,
-    *,
-    out: str | Path | None = None,
-    force: bool = False,
-    ceilings: Ceilings | None = None,
-    cost: CostInputs | None = None,
-    flops_per_step: float | None = None,
-    comparison: Comparison | None = None,
-) -> HtmlReport:
-    """Analyse ``trace`` and render the HTML report (``analyzer.report``); with ``out``, also save it.
-
-    In a notebook the returned object shows the report inline. Needs the ``report`` extra (plotly).
-    """
-    from analyzer.analysis.pipeline import analyze
-    from gpuanalyze.ingest.reader import Trace as _Trace
-    from gpuanalyze.ingest.sources import load_any
-
-    require_plotly()
-    loaded = trace if isinstance(trace, _Trace) else load_any(trace)
-    result = analyze(loaded, ceilings=ceilings, cost=cost, flops_per_step=flops_per_step)
-    page = HtmlReport(result, render_html(result, loaded, comparison=comparison))
-    if out is not None:
-        page.save(out, force=force)
-    return page

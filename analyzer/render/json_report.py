@@ -9,8 +9,9 @@ from typing import Any
 
 import msgspec
 
-from analyzer.analysis.findings import Evidence, Finding, Report
+from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.planning.outcome import Report
 from analyzer.render.words import run_state
 
 

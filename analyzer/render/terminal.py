@@ -12,8 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.analysis.findings import Evidence, Finding, Report
+from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
 from analyzer.render.safe import shorten, text

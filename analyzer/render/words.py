@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from analyzer.analysis.findings import Confidence, Evidence, Projection, Report
+from analyzer.analysis.findings import Confidence, Evidence, Projection
+from analyzer.planning.outcome import Report
 from gpuanalyze.ingest import schema as S
 
 PART_LABELS: dict[str, str] = {

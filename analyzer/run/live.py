@@ -81,7 +81,7 @@ def snapshot(path: Path) -> Snapshot:
 
 
 def _describe(path: Path, files: tuple[Path, ...], live: bool, trace: Trace) -> Snapshot:
-    from analyzer import analyze
+    from analyzer.api import analyze
 
     frame = trace.frame
     base = Snapshot(path=path, files=files, live=live, complete=trace.complete, notes=trace.notes)

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.analysis.findings import Report
+    from analyzer.planning.outcome import Report
 
 
 def analyze_quietly(path: Path) -> tuple[Report | None, str | None]:
     """(report, None), or (None, the one-line reason it could not be analysed)."""
-    from analyzer import analyze
+    from analyzer.api import analyze
     from analyzer.errors import GpuAnalyzeError
 
     try:

@@ -110,9 +110,9 @@ def fingerprint(backend: Backend) -> Fingerprint:
         gpu_count = len(numba_cuda.gpus)
     driver = None
     if backend.name != "cpu":
-        from analyzer.record.runinfo import _driver_version
+        from analyzer.machine.driver import driver_version
 
-        driver = _driver_version()
+        driver = driver_version()
     try:
         torch_version: str | None = metadata.version("torch")
     except metadata.PackageNotFoundError:

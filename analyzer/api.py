@@ -1,16 +1,27 @@
-"""The analysis pipeline: load -> metrics -> rules (projections) -> cost, returning a frozen Report."""
+"""The orchestrator: the stages in order, for one run (load -> metrics -> rules -> planning).
+
+It sits above the stages it calls (scale, analysis, planning, render), so none of them imports
+another stage to its right; ``analyzer.analyze`` and ``analyzer.report`` are these functions.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from analyzer.analysis.findings import Finding, Report, Savings
 from analyzer.analysis.rules import Context, classify
 from analyzer.machine.ceilings import Ceilings, ceilings_for
-from analyzer.planning.cost import CostInputs, RunCost, run_cost, run_hours
+from analyzer.planning.cost import CostInputs, run_cost, savings
 from analyzer.planning.mfu import mfu
+from analyzer.planning.outcome import Report
 from gpuanalyze.ingest.reader import Trace
+
+if TYPE_CHECKING:
+    from analyzer.planning.compare import Comparison, Loaded
+    from analyzer.render.html_report import HtmlReport
+
+__all__ = ["analyze", "load_compared", "report"]
 
 
 def analyze(
@@ -52,7 +63,9 @@ def analyze(
     cost_ = None
     if cost is not None and cost.has_length:
         cost_ = run_cost(metrics.step_mean_ms, cost, batch_samples=metrics.batch_samples, world_size=loaded.run.world)
-    findings = verdict.findings if cost_ is None else tuple(_with_savings(f, cost_) for f in verdict.findings)
+    findings = verdict.findings
+    if cost_ is not None:
+        findings = tuple(dataclasses.replace(f, savings=savings(f.projection.saved_ms, cost_)) for f in findings)
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,
@@ -76,16 +89,49 @@ def analyze(
     )
 
 
-def _with_savings(f: Finding, cost: RunCost) -> Finding:
-    """What the finding's fix saves per completed run, from the steps the run has."""
-    # A larger-batch projection is per current batch worth of samples, so the current step count applies.
-    hours = run_hours(f.projection.saved_ms, cost.steps_per_run)
-    price = cost.inputs.price_per_gpu_hour
-    return dataclasses.replace(
-        f,
-        savings=Savings(
-            hours_per_run=hours,
-            gpu_hours_per_run=hours * cost.gpus,
-            usd_per_run=None if price is None else hours * cost.gpus * price,
-        ),
-    )
+def report(
+    trace: str | Path | Trace,
+    *,
+    out: str | Path | None = None,
+    force: bool = False,
+    ceilings: Ceilings | None = None,
+    cost: CostInputs | None = None,
+    flops_per_step: float | None = None,
+    comparison: Comparison | None = None,
+) -> HtmlReport:
+    """Analyse ``trace`` and render the HTML report (``analyzer.report``); with ``out``, also save it.
+
+    In a notebook the returned object shows the report inline. Needs the ``report`` extra (plotly).
+    """
+    from analyzer.render.html_report import HtmlReport, render_html, require_plotly
+    from gpuanalyze.ingest.sources import load_any
+
+    require_plotly()
+    loaded = trace if isinstance(trace, Trace) else load_any(trace)
+    result = analyze(loaded, ceilings=ceilings, cost=cost, flops_per_step=flops_per_step)
+    page = HtmlReport(result, render_html(result, loaded, comparison=comparison))
+    if out is not None:
+        page.save(out, force=force)
+    return page
+
+
+def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -> Loaded:
+    """One run or server for ``compare``: a config file, or a trace analysed here."""
+    from analyzer.planning.compare import load_option
+
+    return load_option(path, defaults, ceilings, analyze_trace=_analyze_for_compare)
+
+
+def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> Report:
+    return analyze(trace, ceilings=ceilings, cost=cost)
+
+
+def _notebook_view(self: Report) -> str:
+    """The HTML report inline in a notebook (charts need the trace at ``path`` and the report extra)."""
+    from analyzer.render.html_report import notebook_html
+
+    return notebook_html(self)
+
+
+# Registered here, above render, so that the result type never imports its renderer.
+Report._repr_html_ = _notebook_view  # type: ignore[attr-defined]
