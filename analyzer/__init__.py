@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.findings import Evidence, Finding
     from analyzer.api import analyze, report
     from analyzer.planning.outcome import Report
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
     from gpuanalyze.ingest.reader import Trace, load_trace
 
@@ -43,7 +43,7 @@ _LAZY = {
     "Finding": "analyzer.analysis.findings",
     "Report": "analyzer.api",
     "analyze": "analyzer.api",
-    "ProfileOptions": "analyzer.record.options",
+    "ProfileOptions": "analyzer.record.profile_options",
     "Trace": "gpuanalyze.ingest.reader",
     "load_trace": "gpuanalyze.ingest.reader",
     "report": "analyzer.api",
@@ -78,7 +78,7 @@ def profile(
     fields (device, manual_steps, kernel_windows, window_first, window_every, window_steps,
     flush_interval_s, flush_every_steps). Needs torch. Raises TypeError for a model it cannot time.
     """
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
 
     try:

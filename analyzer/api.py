@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analyzer.analysis.host_facts import host_facts
 from analyzer.analysis.rules import Context, classify
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
@@ -59,7 +60,9 @@ def analyze(
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
-    verdict = classify(Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings))
+    verdict = classify(
+        Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
+    )
     cost_ = None
     if cost is not None and cost.has_length:
         cost_ = run_cost(metrics.step_mean_ms, cost, batch_samples=metrics.batch_samples, world_size=loaded.run.world)

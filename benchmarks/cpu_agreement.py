@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpuanalyze.kernels.babelstream import run_memory
 from gpuanalyze.kernels.backend import select
 from gpuanalyze.kernels.matmul import run_matmul
-from gpuanalyze.kernels.memory import run_memory
 
 
 def best_seconds(fn: Callable[[], object], repeats: int) -> float:

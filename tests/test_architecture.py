@@ -28,3 +28,12 @@ def test_every_stage_folder_is_in_a_layer() -> None:
     stages = {f"analyzer.{p.name}" for p in (ROOT / "analyzer").iterdir() if (p / "__init__.py").exists()}
     modules = {f"analyzer.{p.stem}" for p in (ROOT / "analyzer").glob("*.py") if p.stem not in ("__init__", "__main__")}
     assert stages | modules <= listed, sorted((stages | modules) - listed)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    names: dict[str, list[str]] = {}
+    for folder in ("analyzer", "ingest", "kernels"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name not in ("__init__.py", "__main__.py"):
+                names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}

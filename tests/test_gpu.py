@@ -47,8 +47,8 @@ def test_gpu_losses_are_bit_identical(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="simulator active")
 def test_numba_stream_kernels_on_the_device():
+    from gpuanalyze.kernels.babelstream import VARIANTS, make_impl, verify
     from gpuanalyze.kernels.backend import select
-    from gpuanalyze.kernels.memory import VARIANTS, make_impl, verify
 
     backend = select("numba")
     impl = make_impl(backend, 2**20)
@@ -58,9 +58,9 @@ def test_numba_stream_kernels_on_the_device():
 
 def test_cupy_kernels_against_numpy():
     cupy = pytest.importorskip("cupy")
+    from gpuanalyze.kernels.babelstream import VARIANTS, make_impl, verify
     from gpuanalyze.kernels.backend import select
     from gpuanalyze.kernels.matmul_cupy import TOLERANCE, CupyMatmul
-    from gpuanalyze.kernels.memory import VARIANTS, make_impl, verify
 
     backend = select("cupy")
     impl = make_impl(backend, 2**20)

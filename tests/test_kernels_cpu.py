@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from analyzer.errors import Skip, VerificationError
+from gpuanalyze.kernels.babelstream import VARIANTS, expected, make_impl, verify
 from gpuanalyze.kernels.backend import host_timer, select
 from gpuanalyze.kernels.matmul import _measure, _NumpyMatmul, run_matmul
-from gpuanalyze.kernels.memory import VARIANTS, expected, make_impl, verify
 from gpuanalyze.kernels.ring import chunk_bounds, ring_allreduce
 from gpuanalyze.kernels.transfer import run_transfer
 

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 SCRIPT = textwrap.dedent("""
     import numpy as np
     from numba import cuda
-    from gpuanalyze.kernels.memory import VARIANTS, verify, expected
+    from gpuanalyze.kernels.babelstream import VARIANTS, verify, expected
     from gpuanalyze.kernels.stream_numba import NumbaStream
     from gpuanalyze.kernels.matmul_numba import NumbaMatmul
     from gpuanalyze.kernels.ring_add import _add_k

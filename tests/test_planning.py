@@ -5,8 +5,8 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
-from analyzer.planning.memory import MemoryInputs, ModelShape, estimate
 from analyzer.planning.model_config import shape_from_hf_config
+from analyzer.planning.training_memory import MemoryInputs, ModelShape, estimate
 from tests.conftest import SAMPLES
 
 runner = CliRunner()

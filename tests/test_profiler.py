@@ -690,7 +690,7 @@ def test_forked_dataloader_workers_never_write_traces(tmp_path):
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
     loader.multiprocessing_context = "fork"
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
 
     with Profiler(None, options=ProfileOptions(out=tmp_path / "t.arrow"), recorder="run") as prof:

@@ -3,7 +3,7 @@
 import pytest
 
 from analyzer.record.paths import create_new
-from analyzer.record.runinfo import REDACTED, Placement, redact_argv, run_id
+from analyzer.record.run_facts import REDACTED, Placement, redact_argv, run_id
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_run_id_comes_from_the_environment_first(monkeypatch):
 
 def test_placement_reads_torchrun_variables_before_init(monkeypatch):
     pytest.importorskip("torch")
-    from analyzer.record.runinfo import placement
+    from analyzer.record.run_facts import placement
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")

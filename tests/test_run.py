@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
-from analyzer.run import config
+from analyzer.run import env_vars
 from analyzer.run.launch import child_env
 from tests.conftest import rows_on_disk
 
@@ -95,15 +95,15 @@ def _env(**extra):
 
 
 def test_options_travel_through_the_environment(tmp_path):
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
 
     options = ProfileOptions(device="cpu", kernel_windows=True, window_first=7, tags={"exp": "a", "seed": "1"})
-    env = config.env_for(options, tmp_path, "rid")
-    assert env[config.ON] == "1" and env[config.OUT] == str(tmp_path) and env[config.RUN_ID] == "rid"
-    back = config.options_from_env(env)
+    env = env_vars.env_for(options, tmp_path, "rid")
+    assert env[env_vars.ON] == "1" and env[env_vars.OUT] == str(tmp_path) and env[env_vars.RUN_ID] == "rid"
+    back = env_vars.options_from_env(env)
     assert back.out == tmp_path / "trace.arrow"
     assert (back.device, back.kernel_windows, back.window_first, back.tags) == ("cpu", True, 7, options.tags)
-    assert config.options_from_env({config.variable("kernel_windows"): "auto"}).kernel_windows is None
+    assert env_vars.options_from_env({env_vars.variable("kernel_windows"): "auto"}).kernel_windows is None
 
 
 @pytest.mark.parametrize(
@@ -117,18 +117,18 @@ def test_options_travel_through_the_environment(tmp_path):
 )
 def test_a_bad_variable_names_itself(name, value, says):
     with pytest.raises(GpuAnalyzeError, match=says):
-        config.options_from_env({name: value})
+        env_vars.options_from_env({name: value})
 
 
 def test_the_bootstrap_runs_the_users_sitecustomize_and_stays_idle_without_torch(tmp_path):
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
 
     user = tmp_path / "usersite"
     user.mkdir()
     marker = tmp_path / "marker"
     (user / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    env = _env(**config.env_for(ProfileOptions(), tmp_path, "x"))
-    env["PYTHONPATH"] = config.pythonpath(str(user))
+    env = _env(**env_vars.env_for(ProfileOptions(), tmp_path, "x"))
+    env["PYTHONPATH"] = env_vars.pythonpath(str(user))
     done = subprocess.run(
         [sys.executable, "-c", "import sitecustomize, sys; print(sitecustomize.__file__); print(sorted(sys.modules))"],
         env=env,
@@ -145,12 +145,12 @@ def test_the_bootstrap_runs_the_users_sitecustomize_and_stays_idle_without_torch
 
 
 def test_the_child_environment_puts_the_bootstrap_first(tmp_path, monkeypatch):
-    from analyzer.record.options import ProfileOptions
+    from analyzer.record.profile_options import ProfileOptions
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     env = child_env(ProfileOptions(), tmp_path, "rid")
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(config.bootstrap_dir()), "/somewhere"]
-    assert (config.bootstrap_dir() / "sitecustomize.py").is_file()
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(env_vars.bootstrap_dir()), "/somewhere"]
+    assert (env_vars.bootstrap_dir() / "sitecustomize.py").is_file()
 
 
 def test_print_env_shows_what_a_scheduler_sets(tmp_path):
@@ -160,7 +160,7 @@ def test_print_env_shows_what_a_scheduler_sets(tmp_path):
     assert "export GPUANALYZE_RUN=1" in lines
     assert f"export GPUANALYZE_OUT={tmp_path}" in lines
     assert "export GPUANALYZE_TAGS='exp=a b'" in lines
-    assert any(line.startswith(f"export PYTHONPATH={config.bootstrap_dir()}") for line in lines)
+    assert any(line.startswith(f"export PYTHONPATH={env_vars.bootstrap_dir()}") for line in lines)
 
 
 @pytest.mark.parametrize(

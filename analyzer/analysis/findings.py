@@ -60,6 +60,11 @@ class Projection:
     """The concrete fix the projection assumes, e.g. (("num_workers", 4),)."""
     per_batch_of: float | None = None
     """Set when the projection is per current batch worth of samples (a larger-batch fix)."""
+    low_ms: float | None = None
+    """Low end of the range the measured mean step is expected to fall in after the fix
+    (step-to-step variation, the model's assumptions, how far it extrapolates)."""
+    high_ms: float | None = None
+    """High end of that range (``low_ms <= step_ms <= high_ms``)."""
 
     @property
     def saved_ms(self) -> float:

@@ -14,7 +14,7 @@ from analyzer.errors import GpuAnalyzeError
 @app.command("env")
 def env_cmd() -> None:
     """Check torch, CUDA, the driver and the GPUs; never fails on a machine without a GPU."""
-    from analyzer.machine.env import check_env
+    from analyzer.machine.env_check import check_env
     from analyzer.render.env import render_env
 
     console().print(render_env(check_env()))

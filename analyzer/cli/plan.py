@@ -89,7 +89,7 @@ def memory_cmd(
     width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Estimate training memory and which GPUs of the table it fits."""
-    from analyzer.planning.memory import MemoryInputs, ModelShape, estimate
+    from analyzer.planning.training_memory import MemoryInputs, ModelShape, estimate
     from analyzer.render.planning import memory_dict, render_memory
 
     try:

@@ -49,8 +49,8 @@ def run_cmd(
 ) -> None:
     """Run COMMAND unchanged with profiling in every Python process it starts (each rank writes
     trace.rank<N>.arrow), then print the analysis. The command's exit status is passed through."""
-    from analyzer.record.options import ProfileOptions
-    from analyzer.run import config, launch
+    from analyzer.record.profile_options import ProfileOptions
+    from analyzer.run import env_vars, launch
 
     try:
         tags = dict(_tag(t) for t in tag or [])
@@ -63,12 +63,12 @@ def run_cmd(
             window_steps=window_steps,
         )
         if print_env:
-            directory = (out or Path(config.DEFAULT_OUT)).absolute()
-            env = config.env_for(options, directory, "<one id per run, e.g. $SLURM_JOB_ID>")
-            env.pop(config.RUN_ID)
+            directory = (out or Path(env_vars.DEFAULT_OUT)).absolute()
+            env = env_vars.env_for(options, directory, "<one id per run, e.g. $SLURM_JOB_ID>")
+            env.pop(env_vars.RUN_ID)
             for key, value in env.items():
                 typer.echo(f"export {key}={shlex.quote(value)}")
-            typer.echo(f"export PYTHONPATH={shlex.quote(str(config.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
+            typer.echo(f"export PYTHONPATH={shlex.quote(str(env_vars.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")
@@ -88,7 +88,7 @@ def _tag(text: str) -> tuple[str, str]:
 
 def _report(finished: Finished, json_out: bool) -> None:
     """What the command left: one line on stderr, then the analysis of each of its traces."""
-    from analyzer.run.report import analyze_quietly, json_text, print_terminal
+    from analyzer.run.summary import analyze_quietly, json_text, print_terminal
 
     status = (
         f"was killed by signal {-finished.returncode}"

@@ -65,7 +65,7 @@ def watch_cmd(
 
 def _finish(trace: Path, console: Any) -> None:
     from analyzer.run.live import trace_files
-    from analyzer.run.report import analyze_quietly
+    from analyzer.run.summary import analyze_quietly
 
     files = trace_files(trace)
     report, problem = analyze_quietly(files[0]) if files else (None, "no trace")

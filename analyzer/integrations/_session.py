@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.notify import warn
-from analyzer.record.options import ProfileOptions
+from analyzer.record.profile_options import ProfileOptions
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
@@ -95,7 +95,7 @@ class Session:
         if path is None:
             return None
         try:
-            from analyzer.run.report import analyze_quietly, print_terminal, verdict_line
+            from analyzer.run.summary import analyze_quietly, print_terminal, verdict_line
 
             report, problem = analyze_quietly(path)
             if report is None:

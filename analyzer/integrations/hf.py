@@ -82,7 +82,7 @@ class GpuAnalyzeCallback(TrainerCallback):
         report = self._session.analyse(self.path)
         if report is None:
             return
-        from analyzer.run.report import summary
+        from analyzer.run.summary import summary
 
         values = summary(report)
         state.log_history.append({f"gpuanalyze/{k}": v for k, v in values.items()} | {"step": state.global_step})

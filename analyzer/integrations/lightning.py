@@ -82,7 +82,7 @@ class GpuAnalyzeCallback(pl.Callback):
 
 
 def _log_to_loggers(trainer: pl.Trainer, report: Report) -> None:
-    from analyzer.run.report import summary
+    from analyzer.run.summary import summary
 
     values = summary(report)
     numbers = {f"gpuanalyze/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)}

@@ -11,15 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from analyzer.analysis.host_facts import host_facts
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.batch_size import batch_projection
 from analyzer.analysis.rules.data_loading import worker_plan
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
-from analyzer.planning.config import read_toml
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.outcome import Report
+from analyzer.planning.toml_config import read_toml
 from gpuanalyze.ingest import schema as S
 
 
@@ -147,7 +148,7 @@ def compare(loaded: list[Loaded]) -> Comparison:
 
 def projection_checks(before: Report, after: Report) -> tuple[ProjectionCheck, ...]:
     """Each recognised fix AFTER applied, with BEFORE's projection for it (redone for the value applied)."""
-    ctx = Context(m=before.metrics, run=before.run, end=before.end, ceilings=None)
+    ctx = Context(m=before.metrics, run=before.run, end=before.end, ceilings=None, host=host_facts(before.run))
     found = {f.bottleneck: f for f in before.findings}
     measured = after.metrics.step_mean_ms
     checks = []

@@ -12,7 +12,7 @@ from typing import Any
 
 from analyzer.analysis.findings import Savings
 from analyzer.errors import GpuAnalyzeError
-from analyzer.planning.config import read_toml
+from analyzer.planning.toml_config import read_toml
 
 #: Largest number any cost input may be (steps, samples, tokens, USD): beyond it an input is a typo.
 MAX_VALUE = 1e18

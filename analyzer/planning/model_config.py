@@ -9,8 +9,8 @@ from typing import Annotated
 import msgspec
 
 from analyzer.errors import GpuAnalyzeError
-from analyzer.planning.config import read_small
-from analyzer.planning.memory import ModelShape
+from analyzer.planning.toml_config import read_small
+from analyzer.planning.training_memory import ModelShape
 
 _Dim = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, compute_precision, lookup
-from analyzer.planning.config import read_toml
 from analyzer.planning.cost import run_hours
 from analyzer.planning.mfu import tensor_core_share
+from analyzer.planning.toml_config import read_toml
 from gpuanalyze.ingest.runinfo import RunInfo
 
 _MEMORY_BOUND = ("elementwise", "reduction", "memcpy", "memset")

@@ -28,10 +28,10 @@ from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.notify import warn
-from analyzer.record.options import ProfileOptions
 from analyzer.record.patches import Patches
 from analyzer.record.paths import create_new, rank_path
-from analyzer.record.runinfo import collect_run_info, placement, run_id
+from analyzer.record.profile_options import ProfileOptions
+from analyzer.record.run_facts import collect_run_info, placement, run_id
 from analyzer.record.steps import StepTimes
 from analyzer.record.windows import KernelWindows
 from gpuanalyze.ingest import schema as S

@@ -14,7 +14,7 @@ from analyzer.render.safe import text
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison
-    from analyzer.planning.memory import MemoryEstimate
+    from analyzer.planning.training_memory import MemoryEstimate
     from analyzer.planning.whatif import WhatIf
 
 

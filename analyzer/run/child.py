@@ -87,7 +87,7 @@ def _arm() -> None:
     try:
         from analyzer.errors import GpuAnalyzeError
         from analyzer.record.profiler import Profiler
-        from analyzer.run.config import options_from_env
+        from analyzer.run.env_vars import options_from_env
 
         try:
             options = options_from_env(os.environ)

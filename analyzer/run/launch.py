@@ -1,7 +1,7 @@
 """`gpuanalyze run`: run a command unchanged with profiling in every Python process it starts.
 
 The command runs as a child in the same process group (so it keeps the terminal), with the
-bootstrap first on PYTHONPATH and the GPUANALYZE_* variables set (analyzer.run.config). Signals
+bootstrap first on PYTHONPATH and the GPUANALYZE_* variables set (analyzer.run.env_vars). Signals
 sent to the launcher are passed on: SIGTERM, SIGUSR1 and SIGUSR2 always; SIGINT, SIGQUIT and
 SIGHUP only when the launcher is not in the terminal's foreground group (a terminal already
 sends those to the whole group, and a second Ctrl-C would interrupt the child's cleanup). When
@@ -23,8 +23,8 @@ from pathlib import Path
 from types import FrameType
 
 from analyzer.errors import GpuAnalyzeError
-from analyzer.record.options import ProfileOptions
-from analyzer.run import config
+from analyzer.record.profile_options import ProfileOptions
+from analyzer.run import env_vars
 
 _ALWAYS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 _FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
@@ -66,8 +66,8 @@ def prepare_out_dir(out_dir: Path) -> tuple[Path, bool]:
 
 def child_env(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(config.env_for(options, out_dir, run_id))
-    env["PYTHONPATH"] = config.pythonpath(os.environ.get("PYTHONPATH"))
+    env.update(env_vars.env_for(options, out_dir, run_id))
+    env["PYTHONPATH"] = env_vars.pythonpath(os.environ.get("PYTHONPATH"))
     return env
 
 

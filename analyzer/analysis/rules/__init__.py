@@ -14,11 +14,11 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.rules.base import Context, Rule, confidence_level
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
+from analyzer.analysis.rules.rule import Context, Rule, confidence_level
 from analyzer.analysis.rules.sync import Sync, exposed_comm_share
 from gpuanalyze.ingest import schema as S
 

@@ -14,8 +14,8 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
-from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain, worker_plan
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
 from gpuanalyze.ingest import schema as S
 
 

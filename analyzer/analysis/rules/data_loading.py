@@ -17,7 +17,7 @@ from typing import TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
-from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
 from gpuanalyze.ingest import schema as S
 
 MAX_WORKERS = 8
@@ -25,9 +25,7 @@ MAX_WORKERS = 8
 
 def cores_per_process(ctx: Context) -> int:
     """CPU cores the training process and its workers may use (the host's, shared by local ranks)."""
-    cores = ctx.run.cpu_count or 4
-    local = max(1, min(ctx.run.world, ctx.run.gpu_count or 1))
-    return max(1, cores // local)
+    return max(1, int(ctx.host.cores_available))
 
 
 def handover_ms(ctx: Context) -> tuple[float, float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
-from analyzer.analysis.rules.base import Context, Detection, Rule, bounded
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.datasheet import lookup
 from gpuanalyze.ingest import schema as S
 

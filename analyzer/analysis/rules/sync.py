@@ -15,7 +15,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import RAW
-from analyzer.analysis.rules.base import Context, Detection, Rule, bounded, clamp
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, clamp
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
 

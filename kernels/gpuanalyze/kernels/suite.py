@@ -17,11 +17,11 @@ from analyzer.errors import GpuAnalyzeError, Skip
 from analyzer.machine.ceilings import Fingerprint, SuiteRun, merge_runs, this_host
 from analyzer.machine.datasheet import lookup
 from gpuanalyze.kernels.allreduce import run_allreduce
+from gpuanalyze.kernels.babelstream import run_memory
 from gpuanalyze.kernels.backend import Backend, availability, select
-from gpuanalyze.kernels.launch import run_launch
+from gpuanalyze.kernels.launch_overhead import run_launch
 from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
-from gpuanalyze.kernels.memory import run_memory
 from gpuanalyze.kernels.result import BenchResult
 from gpuanalyze.kernels.transfer import run_transfer
 

@@ -23,6 +23,7 @@ from analyzer.analysis.findings import (
     Projection,
     Severity,
 )
+from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.machine.ceilings import Ceilings
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -37,6 +38,8 @@ class Context:
     end: EndInfo | None
     ceilings: Ceilings | None
     """Measured ceilings of the machine the trace was recorded on (None when there are none for it)."""
+    host: HostFacts
+    """The cores free to the job and how busy the host was (``analysis.host_facts``)."""
 
     @property
     def wall(self) -> float:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from analyzer.errors import GpuAnalyzeError
-from analyzer.record.options import ProfileOptions
-from analyzer.record.runinfo import RUN_ID_ENV
+from analyzer.record.profile_options import ProfileOptions
+from analyzer.record.run_facts import RUN_ID_ENV
 
 #: "1" switches profiling on in every Python process that starts with the bootstrap on PYTHONPATH.
 ON = "GPUANALYZE_RUN"
