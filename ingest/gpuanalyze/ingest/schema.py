@@ -16,7 +16,7 @@ import pyarrow as pa
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
 
 FORMAT_NAME = "gpuanalyze-trace"
-FORMAT_VERSION = "1.2"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms
+FORMAT_VERSION = "1.3"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms, 1.3 lead_ms
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -36,6 +36,9 @@ DATA_CPU_MS = "data_cpu_ms"
 """CPU time the training thread spent inside data fetches (within data_wait_ms): near data_wait_ms
 when loading in the training process is CPU work, near 0 when it sleeps on I/O or on workers."""
 PEAK_MEM_BYTES = "peak_mem_bytes"
+LEAD_MS = "lead_ms"
+"""Host time from the step's start to its first recorded phase (a data fetch or the forward), part
+of other_ms: in a DataLoader loop, work done after the previous optimizer step (logging, metrics)."""
 
 KERNEL_STATS = "kernel_stats"
 MODEL_FORWARD_MS = "model_forward_ms"
@@ -149,10 +152,11 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(KERNEL_STATS, KERNEL_STATS_TYPE),
     pa.field(DATA_CPU_MS, pa.float64()),
     pa.field(MODEL_FORWARD_MS, MODEL_FORWARD_TYPE),
+    pa.field(LEAD_MS, pa.float64()),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).
