@@ -177,32 +177,10 @@ def ceilings_for(run: RunInfo, explicit: Path | None) -> tuple[Ceilings | None, 
             raise
         return None, f"{exc}; ceilings not used"
     known = [m.fingerprint for m in machines if m.known]
-    if not known:
-        return None, (
-            f"ceilings in {path} carry no machine fingerprint (written by an older gpuanalyze); not used - "
-            "run `gpuanalyze bench` again on the machine that recorded the trace"
-        )
-    gpu = bool(run.gpu_name)
-    if not gpu and run.device not in ("cpu", None):
-        return None, f"ceilings in {path} cover CUDA GPUs and CPUs, not this trace's {run.device} device; not used"
-    if not gpu and run.device is None:
-        return None, f"this trace does not record its device, so the ceilings in {path} are not used"
-    if not gpu and not run.host:
-        return None, f"this trace does not record its host, so the CPU ceilings in {path} are not used"
-
-    def device_matches(fp: Fingerprint) -> bool:
-        if gpu:
-            assert run.gpu_name is not None
-            return fp.is_gpu and _norm(fp.device) == _norm(run.gpu_name)
-        return fp.backend == "cpu"
-
-    matching = [
-        m
-        for m in machines
-        if m.known
-        and device_matches(m.fingerprint)
-        and (_same_host(m.fingerprint.host, run.host) or (gpu and not run.host))
-    ]
+    why = _unusable(run, path, known)
+    if why is not None:
+        return None, why
+    matching = [m for m in machines if m.known and _measured_where_recorded(m.fingerprint, run)]
     if not matching:
         return None, (
             f"ceilings in {path} were measured on {_listing(known)}, not this trace's {_trace_machine(run)}; not used"
@@ -220,6 +198,33 @@ def ceilings_for(run: RunInfo, explicit: Path | None) -> tuple[Ceilings | None, 
             "this trace does not record its host"
         )
     return ceilings, None
+
+
+def _unusable(run: RunInfo, path: Path, known: list[Fingerprint]) -> str | None:
+    """Why no entry of the file can apply to this trace at all (None when one may)."""
+    if not known:
+        return (
+            f"ceilings in {path} carry no machine fingerprint (written by an older gpuanalyze); not used - "
+            "run `gpuanalyze bench` again on the machine that recorded the trace"
+        )
+    if run.gpu_name:
+        return None
+    if run.device not in ("cpu", None):
+        return f"ceilings in {path} cover CUDA GPUs and CPUs, not this trace's {run.device} device; not used"
+    if run.device is None:
+        return f"this trace does not record its device, so the ceilings in {path} are not used"
+    if not run.host:
+        return f"this trace does not record its host, so the CPU ceilings in {path} are not used"
+    return None
+
+
+def _measured_where_recorded(fp: Fingerprint, run: RunInfo) -> bool:
+    """The entry's device is the trace's (a GPU backend on the same GPU model, or the cpu backend for a
+    CPU trace), on the trace's host; a GPU trace that records no host matches on the model alone."""
+    if run.gpu_name:
+        device = fp.is_gpu and _norm(fp.device) == _norm(run.gpu_name)
+        return device and (_same_host(fp.host, run.host) or not run.host)
+    return fp.backend == "cpu" and _same_host(fp.host, run.host)
 
 
 # -- writing -------------------------------------------------------------------------------------
