@@ -276,9 +276,9 @@ def reasons(row: dict[str, Any], diffs: dict[str, float]) -> list[str]:
             if o["steps"] != t["steps"] or abs(o["step_ms"] - t["step_ms"]) > 0.005 * t["step_ms"]:
                 why.append(
                     f"step windows: ours {o['steps']} x {o['step_ms']:.2f} ms (host), TB {t['steps']} x"
-                    f" {t['step_ms']:.2f} ms (device-side ends; a first step starting after earlier GPU work;"
-                    " tail steps with < 80% of the previous step's kernels dropped; without ProfilerStep, the CPU"
-                    " ops' span)"
+                    f" {t['step_ms']:.2f} ms (TB's steps end at their device work's end, start no earlier than the"
+                    " end of GPU work launched before the first step, drop tail steps with < 80% of the previous"
+                    " step's kernels; without ProfilerStep TB's step spans the CPU ops)"
                 )
             out.append(f"{name} {d:+.2f} pp: " + ("; ".join(why) or "not established"))
         elif key == "data_pct" and t:
@@ -323,18 +323,18 @@ def main() -> None:
             print(f"{name}: {module} not installed (pip install --group dev): its columns are empty")
     rows = []
     for path in files:
-        full = path.resolve()
-        rel = full.relative_to(DEFAULT_DIR).as_posix() if full.is_relative_to(DEFAULT_DIR) else str(path)
+        full, base = path.resolve(), DEFAULT_DIR.resolve()
+        rel = full.relative_to(base).as_posix() if full.is_relative_to(base) else str(path)
         row: dict[str, Any] = {"trace": rel, "skipped": {}, "seconds": {}}
         t0 = time.perf_counter()
         row["ours"] = ours(path)
         row["seconds"]["ours"] = time.perf_counter() - t0
-        if row["ours"]["idle"] is not None:
+        if row["ours"]["idle"] is None:
+            if available:
+                row["skipped"][", ".join(available)] = "no GPU events (CPU-only trace)"
+        else:
             row["anatomy"] = anatomy(path)
-        for name, fn in available.items():
-            if row["ours"]["idle"] is None:
-                row["skipped"][name] = "no GPU events (CPU-only trace)"
-                continue
+        for name, fn in available.items() if row["ours"]["idle"] is not None else ():
             t0 = time.perf_counter()
             try:
                 row[name] = _quiet(fn, path)
