@@ -14,8 +14,9 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
-from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain, worker_plan
+from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
 
 
@@ -23,7 +24,7 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
     """How much larger a batch the projection assumes, and why."""
     m = ctx.m
     if m.peak_mem_bytes and m.gpu_memory_bytes:
-        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(0.9 * m.gpu_memory_bytes / m.peak_mem_bytes)))
+        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(T.MEMORY_USABLE * m.gpu_memory_bytes / m.peak_mem_bytes)))
         return k, (
             f"batch x{k} (peak memory {m.peak_mem_bytes / 1e9:.1f} of {m.gpu_memory_bytes / 1e9:.1f} GB, "
             f"capped at x{T.MAX_BATCH_MULTIPLIER})"
@@ -42,11 +43,37 @@ def _fixed_data_wait(ctx: Context) -> float:
     return ctx.m.effective[S.DATA_WAIT_MS] if fetch_is_a_step_cost(ctx) else 0.0
 
 
+def compute_ms(ctx: Context) -> float:
+    """Forward + backward per step (GPU-busy time on a GPU): the work a larger batch may not grow."""
+    if ctx.gpu:
+        return ctx.busy
+    m = ctx.m
+    return ctx.ms((m.share[S.FORWARD_MS] or 0.0) + (m.share[S.BACKWARD_MS] or 0.0))
+
+
+def fixed_compute(ctx: Context) -> tuple[float, float, str]:
+    """(lowest, highest) share of forward + backward that does not grow with the batch, and why: measured
+    from a smaller batch within the run, else unknown (0 to 1: the range spans both assumptions)."""
+    split = ctx.m.batch_split
+    if split is None:
+        return 0.0, 1.0, "no smaller batch in the run to measure how forward and backward grow: assumed 0-100% fixed"
+    f = split.fixed_fraction
+    lo, hi = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
+    return (
+        lo,
+        hi,
+        (
+            f"forward + backward {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample (batches of "
+            f"{split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} fixed"
+        ),
+    )
+
+
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     """Step time per current batch worth of samples with a batch ``k`` times larger: the per-step
     cost this rule measures (GPU idle no data wait or sync explains; on a CPU the optimizer, small
-    host time and a fetch that is a per-step cost) is divided by ``k``; the rest of the step grows
-    with the batch or belongs to another cause, and stays."""
+    host time and a fetch that is a per-step cost) is divided by ``k``; of forward and backward,
+    the part measured not to grow with the batch is divided too; the rest of the step stays."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
@@ -57,20 +84,29 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
     fixed = min(max(fixed, 0.0), wall)
     rest = wall - fixed
-    step = rest + fixed / k
+    work = min(compute_ms(ctx), rest)
+    lo, hi, basis = fixed_compute(ctx)
+    point = m.batch_split.fixed_fraction if m.batch_split is not None else lo
+
+    def at(f: float) -> float:
+        return rest - f * work * (1 - 1 / k) + fixed / k
+
+    step = at(point)
     rule = (
-        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; the other {rest:.2f} ms "
-        f"grows with it or is another cause's, so per current batch worth of samples: "
-        f"{rest:.2f} + {fixed:.2f}/{k:g} = {step:.2f} ms"
+        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of forward + backward "
+        f"{work:.2f} ms, {point:.0%} is taken as fixed ({basis}); the other {rest - point * work:.2f} ms grows "
+        f"with the batch or is another cause's, so per current batch worth of samples: "
+        f"{rest - point * work:.2f} + ({fixed:.2f} + {point * work:.2f})/{k:g} = {step:.2f} ms"
     )
     return bounded(
         ctx,
         step,
         f"batch x{k:g}",
-        {"the work that grows with the batch": rest},
+        {"the work that grows with the batch": rest - hi * work},
         rule,
         params=(("batch_multiplier", k),),
         per_batch_of=m.batch_samples,
+        model=(at(hi), at(lo)),
     )
 
 
@@ -80,7 +116,7 @@ class BatchSize(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
-        floor = 0.01 if relaxed else T.IDLE_MODERATE.value
+        floor = T.RELAXED if relaxed else T.IDLE_MODERATE.value
         if ctx.gpu:
             idle = m.idle_unexplained or 0.0
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
@@ -97,7 +133,7 @@ class BatchSize(Rule):
                 "other than data or sync (kernel launches and Python between them): too little work per step.",
             )
         fixed = per_step_fixed_share(ctx)
-        if fixed < (0.01 if relaxed else T.PER_STEP_FIXED.value):
+        if fixed < (T.RELAXED if relaxed else T.PER_STEP_FIXED.value):
             return None
         handoff = _fixed_data_wait(ctx) > 0
         return Detection(

@@ -12,83 +12,15 @@ CPU work).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.workers import WorkerPlan, cores_free, loader_cpu_share, worker_plan
 from gpuanalyze.ingest import schema as S
 
-MAX_WORKERS = 8
-
-
-def cores_per_process(ctx: Context) -> int:
-    """CPU cores the training process and its workers may use (the host's, shared by local ranks)."""
-    return max(1, int(ctx.host.cores_available))
-
-
-def handover_ms(ctx: Context) -> tuple[float, float]:
-    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
-    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
-    size = ctx.end.batch_bytes if ctx.end is not None else None
-    side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
-    return T.WORKER_MAIN_COST_MS, side
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerPlan:
-    """What moving loading into worker processes would give."""
-
-    workers: int
-    """Workers the projection assumes (0: the loop already has all the workers its cores allow)."""
-    step_ms: float
-    rule: str
-
-
-def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
-    """The projected step with more DataLoader workers (``workers``, default: what the host's cores
-    allow); None when the trace does not say how many ran."""
-    current = ctx.end.loader_workers if ctx.end is not None else None
-    if current is None:
-        return None
-    compute = ctx.wall - data_ms
-    cores = cores_per_process(ctx)
-    if current == 0:
-        workers = workers or max(2, min(MAX_WORKERS, cores))
-        main, side = handover_ms(ctx)
-        cpu = ctx.m.data_cpu_fraction
-        cpu_share = 1.0 if cpu is None else cpu
-        # CPU-bound loading runs at most `cores` workers at once; sleeping loading, all of them.
-        parallel = min(workers, cores) if cpu_share > 0 else workers
-        loading = (data_ms + side) / parallel
-        # Compute, the hand-over and the CPU part of loading all need the host's cores.
-        cores_bound = (compute + main + data_ms * cpu_share + side) / cores
-        step = max(compute + main, loading, cores_bound)
-        basis = (
-            "CPU time not recorded: loading assumed CPU-bound"
-            if cpu is None
-            else f"{cpu_share:.0%} of the wait is CPU time"
-        )
-        rule = (
-            f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
-            f"to hand over, {parallel} at a time: {loading:.2f} ms per batch; the training process computes "
-            f"{compute:.2f} ms + receives {main:.2f} ms; all of it shares {cores} core(s): max({compute:.2f} + "
-            f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})"
-            f"/{cores}) = {step:.2f} ms"
-        )
-        return WorkerPlan(workers, step, rule)
-    workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
-    if workers <= current:
-        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {cores} core(s)")
-    # With `current` workers each batch takes a worker current x step to build; more workers divide that.
-    loading = ctx.wall * current / workers
-    step = max(compute, loading)
-    rule = (
-        f"num_workers {current} -> {workers}: batches arrive every {ctx.wall:.2f} x {current}/{workers} = "
-        f"{loading:.2f} ms, overlapped with the {compute:.2f} ms compute path"
-    )
-    return WorkerPlan(workers, step, rule)
+__all__ = ["DataLoading", "WorkerPlan", "fetch_is_a_step_cost", "other_step_costs", "worker_gain", "worker_plan"]
 
 
 def other_step_costs(ctx: Context) -> float:
@@ -139,15 +71,15 @@ class DataLoading(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         share = ctx.m.effective[S.DATA_WAIT_MS]
-        if share < (0.01 if relaxed else T.DATA_WAIT_MODERATE.value):
+        if share < (T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value):
             return None
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
         workers_useless = would_not_help(plan, ctx.wall)
         if workers_useless and fetch_is_a_step_cost(ctx):
             return None  # a fixed per-step cost workers cannot remove: batch_size names it
-        cpu = ctx.m.data_cpu_fraction
-        cpu_bound = workers_useless and (cpu is None or cpu >= 0.5)
+        cpu = loader_cpu_share(ctx)
+        cpu_bound = workers_useless and (cpu is None or cpu >= T.CPU_BOUND_LOADING)
         wait = "while the GPU is idle " if ctx.gpu else ""
         return Detection(
             cause="cpu_bound_loading" if cpu_bound else "input_pipeline",
@@ -223,6 +155,7 @@ class DataLoading(Rule):
                 limits,
                 f"{base}; {plan.rule}",
                 params=(("num_workers", plan.workers),),
+                model=(plan.low_ms or plan.step_ms, plan.high_ms or plan.step_ms),
             )
         how = ""
         if plan is not None:
@@ -239,37 +172,49 @@ class DataLoading(Rule):
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
         workers = dict(p.params).get("num_workers")
         current = ctx.end.loader_workers if ctx.end is not None else None
+        cpu = loader_cpu_share(ctx)
         recs: list[str | tuple[str, bool]] = []
+        free = f"{cores_free(ctx):g} of {ctx.host.cores_available:g}"
         if workers is not None:
             recs.append(
-                f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; this host gives "
-                f"{cores_per_process(ctx)} core(s) to this process), with prefetch_factor=2 or more if waits "
-                "are bursty."
+                f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; {free} core(s) "
+                "were free to this job), with prefetch_factor=2 or more if waits are bursty."
             )
             recs.append("Keep workers alive between epochs with persistent_workers=True.")
         elif d.cause == "cpu_bound_loading":
             recs.append(
-                "Worker processes would not help here: loading is CPU work and this host has "
-                f"{cores_per_process(ctx)} core(s) for it and the training loop; make each batch cheaper "
-                "to build instead."
+                f"Worker processes would not help here: loading is CPU work and {free} core(s) were free to this "
+                "job for it and the training loop; make each batch cheaper to build instead."
             )
             recs.append(
                 "For data already in memory, fetch whole batches by index (a BatchSampler with a Dataset "
                 "that takes a list of indices, or __getitems__) instead of one __getitem__ per sample."
             )
         elif current is None:
-            recs.append(
-                "Load in the background: a DataLoader with num_workers > 0 (or a prefetching thread for a "
-                "custom batch function) overlaps loading with compute."
-            )
+            recs.append(_background(cpu))
         recs += [
             (
                 "Use pin_memory=True and move batches with .to(device, non_blocking=True) so the copy overlaps "
                 "compute.",
                 True,
             ),
-            "Make Dataset.__getitem__ cheaper: decode/augment once offline, cache decoded samples, or read from "
-            "faster storage.",
+            "Make Dataset.__getitem__ (or your batch function) cheaper: decode/augment once offline, cache decoded "
+            "samples, or read from faster storage.",
             ("Move augmentation to the GPU (e.g. torchvision.transforms.v2 on device tensors).", True),
         ]
         return gpu_only(ctx, recs)
+
+
+def _background(cpu: float | None) -> str:
+    """Background loading for a loop without a DataLoader: a thread only for loading that waits (I/O);
+    CPU-bound Python loading holds the GIL, so a thread would not overlap it with compute."""
+    if cpu is not None and cpu < T.CPU_BOUND_LOADING:
+        return (
+            "Load in the background: the wait is mostly not CPU time (I/O), so a prefetching thread for a custom "
+            "batch function overlaps it with compute; or a DataLoader with num_workers > 0."
+        )
+    return (
+        "Load in the background with processes, not a thread: this loading is CPU work (or its CPU time was not "
+        "recorded), and Python holds the GIL, so a prefetching thread would not overlap it with compute. Use a "
+        "DataLoader with num_workers > 0, or make the batch function cheaper (vectorise it with numpy/torch)."
+    )

@@ -22,7 +22,7 @@ class Host(Rule):
         if ctx.gpu:
             return None
         share = ctx.m.effective[S.OTHER_MS]
-        if share < (0.01 if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
+        if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
         if ctx.ms(share) < T.HOST_MIN_MS:
             return None  # the loop's own per-step Python (loss, zero_grad): batch_size's per-step overhead
