@@ -96,6 +96,9 @@ class StepMetrics:
     """Kernel-level evidence, when steps carry kernel statistics."""
     distributed: RankAnalysis | None = None
     """Cross-rank skew and stragglers, for traces with several ranks."""
+    lead_mean_ms: float | None = None
+    """Mean host time from a step's start to its first recorded phase (``lead_ms``, part of other_ms: in a
+    DataLoader loop, work after the previous optimizer step); None when not recorded or out of core."""
     batch_split: BatchSplit | None = None
     """Forward + backward split into per-step and per-sample cost, when a smaller batch in the run
     measures it (traces held in memory; None otherwise)."""
@@ -145,10 +148,18 @@ def step_metrics(trace: Trace, *, without: frozenset[int] = frozenset()) -> Step
             return [bracket_answers(parts[r], skip, drop, wanted) for r in sorted(parts)]
 
         m = metrics_from(combiner.finish(answer), skip, trace.run.gpu_memory_bytes)
-        split = batch_split(pl.concat([v.slice(skip) for v in parts.values()]))
-        return dataclasses.replace(m, batch_split=split) if split is not None else m
+        rows = pl.concat([v.slice(skip) for v in parts.values()])
+        return dataclasses.replace(m, batch_split=batch_split(rows), lead_mean_ms=_lead(rows))
     finally:
         combiner.close()
+
+
+def _lead(rows: pl.DataFrame) -> float | None:
+    """Mean lead_ms over the rows that recorded it (null: unknown, not zero)."""
+    if S.LEAD_MS not in rows.columns:
+        return None
+    lead = rows.get_column(S.LEAD_MS).drop_nulls()
+    return number(lead.mean()) if lead.len() else None
 
 
 def _without(frame: pl.DataFrame, skip: int, steps: frozenset[int]) -> pl.DataFrame:

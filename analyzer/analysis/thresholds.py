@@ -31,6 +31,9 @@ HOST_MIN_MS = 1.0
 #: Below this share of the step in recognised phases the trace has no phases to speak of (an imported
 #: trace without annotations): unattributed time is then not a finding but an unknown.
 HOST_RECOGNISED = 0.01
+#: Unattributed host time of a DataLoader loop is "after the optimizer step" (logging, metrics: do it every N
+#: steps) when at least this share of it comes before the step's first phase (lead_ms).
+LEAD_AFTER_OPTIMIZER = 0.5
 PER_STEP_FIXED = Threshold(
     0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
 )
