@@ -7,11 +7,13 @@ uses too. The plan divides CPU work among the cores *free* to the job (``HostFac
 never assumes more workers than free cores, and charges forward and backward for the cores the
 workers take when the training process computes on more than the cores left to it. Its range:
 half the hand-over and no contention (low) to twice the hand-over with the workers' full share
-of the cores taken from compute (high).
+of the cores taken from compute, on every free core when the sampler did not measure how many it
+computes on (high).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -52,9 +54,13 @@ def loader_cpu_share(ctx: Context) -> float | None:
     return min(1.0, cpu)
 
 
-def compute_threads(ctx: Context) -> float:
-    """Cores the training process computes on (torch's intra-op threads), when the sampler measured it."""
-    return max(1.0, ctx.host.process_cpu_cores or 1.0)
+def compute_threads(ctx: Context) -> tuple[float, float]:
+    """(point, most) cores the training process computes on: what the sampler measured (1 when not
+    sampled); on a CPU run not sampled, up to every free core (torch's intra-op threads default to
+    the cores), the high end of the range."""
+    point = max(1.0, ctx.host.process_cpu_cores or 1.0)
+    most = point if ctx.host.sampled or ctx.gpu else max(point, cores_free(ctx))
+    return point, most
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +117,11 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
 def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     compute = ctx.wall - data_ms
     cpu = loader_cpu_share(ctx)
-    model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), compute_threads(ctx))
+    threads, most = compute_threads(ctx)
+    model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
     step, loading, slowed = model.step(ctx, 1.0, True)
     low, _, _ = model.step(ctx, T.HANDOVER_LOW, False)
-    high, _, _ = model.step(ctx, T.HANDOVER_HIGH, True)
+    high, _, _ = dataclasses.replace(model, threads=most).step(ctx, T.HANDOVER_HIGH, True)
     main, side = handover_ms(ctx)
     basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
     cores = f"{model.cores:g}"
