@@ -83,7 +83,11 @@ def test_idle_gpu_with_memory_headroom_is_batch_size(trace_factory):
     metrics = {e.metric: e.value for e in f.evidence}
     assert metrics["gpu_utilization"] == pytest.approx(0.25)
     assert metrics["peak_memory_fraction"] == pytest.approx(0.125)
-    assert f.projection.step_ms == pytest.approx(5.0 + 15.0 / 4) and f.projection.per_batch_of == 16
+    # x4: the 15 ms idle is per-step; whether the 5 ms of kernels grow with the batch the trace cannot tell
+    # (no smaller batch): the point takes them to grow, the range spans down to 20/4 (they do not)
+    p = f.projection
+    assert p.step_ms == pytest.approx(5.0 + 15.0 / 4) and p.per_batch_of == 16
+    assert p.low_ms <= 20.0 / 4 < p.step_ms <= p.high_ms
     assert "4x" in f.recommendations[0]
 
 

@@ -48,6 +48,9 @@ def _literals(path: Path) -> list[tuple[int, float]]:
 
 def test_rules_compare_against_no_literal_of_their_own():
     rules = sorted((ROOT / "analyzer" / "analysis" / "rules").glob("*.py"))
-    rules += [ROOT / "analyzer" / "analysis" / n for n in ("steady.py", "stability.py", "judge.py", "spikes.py", "batch_split.py")]
+    rules += [
+        ROOT / "analyzer" / "analysis" / n
+        for n in ("steady.py", "stability.py", "judge.py", "spikes.py", "batch_split.py")
+    ]
     offenders = {p.name: lits for p in rules if p.exists() and (lits := _literals(p))}
     assert offenders == {}

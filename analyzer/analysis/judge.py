@@ -42,7 +42,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: boo
     verdict = classify(ctx)
     stab = stability(ctx, verdict, classify)
     delta = full.step_mean_ms - ctx.wall
-    findings = [_finish(ctx, f, delta, full.step_mean_ms, stab) for f in verdict.findings]
+    findings = [_finish(ctx, f, delta, full.step_mean_ms, stab, steady.spread) for f in verdict.findings]
     spikes = spike_finding(ctx, full, steady)
     if spikes is not None:
         findings.append(spikes)
@@ -57,12 +57,13 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: boo
     return Judged(verdict, stab, steady, _notes(ctx, steady, left_out))
 
 
-def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability) -> Finding:
-    """The finding with its projection on the whole run and as a range, and its confidence capped."""
+def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:
+    """The finding with its projection on the whole run and as a range, and its confidence capped.
+    Run-to-run noise is at least the steps' own spread (a loaded host shows it even unsampled)."""
     p = f.projection
     point = p.step_ms + delta
     loaded = ctx.host.oversubscribed and cpu_side(f, ctx.gpu)
-    noise = point * (T.LOADED_NOISE if loaded else T.PROJECTION_NOISE)
+    noise = point * max(T.LOADED_NOISE if loaded else T.PROJECTION_NOISE, spread)
     lo_b, hi_b = stab.projected.get((f.bottleneck, f.cause), (p.step_ms, p.step_ms))
     model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + delta
     model_hi = (p.high_ms if p.high_ms is not None else p.step_ms) + delta

@@ -42,6 +42,9 @@ class SteadyState:
     """Excess over the median of every step left out (settling and outliers), summed, ms per rank."""
     drift: float = 0.0
     """Median step time of the last third of the steady steps over the first third, minus 1."""
+    spread: float = 0.0
+    """Robust coefficient of variation of the steady steps (1.4826 x MAD / median): how much the step
+    time moves step to step; a loaded host shows it, and a projection's range is at least this wide."""
 
     @property
     def left_out(self) -> frozenset[int]:
@@ -83,6 +86,7 @@ def steady_state(m: StepMetrics) -> SteadyState:
         spike_ms=float(np.mean(wall[later] - med)) if later.size else 0.0,
         left_out_ms=float(np.sum(wall[~kept] - med)),
         drift=_drift(wall[kept]),
+        spread=_spread(wall[kept]),
     )
 
 
@@ -106,6 +110,13 @@ def _period(outliers: np.ndarray) -> tuple[int | None, float]:
     match = float(counts[best] / gaps.size)
     gap = int(values[best])
     return (gap, match) if gap >= 2 and match >= T.PERIODIC_MATCH else (None, match)
+
+
+def _spread(wall: np.ndarray) -> float:
+    if wall.size == 0:
+        return 0.0
+    med = float(np.median(wall))
+    return MAD_TO_SD * float(np.median(np.abs(wall - med))) / med if med > 0 else 0.0
 
 
 def _drift(wall: np.ndarray) -> float:

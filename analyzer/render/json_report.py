@@ -133,6 +133,7 @@ def _steady(report: Report) -> dict[str, Any] | None:
         "spike_excess_ms": _num(st.spike_ms, 3),
         "spike_share": _num(st.spike_share),
         "drift": _num(st.drift),
+        "spread": _num(st.spread),
     }
 
 

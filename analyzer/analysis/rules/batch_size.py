@@ -43,37 +43,27 @@ def _fixed_data_wait(ctx: Context) -> float:
     return ctx.m.effective[S.DATA_WAIT_MS] if fetch_is_a_step_cost(ctx) else 0.0
 
 
-def compute_ms(ctx: Context) -> float:
-    """Forward + backward per step (GPU-busy time on a GPU): the work a larger batch may not grow."""
-    if ctx.gpu:
-        return ctx.busy
+def others_ms(ctx: Context) -> float:
+    """Mean ms per step another rule names: syncs, a data wait of the data rule's (not a per-step cost),
+    unattributed host time of the host rule's size (CPU traces)."""
     m = ctx.m
-    return ctx.ms((m.share[S.FORWARD_MS] or 0.0) + (m.share[S.BACKWARD_MS] or 0.0))
-
-
-def fixed_compute(ctx: Context) -> tuple[float, float, str]:
-    """(lowest, highest) share of forward + backward that does not grow with the batch, and why: measured
-    from a smaller batch within the run, else unknown (0 to 1: the range spans both assumptions)."""
-    split = ctx.m.batch_split
-    if split is None:
-        return 0.0, 1.0, "no smaller batch in the run to measure how forward and backward grow: assumed 0-100% fixed"
-    f = split.fixed_fraction
-    lo, hi = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
-    return (
-        lo,
-        hi,
-        (
-            f"forward + backward {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample (batches of "
-            f"{split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} fixed"
-        ),
-    )
+    out = ctx.ms(m.effective[S.SYNC_MS])
+    if m.effective[S.DATA_WAIT_MS] >= T.DATA_WAIT_MODERATE.value and not _fixed_data_wait(ctx):
+        out += ctx.ms(m.effective[S.DATA_WAIT_MS])
+    if not ctx.gpu and ctx.ms(m.effective[S.OTHER_MS]) >= T.HOST_MIN_MS:
+        out += ctx.ms(m.effective[S.OTHER_MS])
+    return out
 
 
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
-    """Step time per current batch worth of samples with a batch ``k`` times larger: the per-step
-    cost this rule measures (GPU idle no data wait or sync explains; on a CPU the optimizer, small
-    host time and a fetch that is a per-step cost) is divided by ``k``; of forward and backward,
-    the part measured not to grow with the batch is divided too; the rest of the step stays."""
+    """Step time per current batch worth of samples with a batch ``k`` times larger.
+
+    The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
+    optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
+    a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
+    step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
+    to "none of it does" (the low end), and the point is the first (conservative) one. Time another
+    rule names (syncs, a data wait of its own, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
@@ -84,29 +74,42 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
     fixed = min(max(fixed, 0.0), wall)
     rest = wall - fixed
-    work = min(compute_ms(ctx), rest)
-    lo, hi, basis = fixed_compute(ctx)
-    point = m.batch_split.fixed_fraction if m.batch_split is not None else lo
+    # Time another rule names (a sync, a data wait of its own, large host time) stays as it is.
+    work = max(0.0, rest - others_ms(ctx))
 
     def at(f: float) -> float:
-        return rest - f * work * (1 - 1 / k) + fixed / k
+        """The step when a share ``f`` of the work (compute) does not grow with the batch either."""
+        return rest - work * f + (fixed + work * f) / k
 
-    step = at(point)
+    split = m.batch_split
+    if split is not None:
+        f = min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0
+        lo_f, hi_f = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
+        basis = (
+            f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
+            f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
+            f"{work:.2f} ms compute is fixed"
+        )
+    else:
+        f, lo_f, hi_f = 0.0, 0.0, 1.0
+        basis = (
+            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: taken to grow with the "
+            f"batch (the range spans down to none of it growing, {at(1.0):.2f} ms)"
+        )
+    step = at(f)
     rule = (
-        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of forward + backward "
-        f"{work:.2f} ms, {point:.0%} is taken as fixed ({basis}); the other {rest - point * work:.2f} ms grows "
-        f"with the batch or is another cause's, so per current batch worth of samples: "
-        f"{rest - point * work:.2f} + ({fixed:.2f} + {point * work:.2f})/{k:g} = {step:.2f} ms"
+        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of the other {rest:.2f} ms, "
+        f"{basis}; per current batch worth of samples: {step:.2f} ms"
     )
     return bounded(
         ctx,
         step,
         f"batch x{k:g}",
-        {"the work that grows with the batch": rest - hi * work},
+        {"the work that grows with the batch": at(hi_f)},
         rule,
         params=(("batch_multiplier", k),),
         per_batch_of=m.batch_samples,
-        model=(at(hi), at(lo)),
+        model=(at(hi_f), at(lo_f)),
     )
 
 

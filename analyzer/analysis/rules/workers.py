@@ -8,7 +8,7 @@ never assumes more workers than free cores, and charges forward and backward for
 workers take when the training process computes on more than the cores left to it. Its range:
 half the hand-over and no contention (low) to twice the hand-over with the workers' full share
 of the cores taken from compute, on every free core when the sampler did not measure how many it
-computes on (high).
+computes on, and loading CPU-bound unless the sampler measured the host (high).
 """
 
 from __future__ import annotations
@@ -121,7 +121,10 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
     step, loading, slowed = model.step(ctx, 1.0, True)
     low, _, _ = model.step(ctx, T.HANDOVER_LOW, False)
-    high, _, _ = dataclasses.replace(model, threads=most).step(ctx, T.HANDOVER_HIGH, True)
+    # Not sampled, the loader's CPU share may read low (a loaded host gives it part of a core): the high
+    # end takes loading as CPU-bound.
+    worst = model.cpu_share if ctx.host.sampled else 1.0
+    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, T.HANDOVER_HIGH, True)
     main, side = handover_ms(ctx)
     basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
     cores = f"{model.cores:g}"
