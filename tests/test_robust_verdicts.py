@@ -121,3 +121,22 @@ def test_every_projection_is_a_range_around_its_point(trace_factory):
     # step-to-step variation widens it beyond the point
     top = r.findings[0].projection
     assert top.high_ms > top.step_ms > top.low_ms
+
+
+def test_the_range_and_stability_are_shown_in_text_json_and_html(trace_factory):
+    import json
+
+    from analyzer.render.html_panel import verdict_panel
+    from analyzer.render.json_report import render_json
+    from tests.test_terminal import shown as render_text
+
+    r = analyze(trace_factory([_loading(i) for i in range(60)]))
+    p = r.findings[0].projection
+    data = json.loads(render_json(r))
+    f = data["findings"][0]
+    assert f["projected_step_time_ms_low"] <= f["projected_step_time_ms"] <= f["projected_step_time_ms_high"]
+    assert f["projection_range_width"] == pytest.approx((p.high_ms - p.low_ms) / p.current_ms, abs=1e-4)
+    assert data["stability"] == r.stability.value and data["steady_state"]["outlier_steps"] == []
+    shown = f"range {p.low_ms:.2f}-{p.high_ms:.2f} ms"
+    assert shown in render_text(r, 200) and shown in verdict_panel(r)
+    assert "stability" in render_text(r, 200) and "stability" in verdict_panel(r)
