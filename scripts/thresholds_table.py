@@ -34,6 +34,7 @@ def rows() -> list[tuple[str, str, str]]:
     text = SOURCE.read_text()
     lines = text.splitlines()
     out: list[tuple[str, str, str]] = []
+    previous = ""
     for node in ast.parse(text).body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
@@ -42,7 +43,13 @@ def rows() -> list[tuple[str, str, str]]:
         if isinstance(value, T.Threshold):
             out.append((name, f"{value.value:g}", value.source))
         elif isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((name, f"{value:g}", _comments(lines, node.lineno)))
+            own = _comments(lines, node.lineno)
+            # a constant right below another one without a comment of its own shares that one's
+            grouped = node.lineno >= 2 and lines[node.lineno - 2].strip() != ""
+            previous = own or (previous if grouped else "")
+            out.append((name, f"{value:g}", previous))
+            continue
+        previous = ""
     return out
 
 

@@ -45,7 +45,7 @@ def test_periodic_spikes_are_a_finding_with_period_and_cost(trace_factory):
     r = analyze(trace_factory(rows))
     assert r.steady.period == 10
     f = next(f for f in r.findings if f.cause == "periodic_spikes")
-    assert f.bottleneck == "host" and "Every 10th step" in f.summary
+    assert f.bottleneck == "host" and "Every 10 steps" in f.summary
     n = len(r.steady.outliers)
     assert f.projection.saved_ms == pytest.approx(n * 60.0 / r.metrics.steps, rel=0.05)
     assert all(e.passed for e in f.evidence)
@@ -140,3 +140,15 @@ def test_the_range_and_stability_are_shown_in_text_json_and_html(trace_factory):
     shown = f"range {p.low_ms:.2f}-{p.high_ms:.2f} ms"
     assert shown in render_text(r, 200) and shown in verdict_panel(r)
     assert "stability" in render_text(r, 200) and "stability" in verdict_panel(r)
+
+
+def test_out_of_core_reports_outliers_and_resamples_whole_steps(tmp_path):
+    from tests.conftest import write_trace
+
+    for rank in (0, 1):
+        rows = [make_row(i, rank=rank, wall=420.0 if i in (20, 40) else 20.0) for i in range(60)]
+        write_trace(tmp_path / f"trace.rank{rank}.arrow", rows, run={"host": "t", "world_size": 2, "rank": rank})
+    r = analyze(tmp_path)
+    assert r.metrics.ranks == 2 and set(r.steady.outliers) == {20, 40}
+    assert r.stability is not None and r.stability.value is not None
+    assert any("out of core" in n for n in r.notes)

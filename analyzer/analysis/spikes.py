@@ -28,7 +28,7 @@ def spike_finding(ctx: Context, full: StepMetrics, steady: SteadyState) -> Findi
         share=share,
         consistency=steady.period_match,
         evidence_steps=steady.steps,
-        summary=f"Every {steady.period}th step takes {steady.spike_ms:.2f} ms longer than the median "
+        summary=f"Every {steady.period} steps one step takes {steady.spike_ms:.2f} ms longer than the median "
         f"{steady.median_ms:.2f} ms ({n} such steps): {saved:.2f} ms on the mean step, {share:.0%} of run time. "
         "Periodic work (checkpointing, evaluation, logging) runs on the step.",
     )

@@ -74,6 +74,8 @@ FALLBACK_TENSOR_CORE_RATIO = 2.0
 #: Speed-up assumed for memory-bound elementwise/reduction time when torch.compile fuses chains of it
 #: (ours: fusing two ops into one halves their memory traffic; chains often fuse more).
 FUSION_SPEEDUP = 2.0
+#: The largest batch multiplier a projection assumes (memory headroom permitting), and the one it assumes
+#: when the trace has no memory figures (said so in the rule).
 MAX_BATCH_MULTIPLIER = 4
 DEFAULT_BATCH_MULTIPLIER = 2
 #: Cost of handing one batch from a DataLoader worker process to the training process, measured on
@@ -102,6 +104,7 @@ SOME_STEPS_SCALE = 0.7
 CONFIDENCE_HIGH = 0.75
 CONFIDENCE_MEDIUM = 0.4
 
+#: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
 
