@@ -56,8 +56,34 @@ def worker_gain(ctx: Context, plan: WorkerPlan, why: str, *, expect_gain: bool) 
 
 
 def helps(plan: WorkerPlan | None, wall: float) -> TypeGuard[WorkerPlan]:
-    """More workers are possible and projected to save at least WORKER_MIN_GAIN of the step."""
-    return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
+    """More workers are possible, projected to save at least WORKER_MIN_GAIN of the step, and not slower
+    at the high end of their range (a recommendation only when its projection says it helps)."""
+    return (
+        plan is not None
+        and plan.workers > 0
+        and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
+        and not may_be_slower(plan, wall)
+    )
+
+
+def may_be_slower(plan: WorkerPlan, wall: float) -> bool:
+    """The high end of the workers' range reaches the current step: on this host they may not help."""
+    return plan.high_ms is not None and plan.high_ms >= wall
+
+
+def worst_case(ctx: Context, plan: WorkerPlan) -> Evidence:
+    """Workers the point projects to help whose range says they may be slower: evidence against them."""
+    high = plan.high_ms if plan.high_ms is not None else plan.step_ms
+    return Evidence(
+        "worker_gain_worst_case",
+        (ctx.wall - high) / ctx.wall,
+        T.WORKER_MIN_GAIN.value,
+        "<",
+        "fraction of step time",
+        f"num_workers={plan.workers} would save {(ctx.wall - plan.step_ms) / ctx.wall:.0%} at the point, but at the "
+        f"high end of its range (twice the hand-over, loading CPU-bound, compute on every free core) the step is "
+        f"{high:.2f} ms: on this host workers may be slower (docs/projections.md)",
+    )
 
 
 def would_not_help(plan: WorkerPlan | None, wall: float) -> bool:
@@ -116,7 +142,8 @@ class DataLoading(Rule):
                 )
             else:
                 why = "the wait is shorter than what a worker's hand-over adds; it must get shorter at its source"
-            ev.append(worker_gain(ctx, plan, why, expect_gain=gain))
+            saves = plan.step_ms <= ctx.wall * (1 - T.WORKER_MIN_GAIN.value)
+            ev.append(worst_case(ctx, plan) if not gain and saves else worker_gain(ctx, plan, why, expect_gain=gain))
         c = ctx.ceilings
         if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
             ev.append(
@@ -159,7 +186,12 @@ class DataLoading(Rule):
             )
         how = ""
         if plan is not None:
-            how = f"{plan.rule}: not {T.WORKER_MIN_GAIN.value:.0%} faster; " if plan.workers > 0 else f"{plan.rule}; "
+            if plan.workers > 0 and may_be_slower(plan, ctx.wall):
+                how = f"{plan.rule}, but its range reaches {plan.high_ms or 0.0:.2f} ms, not below the step now; "
+            elif plan.workers > 0:
+                how = f"{plan.rule}: not {T.WORKER_MIN_GAIN.value:.0%} faster; "
+            else:
+                how = f"{plan.rule}; "
         return bounded(
             ctx,
             compute,
