@@ -44,12 +44,11 @@ def _fixed_data_wait(ctx: Context) -> float:
 
 
 def others_ms(ctx: Context) -> float:
-    """Mean ms per step another rule names: syncs, a data wait of the data rule's (not a per-step cost),
-    unattributed host time of the host rule's size (CPU traces)."""
+    """Mean ms per step another rule names and a larger batch leaves as it is: syncs and unattributed
+    host time of the host rule's size (CPU traces). A data wait stays in: a DataLoader's cost is partly
+    per batch (sampler, collate, the hand-over), measured on in-memory loops here."""
     m = ctx.m
     out = ctx.ms(m.effective[S.SYNC_MS])
-    if m.effective[S.DATA_WAIT_MS] >= T.DATA_WAIT_MODERATE.value and not _fixed_data_wait(ctx):
-        out += ctx.ms(m.effective[S.DATA_WAIT_MS])
     if not ctx.gpu and ctx.ms(m.effective[S.OTHER_MS]) >= T.HOST_MIN_MS:
         out += ctx.ms(m.effective[S.OTHER_MS])
     return out
@@ -63,7 +62,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
     step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
     to "none of it does" (the low end), and the point is the first (conservative) one. Time another
-    rule names (syncs, a data wait of its own, large host time) grows with neither."""
+    rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
@@ -74,7 +73,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
     fixed = min(max(fixed, 0.0), wall)
     rest = wall - fixed
-    # Time another rule names (a sync, a data wait of its own, large host time) stays as it is.
+    # Time another rule names (a sync, large host time) stays as it is.
     work = max(0.0, rest - others_ms(ctx))
 
     def at(f: float) -> float:
