@@ -129,17 +129,26 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
         raise GpuAnalyzeError("compare needs at least two runs or servers")
     labels = unique_labels([x.option.name for x in loaded], [x.path or Path(x.option.name) for x in loaded])
     options = tuple(dataclasses.replace(x.option, name=n) for x, n in zip(loaded, labels, strict=True))
-    checks: tuple[ProjectionCheck, ...] = ()
-    first, second = loaded[0], loaded[-1]
-    pair = len(loaded) == 2 and first.report is not None and second.report is not None
-    if pair and first.report is not None and second.report is not None:
-        checks = projection_checks(first.report, second.report, (first.steps, second.steps))
-    verdict = None
-    if gate is not None and gate.active:
-        if not pair or first.steps is None or second.steps is None:
-            raise GpuAnalyzeError("the regression gate compares exactly two traces: BEFORE AFTER")
-        verdict = regression_gate(first.steps, second.steps, gate)
+    checks, verdict = _pair_checks(loaded, gate)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
         return Comparison(options, None, None, checks, verdict)
     return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict)
+
+
+def _pair_checks(
+    loaded: list[Loaded], gate: GateOptions | None
+) -> tuple[tuple[ProjectionCheck, ...], GateResult | None]:
+    """For exactly two traces: BEFORE's projections checked against AFTER, and the gate when asked."""
+    active = gate is not None and gate.active
+    before, after = (loaded[0], loaded[1]) if len(loaded) == 2 else (None, None)
+    if before is None or after is None or before.report is None or after.report is None:
+        if active:
+            raise GpuAnalyzeError("the regression gate compares exactly two traces: BEFORE AFTER")
+        return (), None
+    checks = projection_checks(before.report, after.report, (before.steps, after.steps))
+    if gate is None or not active:
+        return checks, None
+    if before.steps is None or after.steps is None:
+        raise GpuAnalyzeError("the regression gate needs the steps of both traces")
+    return checks, regression_gate(before.steps, after.steps, gate)

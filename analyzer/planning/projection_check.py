@@ -124,26 +124,36 @@ def _fell(before: float | None, after: float | None, floor: float) -> bool:
     return before is not None and after is not None and before >= floor and after <= FELL * before
 
 
-def _workers(p: _Pair) -> ProjectionCheck | None:
+def _worker_change(p: _Pair) -> tuple[str, int | None] | None:
+    """(what changed, AFTER's worker count or None when the trace says only 'at least one'), or None
+    when the workers did not change to a positive count."""
     b, a = p.before.end, p.after.end
-    w0, w1 = (b.loader_workers if b else None), (a.loader_workers if a else None)
-    if w0 is None or w1 is None or w1 == w0 or w1 == 0:
+    if b is None or a is None or b.loader_workers is None or a.loader_workers is None:
         return None
+    w0, w1 = b.loader_workers, a.loader_workers
+    if w1 == w0 or w1 == 0:
+        return None
+    if a.status != IMPORTED:
+        return f"num_workers {w0} -> {w1}", w1
+    if w0 != 0:
+        return None  # two multi-process imports, or a known count against 'at least one'
+    return "single- -> multi-process DataLoader (worker count not in the trace)", None
+
+
+def _workers(p: _Pair) -> ProjectionCheck | None:
+    change = _worker_change(p)
+    if change is None:
+        return None
+    fix, w1 = change
     f = p.finding("data_loading")
     advised = dict(f.projection.params).get("num_workers") if f is not None else None
-    count_unknown = a is not None and a.status == IMPORTED
-    if count_unknown and w0 != 0:
-        return None
-    fix = "single- -> multi-process DataLoader (worker count not in the trace)" if count_unknown else None
-    if f is not None and advised is not None and (count_unknown or advised == w1):
-        return p.check("workers", fix or f"num_workers {w0} -> {w1}", "data_loading", f.projection, recommended=True)
-    plan = worker_plan(p.ctx, p.ctx.ms(p.before.metrics.effective[S.DATA_WAIT_MS]), workers=None if fix else w1)
+    if f is not None and advised is not None and w1 in (None, advised):
+        return p.check("workers", fix, "data_loading", f.projection, recommended=True)
+    plan = worker_plan(p.ctx, p.ctx.ms(p.before.metrics.effective[S.DATA_WAIT_MS]), workers=w1)
     if plan is None or plan.workers == 0:
         return None
     step = max(plan.step_ms, p.ctx.busy)
-    return p.check(
-        "workers", fix or f"num_workers {w0} -> {w1}", "data_loading", p.redone(step, plan.rule), recommended=False
-    )
+    return p.check("workers", fix, "data_loading", p.redone(step, plan.rule), recommended=False)
 
 
 def _batch(p: _Pair) -> ProjectionCheck | None:
