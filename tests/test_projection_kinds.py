@@ -21,7 +21,7 @@ from analyzer.render.planning import compare_dict, render_compare
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.sources import load_any
-from tests.conftest import make_row, write_trace
+from tests.conftest import SHARED, make_row, write_trace
 from tests.kineto_fixtures import ev, write
 
 SGEMM = "volta_sgemm_128x64_nn"
@@ -177,3 +177,20 @@ def _text(c: Comparison) -> str:
     out = io.StringIO()
     Console(file=out, width=400, color_system=None, highlight=False).print(render_compare(c))
     return out.getvalue()
+
+
+EXTERNAL = SHARED / "external_traces"
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+@pytest.mark.parametrize(
+    ("name", "workers"),
+    [
+        ("param/rtx2080ti_resnet_kineto.json.gz", 1),
+        ("tracelens/h100_owlv2.json.gz", 0),
+        ("hta/trace_compare/base/base.json.gz", None),
+    ],
+)
+def test_real_kineto_traces_record_the_dataloader_iterator(name, workers):
+    end = load_any(EXTERNAL / name).end
+    assert end is not None and end.status == "imported" and end.loader_workers == workers

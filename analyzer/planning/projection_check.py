@@ -222,7 +222,7 @@ def _logging(p: _Pair) -> ProjectionCheck | None:
     step = max(ctx.wall - (l0 - l1), floor)
     rule = (
         f"step {ctx.wall:.2f} ms minus the host time removed before each step's first phase ({l0:.2f} - {l1:.2f} ms)"
-        f", no faster than {floor:.2f} ms (GPU-busy time, the finding's own projection)"
+        f", no faster than {floor:.2f} ms (the larger of GPU-busy time and the finding's own projection)"
     )
     fix = f"work before each step's first phase (logging) {l0:.2f} -> {l1:.2f} ms"
     return p.check("logging", fix, name, p.redone(step, rule), recommended=False)
