@@ -135,3 +135,25 @@ def test_an_existing_path_still_means_analyze(tmp_path, monkeypatch):
     result = runner.invoke(app, ["cost", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["steps"] > 0
+
+
+@pytest.mark.slow
+def test_the_console_script_exits_0_1_and_2(tmp_path):
+    """Through the entry point in a fresh process (only the compare command's module registered)."""
+    import subprocess
+    import sys
+
+    def gpuanalyze(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "import sys; from analyzer.cli import main; main(sys.argv[1:])"
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+
+    base = _run(tmp_path / "baseline" / "trace.arrow", 20.0, 1.5, seed=1)
+    same = _run(tmp_path / "same" / "trace.arrow", 20.0, 1.5, seed=2)
+    slow = _run(tmp_path / "slow" / "trace.arrow", 26.0, 0.5, seed=3)
+    assert gpuanalyze("compare", str(base), str(same), "--fail-if-slower", "5").returncode == 0
+    failed = gpuanalyze("compare", str(base), str(tmp_path / "slow"), "--fail-if-slower", "5")
+    assert failed.returncode == 1 and "FAIL: slower by" in failed.stdout and slow.exists()
+    bad = gpuanalyze("compare", str(base), str(tmp_path / "missing.arrow"), "--fail-if-slower", "5")
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+    unknown = gpuanalyze("cost")
+    assert unknown.returncode == 2 and "did you mean 'compare'?" in unknown.stderr and "whatif" in unknown.stderr
