@@ -104,7 +104,10 @@ def gate_verdict(k: GateCheck) -> str:
             "and the noise"
         )
     if k.change_pct > k.tolerance_pct:
-        return f"pass: {what} by {k.change_pct:+.1f}%, but within noise ({interval} reaches {k.tolerance_pct:g}%)"
+        return (
+            f"pass: {what} by {k.change_pct:+.1f}%, but within noise ({interval} reaches below the "
+            f"{k.tolerance_pct:g}% tolerance)"
+        )
     return f"pass: {what} by {k.change_pct:+.1f}% ({interval}), within the {k.tolerance_pct:g}% tolerance"
 
 
