@@ -135,8 +135,11 @@ def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -
     return load_option(path, defaults, ceilings, analyze_trace=_analyze_for_compare)
 
 
-def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> Report:
-    return analyze(trace, ceilings=ceilings, cost=cost)
+def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> tuple[Report, Trace]:
+    from gpuanalyze.ingest.sources import load_any
+
+    loaded = load_any(trace)
+    return analyze(loaded, ceilings=ceilings, cost=cost), loaded
 
 
 def _notebook_view(self: Report) -> str:
