@@ -106,6 +106,17 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
             annotation_text="profiler window" if i == 0 else None,
             annotation_position="top right",
         )
+    if s.warmup_max is not None:
+        fig.add_annotation(
+            x=s.warmup_last_step,
+            y=1,
+            yref="paper",
+            text=f"warm-up clipped: up to {s.warmup_max:,.0f} ms",
+            showarrow=False,
+            xanchor="left",
+            yanchor="top",
+            font={"color": "#555", "size": 11},
+        )
     state, sentence = words.run_state(report)
     color = _END_COLOR.get(state, "#d62728")
     fig.add_vline(x=s.last_step, line={"color": color, "width": 2, "dash": "dot"})
@@ -128,7 +139,7 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
         barmode="stack",
         bargap=0.05,
         xaxis_title="step",
-        yaxis_title="ms per step",
+        yaxis={"title": "ms per step", "range": [0, s.y_max], "automargin": True},
     )
 
 
@@ -236,8 +247,9 @@ def _robust_range(z: np.ndarray) -> tuple[float, float]:
 
 
 def heatmap(m: Heatmap, z: np.ndarray, what: str, colorscale: str) -> go.Figure:
-    zmin, zmax = _robust_range(z)
+    zmin, zmax = _robust_range(z[:, m.warmup_columns :])  # warm-up drawn, clipped to the analysed steps' scale
     width = "" if m.width == 1 else f" ({m.width:,} steps per cell, mean)"
+    clipped = "; warm-up columns clipped to this scale" if m.warmup_columns else ""
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -277,7 +289,7 @@ def heatmap(m: Heatmap, z: np.ndarray, what: str, colorscale: str) -> go.Figure:
     n = m.ranks.size
     return _layout(
         fig,
-        f"{what.capitalize()} per rank and step{width}; stragglers outlined",
+        f"{what.capitalize()} per rank and step{width}; stragglers outlined{clipped}",
         int(min(820, max(340, 140 + 3 * n))),
         xaxis_title="step",
         yaxis={"title": "rank", "autorange": "reversed", "dtick": 1 if n <= 32 else None},
