@@ -189,3 +189,42 @@ def test_log_wandb_offline_stores_the_summary_and_the_report(tmp_path, monkeypat
     if importlib.util.find_spec("plotly") is not None:
         assert (run_dir / "files" / "gpuanalyze-report.html").read_text().startswith("<!DOCTYPE html>")
         assert wandb_artifacts(run_dir) == ["gpuanalyze-report"]
+
+
+@pytest.mark.slow
+def test_gpuanalyze_run_log_mlflow_logs_the_commands_trace_and_keeps_its_exit_status(tmp_path, monkeypatch):
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (pip install 'gpuanalyze[mlflow]')")
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_run import TRAIN
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)  # exits with status 3
+    store = f"file:{tmp_path / 'mlruns'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUANALYZE_")}
+    env |= {"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "analyzer.run", "--out", str(out), "--log", "mlflow", "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "gpuanalyze: logged to mlflow run" in done.stderr
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(store)
+    try:
+        (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert run.data.tags["gpuanalyze/bottleneck"] == "data_loading"
+    assert run.data.metrics["gpuanalyze/steps"] > 0
