@@ -128,3 +128,20 @@ def test_fleet_on_ray_equals_serial(fleet_dir):
         assert json.loads(result.output) == serial
     finally:
         ray.shutdown()
+
+
+def test_fleet_of_a_url_names_runs_under_it():
+    """An fsspec URL (memory://, as s3:// would be; serial here: a memory file system is per process)."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    fs.makedirs("/fleet-test/ddp", exist_ok=True)
+    try:
+        for sample in SAMPLES.glob("cpu_ddp_straggler.rank*.arrow"):
+            fs.pipe(f"/fleet-test/ddp/{sample.name}", sample.read_bytes())
+        fs.pipe("/fleet-test/a/loader.arrow", (SAMPLES / "cpu_data_loading.arrow").read_bytes())
+        fs.pipe("/fleet-test/broken.arrow", b"not a trace")
+        data = json.loads(_fleet("memory://fleet-test", "--json").output)
+        assert [(r["run"], r["ranks"]) for r in data["runs"]] == [("ddp", 2), ("a/loader.arrow", 1)]
+        assert [s["run"] for s in data["skipped"]] == ["broken.arrow"]
+    finally:
+        fs.rm("/fleet-test", recursive=True)

@@ -45,15 +45,18 @@ def _group_key(name: str, suffix: str) -> str:
     return (match.group("stem") if match else base) + suffix
 
 
-def _walk(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
-    """(directory, regular trace files, other trace-named entries) for every directory beneath ``root``."""
+def _walk(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
+    """(directory, its path relative to ``root``, regular trace files, other trace-named entries) for
+    every directory beneath ``root``."""
     if storage.is_url(root):
         import fsspec
 
         fs, path = fsspec.core.url_to_fs(root)
+        path = path.rstrip("/")
         prefix = root.split("://", 1)[0] + "://"
         for directory, _dirs, files in fs.walk(path):
-            yield prefix + directory.rstrip("/"), sorted(f for f in files if _suffix(f)), []
+            d = directory.rstrip("/")
+            yield prefix + d, d[len(path) :].lstrip("/"), sorted(f for f in files if _suffix(f)), []
         return
     for directory, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
@@ -64,7 +67,8 @@ def _walk(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
                 continue
             full = Path(directory) / name
             (regular if full.is_file() and not full.is_symlink() else odd).append(name)
-        yield directory, regular, odd
+        rel = os.path.relpath(directory, root)
+        yield directory, "" if rel == "." else rel, regular, odd
 
 
 def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
@@ -77,9 +81,7 @@ def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
         return [RunTarget(root.rsplit("/", 1)[-1], root, 1)], []
     runs: list[RunTarget] = []
     notes: list[str] = []
-    base = root.rstrip("/")
-    for directory, files, odd in _walk(root):
-        rel = directory[len(base) :].lstrip("/") if directory.startswith(base) else directory
+    for directory, rel, files, odd in _walk(root):
         notes += [f"skipped {_join(rel, n)}: not a regular file (links are not followed)" for n in odd]
         groups: dict[str, list[str]] = {}
         for name in files:
