@@ -93,7 +93,8 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
             fillcolor="#888",
             opacity=0.18,
             line_width=0,
-            annotation_text="warm-up",
+            # drawn, but off the y axis's scale when it would flatten the run (chart_data.StepSeries.y_max)
+            annotation_text="warm-up" if s.warmup_max is None else f"warm-up (clipped: up to {s.warmup_max:,.0f} ms)",
             annotation_position="top left",
         )
     for i, (a, b) in enumerate(s.windows):
@@ -105,17 +106,6 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
             line_width=0,
             annotation_text="profiler window" if i == 0 else None,
             annotation_position="top right",
-        )
-    if s.warmup_max is not None:
-        fig.add_annotation(
-            x=s.warmup_last_step,
-            y=1,
-            yref="paper",
-            text=f"warm-up clipped: up to {s.warmup_max:,.0f} ms",
-            showarrow=False,
-            xanchor="left",
-            yanchor="top",
-            font={"color": "#555", "size": 11},
         )
     state, sentence = words.run_state(report)
     color = _END_COLOR.get(state, "#d62728")
