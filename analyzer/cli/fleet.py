@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -55,7 +56,7 @@ def fleet_cmd(
         for path in (csv, parquet):  # refuse before hours of analysis, not after
             if path is not None:
                 check_target(path, force=force)
-        fleet = triage(root, opts)
+        fleet = triage(root, opts, progress=_progress if sys.stderr.isatty() else None)
         if csv is not None or parquet is not None:
             from analyzer.fleet.fleet_output import write_table
 
@@ -75,3 +76,9 @@ def fleet_cmd(
         from analyzer.render.console import report_console
 
         report_console().print(render_fleet(fleet, top=top))
+
+
+def _progress(done: int, total: int) -> None:
+    """``analysed N/M runs`` on the terminal's stderr line, redrawn in place (a TTY only)."""
+    sys.stderr.write(f"\rgpuanalyze: analysed {done:,}/{total:,} runs" + ("\n" if done == total else ""))
+    sys.stderr.flush()

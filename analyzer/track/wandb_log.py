@@ -13,7 +13,7 @@ def log_wandb(values: dict[str, Scalar], html: Path | None, run_name: str) -> st
     import wandb
 
     active = wandb.run
-    run = active if active is not None else wandb.init(project="gpuanalyze", name=run_name, reinit="create_new")
+    run = active if active is not None else wandb.init(project="gpuanalyze", name=run_name)
     try:
         run.summary.update({f"gpuanalyze/{k}": v for k, v in values.items() if v is not None})
         if html is not None:
