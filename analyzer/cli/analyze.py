@@ -9,6 +9,7 @@ import typer
 
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
+from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
 
@@ -54,11 +55,13 @@ def analyze_cmd(
     engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    log: LogTo = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.api import analyze
 
     try:
+        trackers = log_targets(log)
         cost = cost_options(
             cost_config,
             price_per_gpu_hour=price_per_gpu_hour,
@@ -90,6 +93,10 @@ def analyze_cmd(
         from analyzer.render.terminal import render_terminal
 
         report_console(width).print(render_terminal(report))
+    try:
+        log_reports([report], trackers)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from analyzer.cli.base import app, fail
+from analyzer.cli.base import app, fail, note
 from analyzer.errors import GpuAnalyzeError
 
 
@@ -70,5 +70,7 @@ def export_cmd(
     for path, chosen in targets:
         typer.echo(clean(f"{path}: {len(chosen)} rank(s), {loaded.frame.height:,} step row(s) in the trace"))
     if len(ranks) > 1 and not split_ranks:
-        typer.echo("note: every rank is one process in one file (for Perfetto); HTA and `gpuanalyze import` read")
-        typer.echo("one file per rank: add --split-ranks")
+        note(
+            "every rank is one process in one file (for Perfetto); HTA and `gpuanalyze import` read "
+            "one file per rank: add --split-ranks"
+        )

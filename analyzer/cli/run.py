@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from analyzer.cli.base import app, fail
+from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
+    from analyzer.planning.outcome import Report
     from analyzer.run.launch import Finished
 
 
@@ -46,6 +48,7 @@ def run_cmd(
         bool,
         typer.Option("--print-env", help="Print the variables that do the same for a command you cannot change."),
     ] = False,
+    log: LogTo = None,
 ) -> None:
     """Run COMMAND unchanged with profiling in every Python process it starts (each rank writes
     trace.rank<N>.arrow), then print the analysis. The command's exit status is passed through."""
@@ -53,6 +56,7 @@ def run_cmd(
     from analyzer.run import env_vars, launch
 
     try:
+        trackers = log_targets(log)
         tags = dict(_tag(t) for t in tag or [])
         options = ProfileOptions(
             tags=tags,
@@ -75,7 +79,13 @@ def run_cmd(
         finished = launch.run_command(command, options, out or launch.default_out_dir())
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    _report(finished, json_out)
+    reports = _report(finished, json_out)
+    try:
+        log_reports(reports, trackers)
+    except GpuAnalyzeError as exc:
+        from analyzer.render.safe import clean
+
+        typer.echo(clean(f"gpuanalyze: error: {exc}"), err=True)  # the command's exit status still follows
     launch.die_like(finished.returncode)
 
 
@@ -86,7 +96,7 @@ def _tag(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report(finished: Finished, json_out: bool) -> None:
+def _report(finished: Finished, json_out: bool) -> list[Report]:
     """What the command left: one line on stderr, then the analysis of each of its traces."""
     from analyzer.run.summary import analyze_quietly, json_text, print_terminal
 
@@ -102,7 +112,7 @@ def _report(finished: Finished, json_out: bool) -> None:
             "(no Python process of it ran an optimizer step)",
             err=True,
         )
-        return
+        return []
     err(f"gpuanalyze: the command {status}; traces in {finished.out_dir}", err=True)
     reports = []
     for path in finished.traces:
@@ -116,3 +126,4 @@ def _report(finished: Finished, json_out: bool) -> None:
     else:
         for report in reports:
             print_terminal(report)
+    return reports
