@@ -1,6 +1,7 @@
 """`gpuanalyze run --try`: trials of the command, one per candidate setting, measured."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -267,14 +268,14 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     assert "gpuanalyze: baseline: data_loading" in proc.stderr
     workers = [c for c in cands if c["dataloader"].get("num_workers")]
     assert workers and {c["dataloader"]["num_workers"] for c in workers} >= {1, 2}
-    for row in [base, *cands]:
+    for index, row in enumerate([base, *cands]):
         assert row["outcome"] == "stopped", row
         trace = load_any(Path(row["directory"]) / "trace.arrow")
         assert trace.end is not None and trace.end.status == "trial_stop"
         assert trace.end.steps == 6 and trace.frame.height == 6  # warm-up 2 + 4 steps, then stopped
         assert trace.end.loader_workers == row["dataloader"].get("num_workers", 0)  # the setting took effect
         assert row["loader_workers"] == trace.end.loader_workers and row["measured_steps"] == 4
-        assert trace.run.tags["gpuanalyze_trial"] == row["setting"]
+        assert Path(row["directory"]).name.startswith(f"trial-{index}-{trace.tags['gpuanalyze_trial']}")
     assert any("num_workers 0 -> 2" in line for c in workers for line in c["loaders_changed"])
     assert base["loaders_changed"] == [] and base["setting"] == "current settings"
     projected = [c for c in cands if c["source"] == "projection"]
@@ -333,3 +334,58 @@ def test_a_trial_past_the_time_limit_is_killed_with_its_process_group(tmp_path):
         time.sleep(0.2)
     status = Path(f"/proc/{grandchild}/status")
     assert not status.exists() or "zombie" in status.read_text().lower()  # the whole group was killed
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, torch
+    from torch.utils.data import DataLoader
+    from analyzer.run import trial_child
+
+    finished = []
+    trial_child.start(os.environ, None, lambda: finished.append(True))
+    model = torch.nn.Linear(4, 2)
+    out = {
+        "forward_dtype": str(model(torch.randn(3, 4)).dtype),
+        "outside_dtype": str((torch.randn(3, 4) @ torch.randn(4, 2)).dtype),
+        "tf32": torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32,
+        "workers": DataLoader(list(range(8)), num_workers=0).num_workers,
+        "prefetch": DataLoader(list(range(8)), num_workers=0).prefetch_factor,
+    }
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 0
+    try:
+        for _ in range(10):
+            model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            steps += 1
+    except SystemExit as exc:
+        out["exit_code"] = exc.code
+    out["steps"] = steps
+    out["finished"] = finished
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow
+def test_the_child_applies_autocast_tf32_and_loader_settings_and_stops_after_its_steps(tmp_path):
+    log = tmp_path / "log.jsonl"
+    env = {
+        **os.environ,
+        **trial_env.env_for(
+            parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1"), stop_after=3, log=str(log)
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["forward_dtype"] == "torch.bfloat16"  # the outermost forward ran under autocast (CPU here)
+    assert out["outside_dtype"] == "torch.float32"  # and only the forward
+    assert out["tf32"] is True
+    assert out["workers"] == 2 and out["prefetch"] == 3  # what the script passed is overridden
+    assert out["steps"] == 2 and out["exit_code"] == 0 and out["finished"] == [True]  # stopped in the 3rd step
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["event"] for e in entries] == ["loader", "loader", "stop"]
+    assert entries[0]["changed"] == {"num_workers": [0, 2], "prefetch_factor": [None, 3]}
+    assert proc.stderr == ""

@@ -94,8 +94,6 @@ class TryResult:
 
 def try_command(command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path) -> TryResult:
     """Run the baseline and the candidates; raises GpuAnalyzeError if the command cannot start."""
-    from analyzer.run.summary import analyze_quietly
-
     out_dir, _ = prepare_out_dir(out_dir)
     deadline = time.monotonic() + options.time_limit_s
     stop = _Stop()
@@ -106,7 +104,7 @@ def try_command(command: list[str], profile: ProfileOptions, options: TryOptions
         if result.baseline_failed or not baseline.traces:
             result.problem = _why_no_baseline(baseline)
             return result
-        result.report, result.problem = analyze_quietly(baseline.traces[0])
+        result.report, result.problem = analyze_baseline(baseline.traces[0], options.warmup)
         accelerator = on_accelerator(result.report)
         if options.candidates:
             candidates, notes = given(options.candidates, result.report, accelerator=accelerator)
@@ -127,6 +125,23 @@ def try_command(command: list[str], profile: ProfileOptions, options: TryOptions
     return result
 
 
+def analyze_baseline(path: Path, warmup: int) -> tuple[Report | None, str | None]:
+    """The baseline's analysis without the trial's warm-up steps (a trial is short: its first step,
+    which finds the model and creates the trace, would otherwise weigh on every mean)."""
+    import polars as pl
+
+    from analyzer.api import analyze
+    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.sources import load_any
+
+    try:
+        trace = load_any(path)
+        steady = trace.frame.filter(pl.col(S.STEP) >= pl.col(S.STEP).min().over(S.RANK) + warmup)
+        return analyze(dataclasses.replace(trace, frame=steady)), None
+    except GpuAnalyzeError as exc:
+        return None, str(exc)
+
+
 def run_trial(
     name: str,
     command: list[str],
@@ -140,7 +155,7 @@ def run_trial(
     """Run the command once with ``setting`` applied, until it stops after its steps, ends, or the deadline."""
     run_id = uuid.uuid4().hex
     log = directory / LOG_NAME
-    tagged = dataclasses.replace(profile, tags={**profile.tags, "gpuanalyze_trial": setting.label()})
+    tagged = dataclasses.replace(profile, tags={**profile.tags, "gpuanalyze_trial": setting.slug()})
     env = child_env(tagged, directory, run_id)
     env.update(trial_env.env_for(setting, stop_after=options.stop_after, log=str(log)))
     started = time.monotonic()
