@@ -20,7 +20,7 @@ from analyzer.run.candidates import Candidate, derive, given, setting_of
 from analyzer.run.trial_child import _override
 from analyzer.run.trial_env import TrialSetting, parse_setting
 from analyzer.run.trial_measure import Measured, beats
-from analyzer.run.trial_output import as_dict, recommendation
+from analyzer.run.trial_output import as_dict, print_table, recommendation
 from analyzer.run.trials import TrialRun, TryResult
 from analyzer.run.try_options import TryOptions
 from gpuanalyze.ingest.sources import load_any
@@ -214,6 +214,16 @@ def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
     assert same.best is None and "keep the current settings" in recommendation(same)
 
 
+def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
+    print_table(_result(tmp_path, 13.0, low=11.0, high=14.0))
+    out = capsys.readouterr().out
+    assert "projected ms [low, high]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
+    assert "13.00 (± 1.00, 20)" in out and "-56.7%" in out and "yes" in out
+    assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
+    print_table(_result(tmp_path, 13.0))
+    assert "12.00 [n/a]" in capsys.readouterr().out
+
+
 # -- end to end (spawning) ------------------------------------------------------------------------
 SLOW_LOADER = textwrap.dedent("""
     import os, sys, time, torch
@@ -230,6 +240,7 @@ SLOW_LOADER = textwrap.dedent("""
 
     with open(sys.argv[1], "a") as f:
         f.write(f"GPUANALYZE_TRIAL={os.environ.get('GPUANALYZE_TRIAL')}\\n")
+    print("the script's own output", flush=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))

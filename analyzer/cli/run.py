@@ -130,7 +130,7 @@ def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, o
     from analyzer.run import launch, trial_output, trials
     from analyzer.run.summary import verdict_line
 
-    result = trials.try_command(command, options, try_options, out)
+    result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out)
     if result.report is not None:
         typer.echo(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1), err=True)
     if json_out:
@@ -144,8 +144,8 @@ def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, o
         launch.die_like(code)
     if result.baseline.outcome == "time_limit":
         raise typer.Exit(1)
-    if result.baseline.outcome == "interrupted" or any(t.outcome == "interrupted" for _, t in result.trials):
-        raise typer.Exit(130)
+    if result.interrupted_by is not None:
+        raise typer.Exit(128 + result.interrupted_by)
 
 
 def _tag(text: str) -> tuple[str, str]:

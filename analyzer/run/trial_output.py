@@ -64,10 +64,11 @@ def as_dict(result: TryResult) -> dict[str, Any]:
 def print_table(result: TryResult) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from analyzer.render.safe import clean
 
-    table = Table(title=f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}", title_justify="left")
+    table = Table(title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"), title_justify="left")
     for name, justify in (
         ("trial", "left"),
         ("setting", "left"),
@@ -78,9 +79,9 @@ def print_table(result: TryResult) -> None:
         ("workers", "right"),
         ("ended", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(Text(name), justify=justify)  # type: ignore[arg-type]
     for row in rows(result):
-        table.add_row(
+        cells = (
             row["trial"],
             clean(row["setting"]),
             _projected_text(row),
@@ -90,6 +91,7 @@ def print_table(result: TryResult) -> None:
             "—" if row["loader_workers"] is None else str(row["loader_workers"]),
             _OUTCOME.get(row["outcome"], row["outcome"]) + _status_suffix(row),
         )
+        table.add_row(*(Text(cell) for cell in cells))  # Text: "[low, high]" is not markup
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal:
         console.width = max(console.width, 150)  # a log or pipe: one line per trial

@@ -75,6 +75,8 @@ class TryResult:
     """Why the baseline has no analysis."""
     trials: list[tuple[Candidate, TrialRun]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    interrupted_by: int | None = None
+    """The signal that reached the launcher and stopped the trials (None: none did)."""
 
     @property
     def best(self) -> tuple[Candidate, TrialRun] | None:
@@ -92,11 +94,22 @@ class TryResult:
         return self.baseline.outcome in ("failed", "time_limit", "interrupted") or self.baseline.measured is None
 
 
-def try_command(command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path) -> TryResult:
-    """Run the baseline and the candidates; raises GpuAnalyzeError if the command cannot start."""
+def try_command(
+    command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, *, stdout_to_stderr: bool = False
+) -> TryResult:
+    """Run the baseline and the candidates; raises GpuAnalyzeError if the command cannot start.
+    ``stdout_to_stderr``: the trials' standard output goes to stderr (``--json`` keeps stdout for the result)."""
     out_dir, _ = prepare_out_dir(out_dir)
     deadline = time.monotonic() + options.time_limit_s
-    stop = _Stop()
+    stop = _Stop(stdout_to_stderr)
+    result = _run_all(command, profile, options, out_dir, deadline, stop)
+    result.interrupted_by = stop.signum
+    return result
+
+
+def _run_all(
+    command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, deadline: float, stop: _Stop
+) -> TryResult:
     with _forwarding_signals(stop):
         first = _new_dir(out_dir, 0, "baseline")
         baseline = run_trial("baseline", command, profile, TrialSetting(), first, options, deadline, stop)
@@ -160,7 +173,7 @@ def run_trial(
     env.update(trial_env.env_for(setting, stop_after=options.stop_after, log=str(log)))
     started = time.monotonic()
     try:
-        child = subprocess.Popen(command, env=env, process_group=0)
+        child = subprocess.Popen(command, env=env, process_group=0, stdout=2 if stop.stdout_to_stderr else None)
     except OSError as exc:
         with contextlib.suppress(OSError):
             directory.rmdir()
@@ -201,7 +214,8 @@ def run_trial(
 class _Stop:
     """A signal reached the launcher: it is passed to the running trial, and no further trial starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, stdout_to_stderr: bool = False) -> None:
+        self.stdout_to_stderr = stdout_to_stderr
         self.signum: int | None = None
         self.child: subprocess.Popen[bytes] | None = None
 
