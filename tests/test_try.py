@@ -224,6 +224,26 @@ def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
     assert "12.00 [n/a]" in capsys.readouterr().out
 
 
+def test_candidates_that_would_overrun_the_time_limit_are_not_started(tmp_path, monkeypatch):
+    from analyzer.record.profile_options import ProfileOptions
+    from analyzer.run import trials
+
+    started = []
+
+    def fake_trial(name, command, profile, setting, directory, options, deadline, stop):
+        started.append(name)
+        trace = (tmp_path / "trace.arrow",)
+        return TrialRun(name, setting, directory, "stopped", 0, trace, _measured(30.0, 1.0), seconds=1000.0)
+
+    monkeypatch.setattr(trials, "run_trial", fake_trial)
+    monkeypatch.setattr(trials, "analyze_baseline", lambda path, warmup: (None, "not analysed"))
+    result = trials.try_command(["train"], ProfileOptions(), TryOptions(time_limit_s=60), tmp_path / "out")
+    assert started == ["baseline"] and result.trials
+    assert all(t.outcome == "not_run" and t.directory is None for _, t in result.trials)
+    assert any("less than the baseline trial took (1000 s)" in n for n in result.notes)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["trial-0-baseline"]
+
+
 # -- end to end (spawning) ------------------------------------------------------------------------
 SLOW_LOADER = textwrap.dedent("""
     import os, sys, time, torch

@@ -127,8 +127,14 @@ def _run_all(
         result.notes += notes
         for index, candidate in enumerate(candidates, start=1):
             name = f"candidate {index}"
-            if stop.signum is not None or time.monotonic() >= deadline:
-                why = "interrupted" if stop.signum is not None else "the time limit was reached"
+            left = deadline - time.monotonic()
+            if stop.signum is not None or left < baseline.seconds:
+                why = (
+                    "interrupted"
+                    if stop.signum is not None
+                    else f"{max(0.0, left):.0f} s left of --try-time-limit, less than the baseline trial took "
+                    f"({baseline.seconds:.0f} s)"
+                )
                 result.trials.append((candidate, TrialRun(name, candidate.setting, None, "not_run")))
                 result.notes.append(f"{name} ({candidate.setting.label()}) not run: {why}")
                 continue
