@@ -10,13 +10,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analyzer.analysis.findings import Projection
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.run import trial_env
-from analyzer.run.candidates import Candidate, derive, given, setting_of
+from analyzer.run.candidates import Candidate, derive, setting_of
+from analyzer.run.candidates import given as given_candidates
 from analyzer.run.trial_child import _override
 from analyzer.run.trial_env import TrialSetting, parse_setting
 from analyzer.run.trial_measure import Measured, beats
@@ -42,6 +45,30 @@ def test_a_setting_parses_from_the_command_line_and_travels_through_the_environm
     assert precision.needs_accelerator and not setting.needs_accelerator
     assert trial_env.from_env({}) == (TrialSetting(), None)
     assert TrialSetting().is_baseline and TrialSetting().slug() == "baseline"
+
+
+_LOADER_VALUES = {
+    "num_workers": st.integers(0, 64),
+    "persistent_workers": st.booleans(),
+    "pin_memory": st.booleans(),
+    "prefetch_factor": st.integers(1, 16),
+}
+
+
+@st.composite
+def _settings(draw):
+    keys = draw(st.lists(st.sampled_from(sorted(_LOADER_VALUES)), unique=True))
+    loader = tuple((k, draw(_LOADER_VALUES[k])) for k in keys)
+    return TrialSetting(
+        dataloader=loader, autocast=draw(st.sampled_from([None, "bf16", "fp16"])), tf32=draw(st.booleans())
+    )
+
+
+@given(_settings(), st.integers(1, 10_000))
+def test_every_setting_survives_the_environment_and_the_command_line(setting, steps):
+    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x")) == (setting, steps)
+    if not setting.is_baseline:
+        assert parse_setting(setting.label()) == setting
 
 
 @pytest.mark.parametrize(
@@ -166,7 +193,7 @@ def test_accelerator_settings_only_with_an_accelerator():
     on_cpu, notes = derive(report, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
     assert not any(c.setting.needs_accelerator for c in on_cpu)
     assert any("projected but not tried" in n and "autocast=bf16" in n for n in notes)
-    asked, notes = given([parse_setting("tf32=1"), parse_setting("num_workers=1")], None, accelerator=False)
+    asked, notes = given_candidates([parse_setting("tf32=1"), parse_setting("num_workers=1")], None, accelerator=False)
     assert [c.setting.label() for c in asked] == ["num_workers=1"] and "needs an accelerator" in notes[0]
 
 
