@@ -26,6 +26,7 @@ from analyzer.run.trial_measure import Measured, beats
 from analyzer.run.trial_output import as_dict, print_table, recommendation
 from analyzer.run.trials import TrialRun, TryResult
 from analyzer.run.try_options import TryOptions
+from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any
 
 runner = CliRunner()
@@ -447,3 +448,49 @@ def test_the_child_applies_autocast_tf32_and_loader_settings_and_stops_after_its
     assert [e["event"] for e in entries] == ["loader", "loader", "stop"]
     assert entries[0]["changed"] == {"num_workers": [0, 2], "prefetch_factor": [None, 3]}
     assert proc.stderr == ""
+
+
+DDP_LOADER = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4000
+
+        def __getitem__(self, i):
+            time.sleep(0.002)
+            return torch.randn(16), torch.randn(1)
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in DataLoader(Slow(), batch_size=8):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
+    script, out = tmp_path / "ddp.py", tmp_path / "out"
+    script.write_text(DDP_LOADER)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json", "--out", str(out),
+        "--", *torchrun,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    base, cand = json.loads(proc.stdout)["trials"]
+    for row, workers in ((base, 0), (cand, 1)):
+        assert row["outcome"] == "stopped" and row["measured_steps"] == 3, row
+        for rank in (0, 1):
+            end = load_trace(Path(row["directory"]) / f"trace.rank{rank}.arrow").end  # this rank's own file
+            assert end is not None and end.status == "trial_stop" and end.steps == 5 and end.loader_workers == workers
+    assert len(cand["loaders_changed"]) == 2  # one loader per rank
