@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -494,3 +495,38 @@ def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
             end = load_trace(Path(row["directory"]) / f"trace.rank{rank}.arrow").end  # this rank's own file
             assert end is not None and end.status == "trial_stop" and end.steps == 5 and end.loader_workers == workers
     assert len(cand["loaders_changed"]) == 2  # one loader per rank
+
+
+SLOW_STEPS = textwrap.dedent("""
+    import time, torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    while True:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        time.sleep(0.2)
+""")
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_launcher_reaches_the_trial_and_stops_the_trials(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyzer.run", "--try", "--try-steps", "1000", "--json", "--out", str(out), "--",
+         sys.executable, "-c", SLOW_STEPS],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "trial-0-baseline" / "trace.arrow").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    data = json.loads(stdout)
+    assert [t["outcome"] for t in data["trials"]] == ["interrupted"]  # and no candidate started
+    assert "interrupted" in data["recommendation"]
