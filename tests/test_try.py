@@ -239,6 +239,13 @@ def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
     assert "recommended: num_workers=2" in data["recommendation"]
     assert as_dict(_result(tmp_path, 16.0, low=11.0, high=14.0))["trials"][1]["inside_interval"] == "no"
     assert as_dict(_result(tmp_path, 13.0))["trials"][1]["inside_interval"] == "n/a"  # no range projected
+    assert data["within_noise_of_recommended"] == []
+    two = _result(tmp_path, 13.0)
+    other = TrialRun("candidate 2", parse_setting("num_workers=4"), tmp_path, "stopped", 0, (), _measured(13.2, 1.0))
+    far = TrialRun("candidate 3", parse_setting("num_workers=1"), tmp_path, "stopped", 0, (), _measured(25.0, 1.0))
+    two.trials += [(Candidate(other.setting, "standard"), other), (Candidate(far.setting, "standard"), far)]
+    assert as_dict(two)["within_noise_of_recommended"] == ["num_workers=4"]
+    assert recommendation(two).endswith("within noise of it: num_workers=4")
     same = _result(tmp_path, 29.9)
     assert same.best is None and "keep the current settings" in recommendation(same)
 

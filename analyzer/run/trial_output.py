@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from analyzer.run.candidates import Candidate
-from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, vs_baseline
+from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, beats, vs_baseline
 from analyzer.run.trials import TrialRun, TryResult
 
 _OUTCOME = {
@@ -42,10 +42,28 @@ def recommendation(result: TryResult) -> str:
     candidate, trial = best
     assert trial.measured is not None and result.baseline.measured is not None
     change = vs_baseline(result.baseline.measured, trial.measured)
-    return (
+    line = (
         f"gpuanalyze: recommended: {candidate.setting.label()} — measured {trial.measured.mean_ms:.2f} ms/step, "
         f"{change:+.1f}% vs the baseline's {result.baseline.measured.mean_ms:.2f} ms"
     )
+    close = within_noise(result)
+    return f"{line}; within noise of it: {'; '.join(close)}" if close else line
+
+
+def within_noise(result: TryResult) -> list[str]:
+    """The other measured candidates the recommended one does not beat beyond noise (as good, as far
+    as these trials can tell)."""
+    best = result.best
+    if best is None or best[1].measured is None:
+        return []
+    return [
+        c.setting.label()
+        for c, t in result.trials
+        if t is not best[1]
+        and t.measured is not None
+        and t.outcome in ("stopped", "ended")
+        and not beats(t.measured, best[1].measured)
+    ]
 
 
 def as_dict(result: TryResult) -> dict[str, Any]:
@@ -56,6 +74,7 @@ def as_dict(result: TryResult) -> dict[str, Any]:
         "baseline_problem": result.problem if result.report is None or result.baseline_failed else None,
         "trials": rows(result),
         "recommended": None if best is None else _setting_dict(best[0]),
+        "within_noise_of_recommended": within_noise(result),
         "recommendation": recommendation(result).removeprefix("gpuanalyze: "),
         "notes": list(result.notes),
     }
