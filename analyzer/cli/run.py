@@ -14,7 +14,9 @@ from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
+    from analyzer.record.profile_options import ProfileOptions
     from analyzer.run.launch import Finished
+    from analyzer.run.try_options import TryOptions
 
 
 @app.command(
@@ -49,6 +51,31 @@ def run_cmd(
         typer.Option("--print-env", help="Print the variables that do the same for a command you cannot change."),
     ] = False,
     log: LogTo = None,
+    try_: Annotated[
+        bool,
+        typer.Option(
+            "--try",
+            help="Measure instead of guessing: run short trials of the command (baseline, then one per "
+            "candidate setting applied without editing the code) and recommend the measured best. "
+            "Trials re-run the script: GPUANALYZE_TRIAL=1 is set so it can skip checkpoints.",
+        ),
+    ] = False,
+    try_steps: Annotated[
+        int, typer.Option("--try-steps", help="Steps measured per trial, after the warm-up (--try).")
+    ] = 20,
+    try_warmup: Annotated[int, typer.Option("--try-warmup", help="Warm-up steps per trial, not measured (--try).")] = 5,
+    try_time_limit: Annotated[
+        float,
+        typer.Option("--try-time-limit", help="Seconds for all trials together; a trial past it is killed (--try)."),
+    ] = 600.0,
+    candidates: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--candidates",
+            help="Only try these settings (repeatable), e.g. num_workers=4 or num_workers=4,persistent_workers=true; "
+            "keys: num_workers, persistent_workers, pin_memory, prefetch_factor, autocast=bf16|fp16, tf32 (--try).",
+        ),
+    ] = None,
 ) -> None:
     """Run COMMAND unchanged with profiling in every Python process it starts (each rank writes
     trace.rank<N>.arrow), then print the analysis. The command's exit status is passed through."""
@@ -74,8 +101,23 @@ def run_cmd(
                 typer.echo(f"export {key}={shlex.quote(value)}")
             typer.echo(f"export PYTHONPATH={shlex.quote(str(env_vars.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
+        if not try_ and (candidates or _given_try_option(try_steps, try_warmup, try_time_limit)):
+            raise GpuAnalyzeError("--try-steps, --try-warmup, --try-time-limit and --candidates need --try")
+        if try_:
+            from analyzer.run.trial_env import parse_setting
+            from analyzer.run.try_options import TryOptions
+
+            try_options = TryOptions(
+                steps=try_steps,
+                warmup=try_warmup,
+                time_limit_s=try_time_limit,
+                candidates=tuple(parse_setting(c) for c in candidates or []),
+            )
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")
+        if try_:
+            _try(command, options, try_options, out or launch.default_out_dir(), json_out)
+            return
         finished = launch.run_command(command, options, out or launch.default_out_dir())
     except GpuAnalyzeError as exc:
         fail(str(exc))
@@ -87,6 +129,33 @@ def run_cmd(
 
         typer.echo(clean(f"gpuanalyze: error: {exc}"), err=True)  # the command's exit status still follows
     launch.die_like(finished.returncode)
+
+
+def _given_try_option(steps: int, warmup: int, time_limit: float) -> bool:
+    return (steps, warmup, time_limit) != (20, 5, 600.0)
+
+
+def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool) -> None:
+    """`--try`: the trials, their table (or JSON), then the baseline's exit status if it failed, else 0."""
+    from analyzer.run import launch, trial_output, trials
+    from analyzer.run.summary import verdict_line
+
+    result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out)
+    if result.report is not None:
+        typer.echo(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1), err=True)
+    if json_out:
+        from analyzer.render.json_report import dumps
+
+        typer.echo(dumps(trial_output.as_dict(result)))
+    else:
+        trial_output.print_table(result)
+    code = result.baseline.returncode
+    if result.baseline.outcome == "failed" and code is not None:
+        launch.die_like(code)
+    if result.baseline.outcome == "time_limit":
+        raise typer.Exit(1)
+    if result.interrupted_by is not None:
+        raise typer.Exit(128 + result.interrupted_by)
 
 
 def _tag(text: str) -> tuple[str, str]:

@@ -31,7 +31,9 @@ VERDICT: dict[str, str] = {
     "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
     "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
 }
-RunState = Literal["ok", "exception", "interrupted", "profiler_error", "imported", "incomplete", "live", "unknown"]
+RunState = Literal[
+    "ok", "exception", "interrupted", "profiler_error", "imported", "trial_stop", "incomplete", "live", "unknown"
+]
 #: Phrase of the reader's note for a trace whose writer still holds it (the run is in progress).
 LIVE_PHRASE = "still being written"
 
@@ -56,6 +58,8 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
         return "interrupted", "interrupted (Ctrl-C / KeyboardInterrupt)"
     if end.status == "profiler_error":
         return "profiler_error", f"profiling switched itself off after an internal error: {end.error or 'unknown'}"
+    if end.status == "trial_stop":
+        return "trial_stop", "stopped by `gpuanalyze run --try` after the trial's bounded steps"
     if end.status == "imported":
         return "imported", "imported from a PyTorch profiler trace (which records no end status)"
     return end.status, f"ended with status '{end.status}'"
