@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 
 @app.command("analyze")
+@options.with_cost_options
 def analyze_cmd(
     trace: Annotated[
         str,
@@ -36,13 +37,7 @@ def analyze_cmd(
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
     ceilings: options.Ceilings = None,
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
+    cost: CostInputs | None = None,
     flops_per_step: options.FlopsPerStep = None,
     model_config: Annotated[
         Path | None,
@@ -62,17 +57,8 @@ def analyze_cmd(
 
     try:
         trackers = log_targets(log)
-        cost = cost_options(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
-        )
         if model_config is not None:
-            flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
+            flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
         report = analyze(
             trace,
             machine_ceilings=ceilings or True,
@@ -110,14 +96,3 @@ def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | No
         raise GpuAnalyzeError(f"{config}: the PaLM formula needs the model shape (layers, heads, hidden size)")
     per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
     return per_token * tokens_per_step
-
-
-def cost_options(config: Path | None, **values: Any) -> CostInputs | None:
-    """CostInputs from a TOML file and/or options (options win); None when neither gives anything."""
-    from analyzer.planning.cost import CostInputs, load_cost_config
-
-    if config is not None:
-        return load_cost_config(config, **values)
-    if all(v is None for v in values.values()):
-        return None
-    return CostInputs(**{k: v for k, v in values.items() if v is not None})
