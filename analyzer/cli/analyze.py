@@ -12,12 +12,13 @@ from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.console import MIN_WIDTH
 
 
 def width_option() -> Any:
     """`--width N` for every command that prints a report."""
     return typer.Option(
-        "--width", min=40, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
+        "--width", min=MIN_WIDTH, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
     )
 
 
