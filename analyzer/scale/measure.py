@@ -298,35 +298,11 @@ def import_dir(
 ) -> tuple[list[FileResult], list[str]]:
     """`gpuanalyze import DIR -o OUTDIR`: every Kineto file of ``source`` to OUTDIR/<name>.arrow, in
     parallel, reusing up-to-date outputs. Returns the results and the notes (skipped files)."""
-    from analyzer.scale.tasks import provenance, recorded_provenance
-
-    limits = limits or ReadLimits()
-    if not storage.is_url(out) and not Path(out).is_dir():
-        if Path(out).exists():
-            raise GpuAnalyzeError(
-                f"{out}: not a directory (importing a directory of traces, -o names an existing directory)"
-            )
-        raise GpuAnalyzeError(f"{out}: no such directory (create it first; gpuanalyze does not create directories)")
-    entries = storage.list_dir(source)
-    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and is_json_trace(Path(e.name))]
-    files = [e for e in entries if e.regular and is_json_trace(Path(e.name))]
-    if not files:
-        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory")
-    jobs = file_jobs(files, out, limits, skip=0, reduce=False, force=force)
+    _check_out_dir(out)
+    files, notes = _kineto_files(source)
+    jobs = file_jobs(files, out, limits or ReadLimits(), skip=0, reduce=False, force=force)
     if not force:
-        stale = [
-            j.out
-            for j in jobs
-            if j.out is not None
-            and storage.exists(j.out)
-            and recorded_provenance(j.out) != provenance(_name(j.source), j.size, j.mtime_ns)
-        ]
-        if stale:
-            shown = ", ".join(_name(s) for s in stale[:3]) + (" ..." if len(stale) > 3 else "")
-            raise GpuAnalyzeError(
-                f"{len(stale)} output(s) exist and are not imports of these files ({shown}); "
-                "pass --force to overwrite them"
-            )
+        _refuse_foreign_outputs(jobs)
     with make_engine(engine, workers=_workers(files, engine, workers)) as eng:
         results = list(eng.map(run_file, jobs))
     ok = [r for r in results if r.error is None]
@@ -334,3 +310,41 @@ def import_dir(
     if not ok:
         raise TraceError(results[0].error or f"{source}: nothing could be imported")
     return ok, notes
+
+
+def _check_out_dir(out: str) -> None:
+    """The output directory of an import must exist (gpuanalyze never creates directories)."""
+    if storage.is_url(out) or Path(out).is_dir():
+        return
+    if Path(out).exists():
+        raise GpuAnalyzeError(
+            f"{out}: not a directory (importing a directory of traces, -o names an existing directory)"
+        )
+    raise GpuAnalyzeError(f"{out}: no such directory (create it first; gpuanalyze does not create directories)")
+
+
+def _kineto_files(source: str) -> tuple[list[storage.Entry], list[str]]:
+    """The regular Kineto files of ``source``, and notes on the ones that are not regular files."""
+    entries = [e for e in storage.list_dir(source) if is_json_trace(Path(e.name))]
+    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular]
+    files = [e for e in entries if e.regular]
+    if not files:
+        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory")
+    return files, notes
+
+
+def _refuse_foreign_outputs(jobs: list[FileJob]) -> None:
+    """Refuse, before writing anything, to overwrite an output that is not an import of its source."""
+    from analyzer.scale.tasks import provenance, recorded_provenance
+
+    stale = []
+    for j in jobs:
+        if j.out is None or not storage.exists(j.out):
+            continue
+        if recorded_provenance(j.out) != provenance(_name(j.source), j.size, j.mtime_ns):
+            stale.append(j.out)
+    if stale:
+        shown = ", ".join(_name(s) for s in stale[:3]) + (" ..." if len(stale) > 3 else "")
+        raise GpuAnalyzeError(
+            f"{len(stale)} output(s) exist and are not imports of these files ({shown}); pass --force to overwrite them"
+        )
