@@ -23,9 +23,11 @@ from gpuanalyze.ingest.reader import Trace
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, Loaded
+    from analyzer.render.chart_data import ChartData
     from analyzer.render.html_report import HtmlReport
+    from analyzer.scale.measure import Measured
 
-__all__ = ["analyze", "load_compared", "report"]
+__all__ = ["analyze", "chart_data_for", "load_compared", "report", "report_parts"]
 
 
 def analyze(
@@ -58,6 +60,20 @@ def analyze(
         loaded = measure_trace(trace)
     else:
         loaded = measure(trace, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes))
+    return _judged(
+        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
+    )
+
+
+def _judged(
+    loaded: Measured,
+    *,
+    ceilings: Ceilings | None,
+    machine_ceilings: bool | Path,
+    cost: CostInputs | None,
+    flops_per_step: float | None,
+) -> Report:
+    """The stages after loading: steady state, rules and verdict, cost, MFU."""
     metrics = loaded.metrics
     notes = loaded.notes
     if machine_ceilings is not False and ceilings is None:
@@ -102,30 +118,89 @@ def analyze(
     )
 
 
+def report_parts(
+    trace: str | Path | Trace,
+    *,
+    ceilings: Ceilings | None = None,
+    machine_ceilings: bool | Path = False,
+    cost: CostInputs | None = None,
+    flops_per_step: float | None = None,
+    engine: str = "local",
+    workers: int | None = None,
+    max_bytes: int | None = None,
+) -> tuple[Report, ChartData]:
+    """The report of ``trace`` (as ``analyze``) and what its charts draw, made in the same passes: a
+    directory of ranks out of core on ``engine`` (the workers reduce each rank to chart sums too), a
+    trace in memory rank by rank in this process."""
+    from analyzer.render.chart_data import chart_data_from
+    from analyzer.scale.measure import measure, measure_trace
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    if isinstance(trace, Trace):
+        loaded = measure_trace(trace, charts=True)
+    else:
+        limits = ReadLimits(max_bytes=max_bytes)
+        loaded = measure(trace, engine=engine, workers=workers, limits=limits, charts=True)
+    result = _judged(
+        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
+    )
+    assert loaded.charts is not None
+    return result, chart_data_from(loaded.charts, result)
+
+
 def report(
     trace: str | Path | Trace,
     *,
     out: str | Path | None = None,
     force: bool = False,
     ceilings: Ceilings | None = None,
+    machine_ceilings: bool | Path = False,
     cost: CostInputs | None = None,
     flops_per_step: float | None = None,
     comparison: Comparison | None = None,
+    engine: str = "local",
+    workers: int | None = None,
+    max_bytes: int | None = None,
 ) -> HtmlReport:
     """Analyse ``trace`` and render the HTML report (``analyzer.report``); with ``out``, also save it.
 
-    In a notebook the returned object shows the report inline. Needs the ``report`` extra (plotly).
+    A directory of ranks is analysed and drawn out of core on ``engine`` (as ``analyze``). In a
+    notebook the returned object shows the report inline. Needs the ``report`` extra (plotly).
     """
     from analyzer.render.html_report import HtmlReport, render_html, require_plotly
-    from gpuanalyze.ingest.sources import load_any
 
     require_plotly()
-    loaded = trace if isinstance(trace, Trace) else load_any(trace)
-    result = analyze(loaded, ceilings=ceilings, cost=cost, flops_per_step=flops_per_step)
-    page = HtmlReport(result, render_html(result, loaded, comparison=comparison))
+    result, data = report_parts(
+        trace,
+        ceilings=ceilings,
+        machine_ceilings=machine_ceilings,
+        cost=cost,
+        flops_per_step=flops_per_step,
+        engine=engine,
+        workers=workers,
+        max_bytes=max_bytes,
+    )
+    page = HtmlReport(result, render_html(result, data, comparison=comparison))
     if out is not None:
         page.save(out, force=force)
     return page
+
+
+def chart_data_for(report: Report) -> ChartData:
+    """What the charts of ``report`` draw, from its trace read again at ``report.path`` (a notebook's
+    view, a tracker's artifact); refused when the trace no longer holds the steps it was analysed from."""
+    from analyzer.errors import TraceError
+    from analyzer.render.chart_data import chart_data_from
+    from analyzer.scale.measure import measure
+
+    again = measure(report.path, charts=True)
+    if again.metrics.accounting != report.metrics.accounting:
+        raise TraceError(
+            f"{report.path}: the trace holds {again.metrics.accounting.analysed:,} analysable steps, the report "
+            f"{report.metrics.accounting.analysed:,}: it changed since it was analysed; analyse it again"
+        )
+    assert again.charts is not None
+    return chart_data_from(again.charts, report)
 
 
 def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -> Loaded:
@@ -146,7 +221,7 @@ def _notebook_view(self: Report) -> str:
     """The HTML report inline in a notebook (charts need the trace at ``path`` and the report extra)."""
     from analyzer.render.html_report import notebook_html
 
-    return notebook_html(self)
+    return notebook_html(self, chart_data_for)
 
 
 # Registered here, above render, so that the result type never imports its renderer.

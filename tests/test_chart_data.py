@@ -5,7 +5,6 @@ import polars as pl
 import pytest
 
 from analyzer.api import analyze
-from analyzer.errors import TraceError
 from analyzer.render import chart_data as cd
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import load_trace
@@ -70,14 +69,6 @@ def test_far_outliers_do_not_squash_the_histogram(trace_factory):
     d = cd.chart_data(trace, analyze(trace)).distribution
     assert d.edges[-1] < 100 and d.beyond == 1 and d.max_ms == 5000.0
     assert d.top[0] == (0, 60, 5000.0)
-
-
-def test_a_trace_that_changed_since_the_analysis_is_refused():
-    trace = synthetic_trace(ranks=2, steps=40)
-    report = analyze(trace)
-    shorter = dataclasses.replace(trace, frame=trace.frame.filter(pl.col(S.STEP) < 30))
-    with pytest.raises(TraceError, match="changed since it was analysed"):
-        cd.chart_data(shorter, report)
 
 
 def _slow_warmup(trace, skip, ms=28_000.0):

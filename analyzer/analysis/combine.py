@@ -144,13 +144,17 @@ class Combined:
     peak_mem_bytes: int | None
     kernels: KernelMetrics | None
     distributed: RankAnalysis | None
+    wall_range: tuple[float, float] | None = None
+    """(min, max) wall time of the analysed steps (None: none analysed)."""
 
 
 class Combiner:
     """Accepts ranks' partials in any order; ``finish`` returns the Combined metrics."""
 
-    def __init__(self, skip: int) -> None:
+    def __init__(self, skip: int, *, quartiles: bool = False) -> None:
         self.skip = skip
+        self.quartiles = quartiles
+        """Also the wall time's quartiles (Q1, Q3: the report's outlier fence)."""
         self.partials: dict[int, RankPartial] = {}
         self._main, self._alt = StepSums(), StepSums()
         self._store = WorkStore()
@@ -180,6 +184,8 @@ class Combiner:
         t = _totals(parts, used)
         kparts = [p.kernels for p in parts if p.kernels is not None]
         wanted, sketches = _requests(t.known, used, kparts)
+        if self.quartiles:
+            wanted[WALL] += [0.25, 0.75]
         quantiles = _quantiles(wanted, sketches, lambda req: answer(req, drop))
         kernel_median = quantiles.get((KERNEL_MEDIAN, 0.5))
         if drop:
@@ -206,7 +212,14 @@ class Combiner:
             peak_mem_bytes=_peak_mem(used),
             kernels=combine_kernels(kparts, kernel_median) if kparts else None,
             distributed=distributed,
+            wall_range=_range([p.sketches[WALL] for p in used]),
         )
+
+
+def _range(sketches: list[Sketch]) -> tuple[float, float] | None:
+    """(min, max) of the values the sketches describe (each holds its rank's first and last sorted value)."""
+    held = [s.sample for s in sketches if s.n]
+    return (float(min(s[0] for s in held)), float(max(s[-1] for s in held))) if held else None
 
 
 def _dropped_windows(parts: list[RankPartial]) -> tuple[bool, int]:

@@ -82,6 +82,13 @@ def analysed_rows(frame: pl.DataFrame, skip: int) -> tuple[pl.DataFrame, pl.Data
     return post, analysed, all_sampled
 
 
+def used_rows(frame: pl.DataFrame, skip: int, drop_all_sampled: bool) -> pl.DataFrame:
+    """The rows of one rank's sorted frame that the step metrics use: its analysed rows, or none for a
+    rank whose every post-warm-up row is sampled when sampled steps are left out run-wide (combine.py)."""
+    _, analysed, all_sampled = analysed_rows(frame, skip)
+    return analysed.clear() if all_sampled and drop_all_sampled else analysed
+
+
 def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
     return frame.get_column(column).drop_nulls().cast(pl.Float64).to_numpy()
 
@@ -129,9 +136,8 @@ def bracket_answers(
     frame: pl.DataFrame, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
 ) -> dict[str, list[Answer]]:
     """One rank's answers for the quantile brackets (second pass; same rows as rank_partial)."""
-    post, f, all_sampled = analysed_rows(frame, skip)
-    if all_sampled and drop_all_sampled:
-        f = f.clear()
+    post = frame.slice(skip)
+    f = used_rows(frame, skip, drop_all_sampled)
     out = {}
     for column, brackets in wanted.items():
         values = step_kernel_medians(post) if column == KERNEL_MEDIAN else _values(f, column)

@@ -9,6 +9,7 @@ import typer
 
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
+from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 @options.with_cost_options
 def report_cmd(
     trace: Annotated[
-        Path, typer.Argument(help="A trace: .arrow, a PyTorch profiler .json[.gz], or a directory of per-rank traces.")
+        str,
+        typer.Argument(
+            help="A trace: .arrow, a PyTorch profiler .json[.gz], or a directory (or URL of one) of per-rank traces."
+        ),
     ],
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
@@ -36,8 +40,14 @@ def report_cmd(
             "as `gpuanalyze compare` takes); repeat for several.",
         ),
     ] = None,
+    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
 ) -> None:
-    """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra."""
+    """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra.
+
+    A directory of ranks is analysed and drawn out of core, as `gpuanalyze DIR` (--engine, --workers).
+    """
     from analyzer.files import check_target, write_bytes
     from analyzer.render.html_report import render_html, require_plotly
     from analyzer.render.safe import clean
@@ -45,13 +55,19 @@ def report_cmd(
     try:
         require_plotly()
         check_target(out, force=force)  # before the analysis: refuse early, not after a long run
-        from analyzer.api import analyze
-        from gpuanalyze.ingest.sources import load_any
+        from analyzer.api import report_parts
 
-        loaded = load_any(trace)
-        report = analyze(loaded, machine_ceilings=ceilings or True, cost=cost, flops_per_step=flops_per_step)
-        comparison = _comparison(report, trace, compare or [], cost) if compare else None
-        page = render_html(report, loaded, comparison=comparison).encode()
+        report, data = report_parts(
+            trace,
+            machine_ceilings=ceilings or True,
+            cost=cost,
+            flops_per_step=flops_per_step,
+            engine=engine,
+            workers=workers,
+            max_bytes=max_bytes_option(max_bytes),
+        )
+        comparison = _comparison(report, Path(trace), compare or [], cost) if compare else None
+        page = render_html(report, data, comparison=comparison).encode()
         write_bytes(out, page, force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))

@@ -10,6 +10,7 @@ shows in a notebook.
 from __future__ import annotations
 
 import html as _html
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from analyzer.version import __version__
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison
+    from analyzer.render.chart_data import ChartData
     from gpuanalyze.ingest.reader import Trace
 
 MISSING_EXTRA = "the HTML report draws its charts with plotly, which is not installed: pip install 'gpuanalyze[report]'"
@@ -113,13 +115,14 @@ def _chart(divs: dict[str, str], key: str) -> str:
     return f'<div class="chart" data-chart="{key}">{divs[key]}</div>' if key in divs else ""
 
 
-def render_html(report: Report, trace: Trace, *, comparison: Comparison | None = None) -> str:
-    """The whole report page for ``report``, made from ``trace`` (the trace it was analysed from)."""
+def render_html(report: Report, source: ChartData | Trace, *, comparison: Comparison | None = None) -> str:
+    """The whole report page for ``report``, drawn from the chart data made with its analysis
+    (``analyzer.api.report_parts``), or from the trace in memory it was analysed from."""
     require_plotly()
     from analyzer.render import html_charts as charts
-    from analyzer.render.chart_data import chart_data
+    from analyzer.render.chart_data import ChartData, chart_data
 
-    data = chart_data(trace, report)
+    data = source if isinstance(source, ChartData) else chart_data(source, report)
     divs = {k: charts.div(fig, k) for k, fig in charts.figures(report, data, comparison).items()}
     sections = [
         ("run", "The run", panel.run_facts(report) + panel.breakdown_table(report)),
@@ -170,13 +173,12 @@ def iframe(document: str) -> str:
     )
 
 
-def notebook_html(report: Report) -> str:
-    """What a notebook shows for a Report: the page with charts when the trace can be read again
-    (from ``report.path``) and plotly is installed, else the verdict panel and tables."""
-    from gpuanalyze.ingest.sources import load_any
-
+def notebook_html(report: Report, charts: Callable[[Report], ChartData]) -> str:
+    """What a notebook shows for a Report: the page with charts when ``charts`` can draw them (it reads
+    the trace again from ``report.path``) and plotly is installed, else the verdict panel and tables."""
     try:
-        document = render_html(report, load_any(report.path))
+        require_plotly()
+        document = render_html(report, charts(report))
     except GpuAnalyzeError as exc:
         document = render_panel_only(report, f"No charts: {exc}")
     return iframe(document)

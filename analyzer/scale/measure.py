@@ -18,14 +18,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.analysis.combine import Answers, Combiner
+from analyzer.analysis.chart_sums import ChartSums, chart_grid, trace_chart_sums
+from analyzer.analysis.combine import Answers, Combined, Combiner
 from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
+from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
+from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -55,10 +58,18 @@ class Measured:
     metrics: StepMetrics
     trace: Trace | None = None
     """The trace, when it was held in memory (one file): the rules' metrics can then leave steps out."""
+    charts: ChartSums | None = None
+    """What the report's charts draw, made with these metrics (asked for with ``charts``)."""
 
 
-def measure_trace(trace: Trace) -> Measured:
-    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace), trace)
+def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
+    """Measure a trace held in memory; ``charts``: also its chart sums (the same per-rank reduction)."""
+    m = step_metrics(trace)
+    sums = None
+    if charts:
+        drop = m.accounting.profiler_windows > 0
+        sums = trace_chart_sums(trace.frame, skip=m.warmup_steps, drop_all_sampled=drop, median_ms=m.step_median_ms)
+    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, m, trace, sums)
 
 
 def measure(
@@ -67,25 +78,37 @@ def measure(
     engine: str = "local",
     workers: int | None = None,
     limits: ReadLimits | None = None,
+    charts: bool = False,
 ) -> Measured:
-    """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run."""
-    limits = limits or ReadLimits()
+    """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run;
+    ``charts``: also what the report's charts draw (one more pass over the rank files)."""
+    how = _How(engine, workers, limits or ReadLimits(), charts)
     p = str(path)
     if storage.is_url(p):
         if storage.is_dir(p):
-            return _measure_dir(p, engine, workers, limits)
+            return _measure_dir(p, how)
         with storage.local_copy(p) as local:
-            return measure_trace(_load_one(local, limits))
+            return measure_trace(_load_one(local, how.limits), charts=charts)
     local = Path(p)
     if local.suffix == ".arrow" and (siblings := rank_siblings(local)) and (not local.exists() or local in siblings):
         entries = [storage.Entry(str(s), s.name, *_stat(s)) for s in siblings]
         run_note = [siblings.note] if siblings.note else []  # which of several runs into one name this is
-        return _measure_files(p, entries, engine, workers, limits, cache=None, notes=run_note)
+        return _measure_files(p, entries, how, cache=None, notes=run_note)
     if not local.exists() and not local.is_symlink():
         raise TraceError(f"{local}: no such file or directory")
     if local.is_dir():
-        return _measure_dir(p, engine, workers, limits)
-    return measure_trace(_load_one(local, limits))
+        return _measure_dir(p, how)
+    return measure_trace(_load_one(local, how.limits), charts=charts)
+
+
+@dataclass(frozen=True, slots=True)
+class _How:
+    """How a measurement runs: the engine, its workers, the read limits, whether charts are wanted."""
+
+    engine: str
+    workers: int | None
+    limits: ReadLimits
+    charts: bool
 
 
 def _stat(path: Path) -> tuple[int, int]:
@@ -126,7 +149,7 @@ def _cache_dir(source_dir: str) -> tuple[str, tempfile.TemporaryDirectory[str] |
     return tmp.name, tmp
 
 
-def _measure_dir(path: str, engine: str, workers: int | None, limits: ReadLimits) -> Measured:
+def _measure_dir(path: str, how: _How) -> Measured:
     entries = storage.list_dir(path)
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
     files = [e for e in entries if e.regular and _candidate(e.name)]
@@ -134,7 +157,7 @@ def _measure_dir(path: str, engine: str, workers: int | None, limits: ReadLimits
         raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
     cache, tmp = _cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
     try:
-        return _measure_files(path, files, engine, workers, limits, cache=cache, notes=notes)
+        return _measure_files(path, files, how, cache=cache, notes=notes)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -198,18 +221,16 @@ def _name(source: str) -> str:
 def _measure_files(
     path: str,
     files: list[storage.Entry],
-    engine_name: str,
-    workers: int | None,
-    limits: ReadLimits,
+    how: _How,
     *,
     cache: str | None,
     notes: list[str] | None = None,
 ) -> Measured:
     notes = list(notes or [])
-    with make_engine(engine_name, workers=_workers(files, engine_name, workers)) as engine:
+    with make_engine(how.engine, workers=_workers(files, how.engine, how.workers)) as engine:
         skip = WARMUP_MAX_STEPS
         while True:
-            combiner, book = _reduce(path, files, engine, limits, cache, skip)
+            combiner, book = _reduce(path, files, engine, how, cache, skip)
             right = warmup_steps(combiner.min_rows) if combiner.partials else skip
             if right == skip:
                 break
@@ -223,7 +244,6 @@ def _measure_files(
             run, note = _run_info(path, book)
             if note:
                 notes.insert(0, note)
-            file_notes = [n for res in book.ok for n in res.notes]
             reduced = [res for res in book.ok if res.arrow is not None and res.steps]
 
             def answer(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
@@ -231,10 +251,13 @@ def _measure_files(
                 for per_file in engine.map(answer_file, jobs):
                     yield from per_file
 
-            metrics = metrics_from(combiner.finish(answer), skip, run.gpu_memory_bytes)
+            combined = combiner.finish(answer)
+            metrics = metrics_from(combined, skip, run.gpu_memory_bytes)
         finally:
             combiner.close()
+        sums = _charts(engine, reduced, book, combined, metrics) if how.charts else None
     first = min(book.ok, key=lambda r: min(r.ranks) if r.ranks else math.inf)
+    file_notes = [n for res in book.ok for n in res.notes]
     return Measured(
         path=path,
         run=run,
@@ -242,7 +265,27 @@ def _measure_files(
         complete=all(r.complete for r in book.ok),
         notes=tuple(dict.fromkeys([*notes, *file_notes])),
         metrics=metrics,
+        charts=sums,
     )
+
+
+def _charts(
+    engine: LocalEngine | RayEngine, reduced: list[FileResult], book: _Files, combined: Combined, m: StepMetrics
+) -> ChartSums:
+    """The chart pass over the reduced files, on the grid the analysis gives."""
+    q = combined.quantiles
+    grid = chart_grid(
+        first=min(r.first_step for r in reduced),
+        last=max(r.last_step for r in reduced),
+        ranks=tuple(sorted(book.by_rank)),
+        skip=m.warmup_steps,
+        drop_all_sampled=m.accounting.profiler_windows > 0,
+        median_ms=m.step_median_ms,
+        quartiles=(q.get((S.WALL_MS, 0.25), 0.0), q.get((S.WALL_MS, 0.75), 0.0)),
+        wall_range=combined.wall_range,
+    )
+    jobs = [ChartJob(r.arrow, grid, r.fast, r.stamp) for r in reduced if r.arrow]
+    return chart_pass(engine, jobs, grid)
 
 
 def _reason(res: FileResult) -> str:
@@ -256,14 +299,14 @@ def _reduce(
     path: str,
     files: list[storage.Entry],
     engine: LocalEngine | RayEngine,
-    limits: ReadLimits,
+    how: _How,
     cache: str | None,
     skip: int,
 ) -> tuple[Combiner, _Files]:
-    combiner = Combiner(skip)
+    combiner = Combiner(skip, quartiles=how.charts)
     book = _Files(path)
     try:
-        for res in engine.map(run_file, file_jobs(files, cache, limits, skip=skip, force=True)):
+        for res in engine.map(run_file, file_jobs(files, cache, how.limits, skip=skip, force=True)):
             book.add(dataclasses.replace(res, partials=()))  # keeps the metadata, not the rows' vectors
             for p in res.partials:
                 combiner.add(p)

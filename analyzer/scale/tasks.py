@@ -107,6 +107,9 @@ class FileResult:
     so the quantile pass may read its columns directly instead of loading it again."""
     stamp: tuple[int, int] = (0, 0)
     """(size, mtime_ns) of ``arrow`` when it was reduced."""
+    first_step: int = 0
+    last_step: int = 0
+    """The file's smallest and largest step number (0 for a file without rows)."""
     error: str | None = None
 
 
@@ -148,7 +151,8 @@ def run_file(job: FileJob) -> FileResult:
             partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, job.skip) for r in ranks)
             if arrow is not None and not storage.is_url(arrow):
                 stamp = storage.stat(arrow)
-                fast = _raw_matches(Path(arrow), trace.frame)
+                # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
+                fast = not trace.notes and _raw_matches(Path(arrow), trace.frame)
         return FileResult(
             source=job.source,
             arrow=arrow,
@@ -160,6 +164,8 @@ def run_file(job: FileJob) -> FileResult:
             end=trace.end,
             notes=trace.notes,
             steps=trace.frame.height,
+            first_step=int(trace.frame.get_column(S.STEP).min() or 0),  # type: ignore[arg-type]
+            last_step=int(trace.frame.get_column(S.STEP).max() or 0),  # type: ignore[arg-type]
             ranks=ranks,
             reused=reused,
             imported=imported,

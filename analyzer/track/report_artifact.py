@@ -16,11 +16,11 @@ def write_report_html(report: Report, directory: Path) -> tuple[Path | None, str
     """(the report written into ``directory``, None), or (None, why it was skipped)."""
     if importlib.util.find_spec("plotly") is None:
         return None, SKIPPED_NO_PLOTLY
+    from analyzer.api import chart_data_for
     from analyzer.files import write_bytes
     from analyzer.render.html_report import render_html
-    from gpuanalyze.ingest.sources import load_any
 
-    page = render_html(report, load_any(report.path)).encode()
+    page = render_html(report, chart_data_for(report)).encode()
     out = directory / "gpuanalyze-report.html"
     write_bytes(out, page, force=False)
     return out, None
