@@ -18,6 +18,7 @@ from analyzer.analysis.chart_sums import CHART_COLUMNS, ChartGrid, ChartSums, Ra
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine
+from analyzer.scale.tasks import by_step
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import load_trace
 
@@ -49,7 +50,7 @@ def _frame(job: ChartJob) -> pl.DataFrame:
 def chart_file(job: ChartJob) -> list[RankChart]:
     """Every rank's chart sums of one .arrow file (the rows run_file reduced)."""
     parts = _frame(job).partition_by(S.RANK, as_dict=True)
-    return [rank_chart(parts[key].sort(S.STEP), int(key[0]), job.grid) for key in sorted(parts)]
+    return [rank_chart(by_step(parts[key]), int(key[0]), job.grid) for key in sorted(parts)]
 
 
 def chart_pass(engine: LocalEngine | RayEngine, jobs: Sequence[ChartJob], grid: ChartGrid) -> ChartSums:
