@@ -12,6 +12,8 @@ process so peak RSS (VmHWM) is the analysis's own:
   quantile pass, blocks of steps for the cross-rank pass);
 - in memory (--compare, or automatically when it fits in half the RAM): ``analyze(load_any(DIR))``
   (every row in one frame, the path gpuanalyze had before);
+- report (--report): ``analyzer.api.report_parts(DIR)``, the analysis plus the chart pass (the
+  report's chart data, out of core), without rendering;
 - polars streaming (--streaming): the same quantiles and means (median and p90 step, the median of
   every phase and of the batch size, the phases' means) by ``pl.scan_ipc(files).select(...)
   .collect(engine="streaming")`` over copies of the rank files in the Arrow IPC *file* format
@@ -67,7 +69,11 @@ sys.path.insert(0, {root!r})
 from analyzer import analyze
 from gpuanalyze.ingest.sources import load_any
 t0 = time.perf_counter()
-report = analyze({path!r}, workers={workers!r}) if {mode!r} == "out_of_core" else analyze(load_any({path!r}))
+if {mode!r} == "report":
+    from analyzer.api import report_parts
+    report, data = report_parts({path!r}, workers={workers!r})
+else:
+    report = analyze({path!r}, workers={workers!r}) if {mode!r} == "out_of_core" else analyze(load_any({path!r}))
 took = time.perf_counter() - t0
 hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")][0]
 m = report.metrics
@@ -197,6 +203,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="local engine processes (default: the cores)")
     parser.add_argument("--compare", action="store_true", help="also run the in-memory path (needs ~500 B/row)")
     parser.add_argument(
+        "--report", action="store_true", help="also the report's analysis and chart data (report_parts), out of core"
+    )
+    parser.add_argument(
         "--streaming", action="store_true", help="also the quantiles by polars' streaming engine (IPC file copies)"
     )
     args = parser.parse_args()
@@ -232,6 +241,15 @@ def main() -> None:
     else:
         est = rows * ROW_BYTES_IN_MEMORY / 2**30
         print(f"in memory   : skipped (about {est:.0f} GiB at ~{ROW_BYTES_IN_MEMORY} B/row; pass --compare to try)")
+    if args.report:
+        before = load()
+        rep = run("report", directory, args.workers)
+        agree = rep["verdict"] == ooc["verdict"] and rep["stragglers"] == ooc["stragglers"]
+        print(
+            f"report      : {rep['seconds']:7.1f} s, peak RSS {rep['peak_rss_mib']:6.0f} MiB (with workers "
+            f"{rep['tree_peak_mib']:6.0f} MiB) | load before {before}, after {load()} | analysis + chart pass, "
+            f"same verdict and stragglers: {agree}"
+        )
     if args.streaming:
         files, took = ipc_files(directory)
         print(f"IPC file copies for scan_ipc: {len(files)} files" + (f", made in {took:.0f} s" if took > 1 else ""))

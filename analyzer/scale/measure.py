@@ -275,8 +275,8 @@ def _charts(
     """The chart pass over the reduced files, on the grid the analysis gives."""
     q = combined.quantiles
     grid = chart_grid(
-        first=min(r.first_step for r in reduced),
-        last=max(r.last_step for r in reduced),
+        first=min((r.first_step for r in reduced), default=0),
+        last=max((r.last_step for r in reduced), default=0),
         ranks=tuple(sorted(book.by_rank)),
         skip=m.warmup_steps,
         drop_all_sampled=m.accounting.profiler_windows > 0,
