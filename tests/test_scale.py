@@ -252,6 +252,13 @@ def _ray_checks(tmp_path):
         assert ray.metrics.distributed == local.metrics.distributed
         assert ray.metrics.share == local.metrics.share and ray.metrics.kernels == local.metrics.kernels
         assert ray.run == local.run and ray.notes == local.notes
+    from analyzer.api import report_parts
+    from tests.test_report_scale import assert_same_charts
+
+    ray_report, ray_charts = report_parts(runs, engine="ray", workers=2)  # the chart pass as Ray tasks
+    local_report, local_charts = report_parts(runs)
+    assert ray_report.bottleneck == local_report.bottleneck
+    assert_same_charts(ray_charts, local_charts)
     out = tmp_path / "out"
     out.mkdir()
     result = runner.invoke(app, ["import", str(kineto), "-o", str(out), "--engine", "ray", "--workers", "2"])
