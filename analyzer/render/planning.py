@@ -72,7 +72,7 @@ def render_compare(c: Comparison) -> RenderableType:
         parts.append(Text("Give prices and a run length to rank the options by cost per run."))
     for k in c.checks:
         applied = "the recommended fix" if k.recommended else "not the fix recommended; projection redone for it"
-        line = Text(
+        line = text(
             f"Projection check ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms, "
             f"measured {k.measured_ms:.2f} ms {k.per}; error {k.error:+.1%}",
             style="bold",
