@@ -217,6 +217,10 @@ MAX_STEP_MS = 1e9
 #: Largest plausible batch (samples) and peak memory (bytes): beyond them a value is treated as unknown.
 MAX_BATCH_SAMPLES = 1 << 40
 MAX_MEMORY_BYTES = 1 << 50
+#: Step starts (ns) must lie within this of 1970 (146 years either way): nothing later overflows when a
+#: step's wall time is added or when two starts are subtracted, which ±2**63 did (export dropped every
+#: event, watch showed 584 years elapsed).
+MAX_START_NS = 1 << 62
 #: Largest rank a trace may carry (runinfo.MAX_WORLD_SIZE).
 MAX_RANK = MAX_WORLD_SIZE - 1
 
@@ -224,10 +228,11 @@ MAX_RANK = MAX_WORLD_SIZE - 1
 def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Make every row physically possible or drop it, deduplicate, sort; say what was done.
 
-    Rows whose step time is missing, non-positive, non-finite or implausibly long, or whose step
-    or rank is missing or out of range, are dropped. A phase or GPU-busy time longer than its step
-    is clamped to the step (timers can overlap a little; more is corruption), and counts out of
-    range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
+    Rows whose step time is missing, non-positive, non-finite or implausibly long, whose start time
+    is missing or beyond MAX_START_NS, or whose step or rank is missing or out of range, are dropped
+    (every command reads traces through here, so all see the same valid rows). A phase or GPU-busy
+    time longer than its step is clamped to the step (timers can overlap a little; more is
+    corruption), and counts out of range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
     """
     notes: list[str] = []
     durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
@@ -236,6 +241,8 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         pl.col(S.WALL_MS).is_null()
         | (pl.col(S.WALL_MS) <= 0)
         | (pl.col(S.WALL_MS) > MAX_STEP_MS)
+        | pl.col(S.START_UNIX_NS).is_null()
+        | ~pl.col(S.START_UNIX_NS).is_between(-MAX_START_NS, MAX_START_NS)
         | pl.col(S.STEP).is_null()
         | (pl.col(S.STEP) < 0)
         | pl.col(S.RANK).is_null()
@@ -246,7 +253,8 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     n_bad = frame.filter(bad).height
     if n_bad:
         notes.append(
-            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank or duration"
+            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank, start time "
+            "or duration"
         )
         frame = frame.filter(~bad)
     over = pl.any_horizontal([(pl.col(c) > pl.col(S.WALL_MS) * 1.001).fill_null(False) for c in durations[1:]])
