@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import polars as pl
@@ -15,6 +15,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
 from gpuanalyze.ingest.writer import is_being_written
 
@@ -61,15 +62,18 @@ def load_trace(path: str | Path) -> Trace:
 
 def _load(path: Path) -> Trace:
     live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
-    try:
-        reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
+    with open(path, "rb") as fh:
+        try:
+            reader = IpcReader(path, fh)
+        except TraceError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
         arrow_schema = reader.schema
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
-    meta = arrow_schema.metadata or {}
-    version = _check_format(path, meta)
-    _check_columns(path, arrow_schema)
-    batches, end, truncated = _read_batches(path, reader)
+        meta = arrow_schema.metadata or {}
+        version = _check_format(path, meta)
+        _check_columns(path, arrow_schema)
+        batches, end, truncated = _read_batches(path, reader)
     notes: list[str] = []
     if truncated:
         notes.append(
@@ -142,12 +146,18 @@ def _check_columns(path: Path, arrow_schema: pa.Schema) -> None:
         raise TraceError(f"{path}: not a valid trace, missing column(s) {', '.join(missing)}")
 
 
-def _read_batches(path: Path, reader: Any) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+def _read_batches(path: Path, reader: IpcReader) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+    """The record batches (each checked against the limits before it is decoded: ipc_guard.py), the
+    end marker, and whether the stream was cut inside a batch."""
     batches: list[pa.RecordBatch] = []
     end: EndInfo | None = None
+    items = reader.batches()
     while True:
         try:
-            batch, custom = reader.read_next_batch_with_custom_metadata()
+            item = next(items)
+            if item is None:
+                return batches, None, True
+            batch, custom = item
             batch.validate(full=True)  # corrupt offsets or buffers must not reach polars (it can crash)
         except StopIteration:
             return batches, end, False
@@ -168,6 +178,12 @@ def _conform(path: Path, table: pa.Table) -> tuple[pa.Table, list[str]]:
             columns.append(pa.nulls(table.num_rows, f.type))
             continue
         col = table.column(f.name)
+        if pa.types.is_null(col.type):  # declared without values: never cast (it would materialise)
+            if f.name in S.REQUIRED:
+                raise TraceError(f"{path}: column {f.name} is declared null-typed (it holds no values)")
+            notes.append(f"column {f.name} is declared null-typed; treated as unknown")
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
         try:
             col = col if col.type == f.type else col.cast(f.type)
         except (pa.ArrowException, ValueError) as exc:
