@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
-from gpuanalyze.ingest.writer import is_being_written
+from gpuanalyze.ingest.writer import DISK_FULL, is_being_written
 
 _T = TypeVar("_T")
 _R = TypeVar("_R", str, bytes)
@@ -26,6 +27,12 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 #: Notes for a trace without an end marker: its writer is alive (holds the file's lock) or is gone.
 LIVE_NOTE = "trace is still being written (the run is in progress); analysing the steps recorded so far"
+DISK_NOTE = (
+    "trace is incomplete: the disk filled (no space is left on its file system) and the run could not "
+    "close it; analysing the steps it recorded"
+)
+#: Free bytes below which a trace without an end marker is taken to have been cut by a full disk.
+DISK_FULL_BYTES = 1 << 20
 ENDED_NOTE = (
     "trace is incomplete: the run ended without closing it (crash, kill or OOM); analysing the steps it recorded"
 )
@@ -94,7 +101,9 @@ def _load(path: Path) -> Trace:
     notes.extend(cast_notes)
     notes.extend(repair_notes)
     if end is None:
-        notes.insert(0, LIVE_NOTE if live else ENDED_NOTE)
+        notes.insert(0, LIVE_NOTE if live else DISK_NOTE if _disk_is_full(path) else ENDED_NOTE)
+    elif end.status == DISK_FULL:
+        notes.insert(0, "trace is incomplete: the disk filled while it was written; analysing the steps before that")
     return Trace(
         path=path,
         frame=frame,
@@ -105,6 +114,14 @@ def _load(path: Path) -> Trace:
         end=end,
         notes=tuple(notes),
     )
+
+
+def _disk_is_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except (OSError, AttributeError):
+        return False
+    return st.f_bavail * st.f_frsize < DISK_FULL_BYTES
 
 
 def _check_file(path: Path) -> None:
