@@ -20,6 +20,7 @@ from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.config import read_toml
 from analyzer.planning.cost import CostInputs, cost_inputs
 from analyzer.planning.mfu import tensor_core_share
+from analyzer.planning.run_differences import different_jobs, run_differences
 from gpuanalyze.ingest import schema as S
 
 
@@ -68,6 +69,9 @@ class Comparison:
     """How much the cheapest saves per run against the next cheapest."""
     checks: tuple[ProjectionCheck, ...] = ()
     """For two traces: the projections of BEFORE's findings that AFTER put to the test."""
+    differences: tuple[str, ...] = ()
+    """For two traces: how the runs differ (run_differences.py); with another model or world size
+    they are two jobs, and no projection is checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +134,15 @@ def compare(loaded: list[Loaded]) -> Comparison:
     options = tuple(x.option for x in loaded)
     reports = [x.report for x in loaded]
     checks: tuple[ProjectionCheck, ...] = ()
+    differences: tuple[str, ...] = ()
     if len(reports) == 2 and reports[0] is not None and reports[1] is not None:
-        checks = projection_checks(reports[0], reports[1])
+        differences = tuple(run_differences(reports[0], reports[1]))
+        if not different_jobs(list(differences)):
+            checks = projection_checks(reports[0], reports[1])
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
-        return Comparison(options, None, None, checks)
-    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks)
+        return Comparison(options, None, None, checks, differences)
+    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, differences)
 
 
 def projection_checks(before: Report, after: Report) -> tuple[ProjectionCheck, ...]:

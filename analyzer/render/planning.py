@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
 
@@ -28,6 +29,7 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "cheapest": c.cheapest,
         "saving_usd_per_run": c.saving_usd,
         "projection_checks": [{**asdict(k), "error": k.error} for k in c.checks],
+        "differences": list(c.differences),
     }
 
 
@@ -78,6 +80,14 @@ def render_compare(c: Comparison) -> RenderableType:
             style="bold",
         )
         parts.append(line)
+    if c.differences:
+        two_jobs = different_jobs(list(c.differences))
+        verdict = (
+            "these are two different jobs, not one job's before and after; no projection is checked"
+            if two_jobs
+            else "compare them as before and after only if that is what changed"
+        )
+        parts.append(text(f"note: the runs differ ({'; '.join(c.differences)}): {verdict}", style="yellow"))
     traced = [(o.name, o.breakdown_ms) for o in opts if o.breakdown_ms]
     if len(traced) >= 2:
         base_name, base = traced[0]
