@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -256,6 +257,51 @@ MAX_MEMORY_BYTES = 1 << 50
 MAX_START_NS = 1 << 62
 #: Largest rank a trace may carry (runinfo.MAX_WORLD_SIZE).
 MAX_RANK = MAX_WORLD_SIZE - 1
+_COUNT_LIMITS = ((S.BATCH_SAMPLES, MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES))
+
+
+_DURATIONS = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
+
+
+def _clean_and_sorted(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]] | None:
+    """The frame (sorted) when no row needs dropping, clamping or unknowing, checked in one select;
+    None when something does (normalise_frame then repairs it step by step)."""
+    if frame.height == 0:
+        return None
+    ok, dup, is_sorted, in_order = frame.select(_checks()).row(0)
+    if not ok or dup:
+        return None
+    notes = [] if in_order else ["steps were out of order; sorted them"]
+    return (frame if is_sorted else frame.sort([S.RANK, S.STEP])), notes
+
+
+@functools.cache
+def _nan_to_null() -> list[pl.Expr]:
+    return [pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in _DURATIONS]
+
+
+@functools.cache
+def _checks() -> list[pl.Expr]:
+    """The one-pass checks of _clean_and_sorted (built once: building expressions costs more than
+    evaluating them on a small frame)."""
+    wall, start, step, rank = (pl.col(c) for c in (S.WALL_MS, S.START_UNIX_NS, S.STEP, S.RANK))
+    parts = _DURATIONS[1:]
+    fine = pl.all_horizontal(
+        wall.is_not_null(),
+        wall > 0,
+        wall <= MAX_STEP_MS,
+        start.is_between(-MAX_START_NS, MAX_START_NS),
+        step >= 0,
+        rank.is_between(0, MAX_RANK),
+        *[pl.col(c).is_null() | ((pl.col(c) >= 0) & (pl.col(c) <= wall * 1.001)) for c in parts],
+        *[pl.col(c).is_null() | pl.col(c).is_between(0, lim) for c, lim in _COUNT_LIMITS],
+    ).fill_null(False)
+    return [
+        fine.all().alias("fine"),
+        pl.struct(rank, step).is_duplicated().any().alias("dup"),
+        ((rank.diff() > 0) | ((rank.diff() == 0) & (step.diff() > 0))).fill_null(True).all().alias("sorted"),
+        ((step.diff().over(rank).fill_null(1) > 0).all()).alias("in_order"),
+    ]
 
 
 def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -265,11 +311,15 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     is missing or beyond MAX_START_NS, or whose step or rank is missing or out of range, are dropped
     (every command reads traces through here, so all see the same valid rows). A phase or GPU-busy
     time longer than its step is clamped to the step (timers can overlap a little; more is
-    corruption), and counts out of range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
+    corruption), and counts out of range become unknown. The analysis can then rely on
+    0 <= part <= wall for every row.
     """
     notes: list[str] = []
-    durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
-    frame = frame.with_columns(pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in durations)
+    durations = _DURATIONS
+    frame = frame.with_columns(_nan_to_null())
+    clean = _clean_and_sorted(frame)
+    if clean is not None:  # the common case, in one pass (thousands of small rank files stay fast)
+        return clean
     bad = (
         pl.col(S.WALL_MS).is_null()
         | (pl.col(S.WALL_MS) <= 0)
