@@ -40,6 +40,7 @@ def watch_cmd(
     Ends when the run ends (the full report is printed) or on Ctrl-C (the run goes on)."""
     from rich.console import Console
     from rich.live import Live
+    from rich.text import Text
 
     from analyzer.run.live import snapshot
 
@@ -50,7 +51,11 @@ def watch_cmd(
     try:
         with Live(_waiting(trace), console=console, refresh_per_second=4, transient=False) as live:
             while True:
-                shot = snapshot(trace)
+                try:
+                    shot = snapshot(trace)
+                except GpuAnalyzeError:
+                    live.update(Text(""), refresh=True)  # the error is the only thing said: nothing on stdout
+                    raise
                 live.update(_view(shot))
                 if shot.ended:
                     break
