@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from analyzer.errors import TraceError
+from gpuanalyze.ingest import ipc_guard
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcLimits
 from gpuanalyze.ingest.reader import load_trace
@@ -82,11 +83,14 @@ def test_run_end_encoded_and_view_columns_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
-def test_compressed_bodies_that_expand_too_far_are_refused(tmp_path, codec):
-    n = 2000
-    huge = pa.array(["x" * 50_000] * n)  # 100 MB of one byte: a few KB compressed
+def test_compressed_bodies_that_expand_too_far_are_refused(tmp_path, codec, monkeypatch):
+    # the default allowance (64 MiB, 100x the file) scaled down 64x so the bomb is quick to build;
+    # the corpus (tests/hostile) has full-size zstd and LZ4 bombs under the default limits
+    monkeypatch.setattr(ipc_guard, "DEFAULT_LIMITS", IpcLimits(min_allowance=2**20))
+    n = 200
+    huge = pa.array(["x" * 10_000] * n)  # 2 MB of one byte: a few KB compressed
     path = _write(tmp_path / f"bomb.{codec}.arrow", _plain(n, kernel_stats=huge), codec)
-    assert path.stat().st_size < 2**20
+    assert path.stat().st_size < 2**16
     _refused(path, "compressed", "expand")
 
 

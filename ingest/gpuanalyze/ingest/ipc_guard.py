@@ -57,6 +57,10 @@ class IpcLimits:
         return max(self.min_allowance, int(self.ratio * file_size))
 
 
+#: The limits the reader applies (load_trace takes no limits of its own).
+DEFAULT_LIMITS = IpcLimits()
+
+
 class _Corrupt(Exception):  # noqa: N818 - internal: the message is not a valid flatbuffer
     pass
 
@@ -141,7 +145,7 @@ class IpcReader:
 
     def __init__(self, path: Path, fh: BinaryIO, limits: IpcLimits | None = None) -> None:
         self.path, self.fh = path, fh
-        self.limits = limits or IpcLimits()
+        self.limits = limits or DEFAULT_LIMITS
         self.decoded = 0
         try:
             first = self._next()
