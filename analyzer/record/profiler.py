@@ -305,7 +305,8 @@ class Profiler:
 
         self.path = create_new(target, create, overwrite=opts.overwrite)
         if self.path != target:
-            warn(f"gpuanalyze: {target} exists and overwrite=False; writing {self.path} instead", stacklevel=3)
+            why = "is not a regular file (never replaced)" if opts.overwrite else "exists and overwrite=False"
+            warn(f"gpuanalyze: {target} {why}; writing {self.path} instead", stacklevel=3)
         trainable = [p for _, m in models for p in m.parameters() if p.requires_grad]
         if where.world_size > 1 and trainable:
             # The first parameter is normally the last to receive its gradient in backward: time after

@@ -151,7 +151,7 @@ def _finding(i: int, f: Finding) -> RenderableType:
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
     body = Group(text(f.summary), Text(""), labelled(rows))
-    title = Text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
+    title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
     return Panel(body, title=title, title_align="left")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from analyzer.analysis.combine import Answers, Combiner
 from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
+from analyzer.analysis.partial import RankPartial
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
@@ -34,13 +35,18 @@ from gpuanalyze.ingest.stream import ReadLimits
 
 #: Below this much input, work runs in this process: starting worker processes would cost more.
 PARALLEL_MIN_BYTES = 64 << 20
+#: Files from which a directory is read by the pool whatever their size.
+PARALLEL_MIN_FILES = 200
 
 
 def _workers(files: list[storage.Entry], engine: str, workers: int | None) -> int | None:
-    """The pool size: as asked, else one process for small inputs, else the cores (engine default)."""
+    """The pool size: as asked, else one process for small inputs, else the cores (engine default).
+    Many small files are not a small input: each costs milliseconds of fixed work (3,000 tiny rank
+    files took 96 s in one process), so PARALLEL_MIN_FILES of them use the pool too."""
     if workers is not None or engine != "local":
         return workers
-    return 1 if sum(e.size for e in files) < PARALLEL_MIN_BYTES else None
+    small = sum(e.size for e in files) < PARALLEL_MIN_BYTES and len(files) < PARALLEL_MIN_FILES
+    return 1 if small else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +215,17 @@ def _measure_files(
     with make_engine(engine_name, workers=_workers(files, engine_name, workers)) as engine:
         skip = WARMUP_MAX_STEPS
         while True:
-            combiner, book = _reduce(path, files, engine, limits, cache, skip)
+            combiner, book, alt = _reduce(path, files, engine, limits, cache, skip)
             right = warmup_steps(combiner.min_rows) if combiner.partials else skip
             if right == skip:
                 break
             combiner.close()
+            if alt is not None and alt[0] == right:  # every file already reduced with that warm-up
+                combiner = Combiner(right)
+                for p in alt[1]:
+                    combiner.add(p)
+                skip = right
+                break
             skip = right  # some rank has fewer than WARMUP_MAX_STEPS / WARMUP_FRACTION rows: redo with its warm-up
         try:
             for res in book.errors:
@@ -259,21 +271,31 @@ def _reduce(
     limits: ReadLimits,
     cache: str | None,
     skip: int,
-) -> tuple[Combiner, _Files]:
+) -> tuple[Combiner, _Files, tuple[int, list[RankPartial]] | None]:
+    """The partials combined with ``skip``, the files' bookkeeping, and (warm-up, partials) when
+    every file also reduced itself with one same smaller warm-up (FileResult.alt_skip)."""
     combiner = Combiner(skip)
     book = _Files(path)
+    alt_skip: int | None = None
+    alts: list[RankPartial] | None = []
     try:
         for res in engine.map(run_file, file_jobs(files, cache, limits, skip=skip, force=True)):
-            book.add(dataclasses.replace(res, partials=()))  # keeps the metadata, not the rows' vectors
+            book.add(dataclasses.replace(res, partials=(), alt_partials=()))  # the metadata, not the vectors
             for p in res.partials:
                 combiner.add(p)
+            if res.error is None and res.partials and alts is not None:
+                if res.alt_skip is None or (alt_skip is not None and res.alt_skip != alt_skip):
+                    alts = None  # files disagree: a second pass with the common warm-up
+                else:
+                    alt_skip = res.alt_skip
+                    alts.extend(res.alt_partials)
     except BaseException:
         combiner.close()
         raise
     if not book.ok:
         first = book.errors[0]
         raise TraceError(first.error or f"{first.source}: unreadable")
-    return combiner, book
+    return combiner, book, (None if alts is None or alt_skip is None else (alt_skip, alts))
 
 
 def _run_info(path: str, book: _Files) -> tuple[RunInfo, str | None]:
