@@ -134,7 +134,7 @@ TRUSTED = {
     "count",
     "key",
     "shlex.quote(value)",
-    "shlex.quote(str(config.bootstrap_dir()))",
+    "shlex.quote(str(env_vars.bootstrap_dir()))",
     "'; the run goes on' if still else ''",
     "len(report.results)",
     "r.variant",
