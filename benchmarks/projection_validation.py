@@ -289,7 +289,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--load", choices=("quiet", "busy", "both"), default="quiet")
     parser.add_argument("--busy-procs", type=int, default=_cores(), help="background busy loops for --load busy")
-    parser.add_argument("--quick", action="store_true", help="a third of the steps (a smoke run, noisier numbers)")
+    parser.add_argument("--quick", action="store_true", help="a sixth of the steps (a smoke run, noisier numbers)")
     parser.add_argument("--only", nargs="*", default=[], help="run only the cases whose name contains one of these")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this path")
     args = parser.parse_args()

@@ -20,6 +20,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
 from tests.scenarios.fixes import FixLoop, record
 
+SETTINGS = ("num_workers", "batch")
+"""Fixes that are a projection's setting (Projection.params): the projection is for exactly them."""
+QUICK = 6
+"""--quick runs this fraction of each case's steps."""
 EVERY_N = 50
 """N for 'do it every N steps' (logging, reading a metric)."""
 
@@ -89,13 +93,18 @@ class Case:
     min_steps: int = 20
 
     def steps(self, quick: bool) -> Case:
-        """The case at quick size (a third of the steps, at least min_steps)."""
+        """The case at quick size (a sixth of the steps, at least min_steps)."""
         if not quick or self.loop is None:  # DDP: record() sizes it
             return self
-        return replace(self, loop=replace(self.loop, steps=max(self.min_steps, self.loop.steps // 3)))
+        return replace(self, loop=replace(self.loop, steps=max(self.min_steps, self.loop.steps // QUICK)))
 
     def choose(self, fixes: list[Fix]) -> Fix | None:
-        """The fix to apply: the first of ``prefer`` the finding recommends, else the first this case can apply."""
+        """The fix to apply: the projection's setting when the finding has one (the projection is for
+        exactly that), else the first of ``prefer`` the finding recommends, else the first this case
+        can apply."""
+        setting = [f for f in fixes if f.key in SETTINGS]
+        if setting:
+            return setting[0] if self.apply(setting[0]) is not None else None
         for key in self.prefer:
             for f in fixes:
                 if f.key == key and self.apply(f) is not None:
@@ -143,47 +152,47 @@ class Case:
         from tests.scenarios.ddp import run_ddp
 
         folder = Path(tempfile.mkdtemp(prefix=tag, dir=tmp))
-        run_ddp(folder / "trace.arrow", batches=variant, width=(512, 2048), steps=30 if quick else 60)
+        run_ddp(folder / "trace.arrow", batches=variant, width=(1024, 2048), steps=30 if quick else 120)
         return folder
 
 
-_SLEEP = FixLoop(sample_sleep_s=0.0015, steps=60)
-_PY_BATCH = FixLoop(function_loader=True, fn_python_reps=2, batch=64, features=512, hidden=1024, steps=60)
-_HEALTHY = FixLoop(batch=256, features=1024, hidden=2048, steps=24)
+_SLEEP = FixLoop(sample_sleep_s=0.0015, steps=120)
+_PY_BATCH = FixLoop(function_loader=True, fn_python_reps=2, batch=64, features=512, hidden=1024, steps=120)
+_HEALTHY = FixLoop(batch=256, features=1024, hidden=2048, steps=48)
 
 CASES: tuple[Case, ...] = (
     Case("sleep 1.5 ms/sample (I/O-like)", "num_workers", _SLEEP),
-    Case("sleep 0.3 ms/sample (I/O-like)", "num_workers", FixLoop(sample_sleep_s=0.0003, steps=90)),
-    Case("numpy __getitem__, 20 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=20, steps=90)),
-    Case("numpy __getitem__, 5 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=5, steps=150)),
+    Case("sleep 0.3 ms/sample (I/O-like)", "num_workers", FixLoop(sample_sleep_s=0.0003, steps=180)),
+    Case("numpy __getitem__, 20 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=20, steps=180)),
+    Case("numpy __getitem__, 5 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=5, steps=300)),
     Case(
         "6 short epochs, workers restart",
         "persistent_workers",
-        FixLoop(sample_sleep_s=0.0005, epochs=6, steps=12),
+        FixLoop(sample_sleep_s=0.0005, epochs=6, steps=24),
         min_steps=6,
     ),
     Case(
         "in memory, batch 128, per sample",
         "cheaper batch construction",
-        FixLoop(batch=128, features=16, hidden=16, layers=1, steps=450),
+        FixLoop(batch=128, features=16, hidden=16, layers=1, steps=900),
         prefer=("cheaper_batches", "cheaper_loading"),
     ),
-    Case("batch 1, tiny MLP", "batch size (overhead-bound)", FixLoop(batch=1, features=16, hidden=32, steps=600)),
-    Case("batch 2, 64-wide MLP", "batch size (overhead-bound)", FixLoop(batch=2, features=64, hidden=128, steps=450)),
+    Case("batch 1, tiny MLP", "batch size (overhead-bound)", FixLoop(batch=1, features=16, hidden=32, steps=1200)),
+    Case("batch 2, 64-wide MLP", "batch size (overhead-bound)", FixLoop(batch=2, features=64, hidden=128, steps=900)),
     Case(
         "batch 8, 512-wide MLP",
         "batch size (compute-bound)",
-        FixLoop(batch=8, features=512, hidden=1024, steps=120),
+        FixLoop(batch=8, features=512, hidden=1024, steps=240),
     ),
     Case(
         "get_batch sleeps 8 ms (prof.data)",
         "custom loader: prefetch thread",
-        FixLoop(function_loader=True, fn_sleep_s=0.008, batch=64, features=512, hidden=1024, steps=60),
+        FixLoop(function_loader=True, fn_sleep_s=0.008, batch=64, features=512, hidden=1024, steps=120),
         prefer=("prefetch_thread",),
     ),
     Case("pure-Python get_batch + thread", "custom loader: prefetch thread", _PY_BATCH, prefer=("prefetch_thread",)),
     Case("pure-Python get_batch, cheaper", "custom loader made cheaper", _PY_BATCH, prefer=("cheaper_loading",)),
-    Case("grad stats .tolist() every step", "logging frequency", FixLoop(log_every=1, steps=120)),
+    Case("grad stats .tolist() every step", "logging frequency", FixLoop(log_every=1, steps=240)),
     Case(
         "loss.item() every step (CPU)",
         "host syncs per step",

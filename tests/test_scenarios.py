@@ -130,6 +130,9 @@ def test_a_case_applies_its_preferred_fix_when_recommended_and_refuses_what_it_c
     assert ddp.apply(Fix("num_workers", 2)) is None and ddp.choose([Fix("sync_every", 50)]) is None
     sleep = next(c for c in CASES if c.kind == "num_workers")
     assert sleep.apply(Fix("prefetch_thread")) is None  # a DataLoader loop has no batch function
+    mem = next(c for c in CASES if c.kind == "cheaper batch construction")
+    assert mem.choose([Fix("num_workers", 2), Fix("cheaper_loading")]) == Fix("num_workers", 2)  # the projected one
+    assert mem.choose([Fix("cheaper_batches"), Fix("cheaper_loading")]) == Fix("cheaper_batches")
 
 
 def pair(
