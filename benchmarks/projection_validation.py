@@ -137,8 +137,11 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
     )
     variant = case.apply(fix) if fix else None
     if fix is None or variant is None:
-        named = ", ".join(f.label() for f in fixes) or "no fix"
-        pair.note = f"not applied: the finding recommends {named}, which this loop has no knob for"
+        if top is None:
+            pair.note = f"not applied: verdict {before.bottleneck}, no finding and no fix to apply"
+        else:
+            named = ", ".join(f.label() for f in fixes) or "no fix this benchmark can read"
+            pair.note = f"not applied: the finding recommends {named}, which this loop has no knob for"
         return pair
     after = analyzer.analyze(case.record(variant, tmp, f"{tag}a", quick))
     measured = after.metrics.step_mean_ms
