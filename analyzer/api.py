@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.host_facts import host_facts
-from analyzer.analysis.rules import Context, classify
+from analyzer.analysis.judge import judge
+from analyzer.analysis.metrics import step_metrics
+from analyzer.analysis.rules import Context
+from analyzer.analysis.steady import steady_state
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
 from analyzer.planning.mfu import mfu
@@ -60,9 +63,14 @@ def analyze(
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
-    verdict = classify(
-        Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
-    )
+    steady = steady_state(metrics)
+    rules_see = metrics
+    if steady.left_out and loaded.trace is not None:
+        rules_see = step_metrics(loaded.trace, without=steady.left_out)
+    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
+    judged = judge(ctx, metrics, steady, left_out=loaded.trace is not None)
+    verdict = judged.verdict
+    notes = (*notes, *judged.notes)
     cost_ = None
     if cost is not None and cost.has_length:
         cost_ = run_cost(metrics.step_mean_ms, cost, batch_samples=metrics.batch_samples, world_size=loaded.run.world)
@@ -89,6 +97,8 @@ def analyze(
         ceilings=ceilings.path if ceilings else None,
         cost=cost_,
         mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
+        stability=judged.stability,
+        steady=steady,
     )
 
 
@@ -125,8 +135,11 @@ def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -
     return load_option(path, defaults, ceilings, analyze_trace=_analyze_for_compare)
 
 
-def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> Report:
-    return analyze(trace, ceilings=ceilings, cost=cost)
+def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> tuple[Report, Trace]:
+    from gpuanalyze.ingest.sources import load_any
+
+    loaded = load_any(trace)
+    return analyze(loaded, ceilings=ceilings, cost=cost), loaded
 
 
 def _notebook_view(self: Report) -> str:

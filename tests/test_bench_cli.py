@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.machine.ceilings import this_host
+from analyzer.machine.ceilings_store import this_host
 from tests.conftest import make_row
 
 runner = CliRunner()
@@ -112,7 +112,7 @@ def test_bench_refuses_a_ceilings_location_in_a_missing_directory(tmp_path, monk
 def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path):
     """`bench launch` replaces only this machine's launch results; other suites and machines stay."""
     pytest.importorskip("torch")
-    from analyzer.machine.ceilings import Fingerprint, SuiteRun, merge_runs
+    from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs
     from gpuanalyze.kernels.backend import select
     from gpuanalyze.kernels.suite import fingerprint
 

@@ -14,7 +14,9 @@ import pytest
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine import ceilings as C
-from analyzer.machine.ceilings import Ceilings, Fingerprint, SuiteRun, ceilings_for, merge_runs
+from analyzer.machine import ceilings_store as CS
+from analyzer.machine.ceilings import Ceilings, ceilings_for
+from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs
 from gpuanalyze.ingest.runinfo import RunInfo
 
 H200_A = Fingerprint(backend="cupy", device="NVIDIA H200", host="node-a", gpu_count=8, driver="550.54", cuda="12.4")
@@ -123,18 +125,18 @@ def test_concurrent_bench_processes_lose_nothing(store):
 def test_a_writer_that_changed_the_file_meanwhile_is_merged_again(store, monkeypatch):
     """Without a lock (file systems that cannot lock), the file is re-read before the replace."""
     _save(store, H200_A, launch=[_result("launch_overhead", 1.0)])
-    monkeypatch.setattr(C, "_locked", lambda directory: _nolock())
-    real = C._current
+    monkeypatch.setattr(CS, "_locked", lambda directory: _nolock())
+    real = CS._current
     calls = []
 
     def racing(path):
         calls.append(1)
         if len(calls) == 2:  # another process writes between our read and our replace
-            monkeypatch.setattr(C, "_current", real)
+            monkeypatch.setattr(CS, "_current", real)
             _save(store, LAPTOP, launch=[_result("launch_overhead", 9.0)])
         return real(path)
 
-    monkeypatch.setattr(C, "_current", racing)
+    monkeypatch.setattr(CS, "_current", racing)
     _save(store, H200_B, launch=[_result("launch_overhead", 2.0)])
     assert len(json.loads(store.read_text())["machines"]) == 3
 
@@ -179,7 +181,7 @@ def test_an_old_single_machine_file_is_kept_side_by_side(store):
 def test_the_default_cache_directory_is_created_but_nothing_above_it(tmp_path, monkeypatch):
     monkeypatch.delenv("GPUANALYZE_CEILINGS")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = C.default_path()
+    path = CS.default_path()
     with pytest.raises(GpuAnalyzeError, match="does not exist"):
         _save(path, H200_A, launch=[_result("launch_overhead", 1.0)])
     assert not (tmp_path / "cache").exists()
@@ -337,5 +339,5 @@ def test_bench_fingerprint_of_this_machine():
     from gpuanalyze.kernels.suite import fingerprint
 
     fp = fingerprint(select("cpu"))
-    assert fp.backend == "cpu" and fp.host == C.this_host() and fp.device.startswith("CPU: ")
+    assert fp.backend == "cpu" and fp.host == CS.this_host() and fp.device.startswith("CPU: ")
     assert fp.cpu_count == len(os.sched_getaffinity(0))

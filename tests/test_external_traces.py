@@ -1,6 +1,8 @@
 """Real profiler traces recorded by others (../shared/external_traces); skipped when absent."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -63,3 +65,20 @@ def test_import_writes_an_arrow_trace(tmp_path):
     again = json.loads(runner.invoke(app, [str(out), "--json"]).output)
     assert again["bottleneck"] == direct["bottleneck"] and again["gpu"] == direct["gpu"]
     assert again["steps"] == direct["steps"]
+
+
+def _oracle_module():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "oracle.py"
+    spec = importlib.util.spec_from_file_location("oracle_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("rel", ["nccl_parser_config/nccl_data.json.gz", "trace_compare/base/base.json.gz"])
+def test_oracle_benchmark_recomputes_our_utilisation(rel):
+    """benchmarks/oracle.py explains utilisation differences from its own recomputation: it must match ours."""
+    oracle = _oracle_module()
+    ours, anatomy = oracle.ours(TRACES / rel), oracle.anatomy(TRACES / rel)
+    assert anatomy["util_all_events"] == pytest.approx(ours["util"], abs=0.01)
+    assert anatomy["util_kernels_only"] <= anatomy["util_all_events"]

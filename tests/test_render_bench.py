@@ -9,7 +9,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.machine.ceilings import Fingerprint
+from analyzer.machine.ceilings_store import Fingerprint
 from analyzer.render.bench import num, render_bench, short
 from gpuanalyze.kernels.result import BenchResult
 from gpuanalyze.kernels.suite import BenchReport, SuiteOutcome

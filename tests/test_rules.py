@@ -83,7 +83,11 @@ def test_idle_gpu_with_memory_headroom_is_batch_size(trace_factory):
     metrics = {e.metric: e.value for e in f.evidence}
     assert metrics["gpu_utilization"] == pytest.approx(0.25)
     assert metrics["peak_memory_fraction"] == pytest.approx(0.125)
-    assert f.projection.step_ms == pytest.approx(5.0 + 15.0 / 4) and f.projection.per_batch_of == 16
+    # x4: the 15 ms idle is per-step; whether the 5 ms of kernels grow with the batch the trace cannot tell
+    # (no smaller batch): the point takes them to grow, the range spans down to 20/4 (they do not)
+    p = f.projection
+    assert p.step_ms == pytest.approx(5.0 + 15.0 / 4) and p.per_batch_of == 16
+    assert p.low_ms <= 20.0 / 4 < p.step_ms <= p.high_ms
     assert "4x" in f.recommendations[0]
 
 
@@ -167,18 +171,19 @@ def test_a_cheap_fetch_that_dominates_the_step_is_per_sample_loading_work(trace_
     assert not any("num_workers=" in rec for rec in f.recommendations)
 
 
-def test_a_fetch_workers_would_speed_up_is_not_called_a_per_step_cost(trace_factory):
-    """1.4 ms per batch is cheaper than a worker's whole hand-over, but workers still save 16% of a
-    4 ms step: no rule may then say 'keep num_workers=0' while another says 'use workers'."""
+def test_a_fetch_workers_might_slow_is_not_given_workers(trace_factory):
+    """1.4 ms per batch is cheaper than a worker's whole hand-over: the point projects workers to save
+    16% of a 4 ms step, but the high end of their range (twice the hand-over, loading CPU-bound, which
+    is unknown here) is slower than now. No recommendation of workers, and no two rules disagree."""
     rows = _rows(wall=4.0, data=1.4, fwd=0.5, bwd=0.6, opt=1.5, samples=1)
     end = EndInfo(status="ok", steps=40, loader_workers=0)
     r = analyze(trace_factory(rows, run={"cpu_count": 2}, end=end))
-    data = _find(r, "data_loading")
-    assert data.cause == "input_pipeline" and dict(data.projection.params) == {"num_workers": 2}
-    assert [e.metric for e in data.supporting] == ["data_wait_share", "worker_gain"] and not data.contrary
+    advice = " ".join(rec for f in r.findings for rec in f.recommendations)
+    assert "DataLoader(num_workers=" not in advice
     batch = _find(r, "batch_size")
-    assert batch.share == pytest.approx(1.5 / 4.0)  # the optimizer only: the fetch is data_loading's
-    assert not any("num_workers=0" in rec for rec in batch.recommendations)
+    assert batch.share >= (1.4 + 1.5) / 4.0 - 1e-9  # the fetch is one more per-step cost
+    data = [f for f in r.findings if f.bottleneck == "data_loading"]
+    assert not data or not dict(data[0].projection.params)
 
 
 def test_a_wait_that_is_not_cpu_work_is_not_called_cpu_bound(trace_factory):

@@ -70,6 +70,10 @@ def test_shares_projections_and_evidence_stay_honest(trace_factory, steps, worke
         assert 0.0 <= f.share <= 1.0 and 0.0 <= f.confidence.value <= 1.0
         assert 0.0 <= p.step_ms <= p.current_ms and p.current_ms == wall
         assert p.saved_ms > 0
+        # a range around the point; advice at medium or high confidence is not slower at its high end
+        assert p.low_ms is not None and p.high_ms is not None and 0.0 <= p.low_ms <= p.step_ms <= p.high_ms
+        if f.confidence.level != "low":
+            assert p.high_ms < p.current_ms, (f.bottleneck, f.cause, p)
         assert all(e.passed for e in f.supporting) and not any(e.passed for e in f.contrary)
         busy = m.busy_mean_ms or 0.0
         waits = sum(m.effective[w] for w in WAITS) * wall
@@ -81,3 +85,5 @@ def test_shares_projections_and_evidence_stay_honest(trace_factory, steps, worke
             assert p.step_ms >= wall - waits - 1e-9
     if r.bottleneck == "none":
         assert all(e.passed for e in r.health)
+    if r.stability is not None and r.stability.value is not None and r.stability.value < 0.8:
+        assert r.confidence.level != "high"

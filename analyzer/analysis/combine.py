@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analyzer.analysis.kernel_metrics import KernelMetrics, combine_kernels
+from analyzer.analysis.kernel_metrics import KernelMetrics, KernelPartial, combine_kernels
 from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
 from analyzer.analysis.quantiles import (
     Answer,
@@ -47,6 +47,7 @@ _SUMS = (
     "idle",
     "unexpl_c",
     "unexpl_u",
+    "n",
 )
 Answers = dict[str, list[Answer]]
 AnswerFn = Callable[[dict[str, list[Bracket]], bool], Iterable[Answers]]
@@ -118,6 +119,7 @@ def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
         "idle": idle,
         "unexpl_c": np.maximum(idle - capped["data"] - capped["sync"], 0.0),
         "unexpl_u": np.maximum(idle - v.data - v.sync, 0.0),
+        "n": np.ones(v.wall.size),
     }
 
 
@@ -170,39 +172,19 @@ class Combiner:
 
     def finish(self, answer: AnswerFn) -> Combined:
         parts = [self.partials[r] for r in sorted(self.partials)]
-        post = sum(p.rows - p.warmup for p in parts)
-        sampled = sum(p.sampled for p in parts)
-        drop = 0 < sampled < post
+        drop, windows = _dropped_windows(parts)
         used = [p for p in parts if not (drop and p.all_sampled) and p.n]
         sums = self._main if drop else self._main.merge(self._alt)
         n = sum(p.n for p in used)
         rows = sum(p.rows for p in parts)
-        windows = sum(p.sampled for p in parts) if drop else 0
-        known = {c: sum(p.known[c] for p in used) > 0 for c in parts[0].known}
-        has_gpu = known[S_BUSY]
-        total = {c: sum(p.sums[c] for p in used) for c in parts[0].sums}
-        counts = {c: sum(p.known[c] for p in used) for c in parts[0].known}
-        means: dict[str, float | None] = {c: (total[c] / counts[c] if counts[c] else None) for c in (*PARTS, S_BUSY)}
-        wanted: dict[str, list[float]] = {WALL: [0.5, 0.9]}
-        wanted.update({c: [0.5] for c in PARTS if known[c]})
-        if known[SAMPLES]:
-            wanted[SAMPLES] = [0.5]
+        t = _totals(parts, used)
         kparts = [p.kernels for p in parts if p.kernels is not None]
-        sketches: dict[str, list[Sketch]] = {c: [p.sketches[c] for p in used] for c in QUANTILE_COLUMNS}
-        if kparts:
-            wanted[KERNEL_MEDIAN] = [0.5]
-            sketches[KERNEL_MEDIAN] = [k.medians for k in kparts]
+        wanted, sketches = _requests(t.known, used, kparts)
         quantiles = _quantiles(wanted, sketches, lambda req: answer(req, drop))
-        step_mean = max(p.sums[WALL] / p.n for p in used)
-        samples = None
-        if known[SAMPLES]:
-            samples = 1000.0 * total[SAMPLES] / max(p.sums[WALL] for p in used)
-        mems = [p.peak_mem for p in used if p.peak_mem is not None]
         kernel_median = quantiles.get((KERNEL_MEDIAN, 0.5))
-        kernels = combine_kernels(kparts, kernel_median) if kparts else None
-        stats = {p.rank: p.stats for p in used}
         if drop:
             self._store.drop([p.rank for p in parts if p.all_sampled])
+        stats = {p.rank: p.stats for p in used}
         distributed = (
             rank_analysis_from(stats, self._store, sums.steps, quantiles[(WALL, 0.5)]) if len(stats) >= 2 else None
         )
@@ -212,19 +194,71 @@ class Combiner:
             windows=windows,
             analysed=n,
             ranks=len(used),
-            known=known,
-            has_gpu=has_gpu,
-            sums=total,
-            means=means,
+            known=t.known,
+            has_gpu=t.known[S_BUSY],
+            sums=t.total,
+            means=t.means,
             quantiles=quantiles,
             step_sums=sums,
             wall_total=float(sums.sums["wall"].sum()),
-            step_mean_ms=step_mean,
-            samples_per_s=samples,
-            peak_mem_bytes=max(mems) if mems else None,
-            kernels=kernels,
+            step_mean_ms=max(p.sums[WALL] / p.n for p in used),
+            samples_per_s=_samples_per_s(t, used),
+            peak_mem_bytes=_peak_mem(used),
+            kernels=combine_kernels(kparts, kernel_median) if kparts else None,
             distributed=distributed,
         )
+
+
+def _dropped_windows(parts: list[RankPartial]) -> tuple[bool, int]:
+    """Whether steps run under profiler windows are left out (some, not all, post-warm-up steps
+    ran under one), and how many were."""
+    post = sum(p.rows - p.warmup for p in parts)
+    sampled = sum(p.sampled for p in parts)
+    drop = 0 < sampled < post
+    return drop, sampled if drop else 0
+
+
+def _peak_mem(used: list[RankPartial]) -> int | None:
+    mems = [p.peak_mem for p in used if p.peak_mem is not None]
+    return max(mems) if mems else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    known: dict[str, bool]
+    total: dict[str, float]
+    means: dict[str, float | None]
+
+
+def _totals(parts: list[RankPartial], used: list[RankPartial]) -> _Totals:
+    """Which columns any used rank knows, their sums over ranks, and their means per step."""
+    known = {c: sum(p.known[c] for p in used) > 0 for c in parts[0].known}
+    total = {c: sum(p.sums[c] for p in used) for c in parts[0].sums}
+    counts = {c: sum(p.known[c] for p in used) for c in parts[0].known}
+    means: dict[str, float | None] = {c: (total[c] / counts[c] if counts[c] else None) for c in (*PARTS, S_BUSY)}
+    return _Totals(known, total, means)
+
+
+def _requests(
+    known: dict[str, bool], used: list[RankPartial], kparts: list[KernelPartial]
+) -> tuple[dict[str, list[float]], dict[str, list[Sketch]]]:
+    """The quantiles StepMetrics needs per column, and the ranks' sketches they come from."""
+    wanted: dict[str, list[float]] = {WALL: [0.5, 0.9]}
+    wanted.update({c: [0.5] for c in PARTS if known[c]})
+    if known[SAMPLES]:
+        wanted[SAMPLES] = [0.5]
+    sketches: dict[str, list[Sketch]] = {c: [p.sketches[c] for p in used] for c in QUANTILE_COLUMNS}
+    if kparts:
+        wanted[KERNEL_MEDIAN] = [0.5]
+        sketches[KERNEL_MEDIAN] = [k.medians for k in kparts]
+    return wanted, sketches
+
+
+def _samples_per_s(t: _Totals, used: list[RankPartial]) -> float | None:
+    """Samples per second over the run: every rank's samples over the slowest rank's wall time."""
+    if not t.known[SAMPLES]:
+        return None
+    return 1000.0 * t.total[SAMPLES] / max(p.sums[WALL] for p in used)
 
 
 def _quantiles(
@@ -292,6 +326,8 @@ def per_step_frame(sums: StepSums, has_gpu: bool, columns: dict[str, str]) -> pl
             columns["busy"]: busy,
             columns["idle"]: s["idle"] / wall,
             columns["unexplained"]: s[f"unexpl_{v}"] / wall,
+            columns["wall"]: wall,
+            columns["ranks"]: s["n"],
         }
     frame = pl.DataFrame(data)
     return frame.with_columns(pl.col(columns["busy"]).fill_nan(None))

@@ -8,11 +8,13 @@ traces the effective share is the share itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import polars as pl
 
 from analyzer.analysis.aggregate import number
+from analyzer.analysis.batch_split import BatchSplit, batch_split
 from analyzer.analysis.combine import Answers, Combined, Combiner, per_step_frame
 from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.partial import DATA_WAIT_WITH_CPU, bracket_answers, rank_partial
@@ -29,6 +31,10 @@ IDLE = "gpu_idle"
 """Column of ``StepMetrics.per_step``: GPU idle share of the step."""
 UNEXPLAINED_IDLE = "gpu_idle_unexplained"
 """Column of ``StepMetrics.per_step``: GPU idle share not covered by data wait or sync."""
+STEP_WALL = "step_wall_ms"
+"""Column of ``StepMetrics.per_step``: the step's wall time summed over the ranks that ran it."""
+STEP_RANKS = "step_ranks"
+"""Column of ``StepMetrics.per_step``: how many ranks ran the step."""
 RAW = "__raw"
 """Suffix of ``StepMetrics.per_step`` columns holding a wait's share before the GPU-idle cap."""
 
@@ -82,13 +88,20 @@ class StepMetrics:
     per_step: pl.DataFrame
     """Per-step shares of wall time, one row per step number: the effective waits (columns named like
     the parts), the waits before the GPU-idle cap (RAW suffix), the GPU busy share (gpu_busy_ms; null
-    without GPU timings), idle and unexplained idle; for consistency across steps. On a multi-rank run
+    without GPU timings), idle and unexplained idle, the wall time and the ranks that ran the step; for
+    consistency across steps, steady state and the bootstrap (analysis.steady, analysis.stability). On a multi-rank run
     each share is summed over the ranks that ran the step (their waits over their wall time), so the
     frame grows with steps, not ranks x steps."""
     kernels: KernelMetrics | None = None
     """Kernel-level evidence, when steps carry kernel statistics."""
     distributed: RankAnalysis | None = None
     """Cross-rank skew and stragglers, for traces with several ranks."""
+    lead_mean_ms: float | None = None
+    """Mean host time from a step's start to its first recorded phase (``lead_ms``, part of other_ms: in a
+    DataLoader loop, work after the previous optimizer step); None when not recorded or out of core."""
+    batch_split: BatchSplit | None = None
+    """Forward + backward split into per-step and per-sample cost, when a smaller batch in the run
+    measures it (traces held in memory; None otherwise)."""
 
     @property
     def sampled_steps(self) -> int:
@@ -112,13 +125,20 @@ def _clamp(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def step_metrics(trace: Trace) -> StepMetrics:
-    """StepMetrics of a trace held in memory (the same per-rank reduction as for files, in-process)."""
+def step_metrics(trace: Trace, *, without: frozenset[int] = frozenset()) -> StepMetrics:
+    """StepMetrics of a trace held in memory (the same per-rank reduction as for files, in-process).
+
+    ``without``: analysed step numbers to leave out (outlier steps, analysis.steady); the warm-up is
+    the one the whole trace gives."""
     frame = trace.frame
     if frame.height == 0:
         raise TraceError(f"{trace.path}: the trace holds no steps (the run stopped before its first step ended)")
     parts = {int(k[0]): v for k, v in frame.partition_by(S.RANK, as_dict=True).items()}
     skip = warmup_steps(min(v.height for v in parts.values()))
+    if without:
+        kept = {r: _without(v, skip, without) for r, v in parts.items()}
+        if all(v.height > skip for v in kept.values()):
+            parts = kept
     combiner = Combiner(skip)
     try:
         for rank in sorted(parts):
@@ -127,9 +147,25 @@ def step_metrics(trace: Trace) -> StepMetrics:
         def answer(wanted: dict[str, list[Bracket]], drop: bool) -> list[Answers]:
             return [bracket_answers(parts[r], skip, drop, wanted) for r in sorted(parts)]
 
-        return metrics_from(combiner.finish(answer), skip, trace.run.gpu_memory_bytes)
+        m = metrics_from(combiner.finish(answer), skip, trace.run.gpu_memory_bytes)
+        rows = pl.concat([v.slice(skip) for v in parts.values()])
+        return dataclasses.replace(m, batch_split=batch_split(rows), lead_mean_ms=_lead(rows))
     finally:
         combiner.close()
+
+
+def _lead(rows: pl.DataFrame) -> float | None:
+    """Mean lead_ms over the rows that recorded it (null: unknown, not zero)."""
+    if S.LEAD_MS not in rows.columns:
+        return None
+    lead = rows.get_column(S.LEAD_MS).drop_nulls()
+    return number(lead.mean()) if lead.len() else None
+
+
+def _without(frame: pl.DataFrame, skip: int, steps: frozenset[int]) -> pl.DataFrame:
+    """A rank's rows without the given post-warm-up step numbers (its warm-up rows stay first)."""
+    head, tail = frame.head(skip), frame.slice(skip)
+    return pl.concat([head, tail.filter(~pl.col(S.STEP).is_in(list(steps)))])
 
 
 _PER_STEP_COLUMNS = {
@@ -143,6 +179,8 @@ _PER_STEP_COLUMNS = {
     "busy": S.GPU_BUSY_MS,
     "idle": IDLE,
     "unexplained": UNEXPLAINED_IDLE,
+    "wall": STEP_WALL,
+    "ranks": STEP_RANKS,
 }
 
 

@@ -31,6 +31,9 @@ HOST_MIN_MS = 1.0
 #: Below this share of the step in recognised phases the trace has no phases to speak of (an imported
 #: trace without annotations): unattributed time is then not a finding but an unknown.
 HOST_RECOGNISED = 0.01
+#: Unattributed host time of a DataLoader loop is "after the optimizer step" (logging, metrics: do it every N
+#: steps) when at least this share of it comes before the step's first phase (lead_ms).
+LEAD_AFTER_OPTIMIZER = 0.5
 PER_STEP_FIXED = Threshold(
     0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
 )
@@ -51,6 +54,18 @@ FP32_MATH = Threshold(
     "H100 67 vs 989 dense TFLOPS); >= 10% of GPU time in them is worth moving",
 )
 MEMORY_BOUND = Threshold(0.50, OURS + ": more than half of kernel time in unfused elementwise/reduction kernels")
+KERNELS_HIGH = Threshold(0.30, OURS + ": a third of the step in slow kernels")
+#: When no rule crosses its usual threshold on an unhealthy run, every rule runs again with this floor
+#: and the largest remaining cause is named at low confidence.
+RELAXED = 0.01
+#: A data wait that is at least this much CPU time (of the training thread) is CPU-bound loading.
+CPU_BOUND_LOADING = 0.5
+#: Share of device memory a larger batch may fill (the rest: fragmentation, the allocator's cache).
+MEMORY_USABLE = 0.9
+#: The most DataLoader workers a projection assumes (more rarely helps and costs memory per worker).
+MAX_WORKERS = 8
+#: A straggler's phase is named when it holds at least this share of the straggler's excess.
+STRAGGLER_PHASE_SHARE = 0.5
 
 # -- projections --
 #: Lowest tensor-core/fp32 dense speed-up in the datasheet table (RTX 4090: 165.2/82.6 = 2.0):
@@ -59,6 +74,8 @@ FALLBACK_TENSOR_CORE_RATIO = 2.0
 #: Speed-up assumed for memory-bound elementwise/reduction time when torch.compile fuses chains of it
 #: (ours: fusing two ops into one halves their memory traffic; chains often fuse more).
 FUSION_SPEEDUP = 2.0
+#: The largest batch multiplier a projection assumes (memory headroom permitting), and the one it assumes
+#: when the trace has no memory figures (said so in the rule).
 MAX_BATCH_MULTIPLIER = 4
 DEFAULT_BATCH_MULTIPLIER = 2
 #: Cost of handing one batch from a DataLoader worker process to the training process, measured on
@@ -80,7 +97,14 @@ WORKER_MIN_GAIN = Threshold(
 #: Analysed steps below which a verdict is low-confidence (few samples of a noisy quantity).
 FEW_STEPS = 10
 ENOUGH_STEPS = 30
+#: Confidence is scaled by this below FEW_STEPS analysed steps, and by SOME_STEPS_SCALE below ENOUGH_STEPS.
+FEW_STEPS_SCALE = 0.3
+SOME_STEPS_SCALE = 0.7
+#: Confidence levels: high at or above CONFIDENCE_HIGH, medium at or above CONFIDENCE_MEDIUM, else low.
+CONFIDENCE_HIGH = 0.75
+CONFIDENCE_MEDIUM = 0.4
 
+#: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
 
@@ -89,3 +113,47 @@ WARMUP_MAX_STEPS = 3
 SLOW_STEP_MIN_MS = 1.0
 SLOW_STEP_FRACTION = 0.05
 STRAGGLER_FRACTION = 0.5
+
+# -- steady state and outlier steps (analysis/steady.py) --
+#: A step is an outlier when its time exceeds the median by more than this many robust standard
+#: deviations (1.4826 x the median absolute deviation) and by more than OUTLIER_MIN_EXCESS of the median.
+OUTLIER_MADS = 5.0
+OUTLIER_MIN_EXCESS = 0.25
+#: More outliers than this share of the steps are not outliers: the step time has two modes, and the
+#: rules judge them all.
+OUTLIER_MAX_FRACTION = 0.2
+#: Spikes are periodic (every Nth step: checkpoint, evaluation, logging) when at least this many
+#: recur and at least PERIODIC_MATCH of the gaps between them are the same number of steps.
+PERIODIC_MIN_SPIKES = 3
+PERIODIC_MATCH = 0.75
+SPIKE_MIN_SHARE = Threshold(
+    0.05, OURS + ": periodic spikes taking 5% of run time are worth doing less often or off the step"
+)
+#: Median step time moving more than this between the first and last third of the run is reported as drift.
+DRIFT_NOTABLE = 0.2
+
+# -- verdict stability and projection ranges (analysis/stability.py, analysis/intervals.py) --
+#: Resamples of the analysed steps (with replacement) behind `stability` and the projection ranges.
+BOOTSTRAP_RESAMPLES = 64
+#: Central share of the resampled projections the range spans (0.9: the 5th to the 95th percentile).
+BOOTSTRAP_COVERAGE = 0.9
+STABLE_VERDICT = Threshold(
+    0.8, OURS + " (issue 18): a verdict that fewer than 80% of resamples of the steps repeat is not 'high'"
+)
+#: Half-width of a projection range, as a share of the projected step, that run-to-run variation adds on
+#: a host that was not oversubscribed (same job, same machine, measured again).
+PROJECTION_NOISE = 0.03
+#: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
+LOADED_NOISE = 0.15
+#: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
+OVERSUBSCRIBED_SCALE = 0.7
+#: The worker hand-over cost the low and high ends of the worker range assume (x the measured constants).
+HANDOVER_LOW = 0.5
+HANDOVER_HIGH = 2.0
+#: A smaller batch within the run (the last of an epoch) separates per-step from per-sample cost when it
+#: has at most this share of the usual batch's samples.
+BATCH_SPLIT_MAX = 0.75
+#: Uncertainty of the fixed share that split measures (one or a few smaller batches per epoch, noisy).
+BATCH_SPLIT_SLACK = 0.2
+#: A projection range wider than this share of the current step is reported as wide (it says little).
+WIDE_RANGE = 0.5

@@ -17,12 +17,39 @@ _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-c
 
 
 class _DefaultToAnalyze(TyperGroup):
-    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`."""
+    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`; a bare word that is neither a
+    command nor an existing path is a mistyped command."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
+            if _unknown_command(args[0]):
+                fail(unknown_command_message(args[0]))
             args = ["analyze", *args]
         return super().parse_args(ctx, args)
+
+
+def _unknown_command(word: str) -> bool:
+    """A bare word (no path separator, no suffix: not ``run.arrow``, ``s3://...``) that names no file."""
+    from pathlib import Path
+
+    path = Path(word)
+    return not word.startswith("-") and path.name == word and not path.suffix and not path.exists()
+
+
+#: Words people type for a command that spelling alone does not lead to.
+_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare", "mem": "memory"}
+
+
+def unknown_command_message(word: str) -> str:
+    """'no such command or file', the closest command (by spelling, or _MEANT), and every command (one line)."""
+    import difflib
+
+    from analyzer.cli import COMMANDS
+
+    names = sorted(COMMANDS)
+    close = [_MEANT[word.lower()]] if word.lower() in _MEANT else difflib.get_close_matches(word, names, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "."
+    return f"no such command or file '{word}'{hint} Commands: {', '.join(names)}."
 
 
 app = typer.Typer(

@@ -36,7 +36,7 @@ def bench_cmd(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from analyzer.files import check_target
-    from analyzer.machine.ceilings import default_path, prepare_directory
+    from analyzer.machine.ceilings_store import default_path, prepare_directory
     from analyzer.render.bench import render_bench, render_bench_json
     from gpuanalyze.kernels.suite import run_bench, save_ceilings, write_report
 

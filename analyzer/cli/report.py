@@ -78,6 +78,7 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
     from analyzer.api import load_compared
     from analyzer.planning.compare import Loaded, RunOption, compare
     from analyzer.planning.cost import CostInputs
+    from analyzer.planning.run_label import run_label
     from gpuanalyze.ingest import schema as S
 
     c = report.cost
@@ -85,7 +86,7 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
         raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
     m = report.metrics
     this = RunOption(
-        trace.name,
+        run_label(trace),
         c.hours_per_run,
         c.gpus,
         cost.price_per_gpu_hour,
@@ -96,4 +97,4 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
         report.bottleneck,
     )
     defaults = cost or CostInputs()
-    return compare([Loaded(this, report), *[load_compared(Path(p), defaults, None) for p in others]])
+    return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), defaults, None) for p in others]])

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
 from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.stability import Stability
+from analyzer.analysis.steady import SteadyState
 from analyzer.planning.cost import RunCost
 from analyzer.planning.mfu import Mfu
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -35,3 +37,7 @@ class Report:
     """Cost per run, when run length (and price) were given."""
     mfu: Mfu | None = None
     """Model FLOPs utilisation, when FLOPs per step were given."""
+    stability: Stability | None = None
+    """Share of resamples of the steps that repeat the verdict (analysis.stability)."""
+    steady: SteadyState | None = None
+    """Settling and outlier steps, their period and drift (analysis.steady)."""

@@ -131,6 +131,7 @@ def verdict_panel(report: Report) -> str:
         f'<div class="verdict-head"><span class="badge">{h(report.bottleneck)}</span>'
         f"<h2>{h(words.VERDICT[report.bottleneck])}</h2></div>"
         f'<p class="confidence">confidence {_confidence(c.level, c.value, c.reason)}</p>'
+        + (f'<p class="stability">stability {h(st)}</p>' if (st := words.stability(report)) else "")
     )
     if report.findings:
         body = _finding(report.findings[0], 1)

@@ -12,7 +12,7 @@ import msgspec
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
-from analyzer.render.words import run_state
+from analyzer.render.words import range_width, run_state
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -29,6 +29,10 @@ def report_dict(report: Report) -> dict[str, Any]:
         "confidence": report.confidence.value,
         "confidence_level": report.confidence.level,
         "confidence_reason": report.confidence.reason,
+        "stability": None if report.stability is None else report.stability.value,
+        "stability_resamples": None if report.stability is None else report.stability.resamples,
+        "stability_reason": None if report.stability is None else report.stability.reason,
+        "steady_state": _steady(report),
         "steps": m.steps,
         "warmup_steps_skipped": m.warmup_steps,
         "step_accounting": asdict(m.accounting),
@@ -98,6 +102,9 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": [_evidence(e) for e in f.evidence],
         "recommendations": list(f.recommendations),
         "projected_step_time_ms": _num(p.step_ms, 3),
+        "projected_step_time_ms_low": _num(p.low_ms, 3),
+        "projected_step_time_ms_high": _num(p.high_ms, 3),
+        "projection_range_width": _num(range_width(p), 4),
         "current_step_time_ms": _num(p.current_ms, 3),
         "saved_ms_per_step": _num(p.saved_ms, 3),
         "projection_rule": p.rule,
@@ -111,6 +118,22 @@ def _finding(f: Finding) -> dict[str, Any]:
             "gpu_hours_per_run": _num(f.savings.gpu_hours_per_run, 3),
             "usd_per_run": _num(f.savings.usd_per_run, 2),
         },
+    }
+
+
+def _steady(report: Report) -> dict[str, Any] | None:
+    st = report.steady
+    if st is None:
+        return None
+    return {
+        "median_ms": _num(st.median_ms, 3),
+        "settling_steps": list(st.settling),
+        "outlier_steps": list(st.outliers),
+        "spike_period": st.period,
+        "spike_excess_ms": _num(st.spike_ms, 3),
+        "spike_share": _num(st.spike_share),
+        "drift": _num(st.drift),
+        "spread": _num(st.spread),
     }
 
 

@@ -86,6 +86,7 @@ def _header(report: Report) -> RenderableType:
     m = report.metrics
     rows: list[tuple[str, RenderableType]] = [
         ("confidence", text(words.confidence(report.confidence))),
+        *((("stability", text(st)),) if (st := words.stability(report)) else ()),
         ("steps", Text(words.accounting(report))),
         ("step time", Text(words.step_time(report))),
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from analyzer.analysis.findings import Confidence, Evidence, Projection
+from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.outcome import Report
 from gpuanalyze.ingest import schema as S
 
@@ -98,7 +99,31 @@ def per_what(p: Projection) -> str:
 
 
 def projection(p: Projection) -> str:
-    return f"~{p.step_ms:.2f} ms {per_what(p)} (mean now {p.current_ms:.2f} ms per step)"
+    return f"~{p.step_ms:.2f} ms {per_what(p)}{projection_range(p)} (mean now {p.current_ms:.2f} ms per step)"
+
+
+def range_width(p: Projection) -> float | None:
+    """Width of the projection's range as a share of the current step (None: no range)."""
+    if p.low_ms is None or p.high_ms is None or p.current_ms <= 0:
+        return None
+    return (p.high_ms - p.low_ms) / p.current_ms
+
+
+def projection_range(p: Projection) -> str:
+    """', range 25.17-27.33 ms (width 3% of the step)', marked when so wide it says little."""
+    width = range_width(p)
+    if width is None or p.low_ms is None or p.high_ms is None:
+        return ""
+    wide = "; wide: it says little" if width > WIDE_RANGE else ""
+    return f", range {p.low_ms:.2f}-{p.high_ms:.2f} ms (width {width:.0%} of the step{wide})"
+
+
+def stability(report: Report) -> str | None:
+    """'1.00: 64 of 64 resamples of the 57 steps give data_loading' (None when not computed)."""
+    st = report.stability
+    if st is None:
+        return None
+    return f"not computed ({st.reason})" if st.value is None else f"{st.value:.2f}: {st.reason}"
 
 
 def usd(x: float | None) -> str:

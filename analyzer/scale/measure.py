@@ -53,10 +53,12 @@ class Measured:
     complete: bool
     notes: tuple[str, ...]
     metrics: StepMetrics
+    trace: Trace | None = None
+    """The trace, when it was held in memory (one file): the rules' metrics can then leave steps out."""
 
 
 def measure_trace(trace: Trace) -> Measured:
-    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace))
+    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace), trace)
 
 
 def measure(

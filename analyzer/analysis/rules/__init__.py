@@ -18,7 +18,7 @@ from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
-from analyzer.analysis.rules.rule import Context, Rule, confidence_level
+from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, exposed_comm_share
 from gpuanalyze.ingest import schema as S
 
@@ -110,11 +110,7 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     else:
         ok = ok & (steps.get_column(S.OTHER_MS) < T.HOST_MODERATE.value)
     consistency = number(ok.mean() or 0.0) if steps.height else 0.0
-    scale, why = 1.0, f"healthy on {consistency:.0%} of {m.steps} step(s)"
-    if m.steps < T.FEW_STEPS:
-        scale, why = 0.3, f"only {m.steps} step(s) of evidence"
-    elif m.steps < T.ENOUGH_STEPS:
-        scale, why = 0.7, f"healthy on {consistency:.0%} of only {m.steps} steps"
+    scale, why = step_scale(consistency, m.steps, "healthy on ")
     value = round(consistency * scale, 3)
     return Confidence(value, confidence_level(value), why)
 

@@ -14,8 +14,9 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
-from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain, worker_plan
+from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
 
 
@@ -23,7 +24,7 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
     """How much larger a batch the projection assumes, and why."""
     m = ctx.m
     if m.peak_mem_bytes and m.gpu_memory_bytes:
-        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(0.9 * m.gpu_memory_bytes / m.peak_mem_bytes)))
+        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(T.MEMORY_USABLE * m.gpu_memory_bytes / m.peak_mem_bytes)))
         return k, (
             f"batch x{k} (peak memory {m.peak_mem_bytes / 1e9:.1f} of {m.gpu_memory_bytes / 1e9:.1f} GB, "
             f"capped at x{T.MAX_BATCH_MULTIPLIER})"
@@ -42,11 +43,26 @@ def _fixed_data_wait(ctx: Context) -> float:
     return ctx.m.effective[S.DATA_WAIT_MS] if fetch_is_a_step_cost(ctx) else 0.0
 
 
+def others_ms(ctx: Context) -> float:
+    """Mean ms per step another rule names and a larger batch leaves as it is: syncs and unattributed
+    host time of the host rule's size (CPU traces). A data wait stays in: a DataLoader's cost is partly
+    per batch (sampler, collate, the hand-over), measured on in-memory loops here."""
+    m = ctx.m
+    out = ctx.ms(m.effective[S.SYNC_MS])
+    if not ctx.gpu and ctx.ms(m.effective[S.OTHER_MS]) >= T.HOST_MIN_MS:
+        out += ctx.ms(m.effective[S.OTHER_MS])
+    return out
+
+
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
-    """Step time per current batch worth of samples with a batch ``k`` times larger: the per-step
-    cost this rule measures (GPU idle no data wait or sync explains; on a CPU the optimizer, small
-    host time and a fetch that is a per-step cost) is divided by ``k``; the rest of the step grows
-    with the batch or belongs to another cause, and stays."""
+    """Step time per current batch worth of samples with a batch ``k`` times larger.
+
+    The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
+    optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
+    a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
+    step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
+    to "none of it does" (the low end), and the point is the first (conservative) one. Time another
+    rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
@@ -57,20 +73,42 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
     fixed = min(max(fixed, 0.0), wall)
     rest = wall - fixed
-    step = rest + fixed / k
+    # Time another rule names (a sync, large host time) stays as it is.
+    work = max(0.0, rest - others_ms(ctx))
+
+    def at(f: float) -> float:
+        """The step when a share ``f`` of the work (compute) does not grow with the batch either."""
+        return rest - work * f + (fixed + work * f) / k
+
+    split = m.batch_split
+    if split is not None:
+        f = min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0
+        lo_f, hi_f = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
+        basis = (
+            f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
+            f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
+            f"{work:.2f} ms compute is fixed"
+        )
+    else:
+        f, lo_f, hi_f = 0.0, 0.0, 1.0
+        basis = (
+            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: taken to grow with the "
+            f"batch (the range spans down to none of it growing, {at(1.0):.2f} ms)"
+        )
+    step = at(f)
     rule = (
-        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; the other {rest:.2f} ms "
-        f"grows with it or is another cause's, so per current batch worth of samples: "
-        f"{rest:.2f} + {fixed:.2f}/{k:g} = {step:.2f} ms"
+        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of the other {rest:.2f} ms, "
+        f"{basis}; per current batch worth of samples: {step:.2f} ms"
     )
     return bounded(
         ctx,
         step,
         f"batch x{k:g}",
-        {"the work that grows with the batch": rest},
+        {"the work that grows with the batch": at(hi_f)},
         rule,
         params=(("batch_multiplier", k),),
         per_batch_of=m.batch_samples,
+        model=(at(hi_f), at(lo_f)),
     )
 
 
@@ -80,7 +118,7 @@ class BatchSize(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
-        floor = 0.01 if relaxed else T.IDLE_MODERATE.value
+        floor = T.RELAXED if relaxed else T.IDLE_MODERATE.value
         if ctx.gpu:
             idle = m.idle_unexplained or 0.0
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
@@ -97,7 +135,7 @@ class BatchSize(Rule):
                 "other than data or sync (kernel launches and Python between them): too little work per step.",
             )
         fixed = per_step_fixed_share(ctx)
-        if fixed < (0.01 if relaxed else T.PER_STEP_FIXED.value):
+        if fixed < (T.RELAXED if relaxed else T.PER_STEP_FIXED.value):
             return None
         handoff = _fixed_data_wait(ctx) > 0
         return Detection(

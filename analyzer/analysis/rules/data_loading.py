@@ -12,83 +12,15 @@ CPU work).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.workers import WorkerPlan, cores_free, loader_cpu_share, worker_plan
 from gpuanalyze.ingest import schema as S
 
-MAX_WORKERS = 8
-
-
-def cores_per_process(ctx: Context) -> int:
-    """CPU cores the training process and its workers may use (the host's, shared by local ranks)."""
-    return max(1, int(ctx.host.cores_available))
-
-
-def handover_ms(ctx: Context) -> tuple[float, float]:
-    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
-    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
-    size = ctx.end.batch_bytes if ctx.end is not None else None
-    side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
-    return T.WORKER_MAIN_COST_MS, side
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerPlan:
-    """What moving loading into worker processes would give."""
-
-    workers: int
-    """Workers the projection assumes (0: the loop already has all the workers its cores allow)."""
-    step_ms: float
-    rule: str
-
-
-def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
-    """The projected step with more DataLoader workers (``workers``, default: what the host's cores
-    allow); None when the trace does not say how many ran."""
-    current = ctx.end.loader_workers if ctx.end is not None else None
-    if current is None:
-        return None
-    compute = ctx.wall - data_ms
-    cores = cores_per_process(ctx)
-    if current == 0:
-        workers = workers or max(2, min(MAX_WORKERS, cores))
-        main, side = handover_ms(ctx)
-        cpu = ctx.m.data_cpu_fraction
-        cpu_share = 1.0 if cpu is None else cpu
-        # CPU-bound loading runs at most `cores` workers at once; sleeping loading, all of them.
-        parallel = min(workers, cores) if cpu_share > 0 else workers
-        loading = (data_ms + side) / parallel
-        # Compute, the hand-over and the CPU part of loading all need the host's cores.
-        cores_bound = (compute + main + data_ms * cpu_share + side) / cores
-        step = max(compute + main, loading, cores_bound)
-        basis = (
-            "CPU time not recorded: loading assumed CPU-bound"
-            if cpu is None
-            else f"{cpu_share:.0%} of the wait is CPU time"
-        )
-        rule = (
-            f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
-            f"to hand over, {parallel} at a time: {loading:.2f} ms per batch; the training process computes "
-            f"{compute:.2f} ms + receives {main:.2f} ms; all of it shares {cores} core(s): max({compute:.2f} + "
-            f"{main:.2f}, {loading:.2f}, ({compute:.2f} + {main:.2f} + {data_ms * cpu_share:.2f} + {side:.2f})"
-            f"/{cores}) = {step:.2f} ms"
-        )
-        return WorkerPlan(workers, step, rule)
-    workers = workers or min(MAX_WORKERS, cores - 1, 2 * current)
-    if workers <= current:
-        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {cores} core(s)")
-    # With `current` workers each batch takes a worker current x step to build; more workers divide that.
-    loading = ctx.wall * current / workers
-    step = max(compute, loading)
-    rule = (
-        f"num_workers {current} -> {workers}: batches arrive every {ctx.wall:.2f} x {current}/{workers} = "
-        f"{loading:.2f} ms, overlapped with the {compute:.2f} ms compute path"
-    )
-    return WorkerPlan(workers, step, rule)
+__all__ = ["DataLoading", "WorkerPlan", "fetch_is_a_step_cost", "other_step_costs", "worker_gain", "worker_plan"]
 
 
 def other_step_costs(ctx: Context) -> float:
@@ -124,8 +56,34 @@ def worker_gain(ctx: Context, plan: WorkerPlan, why: str, *, expect_gain: bool) 
 
 
 def helps(plan: WorkerPlan | None, wall: float) -> TypeGuard[WorkerPlan]:
-    """More workers are possible and projected to save at least WORKER_MIN_GAIN of the step."""
-    return plan is not None and plan.workers > 0 and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
+    """More workers are possible, projected to save at least WORKER_MIN_GAIN of the step, and not slower
+    at the high end of their range (a recommendation only when its projection says it helps)."""
+    return (
+        plan is not None
+        and plan.workers > 0
+        and plan.step_ms <= wall * (1 - T.WORKER_MIN_GAIN.value)
+        and not may_be_slower(plan, wall)
+    )
+
+
+def may_be_slower(plan: WorkerPlan, wall: float) -> bool:
+    """The high end of the workers' range reaches the current step: on this host they may not help."""
+    return plan.high_ms is not None and plan.high_ms >= wall
+
+
+def worst_case(ctx: Context, plan: WorkerPlan) -> Evidence:
+    """Workers the point projects to help whose range says they may be slower: evidence against them."""
+    high = plan.high_ms if plan.high_ms is not None else plan.step_ms
+    return Evidence(
+        "worker_gain_worst_case",
+        (ctx.wall - high) / ctx.wall,
+        T.WORKER_MIN_GAIN.value,
+        "<",
+        "fraction of step time",
+        f"num_workers={plan.workers} would save {(ctx.wall - plan.step_ms) / ctx.wall:.0%} at the point, but at the "
+        f"high end of its range (twice the hand-over, loading CPU-bound, compute on every free core) the step is "
+        f"{high:.2f} ms: on this host workers may be slower (docs/projections.md)",
+    )
 
 
 def would_not_help(plan: WorkerPlan | None, wall: float) -> bool:
@@ -139,15 +97,15 @@ class DataLoading(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         share = ctx.m.effective[S.DATA_WAIT_MS]
-        if share < (0.01 if relaxed else T.DATA_WAIT_MODERATE.value):
+        if share < (T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value):
             return None
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
         workers_useless = would_not_help(plan, ctx.wall)
         if workers_useless and fetch_is_a_step_cost(ctx):
             return None  # a fixed per-step cost workers cannot remove: batch_size names it
-        cpu = ctx.m.data_cpu_fraction
-        cpu_bound = workers_useless and (cpu is None or cpu >= 0.5)
+        cpu = loader_cpu_share(ctx)
+        cpu_bound = workers_useless and (cpu is None or cpu >= T.CPU_BOUND_LOADING)
         wait = "while the GPU is idle " if ctx.gpu else ""
         return Detection(
             cause="cpu_bound_loading" if cpu_bound else "input_pipeline",
@@ -184,7 +142,8 @@ class DataLoading(Rule):
                 )
             else:
                 why = "the wait is shorter than what a worker's hand-over adds; it must get shorter at its source"
-            ev.append(worker_gain(ctx, plan, why, expect_gain=gain))
+            saves = plan.step_ms <= ctx.wall * (1 - T.WORKER_MIN_GAIN.value)
+            ev.append(worst_case(ctx, plan) if not gain and saves else worker_gain(ctx, plan, why, expect_gain=gain))
         c = ctx.ceilings
         if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
             ev.append(
@@ -223,10 +182,16 @@ class DataLoading(Rule):
                 limits,
                 f"{base}; {plan.rule}",
                 params=(("num_workers", plan.workers),),
+                model=(plan.low_ms or plan.step_ms, plan.high_ms or plan.step_ms),
             )
         how = ""
         if plan is not None:
-            how = f"{plan.rule}: not {T.WORKER_MIN_GAIN.value:.0%} faster; " if plan.workers > 0 else f"{plan.rule}; "
+            if plan.workers > 0 and may_be_slower(plan, ctx.wall):
+                how = f"{plan.rule}, but its range reaches {plan.high_ms or 0.0:.2f} ms, not below the step now; "
+            elif plan.workers > 0:
+                how = f"{plan.rule}: not {T.WORKER_MIN_GAIN.value:.0%} faster; "
+            else:
+                how = f"{plan.rule}; "
         return bounded(
             ctx,
             compute,
@@ -239,37 +204,49 @@ class DataLoading(Rule):
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
         workers = dict(p.params).get("num_workers")
         current = ctx.end.loader_workers if ctx.end is not None else None
+        cpu = loader_cpu_share(ctx)
         recs: list[str | tuple[str, bool]] = []
+        free = f"{cores_free(ctx):g} of {ctx.host.cores_available:g}"
         if workers is not None:
             recs.append(
-                f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; this host gives "
-                f"{cores_per_process(ctx)} core(s) to this process), with prefetch_factor=2 or more if waits "
-                "are bursty."
+                f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; {free} core(s) "
+                "were free to this job), with prefetch_factor=2 or more if waits are bursty."
             )
             recs.append("Keep workers alive between epochs with persistent_workers=True.")
         elif d.cause == "cpu_bound_loading":
             recs.append(
-                "Worker processes would not help here: loading is CPU work and this host has "
-                f"{cores_per_process(ctx)} core(s) for it and the training loop; make each batch cheaper "
-                "to build instead."
+                f"Worker processes would not help here: loading is CPU work and {free} core(s) were free to this "
+                "job for it and the training loop; make each batch cheaper to build instead."
             )
             recs.append(
                 "For data already in memory, fetch whole batches by index (a BatchSampler with a Dataset "
                 "that takes a list of indices, or __getitems__) instead of one __getitem__ per sample."
             )
         elif current is None:
-            recs.append(
-                "Load in the background: a DataLoader with num_workers > 0 (or a prefetching thread for a "
-                "custom batch function) overlaps loading with compute."
-            )
+            recs.append(_background(cpu))
         recs += [
             (
                 "Use pin_memory=True and move batches with .to(device, non_blocking=True) so the copy overlaps "
                 "compute.",
                 True,
             ),
-            "Make Dataset.__getitem__ cheaper: decode/augment once offline, cache decoded samples, or read from "
-            "faster storage.",
+            "Make Dataset.__getitem__ (or your batch function) cheaper: decode/augment once offline, cache decoded "
+            "samples, or read from faster storage.",
             ("Move augmentation to the GPU (e.g. torchvision.transforms.v2 on device tensors).", True),
         ]
         return gpu_only(ctx, recs)
+
+
+def _background(cpu: float | None) -> str:
+    """Background loading for a loop without a DataLoader: a thread only for loading that waits (I/O);
+    CPU-bound Python loading holds the GIL, so a thread would not overlap it with compute."""
+    if cpu is not None and cpu < T.CPU_BOUND_LOADING:
+        return (
+            "Load in the background: the wait is mostly not CPU time (I/O), so a prefetching thread for a custom "
+            "batch function overlaps it with compute; or a DataLoader with num_workers > 0."
+        )
+    return (
+        "Load in the background with processes, not a thread: this loading is CPU work (or its CPU time was not "
+        "recorded), and Python holds the GIL, so a prefetching thread would not overlap it with compute. Use a "
+        "DataLoader with num_workers > 0, or make the batch function cheaper (vectorise it with numpy/torch)."
+    )

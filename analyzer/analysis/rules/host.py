@@ -22,7 +22,7 @@ class Host(Rule):
         if ctx.gpu:
             return None
         share = ctx.m.effective[S.OTHER_MS]
-        if share < (0.01 if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
+        if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
         if ctx.ms(share) < T.HOST_MIN_MS:
             return None  # the loop's own per-step Python (loss, zero_grad): batch_size's per-step overhead
@@ -58,10 +58,27 @@ class Host(Rule):
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
-        return (
+        wrap = (
             "If batches come from your own function (no DataLoader, e.g. get_batch()), wrap the call in "
-            "`with prof.data():` so gpuanalyze counts it as data wait; then load in the background.",
-            "Look for per-step logging, metric computation, evaluation or checkpointing in the loop, and do it every "
-            "N steps.",
-            "Profile the host side to see the rest: py-spy record -- python train.py, or pyinstrument.",
+            "`with prof.data():` so gpuanalyze counts it as data wait; then load in the background."
         )
+        every_n = (
+            "Look for per-step logging, metric computation, evaluation or checkpointing in the loop, and do it every "
+            "N steps."
+        )
+        profile = "Profile the host side to see the rest: py-spy record -- python train.py, or pyinstrument."
+        if after_optimizer(ctx, d):
+            every_n = (
+                f"{ctx.m.lead_mean_ms or 0.0:.2f} ms of it runs after optimizer.step(), before the next batch is "
+                "fetched: per-step logging or metrics there (grad norms, .tolist(), .item()); do it every N steps."
+            )
+            return (every_n, profile)
+        return (wrap, every_n, profile)
+
+
+def after_optimizer(ctx: Context, d: Detection) -> bool:
+    """The unattributed time sits after the optimizer step of a DataLoader loop (lead_ms holds most of it):
+    not a batch function to wrap in prof.data(), but work to do every N steps."""
+    lead = ctx.m.lead_mean_ms
+    loader = ctx.end is not None and ctx.end.loader_workers is not None
+    return loader and lead is not None and lead >= T.LEAD_AFTER_OPTIMIZER * ctx.ms(d.share)

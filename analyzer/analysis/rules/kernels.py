@@ -38,7 +38,7 @@ def tensor_core_ratio(ctx: Context) -> tuple[float, str]:
 
 class Kernels(Rule):
     bottleneck = "kernels"
-    high = T.Threshold(0.30, T.OURS + ": a third of the step in slow kernels")
+    high = T.KERNELS_HIGH
 
     def _shares(self, ctx: Context) -> tuple[float, float, bool]:
         """(fp32-math share of kernel time, memory-bound share of kernel time, from kernel statistics)."""
@@ -54,8 +54,8 @@ class Kernels(Rule):
             return None
         util = ctx.m.gpu_util or 0.0
         fp32, memory, measured = self._shares(ctx)
-        fp32_on = fp32 >= (0.01 if relaxed else T.FP32_MATH.value)
-        memory_on = measured and memory >= (0.01 if relaxed else T.MEMORY_BOUND.value)
+        fp32_on = fp32 >= (T.RELAXED if relaxed else T.FP32_MATH.value)
+        memory_on = measured and memory >= (T.RELAXED if relaxed else T.MEMORY_BOUND.value)
         if not measured and util < T.GPU_HEALTHY.value:
             return None  # no kernel statistics and a GPU that is not the limit: feeding it comes first
         if not (fp32_on or memory_on):

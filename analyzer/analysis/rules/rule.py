@@ -84,23 +84,28 @@ def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity
 
 def confidence(d: Detection, evidence: tuple[Evidence, ...], relaxed: bool) -> Confidence:
     """Consistency across steps, scaled down for few steps and for contrary evidence."""
-    n = d.evidence_steps
-    scale, why = 1.0, f"{d.consistency:.0%} of {n} step(s)"
-    if n < T.FEW_STEPS:
-        scale, why = 0.3, f"only {n} step(s) of evidence"
-    elif n < T.ENOUGH_STEPS:
-        scale, why = 0.7, f"{d.consistency:.0%} of only {n} steps"
+    scale, why = step_scale(d.consistency, d.evidence_steps)
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
         why += f"; {sum(not e.supports for e in evidence)} of {len(evidence)} evidence item(s) against"
     if relaxed:
-        scale, why = min(scale, 0.3), why + "; below the usual thresholds (named as the largest remaining cause)"
+        scale = min(scale, T.FEW_STEPS_SCALE)
+        why += "; below the usual thresholds (named as the largest remaining cause)"
     value = round(clamp(d.consistency * scale * support), 3)
     return Confidence(value, confidence_level(value), why)
 
 
+def step_scale(consistency: float, n: int, what: str = "") -> tuple[float, str]:
+    """How much ``n`` steps of evidence are worth (FEW_STEPS, ENOUGH_STEPS), and the reason in words."""
+    if n < T.FEW_STEPS:
+        return T.FEW_STEPS_SCALE, f"only {n} step(s) of evidence"
+    if n < T.ENOUGH_STEPS:
+        return T.SOME_STEPS_SCALE, f"{what}{consistency:.0%} of only {n} steps"
+    return 1.0, f"{what}{consistency:.0%} of {n} step(s)"
+
+
 def confidence_level(value: float) -> ConfidenceLevel:
-    return "high" if value >= 0.75 else "medium" if value >= 0.4 else "low"
+    return "high" if value >= T.CONFIDENCE_HIGH else "medium" if value >= T.CONFIDENCE_MEDIUM else "low"
 
 
 class Rule(ABC):
@@ -150,18 +155,25 @@ def bounded(
     rule: str,
     params: tuple[tuple[str, int | float | str], ...] = (),
     per_batch_of: float | None = None,
+    model: tuple[float, float] | None = None,
 ) -> Projection:
     """The projection ``step`` ("what" limits it), raised to the largest of ``limits`` (what remains
     the limit once the cause is fixed: GPU-busy time, the compute path, ...) and kept within
-    [0, current step]: never below what remains, never slower than now."""
+    [0, current step]: never below what remains, never slower than now. ``model``: the (low, high)
+    steps the model's assumptions allow (default: the point itself); analysis.intervals widens them
+    by step-to-step variation."""
     wall = ctx.wall
     bound = what
+    low, high = model if model is not None else (step, step)
+    floor = 0.0
     if limits:
         name, floor = max(limits.items(), key=lambda kv: kv[1])
         if floor > step:
             step, bound = floor, name
             rule += f"; no faster than {name} ({floor:.2f} ms)"
     step = min(max(step, 0.0), wall)
+    low = min(max(low, floor, 0.0), step)
+    high = max(high, step)
     return Projection(
         step_ms=step,
         current_ms=wall,
@@ -169,6 +181,8 @@ def bounded(
         bound=f"{bound}: {step:.2f} ms",
         params=params,
         per_batch_of=per_batch_of,
+        low_ms=low,
+        high_ms=high,
     )
 
 

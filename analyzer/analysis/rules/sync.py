@@ -71,7 +71,7 @@ class Sync(Rule):
                 summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
                 f"{s.excess_ms:.1f} ms, mostly in {s.phase}; the other ranks wait for it in gradient all-reduce.",
             )
-        floor = 0.01 if relaxed else T.SYNC_MODERATE.value
+        floor = T.RELAXED if relaxed else T.SYNC_MODERATE.value
         host = m.share[S.SYNC_MS] or 0.0
         comm = exposed_comm_share(ctx) if ctx.gpu else 0.0
         share = (ctx.wall - _after(ctx)) / ctx.wall if ctx.wall else 0.0
@@ -120,7 +120,7 @@ class Sync(Rule):
                 Evidence(
                     f"straggler_{s.phase}_excess_ms",
                     s.phase_excess_ms,
-                    0.5 * s.excess_ms,
+                    T.STRAGGLER_PHASE_SHARE * s.excess_ms,
                     ">=",
                     "ms per step",
                     "the phase that holds most of its excess (at least half of it)",
@@ -238,7 +238,7 @@ class Sync(Rule):
                 "gradient_as_bucket_view=True, FSDP backward_prefetch), and use no_sync() during gradient "
                 "accumulation."
             )
-        if (ctx.m.share[S.SYNC_MS] or 0.0) >= 0.01:
+        if (ctx.m.share[S.SYNC_MS] or 0.0) >= T.RELAXED:
             recs += [
                 "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
                 "read them every N steps.",

@@ -95,6 +95,9 @@ BLOCKING_COPIES = ("cudaMemcpy", "hipMemcpy")
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+#: DataLoader iterator classes in those annotations: loading in worker processes, or in the training process.
+MULTI_PROCESS_ITER = "_MultiProcessingDataLoaderIter"
+SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"
 OPTIMIZER_PREFIX = "Optimizer.step#"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 _BACKWARD_OP = re.compile(r"Backward\d*$")
@@ -215,6 +218,9 @@ class KinetoTrace:
     device: str
     """'cuda' (also ROCm), 'mtia', 'hpu', 'xpu', ... when the trace has device activity; 'cpu' otherwise."""
     notes: list[str] = field(default_factory=list)
+    loader_workers: int | None = None
+    """From the DataLoader iterator class: 1 (at least one worker process; how many is not in the
+    trace) for the multi-process iterator, 0 for the single-process one, None without either."""
 
     @property
     def gpu_category(self) -> list[str]:
@@ -244,6 +250,7 @@ class KinetoSink:
         self.bad_times = 0
         self.bad_ids = 0
         self.bad_steps = 0
+        self.loader_iters: set[str] = set()
 
     def _cat(self, raw: str) -> tuple[int, str]:
         """(0 skip, 1 device, 2 runtime, 3 cpu), normalised category; cached per distinct string."""
@@ -324,6 +331,8 @@ class KinetoSink:
                 if mark == -1:
                     self._step(name, t)
                 else:
+                    if mark == MARK_LOADER:
+                        self._loader_iter(name)
                     self.c_ts.append(t[0])
                     self.c_dur.append(t[1])
                     self.c_mark.append(mark)
@@ -350,6 +359,11 @@ class KinetoSink:
                 f"{self.path}: more than {self.limits.max_kept_events:,} device, runtime and phase events; "
                 "profile a shorter window (torch.profiler schedule) or split the trace"
             )
+
+    def _loader_iter(self, name: str) -> None:
+        for cls in (MULTI_PROCESS_ITER, SINGLE_PROCESS_ITER):
+            if cls in name:
+                self.loader_iters.add(cls)
 
     def _step(self, name: str, t: tuple[float, float]) -> None:
         digits = name[len("ProfilerStep#") :]
@@ -398,6 +412,7 @@ class KinetoSink:
             device_memory=memory,
             device=device,
             notes=notes,
+            loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
         )
 
 

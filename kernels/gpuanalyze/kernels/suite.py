@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from analyzer.errors import GpuAnalyzeError, Skip
-from analyzer.machine.ceilings import Fingerprint, SuiteRun, merge_runs, this_host
+from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs, this_host
 from analyzer.machine.datasheet import lookup
 from gpuanalyze.kernels.allreduce import run_allreduce
 from gpuanalyze.kernels.babelstream import run_memory

@@ -1,0 +1,130 @@
+"""From a Context to the verdict a performance engineer can sign: the rules' findings on the steady
+steps, their stability over resamples of the steps, each projection as a range, confidence that
+reflects evidence, stability and the host, and periodic spikes as a finding of their own.
+
+The rules see the steady steps (``ctx.m``: outliers and settling steps left out, analysis.steady);
+the run's cost is the mean of every analysed step (``full``), so every projection gets back the
+time the left-out steps add to the mean (the fix leaves them as they are).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Confidence, Finding
+from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.rules import Context, Verdict, classify
+from analyzer.analysis.rules.rule import confidence_level
+from analyzer.analysis.spikes import spike_finding
+from analyzer.analysis.stability import Stability, stability
+from analyzer.analysis.steady import SteadyState
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    verdict: Verdict
+    stability: Stability
+    steady: SteadyState
+    notes: tuple[str, ...]
+
+
+def cpu_side(f: Finding, gpu: bool) -> bool:
+    """A finding whose fix is CPU work on the host's cores (loading, host time, CPU-run steps)."""
+    return f.bottleneck in ("data_loading", "host") or (not gpu and f.bottleneck in ("batch_size", "sync"))
+
+
+def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: bool = True) -> Judged:
+    """``left_out``: the rules' metrics (``ctx.m``) are without the steady state's left-out steps (a trace
+    held in memory); False when they could not be left out (out of core), which the notes say."""
+    verdict = classify(ctx)
+    stab = stability(ctx, verdict, classify)
+    delta = full.step_mean_ms - ctx.wall
+    findings = [_finish(ctx, f, delta, full.step_mean_ms, stab, steady.spread) for f in verdict.findings]
+    spikes = spike_finding(ctx, full, steady)
+    if spikes is not None:
+        findings.append(spikes)
+    ranked = tuple(sorted(findings, key=lambda f: (f.projection.saved_ms, f.share), reverse=True))
+    if ranked:
+        top = ranked[0]
+        conf = _stable(top.confidence, stab.value if top.bottleneck == verdict.bottleneck else None)
+        ranked = (dataclasses.replace(top, confidence=conf), *ranked[1:])
+        verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
+    else:
+        verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
+    return Judged(verdict, stab, steady, _notes(ctx, steady, left_out))
+
+
+def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:
+    """The finding with its projection on the whole run and as a range, and its confidence capped.
+    Run-to-run noise is at least the steps' own spread (a loaded host shows it even unsampled)."""
+    p = f.projection
+    point = p.step_ms + delta
+    loaded = ctx.host.oversubscribed and cpu_side(f, ctx.gpu)
+    noise = point * max(T.LOADED_NOISE if loaded else T.PROJECTION_NOISE, spread)
+    lo_b, hi_b = stab.projected.get((f.bottleneck, f.cause), (p.step_ms, p.step_ms))
+    model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + delta
+    model_hi = (p.high_ms if p.high_ms is not None else p.step_ms) + delta
+    low = max(0.0, model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise))
+    high = model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise)
+    projection = dataclasses.replace(
+        p, step_ms=point, current_ms=current, low_ms=min(low, point), high_ms=max(high, point)
+    )
+    conf = f.confidence
+    if loaded:
+        conf = _scaled(
+            conf,
+            T.OVERSUBSCRIBED_SCALE,
+            "recorded on an oversubscribed host: a CPU-side projection is less certain",
+        )
+    if projection.high_ms is not None and projection.high_ms >= current and f.recommendations:
+        conf = _capped(conf, math.nextafter(T.CONFIDENCE_MEDIUM, 0.0), "its range reaches the current step time")
+    share = max(f.share, min(1.0, projection.saved_ms / current)) if current > 0 else f.share
+    return dataclasses.replace(f, projection=projection, confidence=conf, share=share)
+
+
+def _scaled(c: Confidence, scale: float, why: str) -> Confidence:
+    value = round(c.value * scale, 3)
+    return Confidence(value, confidence_level(value), f"{c.reason}; {why}")
+
+
+def _capped(c: Confidence, cap: float, why: str) -> Confidence:
+    """At most ``cap`` (kept to three decimals, rounded down so the level stays below the cut)."""
+    if c.value <= cap:
+        return c
+    value = math.floor(cap * 1000) / 1000
+    return Confidence(value, confidence_level(value), f"{c.reason}; {why}")
+
+
+def _stable(c: Confidence, value: float | None) -> Confidence:
+    """A verdict that fewer than STABLE_VERDICT of resamples repeat is not 'high'."""
+    if value is None or value >= T.STABLE_VERDICT.value:
+        return c
+    cap = math.nextafter(T.CONFIDENCE_HIGH, 0.0) * value / T.STABLE_VERDICT.value
+    return _capped(c, cap, f"stability {value:.2f} < {T.STABLE_VERDICT.value:g} (resamples of the steps)")
+
+
+def _notes(ctx: Context, steady: SteadyState, left_out: bool) -> tuple[str, ...]:
+    notes = []
+    h = ctx.host
+    if h.oversubscribed:
+        load = f"load average {h.load_avg:.1f}, " if h.load_avg is not None else ""
+        notes.append(
+            f"recorded on an oversubscribed host ({load}{h.cores_free:g} of {h.cores_available:g} core(s) free to "
+            "this job): CPU-side projections have wider ranges and lower confidence"
+        )
+    if steady.left_out and not left_out:
+        notes.append(
+            f"{len(steady.settling) + len(steady.outliers)} step(s) far above the median {steady.median_ms:.2f} ms; "
+            "measured out of core, the rules judge them with the rest"
+        )
+    elif steady.left_out:
+        notes.append(
+            f"{len(steady.settling)} settling and {len(steady.outliers)} outlier step(s) left out of the rules "
+            f"(far above the median {steady.median_ms:.2f} ms); run time, cost and projections still count them"
+        )
+    if abs(steady.drift) >= T.DRIFT_NOTABLE:
+        notes.append(f"step time drifts {steady.drift:+.0%} from the first to the last third of the steady steps")
+    return tuple(notes)

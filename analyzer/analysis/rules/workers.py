@@ -1,0 +1,157 @@
+"""What DataLoader worker processes would give on the host as measured.
+
+Workers overlap loading with compute, but every batch is handed over between processes (the
+training process pays WORKER_MAIN_COST_MS to receive it, a worker WORKER_SIDE_COST_MS plus
+WORKER_SIDE_MS_PER_MIB to send it), and loading that is CPU work needs cores the training loop
+uses too. The plan divides CPU work among the cores *free* to the job (``HostFacts.cores_free``),
+never assumes more workers than free cores, and charges forward and backward for the cores the
+workers take when the training process computes on more than the cores left to it. Its range:
+half the hand-over and no contention (low) to twice the hand-over with the workers' full share
+of the cores taken from compute, on every free core when the sampler did not measure how many it
+computes on, and loading CPU-bound unless the sampler measured the host (high).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.rules.rule import Context
+
+#: Fixed-point passes for the step time that the workers' core usage depends on.
+_PASSES = 4
+
+
+def cores_free(ctx: Context) -> float:
+    """Cores free to the training process and its workers (the job's share, minus other work)."""
+    return max(1.0, ctx.host.cores_free)
+
+
+def max_workers(ctx: Context) -> int:
+    """The most workers a projection assumes: never more than the free cores, at most MAX_WORKERS."""
+    return max(1, min(T.MAX_WORKERS, math.floor(cores_free(ctx))))
+
+
+def handover_ms(ctx: Context) -> tuple[float, float]:
+    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
+    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
+    size = ctx.end.batch_bytes if ctx.end is not None else None
+    side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
+    return T.WORKER_MAIN_COST_MS, side
+
+
+def loader_cpu_share(ctx: Context) -> float | None:
+    """Share of the data wait that is CPU work, corrected for a loaded host: there a CPU-bound fetch
+    gets only part of a core, so its CPU time reads low against its wall time (None: not recorded)."""
+    cpu = ctx.m.data_cpu_fraction
+    if cpu is None:
+        return None
+    load = ctx.host.load_avg
+    if ctx.host.oversubscribed and load is not None and load > ctx.host.cores_available:
+        cpu = cpu * load / ctx.host.cores_available
+    return min(1.0, cpu)
+
+
+def compute_threads(ctx: Context) -> tuple[float, float]:
+    """(point, most) cores the training process computes on: what the sampler measured (1 when not
+    sampled); on a CPU run not sampled, up to every free core (torch's intra-op threads default to
+    the cores), the high end of the range."""
+    point = max(1.0, ctx.host.process_cpu_cores or 1.0)
+    most = point if ctx.host.sampled or ctx.gpu else max(point, cores_free(ctx))
+    return point, most
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """What moving loading into worker processes would give."""
+
+    workers: int
+    """Workers the projection assumes (0: the loop already has all the workers its cores allow)."""
+    step_ms: float
+    rule: str
+    low_ms: float | None = None
+    """The step with half the hand-over and compute untouched by the workers."""
+    high_ms: float | None = None
+    """The step with twice the hand-over and the workers' cores taken from compute."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    compute: float
+    data: float
+    cpu_share: float
+    workers: int
+    cores: float
+    threads: float
+
+    def step(self, ctx: Context, handover: float, contention: bool) -> tuple[float, float, float]:
+        """(step, loading per batch, compute as slowed by the workers) under these assumptions."""
+        main, side = (x * handover for x in handover_ms(ctx))
+        parallel = min(self.workers, max(1, math.floor(self.cores))) if self.cpu_share > 0 else self.workers
+        loading = (self.data + side) / parallel
+        cpu_work = self.data * self.cpu_share + side
+        cores_bound = (self.compute * self.threads + main + cpu_work) / self.cores
+        compute = self.compute
+        step = max(compute + main, loading, cores_bound)
+        for _ in range(_PASSES if contention else 0):
+            taken = min(float(self.workers), cpu_work / step) if step > 0 else 0.0
+            left = max(self.cores - taken, self.cores / (self.workers + 1))
+            compute = self.compute * max(1.0, self.threads / left)
+            step = max(compute + main, loading, cores_bound)
+        return step, loading, compute
+
+
+def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
+    """The projected step with more DataLoader workers (``workers``, default: what the free cores
+    allow); None when the trace does not say how many ran."""
+    current = ctx.end.loader_workers if ctx.end is not None else None
+    if current is None:
+        return None
+    if current == 0:
+        return _from_zero(ctx, data_ms, workers or max_workers(ctx))
+    return _more(ctx, data_ms, current, workers)
+
+
+def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
+    compute = ctx.wall - data_ms
+    cpu = loader_cpu_share(ctx)
+    threads, most = compute_threads(ctx)
+    model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
+    step, loading, slowed = model.step(ctx, 1.0, True)
+    low, _, _ = model.step(ctx, T.HANDOVER_LOW, False)
+    # Not sampled, the loader's CPU share may read low (a loaded host gives it part of a core): the high
+    # end takes loading as CPU-bound.
+    worst = model.cpu_share if ctx.host.sampled else 1.0
+    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, T.HANDOVER_HIGH, True)
+    main, side = handover_ms(ctx)
+    basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
+    cores = f"{model.cores:g}"
+    charged = f" (slowed to {slowed:.2f} ms: the workers take cores it computes on)" if slowed > compute + 1e-9 else ""
+    rule = (
+        f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
+        f"to hand over, {min(workers, max(1, math.floor(model.cores)))} at a time: {loading:.2f} ms per batch; "
+        f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
+        f"the {cores} core(s) free to this job: max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
+        f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"
+    )
+    return WorkerPlan(workers, step, rule, low_ms=min(low, step), high_ms=max(high, step))
+
+
+def _more(ctx: Context, data_ms: float, current: int, workers: int | None) -> WorkerPlan:
+    compute = ctx.wall - data_ms
+    free = cores_free(ctx)
+    workers = workers or min(T.MAX_WORKERS, math.floor(free) - 1, 2 * current)
+    if workers <= current:
+        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {free:g} free core(s)")
+    # With `current` workers each batch takes a worker current x step to build; more workers divide that,
+    # as far as the free cores run them at once.
+    loading = ctx.wall * current / workers
+    step = max(compute, loading)
+    crowded = ctx.wall * current / min(workers, max(current, math.floor(free)))
+    rule = (
+        f"num_workers {current} -> {workers}: batches arrive every {ctx.wall:.2f} x {current}/{workers} = "
+        f"{loading:.2f} ms, overlapped with the {compute:.2f} ms compute path"
+    )
+    return WorkerPlan(workers, step, rule, low_ms=step, high_ms=max(step, compute, crowded))

@@ -1,0 +1,116 @@
+"""Verdict stability: resample the analysed steps (bootstrap) and classify each resample.
+
+``stability`` is the share of resamples whose verdict is the report's; each finding's projection
+is redone on every resample, and the spread of the projected mean is the step-to-step part of its
+range (analysis.intervals). Resampling works on ``StepMetrics.per_step`` (one row per step, its
+shares summed over the ranks that ran it), so a run measured out of core is resampled the same
+way: whole steps, every rank of a step together. What per_step does not hold stays as measured
+(the cross-rank analysis, kernel statistics, per-step consistency, medians). The resample is
+vectorised: one index matrix, every share of every resample in one numpy reduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.metrics import RAW, STEP_RANKS, STEP_WALL, UNEXPLAINED_IDLE, StepMetrics
+from analyzer.analysis.rules import Context, Verdict
+from gpuanalyze.ingest import schema as S
+
+Key = tuple[str, str]
+"""A finding's (bottleneck, cause)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stability:
+    """How often resamples of the steps repeat the verdict, and the resampled projections."""
+
+    value: float | None
+    """Share of resamples with the report's verdict, in [0, 1]; None when not computed."""
+    resamples: int
+    reason: str
+    projected: dict[Key, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Per finding: the (low, high) BOOTSTRAP_COVERAGE percentiles of its projected mean step over the
+    resamples where it fires (the step-to-step part of its range)."""
+
+
+def _arrays(m: StepMetrics) -> dict[str, np.ndarray] | None:
+    ps = m.per_step
+    if ps.height < T.FEW_STEPS or STEP_WALL not in ps.columns:
+        return None
+    out = {c: ps.get_column(c).fill_null(0.0).to_numpy() for c in ps.columns if c != S.STEP}
+    out[STEP_WALL] = ps.get_column(STEP_WALL).to_numpy()
+    return out
+
+
+def resampled(m: StepMetrics, idx: np.ndarray) -> list[StepMetrics]:
+    """StepMetrics for each row of ``idx`` (resample x step indices into per_step)."""
+    a = _arrays(m)
+    assert a is not None
+    wall = a[STEP_WALL]
+    ranks = np.maximum(a[STEP_RANKS], 1)
+    W = wall[idx].sum(axis=1)
+
+    def share(col: str) -> np.ndarray:
+        return np.clip((a[col] * wall)[idx].sum(axis=1) / W, 0.0, 1.0)
+
+    per_rank = (wall / ranks)[idx].mean(axis=1) / float(np.mean(wall / ranks))
+    mean = m.step_mean_ms * per_rank
+    eff = {p: share(p) for p in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)}
+    raw = {p: share(p + RAW) for p in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)}
+    gpu = m.gpu_util is not None
+    util = share(S.GPU_BUSY_MS) if gpu else None
+    unexplained = share(UNEXPLAINED_IDLE) if gpu else None
+    out = []
+    for b in range(idx.shape[0]):
+        shares = dict(m.share)
+        means = dict(m.mean_ms)
+        for p in raw:
+            if shares.get(p) is not None:
+                shares[p] = float(raw[p][b])
+                means[p] = float(raw[p][b] * mean[b])
+        out.append(
+            dataclasses.replace(
+                m,
+                step_mean_ms=float(mean[b]),
+                effective={p: float(v[b]) for p, v in eff.items()},
+                share=shares,
+                mean_ms=means,
+                gpu_util=None if util is None else float(util[b]),
+                busy_mean_ms=None if util is None else float(util[b] * mean[b]),
+                idle_unexplained=None if unexplained is None else float(unexplained[b]),
+            )
+        )
+    return out
+
+
+def stability(ctx: Context, verdict: Verdict, classify: Callable[[Context], Verdict]) -> Stability:
+    """Bootstrap the verdict over BOOTSTRAP_RESAMPLES resamples of the analysed steps (seeded: the
+    same trace gives the same stability)."""
+    n = ctx.m.per_step.height
+    if _arrays(ctx.m) is None:
+        return Stability(None, 0, f"not computed: {n} step(s), fewer than {T.FEW_STEPS}")
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, n, size=(T.BOOTSTRAP_RESAMPLES, n))
+    same = 0
+    seen: dict[Key, list[float]] = {}
+    for m in resampled(ctx.m, idx):
+        v = classify(dataclasses.replace(ctx, m=m))
+        same += v.bottleneck == verdict.bottleneck
+        for f in v.findings:
+            seen.setdefault((f.bottleneck, f.cause), []).append(f.projection.step_ms)
+    value = same / T.BOOTSTRAP_RESAMPLES
+    tail = (1 - T.BOOTSTRAP_COVERAGE) / 2
+    projected: dict[Key, tuple[float, float]] = {}
+    for f in verdict.findings:
+        steps = seen.get((f.bottleneck, f.cause))
+        if steps:
+            lo, hi = np.quantile(np.asarray(steps), [tail, 1 - tail])
+            projected[(f.bottleneck, f.cause)] = (float(lo), float(hi))
+    reason = f"{same} of {T.BOOTSTRAP_RESAMPLES} resamples of the {n} steps give {verdict.bottleneck}"
+    return Stability(value, T.BOOTSTRAP_RESAMPLES, reason, projected)

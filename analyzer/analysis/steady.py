@@ -1,0 +1,127 @@
+"""The steady state of a run: steps still settling, outlier steps, periodic spikes and drift.
+
+Rules judge the steady steps (robust estimates: a few stalled steps must not decide a verdict);
+run time and cost still come from the mean of every analysed step, with the steps left out
+counted explicitly (``analysis.judge`` adds them back to every projection). Periodic spikes (every
+Nth step: checkpoint, evaluation, logging) are a finding of their own with their period and cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.metrics import STEP_RANKS, STEP_WALL, StepMetrics
+from gpuanalyze.ingest import schema as S
+
+#: 1.4826 x the median absolute deviation estimates a normal distribution's standard deviation.
+MAD_TO_SD = 1.4826
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """Which analysed steps are typical, and what the others cost."""
+
+    steps: int
+    """Analysed steps looked at."""
+    median_ms: float
+    """Median step time (per rank) of the analysed steps."""
+    settling: tuple[int, ...] = ()
+    """Leading step numbers still far above the median: warm-up beyond the fixed one."""
+    outliers: tuple[int, ...] = ()
+    """Later step numbers far above the median (stalls, spikes)."""
+    period: int | None = None
+    """Every ``period``-th step spikes (None: the outliers do not recur regularly)."""
+    period_match: float = 0.0
+    """Share of the gaps between outliers that equal the period, in [0, 1]."""
+    spike_ms: float = 0.0
+    """Mean excess of an outlier step over the median, ms."""
+    left_out_ms: float = 0.0
+    """Excess over the median of every step left out (settling and outliers), summed, ms per rank."""
+    drift: float = 0.0
+    """Median step time of the last third of the steady steps over the first third, minus 1."""
+    spread: float = 0.0
+    """Robust coefficient of variation of the steady steps (1.4826 x MAD / median): how much the step
+    time moves step to step; a loaded host shows it, and a projection's range is at least this wide."""
+
+    @property
+    def left_out(self) -> frozenset[int]:
+        return frozenset(self.settling) | frozenset(self.outliers)
+
+    @property
+    def spike_share(self) -> float:
+        """Share of run time the outliers' excess takes."""
+        total = self.steps * self.median_ms + self.left_out_ms
+        return len(self.outliers) * self.spike_ms / total if total > 0 else 0.0
+
+
+def steady_state(m: StepMetrics) -> SteadyState:
+    """Settling steps, outliers, their period and drift, from the per-step wall times."""
+    ps = m.per_step
+    if ps.height == 0 or STEP_WALL not in ps.columns:
+        return SteadyState(steps=ps.height, median_ms=m.step_median_ms)
+    steps = ps.get_column(S.STEP).to_numpy()
+    wall = ps.get_column(STEP_WALL).to_numpy() / np.maximum(ps.get_column(STEP_RANKS).to_numpy(), 1)
+    med = float(np.median(wall))
+    if ps.height < T.FEW_STEPS:
+        return SteadyState(steps=ps.height, median_ms=med)
+    flagged = _outliers(wall, med)
+    lead = int(np.argmin(flagged)) if not flagged.all() else flagged.size
+    settling = steps[:lead]
+    later = np.flatnonzero(flagged[lead:]) + lead
+    outliers = steps[later]
+    period, match = _period(outliers)
+    kept = np.ones(wall.size, dtype=bool)
+    kept[:lead] = False
+    kept[later] = False
+    return SteadyState(
+        steps=ps.height,
+        median_ms=med,
+        settling=tuple(int(s) for s in settling),
+        outliers=tuple(int(s) for s in outliers),
+        period=period,
+        period_match=match,
+        spike_ms=float(np.mean(wall[later] - med)) if later.size else 0.0,
+        left_out_ms=float(np.sum(wall[~kept] - med)),
+        drift=_drift(wall[kept]),
+        spread=_spread(wall[kept]),
+    )
+
+
+def _outliers(wall: np.ndarray, med: float) -> np.ndarray:
+    """Steps far above the median; none when too many are (the step time then has two modes)."""
+    mad = float(np.median(np.abs(wall - med)))
+    limit = med + max(T.OUTLIER_MADS * MAD_TO_SD * mad, T.OUTLIER_MIN_EXCESS * med)
+    flagged = wall > limit
+    if flagged.sum() > T.OUTLIER_MAX_FRACTION * wall.size:
+        return np.zeros(wall.size, dtype=bool)
+    return flagged
+
+
+def _period(outliers: np.ndarray) -> tuple[int | None, float]:
+    """The most common gap between outlier steps, when enough of them recur at it."""
+    if outliers.size < T.PERIODIC_MIN_SPIKES:
+        return None, 0.0
+    gaps = np.diff(outliers)
+    values, counts = np.unique(gaps, return_counts=True)
+    best = int(np.argmax(counts))
+    match = float(counts[best] / gaps.size)
+    gap = int(values[best])
+    return (gap, match) if gap >= 2 and match >= T.PERIODIC_MATCH else (None, match)
+
+
+def _spread(wall: np.ndarray) -> float:
+    if wall.size == 0:
+        return 0.0
+    med = float(np.median(wall))
+    return MAD_TO_SD * float(np.median(np.abs(wall - med))) / med if med > 0 else 0.0
+
+
+def _drift(wall: np.ndarray) -> float:
+    third = wall.size // 3
+    if third < 2:
+        return 0.0
+    first, last = float(np.median(wall[:third])), float(np.median(wall[-third:]))
+    return last / first - 1.0 if first > 0 else 0.0

@@ -1,0 +1,154 @@
+"""Steady state, outlier steps, periodic spikes and verdict stability (analysis.steady, analysis.spikes,
+analysis.stability): a few stalled steps do not decide the verdict, spikes are a finding with their
+period and cost, and a verdict resamples do not repeat is not 'high'."""
+
+import numpy as np
+import pytest
+
+from analyzer import analyze
+from analyzer.analysis import thresholds as T
+from gpuanalyze.ingest.runinfo import EndInfo
+from tests.conftest import make_row
+
+
+def _loading(i, stall=0.0):
+    # a data-loading loop: 10 ms of a 20 ms step waiting for data
+    return make_row(i, wall=20.0 + stall, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)
+
+
+def test_a_few_stalled_steps_do_not_decide_the_verdict(trace_factory):
+    # a healthy 20 ms CPU step; 3 of 60 steps stall 400 ms outside any phase (the host, not the loop)
+    rows = [make_row(i, wall=420.0 if i in (20, 33, 47) else 20.0) for i in range(60)]
+    r = analyze(trace_factory(rows))
+    assert set(r.steady.outliers) == {20, 33, 47} and r.steady.period is None
+    assert r.bottleneck == "none", [(f.bottleneck, f.cause) for f in r.findings]
+    # cost still counts them: the mean is of every analysed step
+    assert r.metrics.step_mean_ms > 35.0
+    assert any("outlier" in n for n in r.notes)
+
+
+def test_the_fix_leaves_the_outlier_steps_as_they_are(trace_factory):
+    rows = [_loading(i, 300.0 if i in (15, 40) else 0.0) for i in range(60)]
+    r = analyze(trace_factory(rows))
+    f = r.findings[0]
+    assert f.bottleneck == "data_loading"
+    steady = analyze(trace_factory([_loading(i) for i in range(60)])).findings[0].projection
+    # the same projection as without the stalls, plus what the stalls add to the mean
+    added = r.metrics.step_mean_ms - steady.current_ms
+    assert f.projection.step_ms == pytest.approx(steady.step_ms + added, rel=1e-6)
+    assert f.projection.current_ms == pytest.approx(r.metrics.step_mean_ms)
+
+
+def test_periodic_spikes_are_a_finding_with_period_and_cost(trace_factory):
+    # every 10th step checkpoints for 60 ms on a healthy 20 ms step
+    rows = [make_row(i, wall=80.0 if i % 10 == 0 else 20.0) for i in range(80)]
+    r = analyze(trace_factory(rows))
+    assert r.steady.period == 10
+    f = next(f for f in r.findings if f.cause == "periodic_spikes")
+    assert f.bottleneck == "host" and "Every 10 steps" in f.summary
+    n = len(r.steady.outliers)
+    assert f.projection.saved_ms == pytest.approx(n * 60.0 / r.metrics.steps, rel=0.05)
+    assert all(e.passed for e in f.evidence)
+    assert f.share == pytest.approx(f.projection.saved_ms / f.projection.current_ms)
+
+
+def test_irregular_stalls_are_not_called_periodic(trace_factory):
+    rng = np.random.default_rng(3)
+    stalls = set(rng.choice(np.arange(5, 100), size=6, replace=False).tolist())
+    rows = [make_row(i, wall=80.0 if i in stalls else 20.0) for i in range(100)]
+    r = analyze(trace_factory(rows))
+    assert not any(f.cause == "periodic_spikes" for f in r.findings) or r.steady.period is not None
+    assert r.steady.period is None or r.steady.period_match >= T.PERIODIC_MATCH
+
+
+def test_too_many_slow_steps_are_not_outliers(trace_factory):
+    # half the steps are slow: two modes, and the rules judge them all
+    rows = [make_row(i, wall=60.0 if i % 2 else 20.0) for i in range(60)]
+    r = analyze(trace_factory(rows))
+    assert r.steady.outliers == ()
+
+
+def test_a_clear_verdict_is_stable(trace_factory):
+    r = analyze(trace_factory([_loading(i) for i in range(60)]))
+    assert r.stability is not None and r.stability.value == 1.0 and r.stability.resamples == T.BOOTSTRAP_RESAMPLES
+    assert r.confidence.level == "high"
+
+
+def test_a_verdict_on_the_edge_is_unstable_and_not_high(trace_factory):
+    # 80% of steps wait 5.25% of the step, the rest 4%: the mean sits on the 5% threshold, so the
+    # verdict flips between resamples although 80% of the steps show the wait
+    rng = np.random.default_rng(1)
+    waits = rng.permutation([1.05] * 48 + [0.8] * 12)
+    rows = [make_row(i, wall=20.0, data=float(w), fwd=7.0, bwd=9.5, opt=1.5) for i, w in enumerate(waits)]
+    r = analyze(trace_factory(rows))
+    assert r.stability is not None and r.stability.value is not None
+    assert r.stability.value < T.STABLE_VERDICT.value, r.stability
+    assert r.confidence.level != "high", r.confidence
+    assert r.bottleneck == "none" or "stability" in r.confidence.reason
+
+
+def test_stability_below_the_cut_caps_the_level_below_high():
+    from analyzer.analysis.findings import Confidence
+    from analyzer.analysis.judge import _stable
+
+    high = Confidence(0.95, "high", "95% of 60 step(s)")
+    assert _stable(high, 1.0) == high and _stable(high, T.STABLE_VERDICT.value) == high
+    for s in (0.79, 0.6, 0.3):
+        c = _stable(high, s)
+        assert c.level != "high" and c.value < high.value and "stability" in c.reason
+    assert _stable(high, 0.3).level == "low"
+
+
+def test_stability_is_the_same_for_the_same_trace(trace_factory):
+    path = trace_factory([_loading(i) for i in range(40)])
+    assert analyze(path).stability == analyze(path).stability
+
+
+def test_few_steps_have_no_stability(trace_factory):
+    r = analyze(trace_factory([_loading(i) for i in range(6)]))
+    assert r.stability is not None and r.stability.value is None and "not computed" in r.stability.reason
+
+
+def test_every_projection_is_a_range_around_its_point(trace_factory):
+    end = EndInfo(status="ok", steps=60, loader_workers=0)
+    rows = [make_row(i, wall=60.0 + (i % 7), data=50.0, fwd=8.0, bwd=1.0, opt=0.5, data_cpu=2.0) for i in range(60)]
+    r = analyze(trace_factory(rows, run={"host": "t", "cpu_count": 2}, end=end))
+    assert r.findings
+    for f in r.findings:
+        p = f.projection
+        assert p.low_ms is not None and p.high_ms is not None
+        assert 0.0 <= p.low_ms <= p.step_ms <= p.high_ms
+    # step-to-step variation widens it beyond the point
+    top = r.findings[0].projection
+    assert top.high_ms > top.step_ms > top.low_ms
+
+
+def test_the_range_and_stability_are_shown_in_text_json_and_html(trace_factory):
+    import json
+
+    from analyzer.render.html_panel import verdict_panel
+    from analyzer.render.json_report import render_json
+    from tests.test_terminal import shown as render_text
+
+    r = analyze(trace_factory([_loading(i) for i in range(60)]))
+    p = r.findings[0].projection
+    data = json.loads(render_json(r))
+    f = data["findings"][0]
+    assert f["projected_step_time_ms_low"] <= f["projected_step_time_ms"] <= f["projected_step_time_ms_high"]
+    assert f["projection_range_width"] == pytest.approx((p.high_ms - p.low_ms) / p.current_ms, abs=1e-4)
+    assert data["stability"] == r.stability.value and data["steady_state"]["outlier_steps"] == []
+    shown = f"range {p.low_ms:.2f}-{p.high_ms:.2f} ms"
+    assert shown in render_text(r, 200) and shown in verdict_panel(r)
+    assert "stability" in render_text(r, 200) and "stability" in verdict_panel(r)
+
+
+def test_out_of_core_reports_outliers_and_resamples_whole_steps(tmp_path):
+    from tests.conftest import write_trace
+
+    for rank in (0, 1):
+        rows = [make_row(i, rank=rank, wall=420.0 if i in (20, 40) else 20.0) for i in range(60)]
+        write_trace(tmp_path / f"trace.rank{rank}.arrow", rows, run={"host": "t", "world_size": 2, "rank": rank})
+    r = analyze(tmp_path)
+    assert r.metrics.ranks == 2 and set(r.steady.outliers) == {20, 40}
+    assert r.stability is not None and r.stability.value is not None
+    assert any("out of core" in n for n in r.notes)
