@@ -120,6 +120,20 @@ def test_fixes_of_reads_the_projection_setting_first_then_the_cause_then_the_adv
     assert fixes_of(finding("fp32_math", (("precision", "bfloat16"),))) == []
 
 
+def test_advice_against_a_thread_is_not_read_as_a_thread():
+    cpu = finding(
+        "input_pipeline",
+        recs=(
+            "Load in the background with processes, not a thread: Python holds the GIL, so a prefetching thread "
+            "would not overlap it with compute. Use a DataLoader with num_workers > 0, or make the batch function "
+            "cheaper (vectorise it with numpy/torch).",
+        ),
+    )
+    assert [f.key for f in fixes_of(cpu)] == ["cheaper_loading"]
+    io = finding("input_pipeline", recs=("Load in the background: a prefetching thread for a custom batch function.",))
+    assert [f.key for f in fixes_of(io)] == ["prefetch_thread"]
+
+
 def test_a_case_applies_its_preferred_fix_when_recommended_and_refuses_what_it_cannot_do():
     py = next(c for c in CASES if c.prefer == ("cheaper_loading",))
     fixes = [Fix("prefetch_thread"), Fix("cheaper_loading")]
