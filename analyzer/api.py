@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["analyze", "load_compared", "report"]
 
+OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections are less certain"
+
 
 def analyze(
     trace: str | Path | Trace,
@@ -60,15 +62,16 @@ def analyze(
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
-    verdict = classify(
-        Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
-    )
+    host = host_facts(loaded.run, loaded.samples)
+    verdict = classify(Context(m=metrics, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host))
     cost_ = None
     if cost is not None and cost.has_length:
         cost_ = run_cost(metrics.step_mean_ms, cost, batch_samples=metrics.batch_samples, world_size=loaded.run.world)
     findings = verdict.findings
     if cost_ is not None:
         findings = tuple(dataclasses.replace(f, savings=savings(f.projection.saved_ms, cost_)) for f in findings)
+    if host.oversubscribed:
+        notes = (*notes, OVERSUBSCRIBED_NOTE)
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,
@@ -89,6 +92,7 @@ def analyze(
         ceilings=ceilings.path if ceilings else None,
         cost=cost_,
         mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
+        host=host,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
+from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.planning.cost import RunCost
 from analyzer.planning.mfu import Mfu
@@ -35,3 +36,5 @@ class Report:
     """Cost per run, when run length (and price) were given."""
     mfu: Mfu | None = None
     """Model FLOPs utilisation, when FLOPs per step were given."""
+    host: HostFacts | None = None
+    """The host the run had (cores, load, memory, GPU telemetry; the system sampler's readings)."""

@@ -18,7 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+import pyarrow as pa
+
 from analyzer.analysis.combine import Answers, Combiner
+from analyzer.analysis.host_facts import samples_of
 from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
@@ -26,6 +30,8 @@ from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -53,10 +59,29 @@ class Measured:
     complete: bool
     notes: tuple[str, ...]
     metrics: StepMetrics
+    samples: tuple[HostSample, ...] = ()
+    """The system sampler's readings (of the lowest rank's file when there are several)."""
 
 
 def measure_trace(trace: Trace) -> Measured:
-    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace))
+    return Measured(
+        str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace), samples_of(trace.frame)
+    )
+
+
+def _file_samples(path: str | None) -> tuple[HostSample, ...]:
+    """The ``system`` readings of one local trace file, read column-wise; none when unreadable."""
+    if path is None or storage.is_url(path):
+        return ()
+    texts: list[str] = []
+    try:
+        with pa.memory_map(path) as source:
+            for batch in pa.ipc.open_stream(source):
+                if S.SYSTEM in batch.schema.names:
+                    texts += [t for t in batch.column(S.SYSTEM).to_pylist() if t is not None]
+        return tuple(sorted((decode_host_sample(t) for t in texts), key=lambda h: h.unix_ns))
+    except (OSError, pa.ArrowException, msgspec.MsgspecError):  # the reader reports bad files; here only facts
+        return ()
 
 
 def measure(
@@ -240,6 +265,7 @@ def _measure_files(
         complete=all(r.complete for r in book.ok),
         notes=tuple(dict.fromkeys([*notes, *file_notes])),
         metrics=metrics,
+        samples=_file_samples(first.arrow),
     )
 
 
