@@ -4,6 +4,7 @@ no thread outlives the profile; and lead_ms, the host time before a step's first
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -103,3 +104,55 @@ def test_lead_ms_holds_the_logging_after_optimizer_step(tmp_path):
     # starts at the previous optimizer step and waits the pause before its fetch
     assert all(v >= pause_s * 1e3 for v in lead[1:])
     assert all(v <= o + 1e-6 for v, o in zip(lead, other, strict=True))
+
+
+class FakeNvml:
+    """The few pynvml calls the sampler makes, answering for one GPU."""
+
+    NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+
+    def __init__(self) -> None:
+        self.shut = False
+
+    def nvmlInit(self):  # noqa: N802 - pynvml's names
+        pass
+
+    def nvmlShutdown(self):  # noqa: N802
+        self.shut = True
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        assert uuid == "GPU-test"
+        return "handle"
+
+    def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
+        return type("U", (), {"gpu": 87, "memory": 40})()
+
+    def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        return type("M", (), {"used": 3 * 2**30, "total": 80 * 2**30})()
+
+    def nvmlDeviceGetPowerUsage(self, h):  # noqa: N802
+        return 312_000  # mW
+
+    def nvmlDeviceGetTemperature(self, h, sensor):  # noqa: N802
+        return 64
+
+    def nvmlDeviceGetClockInfo(self, h, clock):  # noqa: N802
+        if clock == self.NVML_CLOCK_MEM:
+            raise RuntimeError("not supported")  # a query the GPU cannot answer is just not measured
+        return 1980
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the sampler reads /proc")
+def test_gpu_readings_come_from_nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = SystemSampler(interval_s=0.02, gpu_uuid="GPU-test")
+    sampler.start()
+    deadline = time.monotonic() + 60
+    while sampler.samples < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    s = decode_host_sample(sampler.take())
+    assert (s.gpu_util_pct, s.gpu_mem_used_bytes, s.gpu_power_w, s.gpu_temp_c) == (87.0, 3 * 2**30, 312.0, 64.0)
+    assert s.gpu_sm_clock_mhz == 1980.0 and s.gpu_mem_clock_mhz is None
+    assert fake.shut and not sampler.running and sampler.take() is None  # taken once

@@ -19,7 +19,7 @@ from typing import Any
 from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
-from analyzer.record.guard import describe, guarded
+from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
@@ -79,7 +79,7 @@ class Profiler:
         self.options = options
         self.enabled = False
         self.error: BaseException | None = None
-        self._compiling: Callable[[], bool] = torch.compiler.is_compiling
+        self._compiling: Callable[[], bool] = compiling_check(torch.compiler)
         self._grad_enabled: Callable[[], bool] = torch.is_grad_enabled
         self._recorder = recorder
         self._forward_hooks = forward_hooks

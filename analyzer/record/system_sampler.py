@@ -63,14 +63,29 @@ def affinity() -> frozenset[int] | None:
 
 @dataclass(slots=True)
 class _Counters:
-    """Cumulative counters of one reading; a sample is the difference of two."""
+    """One reading of the cumulative counters (and the levels read with them); a sample is the
+    difference of two."""
 
     mono_ns: int
     host: R.CpuTicks | None
     mine: R.CpuTicks | None
-    own_ticks: int | None
-    child_ticks: dict[int, int]
+    """Ticks of the CPUs in the affinity mask."""
+    running: int | None
+    load: float | None
+    own: R.ProcStat | None
+    children: dict[int, R.ProcStat]
     switches: int | None
+
+
+def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
+    return None if now is None or before is None else max(0.0, now - before) / seconds
+
+
+def _busy_share(now: R.CpuTicks | None, before: R.CpuTicks | None) -> float | None:
+    """Busy share of the ticks between two readings."""
+    if now is None or before is None or now.total <= before.total:
+        return None
+    return min(1.0, max(0.0, (now.busy - before.busy) / (now.total - before.total)))
 
 
 class SystemSampler:
@@ -139,18 +154,19 @@ class SystemSampler:
     def _counters(self) -> _Counters:
         proc = self._proc
         stat = _read(proc / "stat") or ""
-        own = R.proc_stat(_read(proc / "self" / "stat"))
-        children: dict[int, int] = {}
+        children = {}
         for pid in self._children():
             child = R.proc_stat(_read(proc / str(pid) / "stat"))
             if child is not None:
-                children[pid] = child.cpu_ticks
+                children[pid] = child
         return _Counters(
             mono_ns=time.monotonic_ns(),
             host=R.cpu_ticks(stat),
             mine=R.cpu_ticks(stat, self._cpus) if self._cpus is not None else R.cpu_ticks(stat),
-            own_ticks=own.cpu_ticks if own is not None else None,
-            child_ticks=children,
+            running=R.procs_running(stat),
+            load=R.load_avg_1m(_read(proc / "loadavg")),
+            own=R.proc_stat(_read(proc / "self" / "stat")),
+            children=children,
             switches=R.involuntary_switches(_read(proc / "self" / "status")),
         )
 
@@ -168,41 +184,27 @@ class SystemSampler:
 
     def _sample(self, before: _Counters, now: _Counters) -> HostSample:
         seconds = max(1e-9, (now.mono_ns - before.mono_ns) / 1e9)
-        proc = self._proc
-        stat = _read(proc / "stat") or ""
-        running = R.procs_running(stat)
-        own = R.proc_stat(_read(proc / "self" / "stat"))
-        util = busy = None
-        if now.host is not None and before.host is not None and now.host.total > before.host.total:
-            util = min(100.0, 100.0 * (now.host.busy - before.host.busy) / (now.host.total - before.host.total))
-        if now.mine is not None and before.mine is not None and now.mine.total > before.mine.total:
-            n = len(self._cpus) if self._cpus is not None else (os.cpu_count() or 1)
-            busy = max(0.0, n * (now.mine.busy - before.mine.busy) / (now.mine.total - before.mine.total))
-        process = None
-        if now.own_ticks is not None and before.own_ticks is not None:
-            process = max(0.0, (now.own_ticks - before.own_ticks) / self._tick / seconds)
-        workers = sum(max(0, t - before.child_ticks.get(pid, 0)) for pid, t in now.child_ticks.items())
-        rss_children = 0
-        for pid in now.child_ticks:
-            child = R.proc_stat(_read(proc / str(pid) / "stat"))
-            if child is not None:
-                rss_children += child.rss_pages * self._page
-        switches = None
-        if now.switches is not None and before.switches is not None:
-            switches = max(0, now.switches - before.switches) / seconds
+        ticks = self._tick * seconds
+        host, mine = _busy_share(now.host, before.host), _busy_share(now.mine, before.mine)
+        cpus = len(self._cpus) if self._cpus is not None else (os.cpu_count() or 1)
+        own, was = now.own, before.own
+        kids = now.children
+        worker_ticks = sum(
+            max(0, c.cpu_ticks - (before.children[p].cpu_ticks if p in before.children else 0)) for p, c in kids.items()
+        )
         return HostSample(
             unix_ns=time.time_ns(),
             interval_s=seconds,
-            cpu_util_pct=util,
-            busy_cores=busy,
-            run_queue=max(0, running - 1) if running is not None else None,  # less the sampler, running now
-            load_avg=R.load_avg_1m(_read(proc / "loadavg")),
-            process_cpu_cores=process,
-            workers_cpu_cores=workers / self._tick / seconds if now.child_ticks else None,
-            workers=len(now.child_ticks),
+            cpu_util_pct=None if host is None else 100.0 * host,
+            busy_cores=None if mine is None else cpus * mine,
+            run_queue=None if now.running is None else max(0, now.running - 1),  # less the sampler itself
+            load_avg=now.load,
+            process_cpu_cores=_rate(own.cpu_ticks if own else None, was.cpu_ticks if was else None, ticks),
+            workers_cpu_cores=worker_ticks / ticks if kids else None,
+            workers=len(kids),
             rss_bytes=own.rss_pages * self._page if own is not None else None,
-            workers_rss_bytes=rss_children if now.child_ticks else None,
-            involuntary_switches_per_s=switches,
+            workers_rss_bytes=sum(c.rss_pages for c in kids.values()) * self._page if kids else None,
+            involuntary_switches_per_s=_rate(now.switches, before.switches, seconds),
             **self._gpu_fields(),
         )
 
