@@ -104,3 +104,19 @@ def test_a_quiet_sampled_run_has_no_note_and_no_gpu_keys(tmp_path):
     system = json.loads(render_json(report))["system"]
     assert system["samples"] == 10 and "gpu_util_pct" not in system
     assert "oversubscribed" not in host_line(report.host)
+
+
+def test_a_directory_of_rank_files_takes_the_lowest_rank_readings(tmp_path):
+    """The out-of-core path (a directory of rank files) reads the readings of the lowest rank's file."""
+    for rank, queue in ((0, 1), (1, 9)):
+        rows = []
+        for i in range(30):
+            row = make_row(i, rank=rank, wall=20.0, data=1.0)
+            if i < 10:
+                row[S.SYSTEM] = encode_host_sample(sample(i, run_queue=queue))
+            rows.append(row)
+        run = {"cpu_count": 4, "host_cpus": 4, "world_size": 2, "rank": rank, "run_id": "r"}
+        write_trace(tmp_path / f"trace.rank{rank}.arrow", rows, run=run)
+    report = analyze(tmp_path)
+    assert report.host is not None and report.host.sampled and report.host.samples == 10
+    assert report.host.run_queue == 1.0 and not report.host.oversubscribed
