@@ -156,3 +156,23 @@ def test_gpu_readings_come_from_nvml(monkeypatch):
     assert (s.gpu_util_pct, s.gpu_mem_used_bytes, s.gpu_power_w, s.gpu_temp_c) == (87.0, 3 * 2**30, 312.0, 64.0)
     assert s.gpu_sm_clock_mhz == 1980.0 and s.gpu_mem_clock_mhz is None
     assert fake.shut and not sampler.running and sampler.take() is None  # taken once
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(), reason="needs fork and /proc")
+def test_a_forked_child_neither_inherits_nor_starts_a_sampler(tmp_path):
+    """A DataLoader worker is a forked child: it lets go of the parent's sampler and starts none."""
+    import warnings
+
+    model, opt, loader = _loop()
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow"), system_interval_s=0.02) as prof:
+        train(model, opt, loader)
+        assert prof._output.sampler is not None and prof._output.sampler.running
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads
+            pid = os.fork()
+        if pid == 0:  # the child: the profile switched itself off and holds no sampler
+            ok = prof._output.sampler is None and not prof.enabled and not _sampler_threads()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert prof._output.sampler.running  # the parent's goes on
+    assert os.waitstatus_to_exitcode(status) == 0 and not _sampler_threads()
