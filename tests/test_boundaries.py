@@ -6,6 +6,8 @@ import importlib
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analyzer.record.boundaries import MAX_HELD_PARTS, StepBoundaries
 from analyzer.record.steps import StepTimes
@@ -196,3 +198,35 @@ def test_restart_keeps_the_index_and_drops_what_ran():
     loop.fetch()
     loop.m.restart(loop.tick())
     assert loop.m.step.index == 1 and loop.m.step.data_ns == 0 and loop.m.step.start_ns == loop.now
+
+
+EVENTS = ("fetch", "forward", "no_grad_forward", "backward", "optimizer", "other_optimizer", "mark")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(st.sampled_from(EVENTS), max_size=60), given_optimizer=st.booleans())
+def test_any_event_sequence_closes_consecutive_steps_and_loses_no_forward(events, given_optimizer):
+    """Whatever the loop does, closed steps are numbered 0, 1, 2, ... in time order, each ends where
+    the next starts or later, and every forward is in exactly one step (closed, held or current)."""
+    loop = Loop(by_optimizer=given_optimizer)
+    forwards = 0
+    for event in events:
+        if event == "fetch":
+            loop.fetch()
+        elif event in ("forward", "no_grad_forward"):
+            loop.forward(grad=event == "forward")
+            forwards += 1
+        elif event == "backward":
+            loop.backward()
+        elif event in ("optimizer", "other_optimizer"):
+            loop.optimizer(main=event == "optimizer")
+        else:
+            loop.m.manual = True
+            loop.m.mark(loop.tick())
+    loop.m.finish(loop.tick())
+    closed = [s for s, _ in loop.closed]
+    assert [s.index for s in closed] == list(range(len(closed)))
+    for (step, end), (later, _) in zip(loop.closed, loop.closed[1:], strict=False):
+        assert step.start_ns <= end <= later.start_ns
+    assert loop.m.held == 0  # finish released every held part
+    assert sum(s.forwards for s in closed) + loop.m.step.forwards == forwards
