@@ -18,7 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+import pyarrow as pa
+
 from analyzer.analysis.combine import Answers, Combiner
+from analyzer.analysis.host_facts import samples_of
 from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
 from analyzer.analysis.partial import RankPartial
 from analyzer.analysis.quantiles import Bracket
@@ -27,6 +31,9 @@ from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
+from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -62,9 +69,41 @@ class Measured:
     trace: Trace | None = None
     """The trace, when it was held in memory (one file): the rules' metrics can then leave steps out."""
 
+    samples: tuple[HostSample, ...] = ()
+    """The system sampler's readings (of the lowest rank's file when there are several)."""
+
 
 def measure_trace(trace: Trace) -> Measured:
-    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, step_metrics(trace), trace)
+    return Measured(
+        str(trace.path),
+        trace.run,
+        trace.end,
+        trace.complete,
+        trace.notes,
+        step_metrics(trace),
+        trace=trace,
+        samples=samples_of(trace.frame),
+    )
+
+
+def _file_samples(path: str | None) -> tuple[HostSample, ...]:
+    """The ``system`` readings of one local trace file, read column-wise through the reader's guard
+    (each Arrow message checked before it is decoded); none when unreadable."""
+    if path is None or storage.is_url(path):
+        return ()
+    texts: list[str] = []
+    try:
+        with open(path, "rb") as fh:
+            reader = IpcReader(Path(path), fh)
+            if S.SYSTEM not in reader.schema.names:
+                return ()
+            for item in reader.batches():
+                if item is None:  # cut short: the readings before the cut
+                    break
+                texts += [t for t in item[0].column(S.SYSTEM).to_pylist() if t is not None]
+        return tuple(sorted((decode_host_sample(t) for t in texts), key=lambda h: h.unix_ns))
+    except (OSError, ValueError, pa.ArrowException, msgspec.MsgspecError, GpuAnalyzeError):
+        return ()  # the reader reports bad files; here only facts
 
 
 def measure(
@@ -254,6 +293,7 @@ def _measure_files(
         complete=all(r.complete for r in book.ok),
         notes=tuple(dict.fromkeys([*notes, *file_notes])),
         metrics=metrics,
+        samples=_file_samples(first.arrow),
     )
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
 from gpuanalyze.ingest.writer import DISK_FULL, is_being_written
@@ -223,6 +224,8 @@ def _check_kernel_stats(path: Path, frame: pl.DataFrame) -> None:
     """Every kernel_stats value must decode as a KernelStats (the analysis then trusts them)."""
     for text in frame.get_column(S.KERNEL_STATS).drop_nulls():
         _decode(path, "kernel_stats", text, S.decode_kernel_stats)
+    for text in frame.get_column(S.SYSTEM).drop_nulls():
+        _decode(path, "system", text, decode_host_sample)
 
 
 def _meta(path: Path, meta: dict[bytes, bytes], key: bytes, decode: Callable[[bytes], _T], default: _T) -> _T:

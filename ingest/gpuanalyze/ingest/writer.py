@@ -94,7 +94,7 @@ class TraceWriter:
         with self._lock:
             self._pending.append(row)
             due = len(self._pending) >= self.options.flush_every_steps
-        if due:
+        if due and not self._wake.is_set():  # once woken, the thread takes every pending row
             self._wake.set()
 
     def close(self, end: EndInfo) -> None:
