@@ -137,14 +137,6 @@ class KinetoTrace:
     """From the DataLoader iterator class: 1 (at least one worker process; how many is not in the
     trace) for the multi-process iterator, 0 for the single-process one, None without either."""
 
-    @property
-    def gpu_category(self) -> list[str]:
-        return [self.kinds[i].category for i in self.gpu_kind.tolist()]
-
-    def gpu_names(self, idx: np.ndarray | None = None) -> list[str]:
-        kinds = self.gpu_kind if idx is None else self.gpu_kind[idx]
-        return [self.kinds[i].name for i in kinds.tolist()]
-
 
 class KinetoSink:
     """Keeps what the importer needs from batches of decoded events, as flat arrays."""
