@@ -60,6 +60,9 @@ KERNELS_HIGH = Threshold(0.30, OURS + ": a third of the step in slow kernels")
 RELAXED = 0.01
 #: A data wait that is at least this much CPU time (of the training thread) is CPU-bound loading.
 CPU_BOUND_LOADING = 0.5
+#: A worker plan takes the fewest workers whose projected step is within this share of the best the
+#: free cores allow (more workers then add processes, memory and hand-over for no measurable gain).
+WORKERS_ENOUGH = 0.02
 #: Share of device memory a larger batch may fill (the rest: fragmentation, the allocator's cache).
 MEMORY_USABLE = 0.9
 #: The most DataLoader workers a projection assumes (more rarely helps and costs memory per worker).
