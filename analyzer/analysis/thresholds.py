@@ -158,6 +158,10 @@ HANDOVER_HIGH = 2.0
 BATCH_SPLIT_MAX = 0.75
 #: Uncertainty of the fixed share that split measures (one or a few smaller batches per epoch, noisy).
 BATCH_SPLIT_SLACK = 0.2
+#: Without that split, the share of forward + backward the batch projection's point takes as fixed: the
+#: middle of the range nothing measured narrows (benchmarks/projection_validation.py: overhead-bound CPU
+#: MLPs at batch 1-8 measured 25-45% of the way up from "none grows"; docs/projections.md).
+BATCH_UNMEASURED_FIXED = 0.5
 #: A projection range wider than this share of the current step is reported as wide (it says little).
 WIDE_RANGE = 0.5
 # -- the host (analyzer/analysis/host_facts.py, from the system sampler's readings) --

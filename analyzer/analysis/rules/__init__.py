@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
-from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
+from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
@@ -122,7 +122,7 @@ def classify(ctx: Context) -> Verdict:
     if not findings and not healthy:
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = tuple(sorted(findings, key=lambda f: (f.projection.saved_ms, f.share), reverse=True))
+    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:

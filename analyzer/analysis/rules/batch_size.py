@@ -57,12 +57,13 @@ def others_ms(ctx: Context) -> float:
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     """Step time per current batch worth of samples with a batch ``k`` times larger.
 
-    The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
-    optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
-    a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
-    step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
-    to "none of it does" (the low end), and the point is the first (conservative) one. Time another
-    rule names (syncs, large host time) grows with neither."""
+        The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
+        optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
+        a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
+        step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
+        to "none of it does" (the low end), and the point is the middle (BATCH_UNMEASURED_FIXED); findings
+    rank by the slow end of their range, so the unmeasured half does not lift this finding's rank. Time another
+        rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
@@ -90,10 +91,11 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
             f"{work:.2f} ms compute is fixed"
         )
     else:
-        f, lo_f, hi_f = 0.0, 0.0, 1.0
+        f, lo_f, hi_f = T.BATCH_UNMEASURED_FIXED, 0.0, 1.0
         basis = (
-            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: taken to grow with the "
-            f"batch (the range spans down to none of it growing, {at(1.0):.2f} ms)"
+            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
+            f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "
+            f"to none of it ({at(1.0):.2f} ms)"
         )
     step = at(f)
     rule = (
