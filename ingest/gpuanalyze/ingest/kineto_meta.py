@@ -4,7 +4,7 @@ string holding a Python literal (older Kineto), read by a small bounded literal 
 
 from __future__ import annotations
 
-import re
+import ast
 from typing import Any
 
 import msgspec
@@ -94,85 +94,48 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_LIT_TOKEN = re.compile(
-    r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+))"""
-    r"""|(?P<word>True|False|None)|(?P<punct>[\[\]{}(),:]))""",
-    re.DOTALL,
-)
-
-
 def parse_literal(text: str) -> Any:
     """A Python literal (dicts, lists, tuples, strings, numbers, True/False/None) from ``text``.
 
-    Replaces ``ast.literal_eval`` for metadata in untrusted traces: at most 64 KiB and 32 levels
-    deep, no arithmetic, no sets, no bytes; raises ValueError on anything else.
+    For metadata in untrusted traces: the standard library's parser and ``ast.literal_eval``,
+    behind a size cap (64 KiB), a depth cap (32 levels) and a check that the tree holds nothing but
+    those literals (no arithmetic, sets, bytes or complex numbers); raises ValueError on anything else.
     """
     if len(text) > _LITERAL_MAX:
         raise ValueError("over 64 KiB")
-    tokens = []
-    pos = 0
-    while pos < len(text):
-        m = _LIT_TOKEN.match(text, pos)
-        if m is None:
-            if text[pos:].strip():
-                raise ValueError(f"unexpected {text[pos : pos + 10]!r}")
-            break
-        tokens.append((m.lastgroup, m.group(m.lastgroup or 0)))
-        pos = m.end()
-    value, i = _literal(tokens, 0, 0)
-    if i != len(tokens):
-        raise ValueError("data after the literal")
-    return value
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        raise ValueError(f"not a Python literal ({type(exc).__name__})") from exc
+    _only_literals(tree.body, 0)
+    try:
+        return ast.literal_eval(tree)
+    except (ValueError, TypeError) as exc:  # e.g. an unhashable dict key
+        raise ValueError(f"not a Python literal ({exc})") from exc
 
 
-def _literal(tokens: list[tuple[str | None, str]], i: int, depth: int) -> tuple[Any, int]:
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _only_literals(node: ast.expr, depth: int) -> None:
     if depth > _LITERAL_DEPTH:
         raise ValueError("nested too deeply")
-    if i >= len(tokens):
-        raise ValueError("unexpected end")
-    kind, text = tokens[i]
-    if kind == "str":
-        try:
-            return _unquote(text), i + 1
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError("bad string escape") from exc
-    if kind == "num":
-        if len(text) > 40:
-            raise ValueError("number too long")
-        return (float(text) if any(c in text for c in ".eE") else int(text)), i + 1
-    if kind == "word":
-        return {"True": True, "False": False, "None": None}[text], i + 1
-    close = {"[": "]", "(": ")", "{": "}"}.get(text)
-    if close is None:
-        raise ValueError(f"unexpected {text!r}")
-    i += 1
-    items: list[Any] = []
-    pairs: dict[Any, Any] = {}
-    while True:
-        if i < len(tokens) and tokens[i][1] == close:
-            i += 1
-            break
-        item, i = _literal(tokens, i, depth + 1)
-        if close == "}":
-            if i >= len(tokens) or tokens[i][1] != ":":
-                raise ValueError("expected ':'")
-            value, i = _literal(tokens, i + 1, depth + 1)
-            if not isinstance(item, str | int | float | bool | type(None)):
-                raise ValueError("unhashable key")
-            pairs[item] = value
-        else:
-            items.append(item)
-        if i < len(tokens) and tokens[i][1] == ",":
-            i += 1
-        elif not (i < len(tokens) and tokens[i][1] == close):
-            raise ValueError(f"expected ',' or {close!r}")
-    if close == "}":
-        return pairs, i
-    return (tuple(items) if close == ")" else items), i
-
-
-def _unquote(text: str) -> str:
-    body = text[1:-1]
-    if "\\" not in body:
-        return body
-    return body.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, _SCALARS):
+            raise ValueError(f"unexpected {type(node.value).__name__}")
+    elif isinstance(node, ast.List | ast.Tuple):
+        for item in node.elts:
+            _only_literals(item, depth + 1)
+    elif isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:
+                raise ValueError("unexpected ** in a dict")
+            _only_literals(key, depth + 1)
+            _only_literals(value, depth + 1)
+    elif not (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub | ast.UAdd)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) in (int, float)
+    ):
+        raise ValueError(f"unexpected {type(node).__name__}")
