@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -90,41 +90,51 @@ def host_facts(run: RunInfo, samples: Sequence[HostSample] = ()) -> HostFacts:
     share = float(max(1, int(limit) // local))
     if not samples:
         return HostFacts(cores_available=share, cores_free=share)
-    host_cpus = run.host_cpus or cpus
-    process = _mean([s.process_cpu_cores for s in samples])
-    workers = _mean([s.workers_cpu_cores for s in samples])
-    # other work on the CPUs this job may use: their busy time less this process and its workers
+    over_share = _oversubscribed_share(samples, run.host_cpus or cpus)
+
+    def mean(name: str) -> float | None:
+        return _mean([getattr(s, name) for s in samples])
+
+    def most(name: str) -> Any:
+        return _max([getattr(s, name) for s in samples])
+
+    return HostFacts(
+        cores_available=share,
+        cores_free=max(min(T.MIN_FREE_CORES, share), _free_cores(samples, share, limit, local)),
+        load_avg=mean("load_avg"),
+        cpu_util_pct=mean("cpu_util_pct"),
+        process_cpu_cores=mean("process_cpu_cores"),
+        workers_cpu_cores=mean("workers_cpu_cores"),
+        oversubscribed=over_share is not None and over_share >= T.OVERSUBSCRIBED_SHARE.value,
+        sampled=True,
+        samples=len(samples),
+        oversubscribed_share=over_share,
+        run_queue=mean("run_queue"),
+        rss_bytes=most("rss_bytes"),
+        workers_rss_bytes=most("workers_rss_bytes"),
+        gpu_util_pct=mean("gpu_util_pct"),
+        gpu_mem_used_bytes=most("gpu_mem_used_bytes"),
+        gpu_power_w=mean("gpu_power_w"),
+        gpu_temp_c=most("gpu_temp_c"),
+        gpu_sm_clock_mhz=mean("gpu_sm_clock_mhz"),
+    )
+
+
+def _free_cores(samples: Sequence[HostSample], share: float, limit: float, local: int) -> float:
+    """The job's cores less the other work on the CPUs it may use (their busy time less this
+    process and its workers), averaged over the readings."""
     others = [
         max(0.0, s.busy_cores - (s.process_cpu_cores or 0.0) - (s.workers_cpu_cores or 0.0))
         for s in samples
         if s.busy_cores is not None
     ]
-    free = share
-    if others:
-        free = min(share, (limit - statistics.fmean(others)) / local)
-    saturated = [_saturated(s, host_cpus) for s in samples]
-    judged = [x for x in saturated if x is not None]
-    over_share = sum(judged) / len(judged) if judged else None
-    return HostFacts(
-        cores_available=share,
-        cores_free=max(min(T.MIN_FREE_CORES, share), free),
-        load_avg=_mean([s.load_avg for s in samples]),
-        cpu_util_pct=_mean([s.cpu_util_pct for s in samples]),
-        process_cpu_cores=process,
-        workers_cpu_cores=workers,
-        oversubscribed=over_share is not None and over_share >= T.OVERSUBSCRIBED_SHARE.value,
-        sampled=True,
-        samples=len(samples),
-        oversubscribed_share=over_share,
-        run_queue=_mean([None if s.run_queue is None else float(s.run_queue) for s in samples]),
-        rss_bytes=_max([s.rss_bytes for s in samples]),
-        workers_rss_bytes=_max([s.workers_rss_bytes for s in samples]),
-        gpu_util_pct=_mean([s.gpu_util_pct for s in samples]),
-        gpu_mem_used_bytes=_max([s.gpu_mem_used_bytes for s in samples]),
-        gpu_power_w=_mean([s.gpu_power_w for s in samples]),
-        gpu_temp_c=_max([s.gpu_temp_c for s in samples]),
-        gpu_sm_clock_mhz=_mean([s.gpu_sm_clock_mhz for s in samples]),
-    )
+    return min(share, (limit - statistics.fmean(others)) / local) if others else share
+
+
+def _oversubscribed_share(samples: Sequence[HostSample], host_cpus: int) -> float | None:
+    """Share of the readings that were saturated (None when none could tell)."""
+    judged = [x for x in (_saturated(s, host_cpus) for s in samples) if x is not None]
+    return sum(judged) / len(judged) if judged else None
 
 
 def _saturated(s: HostSample, host_cpus: int) -> bool | None:
