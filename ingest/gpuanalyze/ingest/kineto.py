@@ -29,6 +29,7 @@ import numpy as np
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.device_props import compute_capabilities
 from gpuanalyze.ingest.kernel_names import hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
@@ -215,6 +216,8 @@ class KinetoTrace:
     device: str
     """'cuda' (also ROCm), 'mtia', 'hpu', 'xpu', ... when the trace has device activity; 'cpu' otherwise."""
     notes: list[str] = field(default_factory=list)
+    compute_capabilities: tuple[str, ...] | None = None
+    """'major.minor' per deviceProperties entry (device_props.py)."""
 
     @property
     def gpu_category(self) -> list[str]:
@@ -398,6 +401,7 @@ class KinetoSink:
             device_memory=memory,
             device=device,
             notes=notes,
+            compute_capabilities=compute_capabilities(_meta_value(self.path, "", meta.get("deviceProperties"), [])),
         )
 
 

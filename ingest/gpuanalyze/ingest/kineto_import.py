@@ -180,6 +180,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 "backend": k.backend,
                 "gpu_name": k.device_name,
                 "gpu_memory_bytes": k.device_memory,
+                "compute_capabilities": k.compute_capabilities,
                 "device": k.device,
                 "gpu_summary": summary,
             },

@@ -38,6 +38,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     gpu_name: _Name | None = None
     gpu_count: _Int | None = None
     gpu_memory_bytes: _Int | None = None
+    compute_capabilities: Annotated[tuple[_Name, ...], msgspec.Meta(max_length=256)] | None = None
+    """CUDA compute capability ('major.minor') of each device the trace lists (Kineto deviceProperties;
+    ROCm traces put the GFX version there); None when not recorded."""
     driver: _Name | None = None
     cuda: _Name | None = None
     torch: _Name | None = None

@@ -1,0 +1,99 @@
+"""Small Kineto traces reproducing the mechanisms of issue 19 (real GPU traces), with known answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.kineto_fixtures import ev
+
+
+def _doc(events: list[dict[str, Any]], name: str, cc: tuple[int, int] | None, devices: int = 1) -> dict[str, Any]:
+    props = [{"id": i, "name": name, "totalGlobalMem": 16 * 10**9} for i in range(devices)]
+    if cc is not None:
+        for p in props:
+            p.update(computeMajor=cc[0], computeMinor=cc[1])
+    return {"schemaVersion": 1, "traceEvents": events, "deviceProperties": props}
+
+
+def fp32_gemm_trace(name: str, cc: tuple[int, int] | None, *, steps: int = 12, devices: int = 1) -> dict[str, Any]:
+    """``steps`` 1000 us steps, each a 980 us fp32 SIMT GEMM: the GPU is busy 98%, all of it off the tensor cores."""
+    events = []
+    for i in range(steps):
+        lo = i * 1000.0
+        events += [
+            ev("user_annotation", f"ProfilerStep#{i}", lo, 1000),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 2, 5, correlation=i + 1),
+            ev("kernel", "volta_sgemm_128x64_nn", lo + 10, 980, stream=7, correlation=i + 1),
+        ]
+    return _doc(events, name, cc, devices)
+
+
+def tail_trace(*, steps: int = 4, tail_us: float = 158_000.0) -> dict[str, Any]:
+    """Item 3: ``steps`` 10 ms steps, each with 3 ms of kernels inside its window; the last step also launches a
+    ``tail_us`` kernel that runs after the step ended, under a final cudaDeviceSynchronize.
+    Utilisation over the steps is 30% (the tail is outside them)."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 10_000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{i}", lo, 10_000))
+        for j in range(3):
+            corr += 1
+            t = lo + 1000 + j * 2000
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", t - 20, 5, correlation=corr),
+                ev("kernel", "void at::native::vectorized_elementwise_kernel<4>", t, 1000, stream=7, correlation=corr),
+            ]
+    end = steps * 10_000.0
+    corr += 1
+    events += [
+        ev("cuda_runtime", "cudaLaunchKernel", end - 100, 5, correlation=corr),
+        ev("kernel", "ampere_sgemm_128x64_nn", end - 50, tail_us, stream=7, correlation=corr),
+        ev("cuda_runtime", "cudaDeviceSynchronize", end + 10, tail_us, correlation=corr + 1),
+    ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def single_step_trace(step_us: float = 42_900_000.0) -> dict[str, Any]:
+    """Item 6: one ProfilerStep of 42.9 s (a benchmark warm-up), GPU busy a tenth of it in short kernels."""
+    events = [ev("user_annotation", "ProfilerStep#0", 0, step_us)]
+    n = 200
+    for j in range(n):
+        t = j * step_us / n
+        events += [
+            ev("cuda_runtime", "cudaLaunchKernel", t + 1, 5, correlation=j + 1),
+            ev(
+                "kernel",
+                "void at::native::vectorized_elementwise_kernel<4>",
+                t + 10,
+                step_us / n / 10,
+                stream=7,
+                correlation=j + 1,
+            ),
+        ]
+    return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
+
+
+def pageable_copy_trace(*, steps: int = 12) -> dict[str, Any]:
+    """Item 2: 200 ms steps; 50 ms of kernels, then ``aten::to`` -> cudaMemcpyAsync of 704 B device-to-host into
+    pageable memory that blocks the host 146 ms until the GPU drains (the copy itself takes 2 us)."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 200_000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{i}", lo, 200_000))
+        for j in range(5):
+            corr += 1
+            t = lo + 1000 + j * 10_000
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", t - 50, 5, correlation=corr),
+                ev("kernel", "ampere_bf16_s16816gemm_bf16_128x128", t, 9_000, stream=7, correlation=corr),
+            ]
+        corr += 1
+        t = lo + 52_000
+        events += [
+            ev("cpu_op", "aten::to", t - 10, 146_020),
+            ev("cuda_runtime", "cudaMemcpyAsync", t, 146_000, correlation=corr),
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", t + 145_990, 2, stream=7, correlation=corr, bytes=704),
+        ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
