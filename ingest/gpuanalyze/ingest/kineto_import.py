@@ -7,8 +7,11 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   instant to the first of kernel, memcpy, memset, runtime, DataLoader, CPU op), clipped to the step;
 - backward: union of autograd work (``autograd::engine::evaluate_function`` and ``XxxBackward``
   CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
-- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d and gpu_busy from the
-  kernels launched in the step (kernel_stats.py);
+- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d from the kernels launched in
+  the step (kernel_stats.py);
+- gpu_busy: the union of device activity (kernels, memcpy, memset) inside the step's window, whoever
+  launched it, so utilisation's numerator and denominator cover the same time; device work after the
+  last step's window (a final synchronize draining the queue) is reported apart, in a note;
 - gpuanalyze's own export convention wins where present: ``user_annotation`` slices named
   ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
 - other: what the known host parts leave of the step.
@@ -30,7 +33,7 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
+from gpuanalyze.ingest.intervals import Clipper, merge, subtract, union_length
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
 from gpuanalyze.ingest.kineto import (
     EXPORT_PART_OF_MARK,
@@ -47,7 +50,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "2"
+IMPORTER_VERSION = "3"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
@@ -126,6 +129,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
     kernels = StepKernels(k)
+    device_busy = Clipper(*merge(k.gpu.start, k.gpu.end))
     loader_idle = _loader_idle(k)
     backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
@@ -158,7 +162,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 S.BACKWARD_MS: backward.union(lo, hi) if backward.present else None,
                 S.OPTIMIZER_MS: optimizer.total(lo, hi),
                 S.SYNC_MS: kernels.sync_us(lo, hi) / 1e3,
-                S.GPU_BUSY_MS: min(wall, stats.gpu_busy_ms) if stats else None,
+                S.GPU_BUSY_MS: min(wall, device_busy.length(lo, hi) / 1e3) if stats else None,
                 S.KERNEL_STATS: S.encode_kernel_stats(stats),
             }
         )
@@ -168,6 +172,8 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
             host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
             row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
         rows.append(row)
+    if has_gpu:
+        notes += _after_last_step(k, device_busy, max(end for _, _, end in windows))
     mask = hta_gpu_mask(k)
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
@@ -203,6 +209,17 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         end=IMPORTED,
         notes=tuple(notes + repair),
     )
+
+
+def _after_last_step(k: KinetoTrace, busy: Clipper, last_end: float) -> list[str]:
+    """A note on device work that runs after the last step's window (not in any step's utilisation)."""
+    tail = busy.length(last_end, float(k.gpu.end.max())) / 1e3 if k.gpu.end.size else 0.0
+    if tail <= 0:
+        return []
+    return [
+        f"{tail:.2f} ms of device work ran after the last step's window (work queued by the steps, drained after "
+        "them): reported apart, not in GPU utilisation"
+    ]
 
 
 def load_kineto(path: str | Path, limits: ReadLimits | None = None) -> Trace:
