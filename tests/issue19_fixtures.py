@@ -97,3 +97,27 @@ def pageable_copy_trace(*, steps: int = 12) -> dict[str, Any]:
             ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", t + 145_990, 2, stream=7, correlation=corr, bytes=704),
         ]
     return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def short_gap_long_kernel_trace(*, steps: int = 12) -> dict[str, Any]:
+    """Item 5: 1000 us steps of 60 us kernels with 20 us gaps between them, all launched at the step's start:
+    the gaps are short (launch-overhead class), but the kernels are 3x the launch-overhead scale."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 1000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{10 + i}", lo, 1000))
+        for j in range(12):
+            corr += 1
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", lo + 1 + j * 0.5, 0.4, correlation=corr),
+                ev(
+                    "kernel",
+                    "ampere_bf16_s16816gemm_bf16_128x128",
+                    lo + 20 + j * 80,
+                    60,
+                    stream=7,
+                    correlation=corr,
+                ),
+            ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))

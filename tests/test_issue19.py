@@ -99,8 +99,9 @@ def test_utilisation_leaves_work_after_the_last_step_out_of_both_bounds(tmp_path
     assert any("after the last step's window" in n for n in r.notes), r.notes
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
-def test_v100_utilisation_matches_an_interval_sweep_of_its_steps():
+def test_external_v100_utilisation_matches_an_interval_sweep_of_its_steps():
     import gzip
     import json
 
@@ -117,3 +118,53 @@ def test_v100_utilisation_matches_an_interval_sweep_of_its_steps():
     # all analysed steps (the importer's warm-up skip drops none of 5), utilisation 99.07% before
     assert r.metrics.accounting.warmup == 0
     assert r.metrics.gpu_util == pytest.approx(_sweep_util(doc), abs=2e-3)
+
+
+# -- item 6: a single warm-up step is unknown, with what to record ---------------------------------
+
+
+def test_a_single_warmup_step_gets_no_projection(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.single_step_trace()))
+    # before: batch_size/host_overhead with a projection from 42.9 s to about 21.5 s
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "record more steps" in r.confidence.reason and r.confidence.level == "low"
+
+
+def test_a_later_single_step_and_a_whole_trace_window_are_still_judged(tmp_path):
+    doc = F.single_step_trace()
+    doc["traceEvents"][0]["name"] = "ProfilerStep#6"
+    assert analyze(write(tmp_path / "t.json", doc)).bottleneck == "batch_size"
+    doc["traceEvents"] = doc["traceEvents"][1:]  # no ProfilerStep: one window over the whole trace
+    assert analyze(write(tmp_path / "u.json", doc)).bottleneck == "batch_size"
+
+
+# -- item 2: a host blocked in copies to pageable memory is host sync ------------------------------
+
+
+def test_pageable_device_to_host_copies_are_host_sync(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.pageable_copy_trace()))
+    # before: cudaMemcpyAsync was not a sync call, so the 146 ms per step read as batch_size/host_overhead
+    assert (r.bottleneck, r.findings[0].cause) == ("sync", "host_sync")
+    assert r.metrics.share["sync_ms"] == pytest.approx(146 / 200, abs=1e-3)
+    advice = " ".join(r.findings[0].recommendations)
+    assert "pageable" in advice and "non_blocking=True" in advice and "device-to-host" in advice
+
+
+# -- item 5: a cause whose defining test fails is not the verdict ----------------------------------
+
+
+def test_launch_overhead_with_long_kernels_falls_back_to_host_overhead(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.short_gap_long_kernel_trace()))
+    # before: batch_size/launch_overhead while its own kernel_median_us (60) failed < 20
+    f = r.findings[0]
+    assert (r.bottleneck, f.cause) == ("batch_size", "host_overhead")
+    shown = {e.metric: e for e in f.evidence}
+    assert not shown["kernel_median_us"].passed and shown["idle_from_launch_or_host_wait"].passed
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_host_overhead_whose_idle_is_not_host_wait_is_unknown_with_what_to_record():
+    r = analyze(EXTERNAL / "hta/trace_compare/base/base.json.gz")
+    # before: batch_size/host_overhead with idle_from_launch_or_host_wait 0.0001 failing >= 0.5
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "defining test" in r.confidence.reason and "record with" in r.confidence.reason

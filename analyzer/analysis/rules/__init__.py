@@ -115,7 +115,28 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     return Confidence(value, confidence_level(value), why)
 
 
+def warmup_only(ctx: Context) -> str | None:
+    """Why the analysed steps say nothing about the steady state, or None: a single step, or steps that are all
+    among the run's first WARMUP_MAX_STEPS (lazy initialisation, compilation, cudnn autotune, first
+    allocations; several such steps only in an imported profiler trace, whose steps are numbered from the run's
+    start). A whole-trace window of an imported trace without ProfilerStep annotations is not a step."""
+    if ctx.run.profiler_steps == 0 or ctx.m.per_step.height == 0:
+        return None
+    numbers = ctx.m.per_step.get_column(S.STEP).to_list()
+    if max(numbers) >= T.WARMUP_MAX_STEPS or (len(numbers) > 1 and ctx.run.profiler_steps is None):
+        return None
+    what = f"one step (#{numbers[0]})" if len(numbers) == 1 else f"steps {', '.join(f'#{n}' for n in numbers)}"
+    return (
+        f"the trace holds only {what}, among the run's first {T.WARMUP_MAX_STEPS} steps: warm-up (compilation, "
+        "autotuning, first allocations), not the steady state; record more steps (e.g. torch.profiler "
+        "schedule(wait=1, warmup=1, active=3) after a few steps)"
+    )
+
+
 def classify(ctx: Context) -> Verdict:
+    warmup = warmup_only(ctx)
+    if warmup is not None:
+        return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))
     findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
@@ -127,12 +148,14 @@ def classify(ctx: Context) -> Verdict:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:
         failed = ", ".join(e.metric for e in tests if not e.passed)
+        rejected = "; ".join(r for rule in RULES if (r := rule.rejected(ctx)) is not None)
         return Verdict(
             "unknown",
             Confidence(
                 0.0,
                 "low",
-                f"not healthy ({failed} fail the health tests), but no rule can attribute the time or project a fix",
+                f"not healthy ({failed} fail the health tests), but no rule can attribute the time or project a fix"
+                + (f"; {rejected}" if rejected else ""),
             ),
             (),
             tests,

@@ -10,6 +10,7 @@ by the batch multiplier, the rest of the step stays.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
@@ -115,6 +116,16 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
 class BatchSize(Rule):
     bottleneck = "batch_size"
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "launch_overhead": ("kernel_median_us", "idle_from_launch_or_host_wait"),
+        "host_overhead": ("idle_from_launch_or_host_wait",),
+    }
+    fallback: ClassVar[dict[str, str]] = {"launch_overhead": "host_overhead"}
+    record: ClassVar[str] = (
+        "the GPU idles in gaps whose kernels were launched before the gap began (waits on events, other streams "
+        "or the host's own blocking calls): record with CPU and CUDA activities and record_shapes=True, "
+        "with_stack=True to see what the host and the streams wait on"
+    )
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m

@@ -10,6 +10,8 @@ in the datasheet table (a lower bound).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
@@ -60,6 +62,10 @@ def tensor_core_ratio(ctx: Context, dtype: str = "bfloat16") -> tuple[float, str
 class Kernels(Rule):
     bottleneck = "kernels"
     high = T.KERNELS_HIGH
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "fp32_math": ("fp32_gemm_conv_share",),
+        "memory_bound": ("memory_bound_kernel_share",),
+    }
 
     def _shares(self, ctx: Context) -> tuple[float, float, bool]:
         """(fp32-math share of kernel time, memory-bound share of kernel time, from kernel statistics)."""

@@ -12,6 +12,8 @@ so the projection is the longer of the GPU's own work and the host's path withou
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import RAW
@@ -57,6 +59,11 @@ def _after(ctx: Context) -> float:
 class Sync(Rule):
     bottleneck = "sync"
     high = T.SYNC_HIGH
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "host_sync": ("sync_share", "gpu_idle_share"),
+        "exposed_communication": ("exposed_communication_share",),
+        "straggler": ("straggler_slow_step_fraction", "straggler_excess_ms"),
+    }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
@@ -239,6 +246,7 @@ class Sync(Rule):
                 "accumulation."
             )
         if (ctx.m.share[S.SYNC_MS] or 0.0) >= T.RELAXED:
+            recs += pageable_copy_advice(ctx)
             recs += [
                 "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
                 "read them every N steps.",
@@ -250,3 +258,26 @@ class Sync(Rule):
                     "tune bucket_cap_mb."
                 )
         return tuple(recs)
+
+
+def pageable_copy_advice(ctx: Context) -> list[str]:
+    """What to change when the host waits in copies to or from pageable memory (kernel statistics say so)."""
+    km = ctx.m.kernels
+    if km is None or km.totals_ms["memcpy_pageable_ms"] <= 0:
+        return []
+    t = km.totals_ms
+    recs = []
+    if t["memcpy_d2h_ms"] > 0:
+        recs.append(
+            "The host waits in cudaMemcpyAsync device-to-host into pageable memory (tensor.to('cpu'), .item(), "
+            ".tolist(), typically under aten::to / aten::_local_scalar_dense): each call returns only after "
+            "everything queued before it ran. Read fewer values back per step (keep metrics on the device, read "
+            "every N steps); copy into a pinned buffer with non_blocking=True and synchronise on an event only "
+            "where the value is used."
+        )
+    if t["memcpy_h2d_ms"] > 0:
+        recs.append(
+            "Host-to-device copies come from pageable memory (the host stages and waits): DataLoader(pin_memory="
+            "True) and .to(device, non_blocking=True)."
+        )
+    return recs

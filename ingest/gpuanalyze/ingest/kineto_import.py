@@ -189,6 +189,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 "compute_capabilities": k.compute_capabilities,
                 "device": k.device,
                 "gpu_summary": summary,
+                "profiler_steps": len(k.steps),
             },
             RunInfo,
         )
