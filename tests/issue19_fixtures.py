@@ -121,3 +121,31 @@ def short_gap_long_kernel_trace(*, steps: int = 12) -> dict[str, Any]:
                 ),
             ]
     return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def straggler_rank(rank: int, *, slow_forward_ms: float, gpu: bool, steps: int = 12) -> dict[str, Any]:
+    """Item 7/8: one rank of a 2-rank DDP run, 100 ms steps: forward (step start to the first backward op)
+    20 ms + ``slow_forward_ms``, backward 30 ms, optimizer 5 ms; the faster rank waits the difference in a
+    blocking sync (the all-reduce wait). ``gpu``: with one kernel per step (else a gloo CPU run)."""
+    events = []
+    fwd = 20_000.0 + slow_forward_ms * 1e3
+    for i in range(steps):
+        lo = i * 100_000.0
+        bwd = lo + fwd
+        events += [
+            ev("user_annotation", f"ProfilerStep#{10 + i}", lo, 100_000),
+            ev("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", bwd, 30_000),
+            ev("cpu_op", "Optimizer.step#SGD.step", bwd + 30_000, 5_000),
+        ]
+        wait = 100_000.0 - fwd - 35_000 - 1_000
+        if wait > 0:
+            name = "cudaStreamSynchronize" if gpu else "cudaDeviceSynchronize"
+            events.append(ev("cuda_runtime", name, bwd + 35_000, wait, correlation=900_000 + i))
+        if gpu:
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", lo + 100, 5, correlation=i + 1),
+                ev("kernel", "ampere_bf16_s16816gemm_bf16_128x128", lo + 200, 5_000, stream=7, correlation=i + 1),
+            ]
+    doc = _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0)) if gpu else {"schemaVersion": 1, "traceEvents": events}
+    doc["distributedInfo"] = {"backend": "nccl" if gpu else "gloo", "rank": rank, "world_size": 2}
+    return doc

@@ -7,7 +7,6 @@ import itertools
 import pytest
 
 from analyzer.api import analyze
-from analyzer.machine.tensor_cores import capability, tensor_cores
 from gpuanalyze.ingest.kineto import parse_kineto
 from tests import issue19_fixtures as F
 from tests.conftest import SHARED
@@ -35,7 +34,6 @@ def _advice(report) -> str:
 def test_precision_advice_follows_the_compute_capability(tmp_path, name, cc, dtype, absent):
     path = write(tmp_path / "t.json", F.fp32_gemm_trace(name, cc))
     r = analyze(path)
-    assert r.run.compute_capabilities == (f"{cc[0]}.{cc[1]}",)
     kernels = next(f for f in r.findings if f.bottleneck == "kernels")
     assert kernels.cause == "fp32_math"
     advice = " ".join(kernels.recommendations)
@@ -47,6 +45,7 @@ def test_precision_advice_follows_the_compute_capability(tmp_path, name, cc, dty
         assert "GradScaler" in advice
     if cc >= (9, 0):
         assert "FP8" in advice and "Transformer Engine" in advice
+    assert r.run.compute_capabilities == (f"{cc[0]}.{cc[1]}",)
 
 
 def test_compute_capability_is_read_per_device(tmp_path):
@@ -55,6 +54,8 @@ def test_compute_capability_is_read_per_device(tmp_path):
 
 
 def test_capability_from_the_name_when_the_trace_lacks_it_and_never_for_amd():
+    from analyzer.machine.tensor_cores import capability, tensor_cores
+
     cc = capability("Tesla V100-SXM2-16GB", None)
     assert cc is not None and cc[0] == (7, 0) and "cuda-gpus" in cc[1]
     assert capability("AMD Instinct MI300X", ("9.4",)) is None
@@ -65,10 +66,10 @@ def test_capability_from_the_name_when_the_trace_lacks_it_and_never_for_amd():
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 def test_v100_trace_gets_fp16_autocast_with_a_grad_scaler():
     r = analyze(EXTERNAL / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
-    assert r.run.compute_capabilities is not None and set(r.run.compute_capabilities) == {"7.0"}
     advice = _advice(r)
     assert "torch.float16" in advice and "GradScaler" in advice
     assert "bfloat16" not in advice and "allow_tf32" not in advice
+    assert r.run.compute_capabilities is not None and set(r.run.compute_capabilities) == {"7.0"}
 
 
 # -- item 3: utilisation over the same steps in numerator and denominator --------------------------
@@ -168,3 +169,55 @@ def test_host_overhead_whose_idle_is_not_host_wait_is_unknown_with_what_to_recor
     # before: batch_size/host_overhead with idle_from_launch_or_host_wait 0.0001 failing >= 0.5
     assert r.bottleneck == "unknown" and not r.findings
     assert "defining test" in r.confidence.reason and "record with" in r.confidence.reason
+
+
+# -- items 7 and 8: the straggler's phase from per-phase differences; CPU runs in CPU words ---------
+
+
+def _straggler_run(tmp_path, *, gpu: bool):
+    run = tmp_path / ("gpu" if gpu else "cpu")
+    run.mkdir()
+    for rank, slow in ((0, 0.0), (1, 30.0)):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=slow, gpu=gpu))
+    return analyze(run)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_straggler_is_named_slow_in_forward_with_the_numbers(tmp_path, gpu):
+    r = _straggler_run(tmp_path, gpu=gpu)
+    s = r.metrics.distributed.stragglers[0]
+    # before: Kineto marks no forward, so rank 1's 30 ms went to "other"
+    assert (s.rank, s.phase) == (1, "forward")
+    diffs = dict(s.phase_diffs)
+    assert diffs["forward"] == pytest.approx(30.0, abs=0.1) and abs(diffs["backward"]) < 0.1
+    f = next(f for f in r.findings if f.cause == "straggler")
+    assert "forward +30.0" in f.summary
+
+
+def test_a_cpu_straggler_is_not_told_to_check_its_gpu(tmp_path):
+    cpu = _straggler_run(tmp_path, gpu=False)
+    advice = " ".join(next(f for f in cpu.findings if f.cause == "straggler").recommendations)
+    assert "GPU" not in advice and "CPU" in advice
+    gpu = _straggler_run(tmp_path, gpu=True)
+    advice = " ".join(next(f for f in gpu.findings if f.cause == "straggler").recommendations)
+    # no clock/temperature/power samples in the trace: say what to record, not "check its GPU"
+    assert "check that node's GPU" not in advice and "clocks.sm" in advice
+
+
+def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
+    from rich.console import Console
+
+    from analyzer.planning.cost import CostInputs
+    from analyzer.render import words
+    from analyzer.render.terminal import render_terminal
+
+    run = tmp_path / "cpu"
+    run.mkdir()
+    for rank in (0, 1):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=0.0, gpu=False))
+    r = analyze(run, cost=CostInputs(steps_per_run=1e5))
+    console = Console(width=200, record=True)
+    console.print(render_terminal(r))
+    out = console.export_text()
+    assert "GPU-h" not in out and "GPU(s)" not in out and "CPU-h" in out, out
+    assert "GPU" not in words.verdict_line(r)

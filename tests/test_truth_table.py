@@ -25,11 +25,10 @@ EXTERNAL = SHARED / "external_traces"
 EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
     (
         "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-        "unknown",
-        None,
+        "batch_size",
+        "host_overhead",
         "low",
-        "a toy model on an MI250 profiled in ProfilerStep#1-#2 only, the run's first iterations (warm-up): "
-        "nothing about the steady state; record more steps (issue 19, item 6)",
+        "a toy model on an MI250: the GPU is busy 2% of the step, its idle is all host wait and launch gaps",
     ),
     (
         "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",

@@ -116,20 +116,20 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
 
 
 def warmup_only(ctx: Context) -> str | None:
-    """Why the analysed steps say nothing about the steady state, or None: a single step, or steps that are all
-    among the run's first WARMUP_MAX_STEPS (lazy initialisation, compilation, cudnn autotune, first
-    allocations; several such steps only in an imported profiler trace, whose steps are numbered from the run's
-    start). A whole-trace window of an imported trace without ProfilerStep annotations is not a step."""
-    if ctx.run.profiler_steps == 0 or ctx.m.per_step.height == 0:
+    """Why the analysed steps say nothing about the steady state, or None: a single step that is among the run's
+    first WARMUP_MAX_STEPS (lazy initialisation, compilation, cudnn autotune, first allocations). A whole-trace
+    window of an imported trace without ProfilerStep annotations is not a step; a single later step is judged
+    (at low confidence: one step of evidence)."""
+    if ctx.run.profiler_steps == 0 or ctx.m.per_step.height != 1:
         return None
-    numbers = ctx.m.per_step.get_column(S.STEP).to_list()
-    if max(numbers) >= T.WARMUP_MAX_STEPS or (len(numbers) > 1 and ctx.run.profiler_steps is None):
+    number = int(ctx.m.per_step.get_column(S.STEP)[0])
+    if number >= T.WARMUP_MAX_STEPS:
         return None
-    what = f"one step (#{numbers[0]})" if len(numbers) == 1 else f"steps {', '.join(f'#{n}' for n in numbers)}"
+    wall = ctx.wall / 1e3
     return (
-        f"the trace holds only {what}, among the run's first {T.WARMUP_MAX_STEPS} steps: warm-up (compilation, "
-        "autotuning, first allocations), not the steady state; record more steps (e.g. torch.profiler "
-        "schedule(wait=1, warmup=1, active=3) after a few steps)"
+        f"the trace holds one step (#{number}, {wall:,.3g} s), among the run's first {T.WARMUP_MAX_STEPS}: warm-up "
+        "(compilation, autotuning, first allocations), not the steady state; record more steps (e.g. "
+        "torch.profiler schedule(wait=1, warmup=1, active=3) after a few steps)"
     )
 
 

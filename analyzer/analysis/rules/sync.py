@@ -26,12 +26,22 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 _STRAGGLER_FIXES = {
     "data": "Rank {r} waits longest for input: check its node's data path (disk, network storage, CPU cores for "
     "DataLoader workers) and give it more workers.",
-    "forward": "Rank {r} is slow in forward: check that node's GPU (clocks, thermals, a different GPU model), uneven "
-    "inputs (sequence lengths) or extra work done only on that rank.",
-    "backward": "Rank {r} is slow in backward: check its GPU and uneven inputs; shapes that differ per rank change "
+    "forward": "Rank {r} is slow in forward: {device}; look for uneven inputs (sequence lengths) or extra work done "
+    "only on that rank.",
+    "backward": "Rank {r} is slow in backward: {device}; look for uneven inputs: shapes that differ per rank change "
     "the work.",
     "optimizer": "Rank {r} is slow in the optimizer step: look for rank-specific work (logging, checkpointing, EMA).",
 }
+#: What to check on the slow rank's device, by what the trace shows about it.
+_DEVICE_CPU = (
+    "this run used no accelerator, so check that rank's CPU (frequency scaling, other processes on its node, the "
+    "cores and threads it gets: torch.get_num_threads())"
+)
+_DEVICE_UNSAMPLED = (
+    "the trace has no clock, temperature or power samples of its GPU, so record them on every rank (nvidia-smi "
+    "--query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv -l 1) to tell a throttled or different GPU from "
+    "uneven work"
+)
 _STRAGGLER_OTHER = (
     "Rank {r}'s extra time is outside forward, backward, optimizer and data (host work no phase "
     "accounts for): look for rank-only work in the loop (logging, evaluation, checkpointing on "
@@ -76,7 +86,8 @@ class Sync(Rule):
                 consistency=s.steps_slow / s.steps if s.steps else 0.0,
                 evidence_steps=s.steps,
                 summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
-                f"{s.excess_ms:.1f} ms, mostly in {s.phase}; the other ranks wait for it in gradient all-reduce.",
+                f"{s.excess_ms:.1f} ms, mostly in {s.phase}{_diffs(s.phase_diffs)}; the other ranks wait for it in "
+                + ("gradient all-reduce." if ctx.gpu else "collectives."),
             )
         floor = T.RELAXED if relaxed else T.SYNC_MODERATE.value
         host = m.share[S.SYNC_MS] or 0.0
@@ -233,8 +244,9 @@ class Sync(Rule):
             d_ = ctx.m.distributed
             assert d_ is not None
             s = d_.stragglers[0]
+            device = _DEVICE_CPU if not ctx.gpu else _DEVICE_UNSAMPLED
             return (
-                _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank),
+                _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank, device=device),
                 "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work "
                 "out of the step.",
             )
@@ -281,3 +293,11 @@ def pageable_copy_advice(ctx: Context) -> list[str]:
             "True) and .to(device, non_blocking=True)."
         )
     return recs
+
+
+def _diffs(diffs: tuple[tuple[str, float], ...]) -> str:
+    """Per-phase differences from the other ranks, in words: ' (forward +12.0, backward +0.4 ms per step ...)'."""
+    if not diffs:
+        return ""
+    shown = ", ".join(f"{name} {ms:+.1f}" for name, ms in diffs)
+    return f" ({shown} ms per step against the other ranks' medians)"

@@ -7,6 +7,8 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   instant to the first of kernel, memcpy, memset, runtime, DataLoader, CPU op), clipped to the step;
 - backward: union of autograd work (``autograd::engine::evaluate_function`` and ``XxxBackward``
   CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
+- forward (not marked by Kineto): from the step's start, or the end of its last DataLoader fetch, to its
+  first backward op, less the blocking syncs in between; unknown (null) for a step without backward;
 - optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d from the kernels launched in
   the step (kernel_stats.py);
 - gpu_busy: the union of device activity (kernels, memcpy, memset) inside the step's window, whoever
@@ -100,10 +102,33 @@ class _Marks:
         s = self._slice(lo, hi)
         return float((self.end[s] - self.start[s]).sum()) / 1e3
 
+    def first_start(self, lo: float, hi: float) -> float | None:
+        """Start of the first annotation that starts in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.start[s.start]) if s.stop > s.start else None
+
+    def last_end(self, lo: float, hi: float) -> float | None:
+        """Latest end of the annotations that start in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.end[s].max()) if s.stop > s.start else None
+
     def union(self, lo: float, hi: float) -> float:
         """Union (ms) of the annotations that start in [lo, hi) (nested autograd nodes count once)."""
         s = self._slice(lo, hi)
         return union_length(self.start[s], self.end[s]) / 1e3
+
+
+def _forward_ms(lo: float, hi: float, loader: _Marks, backward: _Marks, kernels: StepKernels) -> float | None:
+    """Forward of a step that Kineto does not mark: from the step's start, or the end of its last DataLoader
+    fetch before backward, to its first backward op, less the blocking syncs in between (the sync part's);
+    None for a step without backward (forward and the rest cannot be told apart)."""
+    first_bwd = backward.first_start(lo, hi)
+    if first_bwd is None:
+        return None
+    begin = max(lo, loader.last_end(lo, first_bwd) or lo)
+    if begin >= first_bwd:
+        return 0.0
+    return max(0.0, first_bwd - begin - kernels.sync_us(begin, first_bwd)) / 1e3
 
 
 def _loader_idle(k: KinetoTrace) -> Clipper:
@@ -131,7 +156,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     kernels = StepKernels(k)
     device_busy = Clipper(*merge(k.gpu.start, k.gpu.end))
     loader_idle = _loader_idle(k)
-    backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
+    backward, optimizer, loader = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER), _Marks(k, MARK_LOADER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
@@ -166,6 +191,8 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 S.KERNEL_STATS: S.encode_kernel_stats(stats),
             }
         )
+        if backward.present:
+            row[S.FORWARD_MS] = _forward_ms(lo, hi, loader, backward, kernels)
         for part, marks in exported.items():
             row[part] = marks.total(lo, hi)
         if S.OTHER_MS not in exported:
