@@ -221,3 +221,42 @@ def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
     out = console.export_text()
     assert "GPU-h" not in out and "GPU(s)" not in out and "CPU-h" in out, out
     assert "GPU" not in words.verdict_line(r)
+
+
+# -- item 4: host work before the first kernel is input preprocessing, the kernels come after it ----
+
+
+def test_host_work_before_the_first_kernel_is_input_preprocessing(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.preprocessing_trace()))
+    # before: batch_size/launch_overhead, its own kernel_median_us failing < 20 us
+    top = r.findings[0]
+    assert (r.bottleneck, top.cause) == ("host", "input_preprocessing")
+    assert top.share == pytest.approx(218 / 382, abs=0.01)
+    assert "DataLoader" in " ".join(top.recommendations)
+    assert all(f.bottleneck != "batch_size" for f in r.findings)
+    kernels = next(f for f in r.findings if f.bottleneck == "kernels")
+    assert "scaled_dot_product_attention" in " ".join(kernels.recommendations)
+
+
+def test_one_window_that_is_mostly_start_up_is_unknown(tmp_path):
+    doc = F.single_step_trace()
+    doc["traceEvents"] = doc["traceEvents"][1:]  # no ProfilerStep: the whole trace is one window
+    lead = 30_000_000.0  # 30 s of host start-up before the first kernel
+    for e in doc["traceEvents"]:
+        e["ts"] = lead + e["ts"] * 0.3
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "Optimizer.step#SGD.step",
+            "ts": 0,
+            "dur": 5,
+            "pid": 1,
+            "tid": 1,
+            "args": {},
+        }
+    )
+    r = analyze(write(tmp_path / "t.json", doc))
+    # before: batch_size with a projection to about half the window
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "first kernel launches" in r.confidence.reason and "record more steps" in r.confidence.reason

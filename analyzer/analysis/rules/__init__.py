@@ -116,20 +116,27 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
 
 
 def warmup_only(ctx: Context) -> str | None:
-    """Why the analysed steps say nothing about the steady state, or None: a single step that is among the run's
-    first WARMUP_MAX_STEPS (lazy initialisation, compilation, cudnn autotune, first allocations). A whole-trace
-    window of an imported trace without ProfilerStep annotations is not a step; a single later step is judged
-    (at low confidence: one step of evidence)."""
-    if ctx.run.profiler_steps == 0 or ctx.m.per_step.height != 1:
+    """Why a one-step trace says nothing about the steady state, or None. One step among the run's first
+    WARMUP_MAX_STEPS, or one step (or one window of a trace without ProfilerStep annotations) whose first kernel
+    launches WARMUP_LEAD or more into it: lazy initialisation, compilation, cudnn autotune, first allocations.
+    A single later step that starts its GPU work promptly is judged (at low confidence: one step of evidence)."""
+    if ctx.m.per_step.height != 1:
         return None
     number = int(ctx.m.per_step.get_column(S.STEP)[0])
-    if number >= T.WARMUP_MAX_STEPS:
+    km = ctx.m.kernels
+    lead = km.share_of_wall("host_before_gpu_ms") if km is not None else 0.0
+    wall = f"{ctx.wall / 1e3:,.3g} s"
+    if ctx.run.profiler_steps != 0 and number < T.WARMUP_MAX_STEPS:
+        why = f"one step (#{number}, {wall}), among the run's first {T.WARMUP_MAX_STEPS}"
+    elif lead >= T.WARMUP_LEAD:
+        what = "one window (no ProfilerStep annotations)" if ctx.run.profiler_steps == 0 else f"one step (#{number})"
+        why = f"{what} of {wall} whose first kernel launches {lead:.0%} into it"
+    else:
         return None
-    wall = ctx.wall / 1e3
     return (
-        f"the trace holds one step (#{number}, {wall:,.3g} s), among the run's first {T.WARMUP_MAX_STEPS}: warm-up "
-        "(compilation, autotuning, first allocations), not the steady state; record more steps (e.g. "
-        "torch.profiler schedule(wait=1, warmup=1, active=3) after a few steps)"
+        f"the trace holds {why}: warm-up (compilation, autotuning, first allocations), not the steady state; "
+        "no projection from it; record more steps (e.g. torch.profiler schedule(wait=1, warmup=1, active=3) after "
+        "a few steps)"
     )
 
 

@@ -16,6 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
+from analyzer.analysis.rules.host import preprocessing_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -55,6 +56,11 @@ def others_ms(ctx: Context) -> float:
     return out
 
 
+def unexplained_idle(ctx: Context) -> float:
+    """GPU idle share that data wait, sync and input preprocessing (host.preprocessing_share) do not explain."""
+    return max(0.0, (ctx.m.idle_unexplained or 0.0) - preprocessing_share(ctx))
+
+
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     """Step time per current batch worth of samples with a batch ``k`` times larger.
 
@@ -67,7 +73,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
-        fixed = ctx.ms(m.idle_unexplained or 0.0)
+        fixed = ctx.ms(unexplained_idle(ctx))
         fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
     else:
         fixed = ctx.ms(per_step_fixed_share(ctx))
@@ -131,7 +137,7 @@ class BatchSize(Rule):
         m = ctx.m
         floor = T.RELAXED if relaxed else T.IDLE_MODERATE.value
         if ctx.gpu:
-            idle = m.idle_unexplained or 0.0
+            idle = unexplained_idle(ctx)
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
                 return None
             km = m.kernels

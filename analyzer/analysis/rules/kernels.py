@@ -196,6 +196,13 @@ class Kernels(Rule):
         if fp32 >= T.FP32_MATH.value or d.cause == "fp32_math":
             recs += precision_advice(ctx)
         if measured and (memory >= T.MEMORY_BOUND.value or d.cause == "memory_bound"):
+            softmax = softmax_share(ctx)
+            if softmax >= T.UNFUSED_SOFTMAX:
+                recs.append(
+                    f"Softmax kernels take {softmax:.0%} of kernel time: attention computed as matmul, softmax, "
+                    "matmul. Use fused attention: torch.nn.functional.scaled_dot_product_attention (Flash/"
+                    "memory-efficient SDPA backends; attn_implementation='sdpa' in Hugging Face models)."
+                )
             recs.append(
                 "Fuse memory-bound elementwise/normalisation chains with torch.compile(model); use fused "
                 "optimizers (e.g. AdamW(fused=True))."
@@ -239,3 +246,13 @@ def precision_advice(ctx: Context) -> list[str]:
                 "Transformer Engine (te.Linear under te.fp8_autocast); check the loss curve against bf16."
             )
     return recs
+
+
+def softmax_share(ctx: Context) -> float:
+    """Share of kernel time in kernels named softmax among the top kernels (a lower bound: only the top ones)."""
+    km = ctx.m.kernels
+    if km is None:
+        return 0.0
+    total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
+    soft = sum(ms for name, ms, _ in km.top_kernels if "softmax" in name.lower())
+    return soft / total if total else 0.0

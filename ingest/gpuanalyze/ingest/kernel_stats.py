@@ -132,6 +132,11 @@ class StepKernels:
         part = self._gap_len[:, i:j].sum(axis=1)
         return float(part[0]), float(part[1]), float(part[2])
 
+    def first_launch(self, lo: float, hi: float) -> float | None:
+        """When the first device work launched in [lo, hi) was launched (its owner time), if any."""
+        i = int(np.searchsorted(self._owner_sorted, lo, side="left"))
+        return float(self._owner_sorted[i]) if i < self._owner_sorted.size and self._owner_sorted[i] < hi else None
+
     def indices(self, lo: float, hi: float) -> np.ndarray:
         """Kernels launched in [lo, hi), in trace order."""
         i, j = np.searchsorted(self._owner_sorted, (lo, hi), side="left")

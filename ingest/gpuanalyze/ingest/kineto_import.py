@@ -9,6 +9,8 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
 - forward (not marked by Kineto): from the step's start, or the end of its last DataLoader fetch, to its
   first backward op, less the blocking syncs in between; unknown (null) for a step without backward;
+- host_before_gpu (kernel statistics): host time from the step's start to its first device launch, less
+  data wait and syncs: input preprocessing in the training process;
 - optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d from the kernels launched in
   the step (kernel_stats.py);
 - gpu_busy: the union of device activity (kernels, memcpy, memset) inside the step's window, whoever
@@ -131,6 +133,14 @@ def _forward_ms(lo: float, hi: float, loader: _Marks, backward: _Marks, kernels:
     return max(0.0, first_bwd - begin - kernels.sync_us(begin, first_bwd)) / 1e3
 
 
+def _before_gpu_ms(lo: float, hi: float, kernels: StepKernels, loader_idle: Clipper) -> float:
+    """Host time from the step's start to its first device launch, less the data wait and blocking syncs in it."""
+    first = kernels.first_launch(lo, hi)
+    if first is None:
+        return 0.0
+    return max(0.0, first - lo - loader_idle.length(lo, first) - kernels.sync_us(lo, first)) / 1e3
+
+
 def _loader_idle(k: KinetoTrace) -> Clipper:
     """DataLoader time outside device activity and runtime calls (only the activity that overlaps the
     loader's span is merged: a trace without DataLoader annotations costs nothing here)."""
@@ -175,6 +185,8 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         if following < starts.size and end - OVERLAP_US <= starts[following] < end:
             hi = float(starts[following])
         stats = kernels.stats(lo, hi) if has_gpu else None
+        if stats is not None:
+            stats = msgspec.structs.replace(stats, host_before_gpu_ms=_before_gpu_ms(lo, hi, kernels, loader_idle))
         row = S.empty_row()
         row.update(
             {
