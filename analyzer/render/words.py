@@ -27,7 +27,7 @@ VERDICT: dict[str, str] = {
     "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
     "kernels": "KERNELS: the GPU code itself sets the pace",
     "sync": "SYNC: the host waits on the device or on other ranks",
-    "host": "HOST: host work that no phase accounts for takes the step",
+    "host": "HOST: host work that no phase accounts for (or before the GPU work starts) takes the step",
     "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
     "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
 }

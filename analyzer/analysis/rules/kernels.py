@@ -158,7 +158,8 @@ class Kernels(Rule):
         dtype = autocast_dtype(ctx)
         ratio, source = tensor_core_ratio(ctx, dtype or "bfloat16")
         parts, removed = [], 0.0
-        if dtype is not None and (fp32 >= T.FP32_MATH.value or d.cause == "fp32_math"):
+        tensor_cores = dtype is not None and (fp32 >= T.FP32_MATH.value or d.cause == "fp32_math")
+        if tensor_cores:
             gain = busy * fp32 * (1 - 1 / ratio)
             removed += gain
             parts.append(f"fp32 GEMM/conv {busy * fp32:.2f} ms x (1 - 1/{ratio:.1f}) = {gain:.2f} ms ({source})")
@@ -179,7 +180,7 @@ class Kernels(Rule):
             + ("" if measured else "; no kernel statistics: all GPU-busy time treated as fp32 matmul, an upper bound")
         )
         params: tuple[tuple[str, int | float | str], ...] = (
-            (("precision", dtype),) if fp32 > 0 and dtype is not None else ()
+            (("precision", dtype),) if tensor_cores and fp32 > 0 and dtype is not None else ()
         )
         return bounded(
             ctx,
