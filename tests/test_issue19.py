@@ -260,3 +260,20 @@ def test_one_window_that_is_mostly_start_up_is_unknown(tmp_path):
     # before: batch_size with a projection to about half the window
     assert r.bottleneck == "unknown" and not r.findings
     assert "first kernel launches" in r.confidence.reason and "record more steps" in r.confidence.reason
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_work_running_after_its_steps_host_window_still_belongs_to_its_step():
+    """Item 3, second half: on the MI300X trace every step's device work (communication included) ends after the
+    step's host window; each event launched in a step is counted in that step's kernel statistics."""
+    import msgspec
+
+    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.kineto_import import import_kineto
+
+    k = parse_kineto(EXTERNAL / "tracelens/mi300_resnet_act_checkpoint.json.gz")
+    rows = import_kineto(k).frame.get_column(S.KERNEL_STATS).to_list()
+    counted = sum(msgspec.json.decode(x, type=S.KernelStats).kernel_count for x in rows if x)
+    assert counted == k.gpu.start.size
+    last_host_end = max(end for _, _, end in k.steps)
+    assert float(k.gpu.end.max()) > last_host_end  # the GPU runs behind the host
