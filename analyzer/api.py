@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["analyze", "load_compared", "report"]
 
+OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections are less certain"
+
 
 def analyze(
     trace: str | Path | Trace,
@@ -67,7 +69,8 @@ def analyze(
     rules_see = metrics
     if steady.left_out and loaded.trace is not None:
         rules_see = step_metrics(loaded.trace, without=steady.left_out)
-    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
+    host = host_facts(loaded.run, loaded.samples)
+    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host)
     judged = judge(ctx, metrics, steady, left_out=loaded.trace is not None)
     verdict = judged.verdict
     notes = (*notes, *judged.notes)
@@ -77,6 +80,8 @@ def analyze(
     findings = verdict.findings
     if cost_ is not None:
         findings = tuple(dataclasses.replace(f, savings=savings(f.projection.saved_ms, cost_)) for f in findings)
+    if host.oversubscribed:
+        notes = (*notes, OVERSUBSCRIBED_NOTE)
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,
@@ -99,6 +104,7 @@ def analyze(
         mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
         stability=judged.stability,
         steady=steady,
+        host=host,
     )
 
 
@@ -135,8 +141,11 @@ def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -
     return load_option(path, defaults, ceilings, analyze_trace=_analyze_for_compare)
 
 
-def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> Report:
-    return analyze(trace, ceilings=ceilings, cost=cost)
+def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> tuple[Report, Trace]:
+    from gpuanalyze.ingest.sources import load_any
+
+    loaded = load_any(trace)
+    return analyze(loaded, ceilings=ceilings, cost=cost), loaded
 
 
 def _notebook_view(self: Report) -> str:

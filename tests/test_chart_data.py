@@ -78,3 +78,49 @@ def test_a_trace_that_changed_since_the_analysis_is_refused():
     shorter = dataclasses.replace(trace, frame=trace.frame.filter(pl.col(S.STEP) < 30))
     with pytest.raises(TraceError, match="changed since it was analysed"):
         cd.chart_data(shorter, report)
+
+
+def _slow_warmup(trace, skip, ms=28_000.0):
+    """The first ``skip`` steps of every rank take ``ms`` (a compile), in forward."""
+    warm = pl.col(S.STEP) < skip
+    frame = trace.frame.with_columns(
+        pl.when(warm).then(ms).otherwise(pl.col(S.WALL_MS)).alias(S.WALL_MS),
+        pl.when(warm).then(ms - 15.0).otherwise(pl.col(S.FORWARD_MS)).alias(S.FORWARD_MS),
+    )
+    return dataclasses.replace(trace, frame=frame)
+
+
+@pytest.mark.parametrize("steps", [60, 6000])  # drawn step by step, and binned (the first bin holds warm-up)
+def test_warmup_is_drawn_but_left_out_of_the_step_charts_scale(steps):
+    skip = analyze(synthetic_trace(ranks=4, steps=steps)).metrics.warmup_steps
+    assert skip > 0
+    trace = _slow_warmup(synthetic_trace(ranks=4, steps=steps), skip)
+    report = analyze(trace)
+    s = cd.chart_data(trace, report).steps
+    assert s.wall[0] > 1000  # the warm-up is still drawn
+    assert 20.0 <= s.y_max < 40.0  # ~20 ms steps: the axis is theirs, not the 28 s warm-up's
+    assert s.warmup_max is not None and s.warmup_max > 1000  # and the chart says it clipped it
+
+
+def test_without_a_slow_warmup_nothing_is_clipped():
+    trace = synthetic_trace(ranks=4, steps=60)
+    s = cd.chart_data(trace, analyze(trace)).steps
+    assert s.warmup_max is None and 20.0 <= s.y_max < 25.0
+
+
+def test_warmup_columns_are_left_out_of_the_heatmaps_colour_scale():
+    pytest.importorskip("plotly")
+    from analyzer.render import html_charts
+
+    base = synthetic_trace(ranks=4, steps=60)
+    skip = analyze(base).metrics.warmup_steps
+    trace = _slow_warmup(base, skip)
+    report = analyze(trace)
+    heat = cd.chart_data(trace, report).heatmap
+    assert heat is not None and heat.warmup_columns == skip and heat.width == 1
+    fig = html_charts.heatmap(heat, heat.wall, "step time", "Viridis")
+    assert fig.data[0].zmax < 40.0 and np.nanmax(heat.wall) > 1000
+    assert "warm-up columns clipped" in fig.layout.title.text
+    step_fig = html_charts.step_time(cd.chart_data(trace, report).steps, report)
+    assert step_fig.layout.yaxis.range[1] < 40.0
+    assert any("warm-up (clipped: up to 28,000 ms)" in (a.text or "") for a in step_fig.layout.annotations)

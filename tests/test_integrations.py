@@ -2,6 +2,7 @@
 from code and configs (nothing downloaded)."""
 
 import importlib
+import importlib.util
 import sys
 import time
 
@@ -244,3 +245,37 @@ def test_hf_train_that_raises_closes_the_trace(tmp_path):
     trace = load_trace(callback.path)
     assert trace.complete and trace.end.status == "exception" and "user bug" in trace.end.exception
     assert trace.frame.height == 4
+
+
+@pytest.mark.slow
+def test_lightning_log_to_mlflow_fills_a_file_store_and_a_broken_tracker_only_warns(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (pip install 'gpuanalyze[mlflow]')")
+    import mlflow
+
+    from analyzer.errors import GpuAnalyzeWarning
+    from analyzer.integrations.lightning import GpuAnalyzeCallback
+    from analyzer.track import mlflow_log
+
+    store = f"file:{tmp_path / 'mlruns'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(store)
+    try:
+        callback = GpuAnalyzeCallback(out=tmp_path / "l.arrow", report=False, log_to="mlflow")
+        _lightning_fit(tmp_path / "fit", accumulate=1, callback=callback)
+        (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+        assert run.data.tags["gpuanalyze/bottleneck"] == callback.report.bottleneck == "data_loading"
+        assert run.data.metrics["gpuanalyze/steps"] == callback.report.metrics.steps
+
+        def broken(*args, **kwargs):
+            raise ConnectionError("tracking server down")
+
+        monkeypatch.setattr(mlflow_log, "log_mlflow", broken)
+        callback = GpuAnalyzeCallback(out=tmp_path / "b.arrow", report=False, log_to="mlflow")
+        with pytest.warns(GpuAnalyzeWarning, match="could not log the report to mlflow"):
+            _lightning_fit(tmp_path / "fit2", accumulate=1, callback=callback)
+        assert callback.report is not None  # the fit finished and was analysed
+    finally:
+        mlflow.set_tracking_uri(None)

@@ -277,3 +277,15 @@ def test_work_running_after_its_steps_host_window_still_belongs_to_its_step():
     assert counted == k.gpu.start.size
     last_host_end = max(end for _, _, end in k.steps)
     assert float(k.gpu.end.max()) > last_host_end  # the GPU runs behind the host
+
+
+def test_check_its_gpu_only_with_the_samplers_readings():
+    from analyzer.analysis.host_facts import HostFacts
+    from analyzer.analysis.rules.sync import _device_check
+
+    class Ctx:
+        gpu = True
+        host = HostFacts(cores_available=4, cores_free=4, gpu_sm_clock_mhz=1110.0, gpu_temp_c=87.0)
+
+    text = _device_check(Ctx())  # type: ignore[arg-type]
+    assert "check that node's GPU" in text and "1110 MHz" in text and "87 C" in text

@@ -40,9 +40,6 @@ class KernelMetrics:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
         return self.totals_ms[f"{category}_ms"] / total if total else 0.0
 
-    def share_of_wall(self, field: str) -> float:
-        return self.totals_ms[field] / self.wall_ms if self.wall_ms else 0.0
-
     @property
     def idle_ms(self) -> float:
         return self.totals_ms["idle_host_wait_ms"] + self.totals_ms["idle_launch_ms"] + self.totals_ms["idle_other_ms"]

@@ -169,14 +169,6 @@ def exact_values(sketches: Sequence[Sketch]) -> np.ndarray | None:
     return np.sort(np.concatenate(parts)) if parts else np.empty(0)
 
 
-@dataclass(frozen=True, slots=True)
-class Want:
-    """One quantile of one column: ``q`` in [0, 1] (0.5: the median)."""
-
-    column: str
-    q: float
-
-
 def plan(sketches: Sequence[Sketch], q: float) -> tuple[int, int, float] | None:
     """The order statistics a quantile needs; None without values."""
     n = sum(s.n for s in sketches)

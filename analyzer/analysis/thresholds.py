@@ -168,3 +168,16 @@ BATCH_SPLIT_MAX = 0.75
 BATCH_SPLIT_SLACK = 0.2
 #: A projection range wider than this share of the current step is reported as wide (it says little).
 WIDE_RANGE = 0.5
+# -- the host (analyzer/analysis/host_facts.py, from the system sampler's readings) --
+#: A reading is oversubscribed when more threads are runnable than the host has CPUs (or the
+#: 1-minute load exceeds them): some runnable thread is then waiting for a CPU. This is the USE
+#: method's CPU saturation test (Brendan Gregg, "The USE Method": run-queue length greater than
+#: the CPU count). Host-wide on both sides, since /proc/stat and /proc/loadavg are host-wide.
+OVERSUBSCRIBED_RUNNABLE_PER_CPU = Threshold(1.0, "Brendan Gregg, The USE Method: CPU saturation = run queue > CPUs")
+#: The run is oversubscribed when at least this share of its readings were: a quarter of the run
+#: is enough to move CPU-side timings by more than their projections' own uncertainty (~10%,
+#: WORKER_MIN_GAIN), while a brief burst (a compile, a checkpoint) is not.
+OVERSUBSCRIBED_SHARE = Threshold(0.25, OURS + ": a quarter of the run waiting for CPUs moves CPU-side timings")
+#: Fewest cores ``cores_free`` reports: a job that ran at all had some CPU, and a projection that
+#: divides by the free cores must not divide by zero.
+MIN_FREE_CORES = 0.25

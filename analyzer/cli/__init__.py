@@ -19,6 +19,7 @@ COMMANDS = {
     "compare": "plan",
     "env": "machine",
     "export": "export",
+    "fleet": "fleet",
     "import": "trace",
     "memory": "plan",
     "report": "report",

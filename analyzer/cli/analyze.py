@@ -9,14 +9,16 @@ import typer
 
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
+from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.console import MIN_WIDTH
 
 
 def width_option() -> Any:
     """`--width N` for every command that prints a report."""
     return typer.Option(
-        "--width", min=40, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
+        "--width", min=MIN_WIDTH, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
     )
 
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 
 @app.command("analyze")
+@options.with_cost_options
 def analyze_cmd(
     trace: Annotated[
         str,
@@ -35,13 +38,7 @@ def analyze_cmd(
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
     ceilings: options.Ceilings = None,
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
+    cost: CostInputs | None = None,
     flops_per_step: options.FlopsPerStep = None,
     model_config: Annotated[
         Path | None,
@@ -54,22 +51,15 @@ def analyze_cmd(
     engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    log: LogTo = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
     from analyzer.api import analyze
 
     try:
-        cost = cost_options(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
-        )
+        trackers = log_targets(log)
         if model_config is not None:
-            flops_per_step = _palm_flops(model_config, tokens_per_step, tokens_per_sample)
+            flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
         report = analyze(
             trace,
             machine_ceilings=ceilings or True,
@@ -90,6 +80,10 @@ def analyze_cmd(
         from analyzer.render.terminal import render_terminal
 
         report_console(width).print(render_terminal(report))
+    try:
+        log_reports([report], trackers)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
@@ -103,14 +97,3 @@ def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | No
         raise GpuAnalyzeError(f"{config}: the PaLM formula needs the model shape (layers, heads, hidden size)")
     per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
     return per_token * tokens_per_step
-
-
-def cost_options(config: Path | None, **values: Any) -> CostInputs | None:
-    """CostInputs from a TOML file and/or options (options win); None when neither gives anything."""
-    from analyzer.planning.cost import CostInputs, load_cost_config
-
-    if config is not None:
-        return load_cost_config(config, **values)
-    if all(v is None for v in values.values()):
-        return None
-    return CostInputs(**{k: v for k, v in values.items() if v is not None})

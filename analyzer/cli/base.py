@@ -6,6 +6,7 @@ Commands live in the sibling modules and import what they need inside their bodi
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, NoReturn
 
 import typer
@@ -16,13 +17,60 @@ from analyzer.version import __version__
 _GROUP_OPTIONS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
 
 
+def plain_help(text: str | None) -> str | None:
+    """Help as plain prose for Rich: a docstring's line breaks inside a paragraph removed (Rich then
+    wraps each paragraph to the terminal, never mid-sentence at the source's line ends) and brackets
+    escaped (``pip install 'gpuanalyze[ray]'`` is not Rich markup)."""
+    if not text:
+        return text
+    from rich.markup import escape
+
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(escape(" ".join(p.split())) for p in paragraphs)
+
+
 class _DefaultToAnalyze(TyperGroup):
-    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`."""
+    """`gpuanalyze TRACE ...` means `gpuanalyze analyze TRACE ...`; a bare word that is neither a
+    command nor an existing path is a mistyped command. Every command's help is plain prose."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            command.help = plain_help(command.help)
+            for param in command.params:
+                if getattr(param, "help", None):  # options and arguments (typer's own click classes)
+                    param.help = plain_help(param.help)  # type: ignore[attr-defined]
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
+            if _unknown_command(args[0]):
+                fail(unknown_command_message(args[0]))
             args = ["analyze", *args]
         return super().parse_args(ctx, args)
+
+
+def _unknown_command(word: str) -> bool:
+    """A bare word (no path separator, no suffix: not ``run.arrow``, ``s3://...``) that names no file."""
+    from pathlib import Path
+
+    path = Path(word)
+    return not word.startswith("-") and path.name == word and not path.suffix and not path.exists()
+
+
+#: Words people type for a command that spelling alone does not lead to.
+_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare", "mem": "memory"}
+
+
+def unknown_command_message(word: str) -> str:
+    """'no such command or file', the closest command (by spelling, or _MEANT), and every command (one line)."""
+    import difflib
+
+    from analyzer.cli import COMMANDS
+
+    names = sorted(COMMANDS)
+    close = [_MEANT[word.lower()]] if word.lower() in _MEANT else difflib.get_close_matches(word, names, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "."
+    return f"no such command or file '{word}'{hint} Commands: {', '.join(names)}."
 
 
 app = typer.Typer(
@@ -42,6 +90,26 @@ def fail(message: str) -> NoReturn:
 
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"gpuanalyze: error: {clean(message)}", markup=False)
     raise typer.Exit(2)
+
+
+#: Columns a note is wrapped to (a terminal's narrowest usual width).
+NOTE_COLUMNS = 80
+
+
+def note(text: str, *, err: bool = False) -> None:
+    """``note: TEXT``, wrapped between words to 80 columns (continuation lines indented), display-safe."""
+    import textwrap
+
+    from analyzer.render.safe import clean
+
+    lines = textwrap.wrap(
+        clean(f"note: {text}"),
+        width=NOTE_COLUMNS,
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    typer.echo("\n".join(lines), err=err)
 
 
 def emit(renderable: Any, data: Any, json_out: bool, width: int | None = None) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from analyzer.cli.base import app, fail
+from analyzer.cli.base import app, fail, note
 from analyzer.errors import GpuAnalyzeError
 
 
@@ -55,6 +55,9 @@ def export_cmd(
     compress = chrome_trace.name.lower().endswith(".gz")
     try:
         loaded = load_any(trace)
+        if loaded.frame.height == 0:
+            skipped = "; ".join(n for n in loaded.notes if n.startswith("skipped"))
+            raise GpuAnalyzeError(f"{trace}: no usable step rows to export{f' ({skipped})' if skipped else ''}")
         ranks = sorted(loaded.frame.get_column(S.RANK).unique().to_list())
         targets = [(rank_path(chrome_trace, r), [r]) for r in ranks] if split_ranks else [(chrome_trace, ranks)]
         for path, _ in targets:  # refuse before writing anything
@@ -70,5 +73,7 @@ def export_cmd(
     for path, chosen in targets:
         typer.echo(clean(f"{path}: {len(chosen)} rank(s), {loaded.frame.height:,} step row(s) in the trace"))
     if len(ranks) > 1 and not split_ranks:
-        typer.echo("note: every rank is one process in one file (for Perfetto); HTA and `gpuanalyze import` read")
-        typer.echo("one file per rank: add --split-ranks")
+        note(
+            "every rank is one process in one file (for Perfetto); HTA and `gpuanalyze import` read "
+            "one file per rank: add --split-ranks"
+        )

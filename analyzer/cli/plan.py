@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from analyzer.cli import options
 from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
 
+if TYPE_CHECKING:
+    from analyzer.planning.cost import CostInputs
+
 
 @app.command("compare")
+@options.with_cost_options
 def compare_cmd(
     runs: Annotated[
         list[Path],
@@ -20,34 +25,46 @@ def compare_cmd(
             help="Traces, or TOML files naming price and run length (hours_per_run, or trace + steps_per_run)."
         ),
     ],
-    price_per_gpu_hour: Annotated[float | None, typer.Option(help="Price for traces given directly.")] = None,
-    steps_per_run: Annotated[float | None, typer.Option(help="Run length for traces given directly.")] = None,
-    samples_per_run: Annotated[float | None, typer.Option(help="Run length in samples, for traces.")] = None,
+    cost: CostInputs | None = None,
+    fail_if_slower: Annotated[
+        float | None,
+        typer.Option(
+            metavar="PCT",
+            help="Exit 1 when AFTER's mean step time is more than PCT % above BEFORE's, beyond the runs' noise "
+            "(95% bootstrap interval over the steps).",
+        ),
+    ] = None,
+    fail_if_throughput_drops: Annotated[
+        float | None,
+        typer.Option(
+            metavar="PCT", help="Exit 1 when AFTER's samples/s are more than PCT % below BEFORE's, beyond noise."
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     width: Annotated[int | None, width_option()] = None,
 ) -> None:
-    """Which run or server is cheaper per completed run (not per hour)."""
+    """Which run or server is cheaper per completed run (not per hour); for BEFORE AFTER, checks
+    BEFORE's projections and, with a tolerance, gates on a slowdown (exit 1)."""
     from analyzer.api import load_compared
-    from analyzer.cli.analyze import cost_options
     from analyzer.planning.compare import compare
     from analyzer.planning.cost import CostInputs
+    from analyzer.planning.gate import GateOptions
     from analyzer.render.planning import compare_dict, render_compare
 
     try:
-        defaults = (
-            cost_options(
-                None,
-                price_per_gpu_hour=price_per_gpu_hour,
-                steps_per_run=steps_per_run,
-                samples_per_run=samples_per_run,
-            )
-            or CostInputs()
-        )
+        gate = GateOptions(fail_if_slower_pct=fail_if_slower, fail_if_throughput_drops_pct=fail_if_throughput_drops)
+        defaults = cost or CostInputs()  # the price and run length of traces given directly
         # runs from other machines are compared here, so no measured ceilings (they belong to one machine)
-        result = compare([load_compared(Path(p), defaults, None) for p in runs])
+        if gate.active and len(runs) != 2:
+            raise GpuAnalyzeError(
+                "--fail-if-slower / --fail-if-throughput-drops compare exactly two traces: BEFORE AFTER"
+            )
+        result = compare([load_compared(Path(p), defaults, None) for p in runs], gate)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     emit(render_compare(result), compare_dict(result), json_out, width)
+    if result.gate is not None and result.gate.failed:
+        raise typer.Exit(1)
 
 
 @app.command("whatif")

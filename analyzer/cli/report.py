@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 @app.command("report")
+@options.with_cost_options
 def report_cmd(
     trace: Annotated[
         Path, typer.Argument(help="A trace: .arrow, a PyTorch profiler .json[.gz], or a directory of per-rank traces.")
@@ -25,13 +26,7 @@ def report_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
     ceilings: options.Ceilings = None,
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
+    cost: CostInputs | None = None,
     flops_per_step: options.FlopsPerStep = None,
     compare: Annotated[
         list[Path] | None,
@@ -43,7 +38,6 @@ def report_cmd(
     ] = None,
 ) -> None:
     """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra."""
-    from analyzer.cli.analyze import cost_options
     from analyzer.files import check_target, write_bytes
     from analyzer.render.html_report import render_html, require_plotly
     from analyzer.render.safe import clean
@@ -54,15 +48,6 @@ def report_cmd(
         from analyzer.api import analyze
         from gpuanalyze.ingest.sources import load_any
 
-        cost = cost_options(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
-        )
         loaded = load_any(trace)
         report = analyze(loaded, machine_ceilings=ceilings or True, cost=cost, flops_per_step=flops_per_step)
         comparison = _comparison(report, trace, compare or [], cost) if compare else None
@@ -78,6 +63,7 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
     from analyzer.api import load_compared
     from analyzer.planning.compare import Loaded, RunOption, compare
     from analyzer.planning.cost import CostInputs
+    from analyzer.planning.run_label import run_label
     from gpuanalyze.ingest import schema as S
 
     c = report.cost
@@ -85,7 +71,7 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
         raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
     m = report.metrics
     this = RunOption(
-        trace.name,
+        run_label(trace),
         c.hours_per_run,
         c.gpus,
         cost.price_per_gpu_hour,
@@ -96,4 +82,4 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
         report.bottleneck,
     )
     defaults = cost or CostInputs()
-    return compare([Loaded(this, report), *[load_compared(Path(p), defaults, None) for p in others]])
+    return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), defaults, None) for p in others]])

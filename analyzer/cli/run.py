@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from analyzer.cli.base import app, fail
+from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
+    from analyzer.planning.outcome import Report
+    from analyzer.record.profile_options import ProfileOptions
     from analyzer.run.launch import Finished
+    from analyzer.run.try_options import TryOptions
 
 
 @app.command(
@@ -46,6 +50,32 @@ def run_cmd(
         bool,
         typer.Option("--print-env", help="Print the variables that do the same for a command you cannot change."),
     ] = False,
+    log: LogTo = None,
+    try_: Annotated[
+        bool,
+        typer.Option(
+            "--try",
+            help="Measure instead of guessing: run short trials of the command (baseline, then one per "
+            "candidate setting applied without editing the code) and recommend the measured best. "
+            "Trials re-run the script: GPUANALYZE_TRIAL=1 is set so it can skip checkpoints.",
+        ),
+    ] = False,
+    try_steps: Annotated[
+        int, typer.Option("--try-steps", help="Steps measured per trial, after the warm-up (--try).")
+    ] = 20,
+    try_warmup: Annotated[int, typer.Option("--try-warmup", help="Warm-up steps per trial, not measured (--try).")] = 5,
+    try_time_limit: Annotated[
+        float,
+        typer.Option("--try-time-limit", help="Seconds for all trials together; a trial past it is killed (--try)."),
+    ] = 600.0,
+    candidates: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--candidates",
+            help="Only try these settings (repeatable), e.g. num_workers=4 or num_workers=4,persistent_workers=true; "
+            "keys: num_workers, persistent_workers, pin_memory, prefetch_factor, autocast=bf16|fp16, tf32 (--try).",
+        ),
+    ] = None,
 ) -> None:
     """Run COMMAND unchanged with profiling in every Python process it starts (each rank writes
     trace.rank<N>.arrow), then print the analysis. The command's exit status is passed through."""
@@ -53,6 +83,7 @@ def run_cmd(
     from analyzer.run import env_vars, launch
 
     try:
+        trackers = log_targets(log)
         tags = dict(_tag(t) for t in tag or [])
         options = ProfileOptions(
             tags=tags,
@@ -70,13 +101,61 @@ def run_cmd(
                 typer.echo(f"export {key}={shlex.quote(value)}")
             typer.echo(f"export PYTHONPATH={shlex.quote(str(env_vars.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
+        if not try_ and (candidates or _given_try_option(try_steps, try_warmup, try_time_limit)):
+            raise GpuAnalyzeError("--try-steps, --try-warmup, --try-time-limit and --candidates need --try")
+        if try_:
+            from analyzer.run.trial_env import parse_setting
+            from analyzer.run.try_options import TryOptions
+
+            try_options = TryOptions(
+                steps=try_steps,
+                warmup=try_warmup,
+                time_limit_s=try_time_limit,
+                candidates=tuple(parse_setting(c) for c in candidates or []),
+            )
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")
+        if try_:
+            _try(command, options, try_options, out or launch.default_out_dir(), json_out)
+            return
         finished = launch.run_command(command, options, out or launch.default_out_dir())
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    _report(finished, json_out)
+    reports = _report(finished, json_out)
+    try:
+        log_reports(reports, trackers)
+    except GpuAnalyzeError as exc:
+        from analyzer.render.safe import clean
+
+        typer.echo(clean(f"gpuanalyze: error: {exc}"), err=True)  # the command's exit status still follows
     launch.die_like(finished.returncode)
+
+
+def _given_try_option(steps: int, warmup: int, time_limit: float) -> bool:
+    return (steps, warmup, time_limit) != (20, 5, 600.0)
+
+
+def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool) -> None:
+    """`--try`: the trials, their table (or JSON), then the baseline's exit status if it failed, else 0."""
+    from analyzer.run import launch, trial_output, trials
+    from analyzer.run.summary import verdict_line
+
+    result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out)
+    if result.report is not None:
+        typer.echo(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1), err=True)
+    if json_out:
+        from analyzer.render.json_report import dumps
+
+        typer.echo(dumps(trial_output.as_dict(result)))
+    else:
+        trial_output.print_table(result)
+    code = result.baseline.returncode
+    if result.baseline.outcome == "failed" and code is not None:
+        launch.die_like(code)
+    if result.baseline.outcome == "time_limit":
+        raise typer.Exit(1)
+    if result.interrupted_by is not None:
+        raise typer.Exit(128 + result.interrupted_by)
 
 
 def _tag(text: str) -> tuple[str, str]:
@@ -86,7 +165,7 @@ def _tag(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report(finished: Finished, json_out: bool) -> None:
+def _report(finished: Finished, json_out: bool) -> list[Report]:
     """What the command left: one line on stderr, then the analysis of each of its traces."""
     from analyzer.run.summary import analyze_quietly, json_text, print_terminal
 
@@ -102,7 +181,7 @@ def _report(finished: Finished, json_out: bool) -> None:
             "(no Python process of it ran an optimizer step)",
             err=True,
         )
-        return
+        return []
     err(f"gpuanalyze: the command {status}; traces in {finished.out_dir}", err=True)
     reports = []
     for path in finished.traces:
@@ -116,3 +195,4 @@ def _report(finished: Finished, json_out: bool) -> None:
     else:
         for report in reports:
             print_terminal(report)
+    return reports

@@ -9,6 +9,8 @@ failure as one warning.
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from analyzer.record.profile_options import ProfileOptions
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
     from analyzer.record.profiler import Profiler
+    from analyzer.track.log_options import LogOptions
 
 
 def make_options(out: str | Path, options: dict[str, Any]) -> ProfileOptions:
@@ -31,11 +34,42 @@ def make_options(out: str | Path, options: dict[str, Any]) -> ProfileOptions:
         raise GpuAnalyzeError(f"GpuAnalyzeCallback: {exc}") from exc
 
 
+def make_log_to(log_to: str | Iterable[str] | LogOptions | None) -> LogOptions | None:
+    """A callback's ``log_to=`` ('mlflow', 'wandb', both, or LogOptions); checked when the callback is created."""
+    from analyzer.track.log_options import log_options
+
+    options = log_options(log_to)
+    if options is not None:
+        options.check_installed()
+    return options
+
+
+def fresh_line() -> None:
+    """End the line a progress bar (tqdm) left the cursor on, so the report starts at column 0.
+
+    A progress bar redraws its line with a carriage return and leaves the cursor after it; a newline
+    first costs one blank line when the cursor already was at a line's start."""
+    try:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):  # no usable stdout: the report will fail quietly too
+        pass
+
+
 class Session:
     """One profiled fit/train call."""
 
-    def __init__(self, options: ProfileOptions, *, recorder: str, logger: logging.Logger, report: bool) -> None:
+    def __init__(
+        self,
+        options: ProfileOptions,
+        *,
+        recorder: str,
+        logger: logging.Logger,
+        report: bool,
+        log_to: LogOptions | None = None,
+    ) -> None:
         self.options = options
+        self.log_to = log_to
         self.recorder = recorder
         self.logger = logger
         self.print_report = report
@@ -104,7 +138,13 @@ class Session:
             self.report = report
             self.logger.info("%s (trace: %s)", verdict_line(report), path)
             if self.print_report:
+                fresh_line()
                 print_terminal(report)
+            if self.log_to is not None:
+                from analyzer.track.log_report import log_quietly
+
+                for line in log_quietly(report, self.log_to):
+                    self.logger.info("gpuanalyze: %s", line)
             return report
         except Exception as exc:  # noqa: BLE001 - the run is over; say it once
             warn(f"gpuanalyze: could not analyse {path} ({type(exc).__name__}: {exc})")

@@ -1,27 +1,30 @@
-"""Compare runs or servers by what a *completed run* costs, not by hourly price; and, for two
-traces of the same job, check the projection: when AFTER applied a fix BEFORE's report
-recommended (DataLoader workers, batch size, precision), put the projected step time beside the
-measured one.
+"""Compare runs or servers by what a *completed run* costs, not by hourly price; for two traces of
+the same job, check BEFORE's projections against AFTER (``projection_check``) and, when asked,
+gate on a slowdown beyond noise (``gate``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.analysis.host_facts import host_facts
-from analyzer.analysis.rules import Context
-from analyzer.analysis.rules.batch_size import batch_projection
-from analyzer.analysis.rules.data_loading import worker_plan
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
-from analyzer.planning.mfu import tensor_core_share
+from analyzer.planning.gate import GateOptions, GateResult, regression_gate
 from analyzer.planning.outcome import Report
+from analyzer.planning.projection_check import ProjectionCheck, projection_checks
+from analyzer.planning.run_differences import different_jobs, run_differences
+from analyzer.planning.run_label import run_label, unique_labels
+from analyzer.planning.step_series import StepSeries, step_series
 from analyzer.planning.toml_config import read_toml
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.reader import Trace
+
+__all__ = ["Comparison", "Loaded", "ProjectionCheck", "RunOption", "compare", "load_option"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,28 +42,6 @@ class RunOption:
 
 
 @dataclass(frozen=True, slots=True)
-class ProjectionCheck:
-    """A fix BEFORE's analysis projected, applied in AFTER: the projection against the measurement."""
-
-    fix: str
-    """What changed, e.g. 'num_workers 0 -> 2'."""
-    bottleneck: str
-    """The finding of BEFORE whose fix it is."""
-    recommended: bool
-    """AFTER applied exactly what the finding recommended (else the projection is redone for what it applied)."""
-    projected_ms: float
-    measured_ms: float
-    per: str
-    """'per step', or 'per batch of N samples' for a batch-size change (AFTER's step time rescaled)."""
-    rule: str
-
-    @property
-    def error(self) -> float:
-        """(projected - measured) / measured."""
-        return (self.projected_ms - self.measured_ms) / self.measured_ms
-
-
-@dataclass(frozen=True, slots=True)
 class Comparison:
     options: tuple[RunOption, ...]
     cheapest: str | None
@@ -69,6 +50,11 @@ class Comparison:
     """How much the cheapest saves per run against the next cheapest."""
     checks: tuple[ProjectionCheck, ...] = ()
     """For two traces: the projections of BEFORE's findings that AFTER put to the test."""
+    gate: GateResult | None = None
+    """For two traces with a tolerance given: the regression gate's verdict."""
+    differences: tuple[str, ...] = ()
+    """For two traces: how the runs differ (run_differences.py); with another model or world size
+    they are two jobs, and no projection is checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +62,15 @@ class Loaded:
     option: RunOption
     report: Report | None
     """The analysis, when the option is a trace."""
+    steps: StepSeries | None = None
+    """The trace's analysed steps, one by one (for the gate and the lead-time check)."""
+    path: Path | None = None
+    """What was given on the command line (labels are made unique by it)."""
 
 
-AnalyzeTrace = Callable[[Path, "CostInputs | None", "Ceilings | None"], Report]
-"""How a trace becomes a Report: given by the caller (``analyzer.api``), which sits above planning."""
+AnalyzeTrace = Callable[[Path, "CostInputs | None", "Ceilings | None"], tuple[Report, Trace]]
+"""How a trace becomes a Report (and the Trace it was measured from): given by the caller
+(``analyzer.api``), which sits above planning."""
 
 
 def load_option(
@@ -99,12 +90,14 @@ def load_option(
                 raise GpuAnalyzeError(f"{path}: hours_per_run must be a positive number, not {hours!r}")
             gpus = int(inputs.gpus or 1)
             return Loaded(
-                RunOption(name, float(hours), gpus, inputs.price_per_gpu_hour, _usd(hours, gpus, inputs)), None
+                RunOption(name, float(hours), gpus, inputs.price_per_gpu_hour, _usd(hours, gpus, inputs)),
+                None,
+                path=path,
             )
         if trace is None:
             raise GpuAnalyzeError(f"{path}: needs hours_per_run, or trace plus a run length")
         return _from_trace(path.parent / trace, name, inputs, ceilings, analyze_trace)
-    return _from_trace(path, path.name, defaults, ceilings, analyze_trace)
+    return _from_trace(path, None, defaults, ceilings, analyze_trace)
 
 
 def _usd(hours: float, gpus: int, inputs: CostInputs) -> float | None:
@@ -113,13 +106,14 @@ def _usd(hours: float, gpus: int, inputs: CostInputs) -> float | None:
 
 
 def _from_trace(
-    trace: Path, name: str, inputs: CostInputs, ceilings: Ceilings | None, analyze_trace: AnalyzeTrace
+    trace: Path, name: str | None, inputs: CostInputs, ceilings: Ceilings | None, analyze_trace: AnalyzeTrace
 ) -> Loaded:
-    report = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
+    """``name``: the config file's; None labels the run from its tags or path (``run_label``)."""
+    report, measured = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
     c = report.cost
     m = report.metrics
     option = RunOption(
-        name,
+        name or run_label(trace, measured.tags),
         c.hours_per_run if c else None,
         c.gpus if c else report.run.world,
         inputs.price_per_gpu_hour,
@@ -129,68 +123,46 @@ def _from_trace(
         {k: v for k, v in m.mean_ms.items() if k in S.PARTS},
         report.bottleneck,
     )
-    return Loaded(option, report)
+    return Loaded(option, report, step_series(measured), trace)
 
 
-def compare(loaded: list[Loaded]) -> Comparison:
+def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison:
+    """The options side by side, cheapest first when priced; for two traces the projection checks
+    and, with ``gate``, the regression gate (AFTER = the second)."""
     if len(loaded) < 2:
         raise GpuAnalyzeError("compare needs at least two runs or servers")
-    options = tuple(x.option for x in loaded)
-    reports = [x.report for x in loaded]
-    checks: tuple[ProjectionCheck, ...] = ()
-    if len(reports) == 2 and reports[0] is not None and reports[1] is not None:
-        checks = projection_checks(reports[0], reports[1])
+    labels = unique_labels([x.option.name for x in loaded], [x.path or Path(x.option.name) for x in loaded])
+    options = tuple(dataclasses.replace(x.option, name=n) for x, n in zip(loaded, labels, strict=True))
+    differences = _differences(loaded)
+    checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
-        return Comparison(options, None, None, checks)
-    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks)
+        return Comparison(options, None, None, checks, verdict, differences)
+    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict, differences)
 
 
-def projection_checks(before: Report, after: Report) -> tuple[ProjectionCheck, ...]:
-    """Each recognised fix AFTER applied, with BEFORE's projection for it (redone for the value applied)."""
-    ctx = Context(m=before.metrics, run=before.run, end=before.end, ceilings=None, host=host_facts(before.run))
-    found = {f.bottleneck: f for f in before.findings}
-    measured = after.metrics.step_mean_ms
-    checks = []
-    w0 = before.end.loader_workers if before.end else None
-    w1 = after.end.loader_workers if after.end else None
-    if w0 is not None and w1 is not None and w1 != w0 and w1 > 0:
-        data = ctx.ms(before.metrics.effective[S.DATA_WAIT_MS])
-        plan = worker_plan(ctx, data, workers=w1)
-        f = found.get("data_loading")
-        if plan is not None and plan.workers > 0:
-            recommended = f is not None and dict(f.projection.params).get("num_workers") == w1
-            step = max(plan.step_ms, ctx.busy)
-            checks.append(
-                ProjectionCheck(
-                    f"num_workers {w0} -> {w1}", "data_loading", recommended, step, measured, "per step", plan.rule
-                )
-            )
-    b0, b1 = before.metrics.batch_samples, after.metrics.batch_samples
-    if b0 and b1 and b1 > b0:
-        k = b1 / b0
-        p = batch_projection(ctx, k, f"batch {b0:.0f} -> {b1:.0f} (x{k:g}, as applied)")
-        f = found.get("batch_size")
-        recommended = f is not None and dict(f.projection.params).get("batch_multiplier") == k
-        checks.append(
-            ProjectionCheck(
-                f"batch {b0:.0f} -> {b1:.0f}",
-                "batch_size",
-                recommended,
-                p.step_ms,
-                measured / k,
-                f"per batch of {b0:.0f} samples",
-                p.rule,
-            )
-        )
-    tc0, tc1 = tensor_core_share(before.metrics.kernels), tensor_core_share(after.metrics.kernels)
-    d0, d1 = before.run.param_dtype, after.run.param_dtype
-    to_tensor_cores = (tc0 is not None and tc1 is not None and tc0 < 0.5 <= tc1) or (
-        d0 == "float32" and d1 in ("bfloat16", "float16")
-    )
-    if to_tensor_cores and "kernels" in found:
-        p = found["kernels"].projection
-        checks.append(
-            ProjectionCheck("fp32 -> tensor-core precision", "kernels", True, p.step_ms, measured, "per step", p.rule)
-        )
-    return tuple(checks)
+def _differences(loaded: list[Loaded]) -> tuple[str, ...]:
+    """For two traces: how the runs differ (model, batch, world size, GPU, run id)."""
+    reports = [x.report for x in loaded]
+    if len(reports) != 2 or reports[0] is None or reports[1] is None:
+        return ()
+    return tuple(run_differences(reports[0], reports[1]))
+
+
+def _pair_checks(
+    loaded: list[Loaded], gate: GateOptions | None, *, check_projections: bool = True
+) -> tuple[tuple[ProjectionCheck, ...], GateResult | None]:
+    """For exactly two traces: BEFORE's projections checked against AFTER (not across two different
+    jobs), and the gate when asked."""
+    active = gate is not None and gate.active
+    before, after = (loaded[0], loaded[1]) if len(loaded) == 2 else (None, None)
+    if before is None or after is None or before.report is None or after.report is None:
+        if active:
+            raise GpuAnalyzeError("the regression gate compares exactly two traces: BEFORE AFTER")
+        return (), None
+    checks = projection_checks(before.report, after.report, (before.steps, after.steps)) if check_projections else ()
+    if gate is None or not active:
+        return checks, None
+    if before.steps is None or after.steps is None:
+        raise GpuAnalyzeError("the regression gate needs the steps of both traces")
+    return checks, regression_gate(before.steps, after.steps, gate)

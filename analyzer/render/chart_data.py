@@ -52,6 +52,11 @@ class StepSeries:
     """Last step skipped as warm-up (on any rank); None without warm-up."""
     windows: tuple[tuple[int, int], ...]
     """Step ranges that ran under a sampled profiler window (kernel evidence only)."""
+    y_max: float
+    """Top of the y axis: the tallest stack of the bins without a warm-up step (+8%), so a warm-up
+    step (a 28 s compile before 1 s steps) is drawn but clipped instead of flattening the run."""
+    warmup_max: float | None
+    """The tallest warm-up bin when it is above ``y_max`` (clipped: the chart says so); else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,8 @@ class Heatmap:
     """float32 [ranks, bins]; NaN where a rank has no step in the bin."""
     wait: np.ndarray | None
     stragglers: tuple[int, ...]
+    warmup_columns: int = 0
+    """Leading columns that hold a warm-up step: drawn, but left out of the colour scale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +146,37 @@ def _series(frame: pl.DataFrame, report: Report) -> StepSeries:
         sampled = frame.filter(pl.col(S.KERNEL_STATS).is_not_null()).get_column(S.STEP).unique().sort().to_list()
         windows = _ranges(sampled)[:MAX_WINDOWS]
     busy = binned.get_column("busy").fill_null(float("nan")).clip(0.0, 1.0).to_numpy() if has_gpu else None
+    steps = (binned.get_column("bin").to_numpy() * width + first).astype(np.int64)
+    parts = {p: binned.get_column(p).to_numpy().astype(np.float32) for p in known}
+    wall = binned.get_column(S.WALL_MS).to_numpy().astype(np.float32)
+    y_max, warmup_max = _y_scale(steps, parts, wall, warmup_last)
     return StepSeries(
-        step=(binned.get_column("bin").to_numpy() * width + first).astype(np.int64),
+        step=steps,
         width=width,
-        parts={p: binned.get_column(p).to_numpy().astype(np.float32) for p in known},
-        wall=binned.get_column(S.WALL_MS).to_numpy().astype(np.float32),
+        parts=parts,
+        wall=wall,
         busy_share=None if busy is None else busy.astype(np.float32),
         first_step=first,
         last_step=last,
         warmup_last_step=warmup_last,
         windows=tuple(windows),
+        y_max=y_max,
+        warmup_max=warmup_max,
     )
+
+
+def _y_scale(
+    steps: np.ndarray, parts: dict[str, np.ndarray], wall: np.ndarray, warmup_last: int | None
+) -> tuple[float, float | None]:
+    """(top of the y axis from the bins past warm-up, the tallest warm-up bin when it is clipped)."""
+    height = np.nansum(np.vstack(list(parts.values())), axis=0) if parts else wall.astype(np.float64)
+    height = np.maximum(height, np.nan_to_num(wall))  # a stack never hides a taller wall time
+    warm = steps <= warmup_last if warmup_last is not None else np.zeros(steps.size, dtype=bool)
+    rest = height[~warm]
+    top = float(np.nanmax(rest)) if rest.size and np.isfinite(rest).any() else float(np.nanmax(height, initial=0.0))
+    y_max = max(top, 1e-3) * 1.08
+    warm_top = float(np.nanmax(height[warm], initial=0.0)) if warm.any() else 0.0
+    return y_max, (warm_top if warm_top > y_max else None)
 
 
 def analysed_rows(frame: pl.DataFrame, report: Report) -> pl.DataFrame:
@@ -237,7 +264,18 @@ def _heatmap(frame: pl.DataFrame, report: Report) -> Heatmap | None:
         wall=wall,
         wait=wait,
         stragglers=tuple(s.rank for s in d.stragglers) if d else (),
+        warmup_columns=_warmup_columns(frame, report, first, width, columns),
     )
+
+
+def _warmup_columns(frame: pl.DataFrame, report: Report, first: int, width: int, columns: int) -> int:
+    """Columns from the left that hold a warm-up step of some rank (none when all would be)."""
+    skip = report.metrics.warmup_steps
+    if not skip:
+        return 0
+    last = int(number(frame.group_by(S.RANK).agg(pl.col(S.STEP).bottom_k(skip).max()).get_column(S.STEP).max()))
+    n = (last - first) // width + 1
+    return n if n < columns else 0
 
 
 def chart_data(trace: Trace, report: Report) -> ChartData:

@@ -93,7 +93,8 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
             fillcolor="#888",
             opacity=0.18,
             line_width=0,
-            annotation_text="warm-up",
+            # drawn, but off the y axis's scale when it would flatten the run (chart_data.StepSeries.y_max)
+            annotation_text="warm-up" if s.warmup_max is None else f"warm-up (clipped: up to {s.warmup_max:,.0f} ms)",
             annotation_position="top left",
         )
     for i, (a, b) in enumerate(s.windows):
@@ -128,7 +129,7 @@ def step_time(s: StepSeries, report: Report) -> go.Figure:
         barmode="stack",
         bargap=0.05,
         xaxis_title="step",
-        yaxis_title="ms per step",
+        yaxis={"title": "ms per step", "range": [0, s.y_max], "automargin": True},
     )
 
 
@@ -236,8 +237,9 @@ def _robust_range(z: np.ndarray) -> tuple[float, float]:
 
 
 def heatmap(m: Heatmap, z: np.ndarray, what: str, colorscale: str) -> go.Figure:
-    zmin, zmax = _robust_range(z)
+    zmin, zmax = _robust_range(z[:, m.warmup_columns :])  # warm-up drawn, clipped to the analysed steps' scale
     width = "" if m.width == 1 else f" ({m.width:,} steps per cell, mean)"
+    clipped = "; warm-up columns clipped to this scale" if m.warmup_columns else ""
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -277,7 +279,7 @@ def heatmap(m: Heatmap, z: np.ndarray, what: str, colorscale: str) -> go.Figure:
     n = m.ranks.size
     return _layout(
         fig,
-        f"{what.capitalize()} per rank and step{width}; stragglers outlined",
+        f"{what.capitalize()} per rank and step{width}; stragglers outlined{clipped}",
         int(min(820, max(340, 140 + 3 * n))),
         xaxis_title="step",
         yaxis={"title": "rank", "autorange": "reversed", "dtick": 1 if n <= 32 else None},

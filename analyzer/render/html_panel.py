@@ -25,7 +25,7 @@ CEILING_METRICS = {
     "achieved_samples_per_s": "input pipeline: samples/s vs `bench dataloader`",
     "allreduce_busbw_gbps": "gradient all-reduce: bus GB/s vs `bench allreduce`",
 }
-_BAD_STATES = {"exception", "interrupted", "incomplete", "profiler_error"}
+_BAD_STATES = {"exception", "interrupted", "incomplete", "disk_full", "profiler_error"}
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:

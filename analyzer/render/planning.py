@@ -9,11 +9,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
+    from analyzer.planning.compare import Comparison, RunOption
+    from analyzer.planning.gate import GateCheck, GateResult
+    from analyzer.planning.projection_check import ProjectionCheck
     from analyzer.planning.training_memory import MemoryEstimate
     from analyzer.planning.whatif import WhatIf
 
@@ -27,77 +30,139 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "options": [asdict(o) for o in c.options],
         "cheapest": c.cheapest,
         "saving_usd_per_run": c.saving_usd,
-        "projection_checks": [{**asdict(k), "error": k.error} for k in c.checks],
+        "projection_checks": [{**asdict(k), "error": k.error, "inside": k.inside} for k in c.checks],
+        "gate": None if c.gate is None else gate_dict(c.gate),
+        "differences": list(c.differences),
     }
 
 
-def render_compare(c: Comparison) -> RenderableType:
-    opts = c.options
+def gate_dict(g: GateResult) -> dict[str, Any]:
+    return {
+        "failed": g.failed,
+        "exit_code": 1 if g.failed else 0,
+        "checks": [{**asdict(k), "failed": k.failed, "verdict": gate_verdict(k)} for k in g.checks],
+    }
 
-    def col(header: str, values: list[str], *, drop: int | None, name: bool = False) -> Column:
-        return Column(
-            header=header,
-            cells=[text(v) for v in values],
-            drop=drop,
-            wrap=name,
-            fold=name,
-            justify="left" if name else "right",
-        )
 
-    table = FitTable(
+def _col(header: str, values: list[str], *, drop: int | None, name: bool = False) -> Column:
+    return Column(
+        header=header,
+        cells=[text(v) for v in values],
+        drop=drop,
+        wrap=name,
+        fold=name,
+        justify="left" if name else "right",
+    )
+
+
+def _num(x: float | None, fmt: str, none: str = "n/a") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _cost_table(opts: tuple[RunOption, ...]) -> FitTable:
+    return FitTable(
         "Cost per completed run",
         [
-            col("run / server", [o.name for o in opts], drop=None, name=True),
-            col(
-                "USD/GPU-h",
-                ["n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}" for o in opts],
-                drop=3,
-            ),
-            col("GPUs", [str(o.gpus) for o in opts], drop=2),
-            col(
-                "hours/run", ["n/a" if o.hours_per_run is None else f"{o.hours_per_run:,.2f}" for o in opts], drop=None
-            ),
-            col("USD/run", [_usd(o.per_run_usd) for o in opts], drop=None),
-            col("step ms", ["" if o.step_time_ms is None else f"{o.step_time_ms:.2f}" for o in opts], drop=4),
-            col("samples/s", ["" if o.samples_per_s is None else f"{o.samples_per_s:,.0f}" for o in opts], drop=1),
-            col("verdict", [o.bottleneck or "" for o in opts], drop=5, name=True),
+            _col("run / server", [o.name for o in opts], drop=None, name=True),
+            _col("USD/GPU-h", [_num(o.price_per_gpu_hour, ".2f") for o in opts], drop=3),
+            _col("GPUs", [str(o.gpus) for o in opts], drop=2),
+            _col("hours/run", [_num(o.hours_per_run, ",.2f") for o in opts], drop=None),
+            _col("USD/run", [_usd(o.per_run_usd) for o in opts], drop=None),
+            _col("step ms", [_num(o.step_time_ms, ".2f", "") for o in opts], drop=4),
+            _col("samples/s", [_num(o.samples_per_s, ",.0f", "") for o in opts], drop=1),
+            _col("verdict", [o.bottleneck or "" for o in opts], drop=5, name=True),
         ],
     )
-    parts: list[RenderableType] = [table]
-    if c.cheapest is not None:
-        line = text(c.cheapest, style="bold")
-        line.append(f" is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
-        parts.append(line)
-    else:
-        parts.append(Text("Give prices and a run length to rank the options by cost per run."))
-    for k in c.checks:
-        applied = "the recommended fix" if k.recommended else "not the fix recommended; projection redone for it"
-        line = Text(
-            f"Projection check ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms, "
-            f"measured {k.measured_ms:.2f} ms {k.per}; error {k.error:+.1%}",
-            style="bold",
+
+
+def _cheapest(c: Comparison) -> Text:
+    if c.cheapest is None:
+        return Text("Give prices and a run length to rank the options by cost per run.")
+    line = text(c.cheapest, style="bold")
+    line.append(f" is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
+    return line
+
+
+def check_line(k: ProjectionCheck) -> Text:
+    """One projection check: projected (with its range), measured, error, and whether the range held."""
+    applied = "the recommended fix" if k.recommended else "projection redone for the change applied"
+    low, high = k.projected_low_ms, k.projected_high_ms
+    span = "range n/a" if low is None or high is None else f"range {low:.2f}-{high:.2f} ms"
+    held = {True: "inside the range", False: "OUTSIDE the range", None: "no range to hold"}[k.inside]
+    return text(
+        f"Projection check [{k.kind}] ({k.bottleneck}: {k.fix}, {applied}): projected {k.projected_ms:.2f} ms "
+        f"({span}), measured {k.measured_ms:.2f} ms {k.per}: {held}; error {k.error:+.1%}",
+        style="bold",
+    )
+
+
+def gate_verdict(k: GateCheck) -> str:
+    """Why the gate passed or failed this tolerance, in words."""
+    what = {"step_time": "slower", "throughput": "lower throughput"}[k.metric]
+    interval = f"{k.confidence:.0%} interval {k.low_pct:+.1f}% to {k.high_pct:+.1f}%"
+    if k.failed:
+        return (
+            f"FAIL: {what} by {k.change_pct:+.1f}% ({interval}), beyond the {k.tolerance_pct:g}% tolerance "
+            "and the noise"
         )
-        parts.append(line)
+    if k.change_pct > k.tolerance_pct:
+        return (
+            f"pass: {what} by {k.change_pct:+.1f}%, but within noise ({interval} reaches below the "
+            f"{k.tolerance_pct:g}% tolerance)"
+        )
+    return f"pass: {what} by {k.change_pct:+.1f}% ({interval}), within the {k.tolerance_pct:g}% tolerance"
+
+
+def _gate_lines(g: GateResult) -> list[RenderableType]:
+    unit = {"step_time": "ms/step", "throughput": "samples/s"}
+    out: list[RenderableType] = []
+    for k in g.checks:
+        line = text(
+            f"Gate [{k.metric}]: before {k.before:,.2f} {unit[k.metric]}, after {k.after:,.2f} {unit[k.metric]} "
+            f"({k.steps[0]} and {k.steps[1]} steps). {gate_verdict(k)}",
+            style="bold red" if k.failed else "bold",
+        )
+        out.append(line)
+    return out
+
+
+def _breakdown(opts: tuple[RunOption, ...]) -> list[RenderableType]:
     traced = [(o.name, o.breakdown_ms) for o in opts if o.breakdown_ms]
-    if len(traced) >= 2:
-        base_name, base = traced[0]
-        columns = [Column(header="part", cells=[Text(p.removesuffix("_ms")) for p in base], justify="left")]
-        for i, (name, parts_ms) in enumerate(traced):
-            cells = []
-            for part, ref in base.items():
-                v = parts_ms.get(part)
-                if v is None:
-                    cells.append(Text("n/a"))
-                elif i == 0 or ref is None:
-                    cells.append(Text(f"{v:.2f}"))
-                else:
-                    cells.append(Text(f"{v:.2f} ({v - ref:+.2f})"))
-            columns.append(Column(header=text(name), cells=cells, drop=i, wrap=True))
-        title = Text("Mean ms per step, difference against ") + text(base_name)
-        parts.append(Text(""))
-        parts.append(title)
-        parts.append(FitTable(None, columns, split=True))
+    if len(traced) < 2:
+        return []
+    base_name, base = traced[0]
+    columns = [Column(header="part", cells=[Text(p.removesuffix("_ms")) for p in base], justify="left")]
+    for i, (name, parts_ms) in enumerate(traced):
+        cells = [_part_cell(parts_ms.get(part), None if i == 0 else ref) for part, ref in base.items()]
+        columns.append(Column(header=text(name), cells=cells, drop=i, wrap=True))
+    title = Text("Mean ms per step, difference against ") + text(base_name)
+    return [Text(""), title, FitTable(None, columns, split=True)]
+
+
+def _part_cell(v: float | None, ref: float | None) -> Text:
+    if v is None:
+        return Text("n/a")
+    return Text(f"{v:.2f}" if ref is None else f"{v:.2f} ({v - ref:+.2f})")
+
+
+def render_compare(c: Comparison) -> RenderableType:
+    parts: list[RenderableType] = [_cost_table(c.options), _cheapest(c)]
+    parts += [check_line(k) for k in c.checks]
+    if c.differences:
+        parts.append(_differences_note(c.differences))
+    if c.gate is not None:
+        parts += _gate_lines(c.gate)
+    parts += _breakdown(c.options)
     return Group(*parts)
+
+
+def _differences_note(differences: tuple[str, ...]) -> Text:
+    verdict = (
+        "these are two different jobs, not one job's before and after; no projection is checked"
+        if different_jobs(list(differences))
+        else "compare them as before and after only if that is what changed"
+    )
+    return text(f"note: the runs differ ({'; '.join(differences)}): {verdict}", style="yellow")
 
 
 def whatif_dict(w: WhatIf) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.analysis.findings import Evidence, Finding
+from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
 from analyzer.render import words
@@ -101,6 +102,8 @@ def _header(report: Report) -> RenderableType:
     rows.append(("run", text(sentence, style=_STATE_STYLE.get(state, "bold red"))))
     if report.run.gpu_name:
         rows.append(("GPU", text(report.run.gpu_name)))
+    if report.host is not None and report.host.sampled:
+        rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:
         c = report.cost
         usd = "" if c.per_run_usd is None else f" = {words.usd(c.per_run_usd)} per run"
@@ -131,6 +134,29 @@ def _header(report: Report) -> RenderableType:
     return TitledPanel(body, "gpuanalyze: ", report.path)
 
 
+def host_line(h: HostFacts) -> str:
+    """One line of what the system sampler saw: cores, load, CPU, memory, GPU telemetry."""
+    parts = [f"{h.cores_available:g} cores available, {h.cores_free:.1f} free"]
+    if h.load_avg is not None:
+        parts.append(f"load {h.load_avg:.1f}")
+    if h.cpu_util_pct is not None:
+        parts.append(f"CPU {h.cpu_util_pct:.0f}%")
+    if h.rss_bytes is not None:
+        parts.append(f"RSS {h.rss_bytes / 2**30:.1f} GiB")
+    gpu = []
+    if h.gpu_util_pct is not None:
+        gpu.append(f"{h.gpu_util_pct:.0f}%")
+    if h.gpu_power_w is not None:
+        gpu.append(f"{h.gpu_power_w:.0f} W")
+    if h.gpu_temp_c is not None:
+        gpu.append(f"{h.gpu_temp_c:.0f} C")
+    if gpu:
+        parts.append("GPU " + ", ".join(gpu))
+    if h.oversubscribed:
+        parts.append("oversubscribed")
+    return "; ".join(parts)
+
+
 def _finding(i: int, f: Finding, report: Report) -> RenderableType:
     p = f.projection
     rows: list[tuple[str, RenderableType]] = [
@@ -157,7 +183,7 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
     body = Group(text(f.summary), Text(""), labelled(rows))
-    title = Text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
+    title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
     return Panel(body, title=title, title_align="left")
 
 

@@ -61,7 +61,20 @@ def device_hours(report: Report, hours: float, devices: int | None = None) -> st
     return f"{hours:,.2f} CPU-h on {devices} CPU process(es), no accelerator (machine-hours where each has its own)"
 
 
-RunState = Literal["ok", "exception", "interrupted", "profiler_error", "imported", "incomplete", "live", "unknown"]
+RunState = Literal[
+    "ok",
+    "exception",
+    "interrupted",
+    "profiler_error",
+    "imported",
+    "trial_stop",
+    "incomplete",
+    "disk_full",
+    "live",
+    "unknown",
+]
+#: Phrase of the reader's notes for a trace cut short by a full disk.
+DISK_PHRASE = "the disk filled"
 #: Phrase of the reader's note for a trace whose writer still holds it (the run is in progress).
 LIVE_PHRASE = "still being written"
 
@@ -71,6 +84,11 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
     if not report.complete:
         if any(LIVE_PHRASE in n for n in report.notes):
             return "live", "still being written: the run is in progress; these are the steps recorded so far"
+        if any(DISK_PHRASE in n for n in report.notes):
+            return (
+                "disk_full",
+                "incomplete: the disk filled and the trace could not be closed; these are the steps it recorded",
+            )
         return "incomplete", (
             "cut off: the trace was never closed (the run was killed, crashed or ran out of memory); "
             "these are the steps it recorded"
@@ -86,6 +104,10 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
         return "interrupted", "interrupted (Ctrl-C / KeyboardInterrupt)"
     if end.status == "profiler_error":
         return "profiler_error", f"profiling switched itself off after an internal error: {end.error or 'unknown'}"
+    if end.status == "trial_stop":
+        return "trial_stop", "stopped by `gpuanalyze run --try` after the trial's bounded steps"
+    if end.status == "disk_full":
+        return "disk_full", "incomplete: the disk filled while the trace was written; these are the steps before that"
     if end.status == "imported":
         return "imported", "imported from a PyTorch profiler trace (which records no end status)"
     return end.status, f"ended with status '{end.status}'"

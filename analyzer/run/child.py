@@ -106,6 +106,10 @@ def _arm() -> None:
             previous(kind, exc, tb)
 
         sys.excepthook = excepthook
+        if os.environ.get("GPUANALYZE_TRIAL") == "1":  # `gpuanalyze run --try`: apply the trial's setting
+            from analyzer.run.trial_child import start
+
+            start(os.environ, prof, _finish)
     except Exception as exc:  # noqa: BLE001 - never in the user's way
         _say(f"not profiling this process ({type(exc).__name__}: {exc})")
 

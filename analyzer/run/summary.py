@@ -38,19 +38,10 @@ def json_text(reports: list[Report]) -> str:
 
 
 def summary(report: Report) -> dict[str, Any]:
-    """The verdict in a few numbers, for a framework's logger."""
-    m = report.metrics
-    top = report.findings[0] if report.findings else None
-    return {
-        "bottleneck": report.bottleneck,
-        "confidence": report.confidence.value,
-        "confidence_level": report.confidence.level,
-        "steps": m.steps,
-        "step_time_median_ms": m.step_median_ms,
-        "samples_per_s": m.samples_per_s,
-        "projected_step_time_ms": None if top is None else top.projection.step_ms,
-        "summary": None if top is None else top.summary,
-    }
+    """The verdict in a few numbers, for a framework's logger (the one flat summary every tracker records)."""
+    from analyzer.render.flat_summary import flat_summary
+
+    return dict(flat_summary(report))
 
 
 def verdict_line(report: Report) -> str:

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from analyzer.errors import GpuAnalyzeError
 
@@ -24,14 +24,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 ENGINES = ("local", "ray")
-
-
-class Engine(Protocol):
-    name: str
-
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]: ...
-
-    def close(self) -> None: ...
 
 
 def cores() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat as stat_
 import tempfile
 from collections.abc import Callable, Iterator
@@ -165,7 +164,3 @@ def write(path: str, write_fn: Callable[[BinaryIO], None], *, force: bool) -> No
             fs.put(str(local), p)
         except (OSError, ValueError) as exc:
             raise GpuAnalyzeError(f"cannot write {path} ({exc})") from exc
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

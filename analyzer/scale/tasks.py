@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from analyzer.analysis.combine import Answers
+from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import KERNEL_MEDIAN, RankPartial, bracket_answers, rank_partial
 from analyzer.analysis.quantiles import Bracket, in_bracket
 from analyzer.errors import GpuAnalyzeError
@@ -108,6 +109,11 @@ class FileResult:
     stamp: tuple[int, int] = (0, 0)
     """(size, mtime_ns) of ``arrow`` when it was reduced."""
     error: str | None = None
+    alt_skip: int | None = None
+    """The warm-up this file's own row count implies, when it is below the job's ``skip``."""
+    alt_partials: tuple[RankPartial, ...] = ()
+    """The partials with ``alt_skip``: when every file implies the same warm-up (ranks of one run
+    record the same steps), the analysis uses them instead of reading every file a second time."""
 
 
 def _import(job: FileJob) -> tuple[Trace, bool, bool]:
@@ -141,11 +147,17 @@ def run_file(job: FileJob) -> FileResult:
                 trace = load_trace(local)
             reused, imported, arrow = False, False, job.source
         partials: tuple[RankPartial, ...] = ()
+        alt_partials: tuple[RankPartial, ...] = ()
+        alt_skip: int | None = None
         ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
         fast, stamp = False, (0, 0)
         if job.reduce and trace.frame.height:
             parts = trace.frame.partition_by(S.RANK, as_dict=True)
             partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, job.skip) for r in ranks)
+            own = warmup_steps(min(parts[(r,)].height for r in ranks))
+            if own < job.skip:
+                alt_skip = own
+                alt_partials = tuple(rank_partial(parts[(r,)].sort(S.STEP), r, own) for r in ranks)
             if arrow is not None and not storage.is_url(arrow):
                 stamp = storage.stat(arrow)
                 fast = _raw_matches(Path(arrow), trace.frame)
@@ -165,6 +177,8 @@ def run_file(job: FileJob) -> FileResult:
             imported=imported,
             fast=fast,
             stamp=stamp,
+            alt_skip=alt_skip,
+            alt_partials=alt_partials,
         )
     except GpuAnalyzeError as exc:
         return FileResult(source=job.source, error=str(exc))

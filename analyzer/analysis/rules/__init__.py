@@ -16,7 +16,7 @@ from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
-from analyzer.analysis.rules.host import Host
+from analyzer.analysis.rules.host import Host, before_gpu_share
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, exposed_comm_share
@@ -123,8 +123,7 @@ def warmup_only(ctx: Context) -> str | None:
     if ctx.m.per_step.height != 1:
         return None
     number = int(ctx.m.per_step.get_column(S.STEP)[0])
-    km = ctx.m.kernels
-    lead = km.share_of_wall("host_before_gpu_ms") if km is not None else 0.0
+    lead = before_gpu_share(ctx.m.kernels)
     wall = f"{ctx.wall / 1e3:,.3g} s"
     if ctx.run.profiler_steps != 0 and number < T.WARMUP_MAX_STEPS:
         why = f"one step (#{number}, {wall}), among the run's first {T.WARMUP_MAX_STEPS}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from gpuanalyze.ingest import schema as S
 
@@ -124,13 +125,20 @@ def after_optimizer(ctx: Context, d: Detection) -> bool:
     return loader and lead is not None and lead >= T.LEAD_AFTER_OPTIMIZER * ctx.ms(d.share)
 
 
+def before_gpu_share(km: KernelMetrics | None) -> float:
+    """Host time before each step's first kernel (host_before_gpu_ms) over those steps' wall time."""
+    if km is None or not km.wall_ms:
+        return 0.0
+    return km.totals_ms["host_before_gpu_ms"] / km.wall_ms
+
+
 def preprocessing_share(ctx: Context) -> float:
     """Share of step time the host spends before each step's first kernel outside data waits and syncs, capped
     by the GPU's idle share (0 without kernel statistics)."""
     km = ctx.m.kernels
     if km is None or not ctx.gpu:
         return 0.0
-    return min(km.share_of_wall("host_before_gpu_ms"), 1.0 - (ctx.m.gpu_util or 0.0))
+    return min(before_gpu_share(km), 1.0 - (ctx.m.gpu_util or 0.0))
 
 
 def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:

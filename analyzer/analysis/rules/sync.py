@@ -244,7 +244,7 @@ class Sync(Rule):
             d_ = ctx.m.distributed
             assert d_ is not None
             s = d_.stragglers[0]
-            device = _DEVICE_CPU if not ctx.gpu else _DEVICE_UNSAMPLED
+            device = _device_check(ctx)
             return (
                 _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank, device=device),
                 "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work "
@@ -301,3 +301,26 @@ def _diffs(diffs: tuple[tuple[str, float], ...]) -> str:
         return ""
     shown = ", ".join(f"{name} {ms:+.1f}" for name, ms in diffs)
     return f" ({shown} ms per step against the other ranks' medians)"
+
+
+def _device_check(ctx: Context) -> str:
+    """What to check on the slow rank's device: its CPU on a CPU run; its GPU only with the system sampler's
+    clock, temperature or power readings as evidence; otherwise what to record."""
+    if not ctx.gpu:
+        return _DEVICE_CPU
+    h = ctx.host
+    read = [
+        f"{label} {value:.0f} {unit}"
+        for label, value, unit in (
+            ("SM clock", h.gpu_sm_clock_mhz, "MHz"),
+            ("temperature up to", h.gpu_temp_c, "C"),
+            ("power", h.gpu_power_w, "W"),
+        )
+        if value is not None
+    ]
+    if not read:
+        return _DEVICE_UNSAMPLED
+    return (
+        "check that node's GPU against the others (the system sampler read " + ", ".join(read) + "; a low clock "
+        "under load or a high temperature is throttling, a different clock a different GPU model)"
+    )

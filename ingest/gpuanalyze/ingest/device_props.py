@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from gpuanalyze.ingest.kineto_meta import parse_literal
+
 #: Largest major/minor accepted as a compute capability (CUDA has 1.0-12.x today).
 _MAX_PART = 99
 
@@ -34,3 +38,17 @@ def compute_capabilities(props: Any) -> tuple[str, ...] | None:
         if major is not None and minor is not None:
             out.append(f"{major}.{minor}")
     return tuple(out) or None
+
+
+def capabilities_of(raw: bytes | None) -> tuple[str, ...] | None:
+    """compute_capabilities of the raw ``deviceProperties`` metadata (JSON, or a Python-literal string);
+    None when absent or unreadable (kineto_meta.device_props notes unreadable metadata once)."""
+    if raw is None:
+        return None
+    try:
+        value = msgspec.json.decode(raw)
+        if isinstance(value, str):
+            value = parse_literal(value)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    return compute_capabilities(value)

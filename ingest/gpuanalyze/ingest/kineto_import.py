@@ -20,6 +20,10 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
 - other: what the known host parts leave of the step.
 
+The end marker ('imported') carries loader_workers from the DataLoader iterator class in those
+annotations: 0 for ``_SingleProcessDataLoaderIter``, 1 (at least one worker) for
+``_MultiProcessingDataLoaderIter`` (how many workers is not in the trace).
+
 Work is attributed by when it starts; where a step's window overlaps the next one (the recorder's
 timer stops a few microseconds after the next step began), what starts in the overlap is the next
 step's.
@@ -246,7 +250,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         tags=dict(tags or {}),
         version=S.FORMAT_VERSION,
         complete=True,
-        end=IMPORTED,
+        end=IMPORTED if k.loader_workers is None else EndInfo(status="imported", loader_workers=k.loader_workers),
         notes=tuple(notes + repair),
     )
 

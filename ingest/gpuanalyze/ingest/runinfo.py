@@ -67,6 +67,11 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Names of the models whose forward was timed (per-model times are in model_forward_ms)."""
     recorder: _Name | None = None
     """How the trace was recorded: 'profile', 'run' (gpuanalyze run), 'lightning', 'transformers'."""
+    cpu_quota_cores: Annotated[float, msgspec.Meta(gt=0.0, le=1 << 20)] | None = None
+    """1.3: the cgroup CPU quota in cores (cpu.max, or cfs_quota_us / cfs_period_us); None when
+    unlimited or unknown. ``cpu_count`` is the CPUs in the affinity mask."""
+    host_cpus: _Int | None = None
+    """1.3: the CPUs the host has online (``os.cpu_count()``), beyond this process's affinity mask."""
 
     @property
     def world(self) -> int:

@@ -1,0 +1,84 @@
+"""`gpuanalyze fleet DIR|URL`: every run beneath, analysed, in one table ranked by what its top fix saves."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzer.cli import options
+from analyzer.cli.base import app, fail
+from analyzer.cli.trace import ENGINE_HELP, WORKERS_HELP
+from analyzer.errors import GpuAnalyzeError
+
+
+@app.command("fleet")
+def fleet_cmd(
+    root: Annotated[
+        str,
+        typer.Argument(
+            help="A directory (or fsspec URL) of runs: each trace file, or each directory of rank files, is one run."
+        ),
+    ],
+    price_per_gpu_hour: options.PricePerGpuHour = None,
+    steps_per_run: Annotated[
+        float | None, typer.Option(help="Optimizer steps in a completed run (the same for every run).")
+    ] = None,
+    hours_per_run: Annotated[
+        float | None, typer.Option(help="Hours of a completed run at today's step time (every run).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    csv: Annotated[Path | None, typer.Option("--csv", help="Also write the ranked table as CSV here.")] = None,
+    parquet: Annotated[
+        Path | None, typer.Option("--parquet", help="Also write the ranked table as Parquet here (dashboards).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the --csv/--parquet files.")] = False,
+    top: Annotated[int, typer.Option("--top", min=0, help="Rows of the table to print (0: all).")] = 25,
+    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+) -> None:
+    """Triage many runs: each one's verdict, confidence, step time and GPU, ranked by the dollars (or
+    GPU-hours) per run its top fix saves. Runs that cannot be analysed are skipped with a note."""
+    from analyzer.files import check_target
+    from analyzer.fleet.fleet_options import FleetOptions, RunLength
+    from analyzer.fleet.triage import triage
+
+    try:
+        opts = FleetOptions(
+            length=RunLength(
+                price_per_gpu_hour=price_per_gpu_hour, steps_per_run=steps_per_run, hours_per_run=hours_per_run
+            ),
+            engine=engine,
+            workers=workers,
+        )
+        for path in (csv, parquet):  # refuse before hours of analysis, not after
+            if path is not None:
+                check_target(path, force=force)
+        fleet = triage(root, opts, progress=_progress if sys.stderr.isatty() else None)
+        if csv is not None or parquet is not None:
+            from analyzer.fleet.fleet_output import write_table
+
+            if csv is not None:
+                write_table(fleet, csv, "csv", force=force)
+            if parquet is not None:
+                write_table(fleet, parquet, "parquet", force=force)
+    except GpuAnalyzeError as exc:
+        fail(str(exc))
+    if json_out:
+        from analyzer.fleet.fleet_output import fleet_dict
+        from analyzer.render.json_report import dumps
+
+        typer.echo(dumps(fleet_dict(fleet)))
+    else:
+        from analyzer.fleet.fleet_view import render_fleet
+        from analyzer.render.console import report_console
+
+        report_console().print(render_fleet(fleet, top=top))
+
+
+def _progress(done: int, total: int) -> None:
+    """``analysed N/M runs`` on the terminal's stderr line, redrawn in place (a TTY only)."""
+    sys.stderr.write(f"\rgpuanalyze: analysed {done:,}/{total:,} runs" + ("\n" if done == total else ""))
+    sys.stderr.flush()

@@ -1,0 +1,1 @@
+"""`gpuanalyze fleet DIR|URL`: every run beneath a directory analysed, one table ranked by what its top fix saves."""

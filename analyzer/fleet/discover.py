@@ -1,0 +1,113 @@
+"""The runs beneath a directory (local or an fsspec URL): a trace file, or the rank files of one run.
+
+Rules, per directory: trace files (``.arrow``, profiler ``.json[.gz]``) are grouped by name with
+the rank part removed (``trace.rank3.arrow`` -> ``trace``); one group is one run. A directory that
+holds exactly one group of several files is analysed as a directory of ranks; a group of ``.arrow``
+rank files beside other runs is analysed through its first file (which finds its siblings); any
+other file is a run of its own. Subdirectories are searched too; links are not followed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyzer.errors import GpuAnalyzeError
+from analyzer.scale import storage
+
+_RANK = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
+_SUFFIXES = (".json.gz", ".json", ".arrow")
+
+
+@dataclass(frozen=True, slots=True)
+class RunTarget:
+    """One run: a name for the table and what the analysis reads."""
+
+    name: str
+    """The run's path relative to the fleet's root (a rank group as ``dir/stem.rank*.arrow``)."""
+    target: str
+    """A trace file, a rank file (its siblings are found) or a directory of ranks."""
+    files: int
+    """Trace files of the run."""
+
+
+def _suffix(name: str) -> str | None:
+    lower = name.lower()
+    return next((s for s in _SUFFIXES if lower.endswith(s)), None)
+
+
+def _group_key(name: str, suffix: str) -> str:
+    base = name[: -len(suffix)]
+    match = _RANK.match(base)
+    return (match.group("stem") if match else base) + suffix
+
+
+def _walk(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
+    """(directory, its path relative to ``root``, regular trace files, other trace-named entries) for
+    every directory beneath ``root``."""
+    if storage.is_url(root):
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(root)
+        path = path.rstrip("/")
+        prefix = root.split("://", 1)[0] + "://"
+        for directory, _dirs, files in fs.walk(path):
+            d = directory.rstrip("/")
+            yield prefix + d, d[len(path) :].lstrip("/"), sorted(f for f in files if _suffix(f)), []
+        return
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        regular: list[str] = []
+        odd: list[str] = []
+        for name in sorted(files):
+            if _suffix(name) is None:
+                continue
+            full = Path(directory) / name
+            (regular if full.is_file() and not full.is_symlink() else odd).append(name)
+        rel = os.path.relpath(directory, root)
+        yield directory, "" if rel == "." else rel, regular, odd
+
+
+def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
+    """Every run beneath ``root`` and notes on what was passed over; raises GpuAnalyzeError."""
+    if not storage.is_url(root) and not Path(root).exists():
+        raise GpuAnalyzeError(f"{root}: no such file or directory")
+    if not storage.is_url(root) and Path(root).is_file():
+        return [RunTarget(Path(root).name, root, 1)], []
+    if storage.is_url(root) and not storage.is_dir(root):
+        return [RunTarget(root.rsplit("/", 1)[-1], root, 1)], []
+    runs: list[RunTarget] = []
+    notes: list[str] = []
+    for directory, rel, files, odd in _walk(root):
+        notes += [f"skipped {_join(rel, n)}: not a regular file (links are not followed)" for n in odd]
+        groups: dict[str, list[str]] = {}
+        for name in files:
+            suffix = _suffix(name)
+            assert suffix is not None
+            groups.setdefault(_group_key(name, suffix), []).append(name)
+        for key, members in groups.items():
+            if len(members) == 1:
+                runs.append(RunTarget(_join(rel, members[0]), storage.join(directory, members[0]), 1))
+            elif len(groups) == 1:
+                runs.append(RunTarget(rel or ".", directory, len(members)))
+            elif key.endswith(".arrow"):
+                stem = key[: -len(".arrow")]
+                runs.append(
+                    RunTarget(_join(rel, f"{stem}.rank*.arrow"), storage.join(directory, members[0]), len(members))
+                )
+            else:
+                notes.append(
+                    f"{_join(rel, key)}: {len(members)} profiler rank files beside other runs: analysed one by one "
+                    "(put each run's rank files in a directory of their own)"
+                )
+                runs += [RunTarget(_join(rel, m), storage.join(directory, m), 1) for m in members]
+    if not runs:
+        raise GpuAnalyzeError(f"{root}: no .arrow or profiler .json(.gz) traces beneath this directory")
+    return runs, notes
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name

@@ -1,0 +1,63 @@
+"""A triaged fleet as data: the JSON object, and the table as CSV or Parquet (for a dashboard)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from analyzer.fleet.run_row import RunRow
+from analyzer.fleet.triage import RANKINGS, Fleet
+
+if TYPE_CHECKING:
+    import polars as pl
+
+COLUMNS = tuple(f.name for f in dataclasses.fields(RunRow))
+
+
+def fleet_dict(fleet: Fleet) -> dict[str, Any]:
+    """``{"root", "ranked_by", "ranking", "runs": [rows, ranked], "skipped": [{"run", "reason"}], "notes"}``."""
+    return {
+        "root": fleet.root,
+        "ranked_by": fleet.ranked_by,
+        "ranking": RANKINGS[fleet.ranked_by],
+        "runs": [{"rank": i, **dataclasses.asdict(r)} for i, r in enumerate(fleet.rows, 1)],
+        "skipped": [dataclasses.asdict(s) for s in fleet.skipped],
+        "notes": list(fleet.notes),
+    }
+
+
+def fleet_frame(fleet: Fleet) -> pl.DataFrame:
+    """One row per analysed run, ranked (column ``rank`` first), with fixed column types."""
+    import polars as pl
+
+    schema: dict[str, Any] = {"rank": pl.Int64}
+    for f in dataclasses.fields(RunRow):
+        kind = str(f.type)
+        schema[f.name] = (
+            pl.Boolean
+            if kind == "bool"
+            else pl.Int64
+            if kind == "int"
+            else pl.Float64
+            if "float" in kind
+            else pl.String
+        )
+    data = {"rank": list(range(1, len(fleet.rows) + 1))}
+    data |= {c: [getattr(r, c) for r in fleet.rows] for c in COLUMNS}
+    return pl.DataFrame(data, schema=schema)
+
+
+def write_table(fleet: Fleet, path: Path, kind: str, *, force: bool) -> None:
+    """Write the table as ``kind`` ('csv' or 'parquet') through the safe writer (never over a file without force)."""
+    from analyzer.files import write_file
+
+    frame = fleet_frame(fleet)
+
+    def write(fh: BinaryIO) -> None:
+        if kind == "csv":
+            frame.write_csv(fh)
+        else:
+            frame.write_parquet(fh)
+
+    write_file(path, write, force=force)

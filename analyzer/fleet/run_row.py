@@ -1,0 +1,113 @@
+"""One run of a fleet analysed, as one table row: the task each engine worker runs.
+
+A worker analyses one run at a time (its rank files one by one, out of core) and returns only the
+row, so no process holds more than one run's frames and the driver holds only rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from analyzer.errors import GpuAnalyzeError
+from analyzer.fleet.discover import RunTarget
+from analyzer.fleet.fleet_options import RunLength
+
+if TYPE_CHECKING:
+    from analyzer.planning.outcome import Report
+
+
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """What a worker is sent: the run and the length and price to cost it with."""
+
+    run: RunTarget
+    length: RunLength
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One analysed run (every value a scalar: the table, CSV and Parquet columns)."""
+
+    run: str
+    ranks: int
+    gpu: str | None
+    verdict: str
+    confidence: float
+    confidence_level: str
+    step_ms: float
+    """Mean step time of the analysed steps (what the projection and cost use)."""
+    steps: int
+    top_fix: str | None
+    """The top finding's cause (its summary is in `fix_summary`)."""
+    fix_summary: str | None
+    projected_step_ms: float | None
+    saved_ms_per_step: float
+    saved_gpu_ms_per_step: float
+    """Saved ms per step times the run's GPUs: the ranking without a run length."""
+    gpu_hours_per_run: float | None
+    saved_gpu_hours_per_run: float | None
+    saved_usd_per_run: float | None
+    idle_gpu_hours_per_run: float | None
+    """GPU-hours per run the GPUs are idle (1 - GPU busy share); None without GPU timings or run length."""
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A run that could not be analysed, and why (one line)."""
+
+    run: str
+    reason: str
+
+
+def analyse_run(job: RunJob) -> RunRow | Skipped:
+    """Analyse one run in this process (serially: the engine parallelises across runs); never raises."""
+    from analyzer.api import analyze
+
+    try:
+        report = analyze(job.run.target, engine="local", workers=1)
+        return row_of(job, report)
+    except GpuAnalyzeError as exc:
+        return Skipped(job.run.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - one bad run must not end the triage of thousands
+        return Skipped(job.run.name, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def row_of(job: RunJob, report: Report) -> RunRow:
+    from analyzer.planning.cost import CostInputs, run_cost, savings
+
+    m = report.metrics
+    top = report.findings[0] if report.findings else None
+    step_ms = m.step_mean_ms
+    gpus = report.run.world
+    saved_ms = top.projection.saved_ms if top is not None else 0.0
+    steps_per_run = job.length.steps_for(step_ms)
+    gpu_hours = saved_gpu_hours = saved_usd = idle = None
+    if steps_per_run is not None:
+        inputs = CostInputs(price_per_gpu_hour=job.length.price_per_gpu_hour, steps_per_run=steps_per_run)
+        cost = run_cost(step_ms, inputs, batch_samples=m.batch_samples, world_size=gpus)
+        saved = savings(saved_ms, cost)
+        gpu_hours, saved_gpu_hours, saved_usd = cost.gpu_hours, saved.gpu_hours_per_run, saved.usd_per_run
+        if m.gpu_util is not None:
+            idle = cost.gpu_hours * max(0.0, 1.0 - m.gpu_util)
+    return RunRow(
+        run=job.run.name,
+        ranks=m.ranks,
+        gpu=report.run.gpu_name,
+        verdict=report.bottleneck,
+        confidence=report.confidence.value,
+        confidence_level=report.confidence.level,
+        step_ms=step_ms,
+        steps=m.steps,
+        top_fix=None if top is None else top.cause,
+        fix_summary=None if top is None else top.summary,
+        projected_step_ms=None if top is None else top.projection.step_ms,
+        saved_ms_per_step=saved_ms,
+        saved_gpu_ms_per_step=saved_ms * gpus,
+        gpu_hours_per_run=gpu_hours,
+        saved_gpu_hours_per_run=saved_gpu_hours,
+        saved_usd_per_run=saved_usd,
+        idle_gpu_hours_per_run=idle,
+        complete=report.complete,
+    )

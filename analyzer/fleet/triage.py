@@ -1,0 +1,71 @@
+"""`gpuanalyze fleet`: find the runs, analyse them on an engine, rank them by what the top fix saves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from analyzer.fleet.discover import find_runs
+from analyzer.fleet.fleet_options import FleetOptions
+from analyzer.fleet.run_row import RunJob, RunRow, Skipped, analyse_run
+
+#: What the table is ranked by, from the most to the least informed.
+RANKINGS = {
+    "saved_usd_per_run": "USD saved per run by the top fix",
+    "saved_gpu_hours_per_run": "GPU-hours saved per run by the top fix (give --price-per-gpu-hour for dollars)",
+    "saved_gpu_ms_per_step": "GPU-ms saved per step by the top fix (give --steps-per-run or --hours-per-run "
+    "for savings per run)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The ranked rows, the runs skipped and why, and what the ranking is by."""
+
+    root: str
+    rows: tuple[RunRow, ...]
+    skipped: tuple[Skipped, ...]
+    notes: tuple[str, ...]
+    ranked_by: str
+    """A key of RANKINGS."""
+
+
+def ranking_key(options: FleetOptions) -> str:
+    if options.length.has_length and options.length.price_per_gpu_hour is not None:
+        return "saved_usd_per_run"
+    if options.length.has_length:
+        return "saved_gpu_hours_per_run"
+    return "saved_gpu_ms_per_step"
+
+
+def rank(rows: list[RunRow], by: str) -> list[RunRow]:
+    """Largest saving first; ties by idle GPU-hours, then by name (a stable order)."""
+
+    def key(row: RunRow) -> tuple[float, float, str]:
+        value = getattr(row, by)
+        return (-(value or 0.0), -(row.idle_gpu_hours_per_run or 0.0), row.run)
+
+    return sorted(rows, key=key)
+
+
+def triage(root: str, options: FleetOptions, *, progress: Callable[[int, int], None] | None = None) -> Fleet:
+    """Every run beneath ``root`` analysed on ``options.engine``, ranked; raises GpuAnalyzeError when there is none."""
+    from analyzer.scale.engine import make_engine
+
+    targets, notes = find_runs(root)
+    jobs = [RunJob(t, options.length) for t in targets]
+    rows: list[RunRow] = []
+    skipped: list[Skipped] = []
+    engine = make_engine(options.engine, workers=options.workers)
+    try:
+        for done, result in enumerate(engine.map(analyse_run, jobs), 1):
+            if isinstance(result, RunRow):
+                rows.append(result)
+            else:
+                skipped.append(result)
+            if progress is not None:
+                progress(done, len(jobs))
+    finally:
+        engine.close()
+    by = ranking_key(options)
+    return Fleet(root, tuple(rank(rows, by)), tuple(skipped), tuple(notes), by)

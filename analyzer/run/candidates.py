@@ -1,0 +1,132 @@
+"""The settings `gpuanalyze run --try` tries after the baseline: the fixes the baseline's findings
+projected, plus a standard set, all applicable without editing the user's code.
+
+Standard set: ``num_workers`` in 1, 2, 4, 8 up to the cores this job may use (not the value the
+baseline already ran with); ``persistent_workers`` and ``prefetch_factor=4`` with the most
+promising worker count (the projected one, else the largest tried); and, only when the baseline
+ran on an accelerator, ``pin_memory``, autocast bf16 and fp16, and TF32. On a CPU run those are
+skipped, and the notes say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from analyzer.run.trial_env import LOADER_KEYS, TrialSetting
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Projection
+    from analyzer.planning.outcome import Report
+
+#: Worker counts of the standard set (bounded by the cores the job may use).
+WORKER_COUNTS = (1, 2, 4, 8)
+#: prefetch_factor of the standard set (PyTorch's default is 2).
+PREFETCH = 4
+#: What a projection's ``precision`` parameter means as an autocast setting.
+_PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One setting to try, and the baseline's projection for it when a finding projected it."""
+
+    setting: TrialSetting
+    source: str
+    """'projection' (a finding of the baseline assumed this fix), 'standard' or 'given' (--candidates)."""
+    projection: Projection | None = None
+    finding: str | None = None
+    """``bottleneck/cause`` of the finding whose projection this is."""
+
+
+def setting_of(params: Sequence[tuple[str, int | float | str]]) -> TrialSetting | None:
+    """The trial setting a projection's parameters describe, or None when a trial cannot apply
+    them without editing the code (a larger batch, a cheaper ``__getitem__``)."""
+    loader: list[tuple[str, int | bool]] = []
+    autocast = None
+    for key, value in params:
+        if key in LOADER_KEYS and isinstance(value, int):
+            loader.append((key, bool(value) if LOADER_KEYS[key] is bool else int(value)))
+        elif key == "precision" and isinstance(value, str) and value.lower() in _PRECISION:
+            autocast = _PRECISION[value.lower()]
+        else:
+            return None
+    if not loader and autocast is None:
+        return None
+    return TrialSetting(dataloader=tuple(loader), autocast=autocast)
+
+
+def projected(report: Report | None) -> dict[TrialSetting, tuple[Projection, str]]:
+    """Each setting a finding of ``report`` projected, with that projection (the first finding's wins)."""
+    found: dict[TrialSetting, tuple[Projection, str]] = {}
+    for finding in () if report is None else report.findings:
+        setting = setting_of(finding.projection.params)
+        if setting is not None and setting not in found:
+            found[setting] = (finding.projection, f"{finding.bottleneck}/{finding.cause}")
+    return found
+
+
+def derive(
+    report: Report | None, *, cores: int, accelerator: bool, current_workers: int | None
+) -> tuple[list[Candidate], list[str]]:
+    """(candidates in the order they run, notes on what was left out and why)."""
+    notes: list[str] = []
+    by_projection = projected(report)
+    out: list[Candidate] = []
+
+    def add(setting: TrialSetting, source: str) -> None:
+        if any(c.setting == setting for c in out):
+            return
+        if setting.needs_accelerator and not accelerator:
+            return
+        hit = by_projection.get(setting)
+        out.append(Candidate(setting, "projection" if hit else source, *(hit or (None, None))))
+
+    for setting in by_projection:
+        add(setting, "projection")
+    current = current_workers or 0
+    counts = [k for k in WORKER_COUNTS if k <= max(1, cores) and k != current]
+    for k in counts:
+        add(TrialSetting(dataloader=(("num_workers", k),)), "standard")
+    projected_workers = [dict(s.dataloader).get("num_workers") for s in by_projection]
+    best = next((int(k) for k in projected_workers if k), None) or (max(counts) if counts else current)
+    if best > 0:
+        for extra in (("persistent_workers", True), ("prefetch_factor", PREFETCH)):
+            add(TrialSetting(dataloader=(("num_workers", best), extra)), "standard")
+    if accelerator:
+        add(TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))), "standard")
+        for precision in ("bf16", "fp16"):
+            add(TrialSetting(autocast=precision), "standard")
+        add(TrialSetting(tf32=True), "standard")
+    else:
+        notes.append(
+            "pin_memory, autocast (bf16/fp16) and TF32 not tried: the baseline ran on the CPU (no accelerator)"
+        )
+    skipped = [s.label() for s in by_projection if s.needs_accelerator and not accelerator]
+    if skipped:
+        notes.append(f"projected but not tried without an accelerator: {'; '.join(skipped)}")
+    return out, notes
+
+
+def given(
+    settings: Sequence[TrialSetting], report: Report | None, *, accelerator: bool
+) -> tuple[list[Candidate], list[str]]:
+    """The --candidates settings, each with the baseline's projection for it when there is one."""
+    by_projection = projected(report)
+    out, notes = [], []
+    for setting in dict.fromkeys(settings):
+        if setting.needs_accelerator and not accelerator:
+            notes.append(f"{setting.label()}: not tried, it needs an accelerator and the baseline ran on the CPU")
+            continue
+        hit = by_projection.get(setting)
+        out.append(Candidate(setting, "given", *(hit or (None, None))))
+    return out, notes
+
+
+def on_accelerator(report: Report | None) -> bool:
+    """Whether the baseline ran its model on an accelerator (what the trace recorded)."""
+    if report is None:
+        return False
+    device = report.run.device
+    return device is not None and device != "cpu"

@@ -1,0 +1,181 @@
+"""The settings one `gpuanalyze run --try` trial applies, and the variables that carry them.
+
+Both sides use this module: the launcher encodes a ``TrialSetting`` into the trial's
+environment, and each Python process of the trial decodes it (analyzer.run.trial_child). It
+imports nothing heavy: it is read at the start of every process of a trial.
+
+Variables (set only by `gpuanalyze run --try`):
+
+- ``GPUANALYZE_TRIAL=1``: this run is a trial (scripts may skip checkpoints and other outputs).
+- ``GPUANALYZE_TRY_DATALOADER``: JSON object of DataLoader arguments, e.g. ``{"num_workers": 2}``.
+- ``GPUANALYZE_TRY_AUTOCAST``: ``bf16`` or ``fp16``: the outermost forward runs under ``torch.autocast``.
+- ``GPUANALYZE_TRY_TF32``: ``1``: TF32 matmuls and convolutions.
+- ``GPUANALYZE_TRY_STOP_AFTER``: the process stops (cleanly) after this many optimizer steps.
+- ``GPUANALYZE_TRY_LOG``: file the process appends one JSON line to per loader it changed and at its stop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from analyzer.errors import GpuAnalyzeError
+
+TRIAL = "GPUANALYZE_TRIAL"
+DATALOADER = "GPUANALYZE_TRY_DATALOADER"
+AUTOCAST = "GPUANALYZE_TRY_AUTOCAST"
+TF32 = "GPUANALYZE_TRY_TF32"
+STOP_AFTER = "GPUANALYZE_TRY_STOP_AFTER"
+LOG = "GPUANALYZE_TRY_LOG"
+
+#: DataLoader arguments a trial may set, with their type.
+LOADER_KEYS: dict[str, type] = {
+    "num_workers": int,
+    "persistent_workers": bool,
+    "pin_memory": bool,
+    "prefetch_factor": int,
+}
+#: Autocast precisions a trial may try.
+PRECISIONS = ("bf16", "fp16")
+#: The EndInfo status of a trace that a trial stopped after its bounded steps.
+TRIAL_STOP_STATUS = "trial_stop"
+
+LoaderValue = int | bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialSetting:
+    """What one trial changes, without editing the user's code. Empty: the baseline."""
+
+    dataloader: tuple[tuple[str, LoaderValue], ...] = ()
+    """DataLoader arguments (keys of LOADER_KEYS) given to every DataLoader the script creates,
+    replacing what the script passed."""
+    autocast: str | None = None
+    """'bf16' or 'fp16': run each outermost module forward under ``torch.autocast`` (accelerators only)."""
+    tf32: bool = False
+    """Allow TF32 for matmuls and cuDNN convolutions (accelerators only)."""
+
+    def __post_init__(self) -> None:
+        seen = set()
+        for key, value in self.dataloader:
+            kind = LOADER_KEYS.get(key)
+            if kind is None:
+                raise GpuAnalyzeError(f"unknown DataLoader setting {key!r}; use one of {', '.join(LOADER_KEYS)}")
+            if key in seen:
+                raise GpuAnalyzeError(f"DataLoader setting {key!r} given twice")
+            seen.add(key)
+            if type(value) is not kind:
+                raise GpuAnalyzeError(f"{key}={value!r}: expected {'true/false' if kind is bool else 'a whole number'}")
+            if kind is int and (value < 0 or (key == "prefetch_factor" and value < 1)):
+                raise GpuAnalyzeError(f"{key}={value}: must be at least {1 if key == 'prefetch_factor' else 0}")
+        if self.autocast is not None and self.autocast not in PRECISIONS:
+            raise GpuAnalyzeError(f"autocast={self.autocast!r}: use bf16 or fp16")
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.dataloader and self.autocast is None and not self.tf32
+
+    @property
+    def needs_accelerator(self) -> bool:
+        """pin_memory, autocast and TF32 only mean something with an accelerator."""
+        return self.autocast is not None or self.tf32 or dict(self.dataloader).get("pin_memory") is True
+
+    def label(self) -> str:
+        """``num_workers=2, persistent_workers=true`` (``current settings`` for the baseline)."""
+        parts = [f"{k}={_text(v)}" for k, v in self.dataloader]
+        if self.autocast is not None:
+            parts.append(f"autocast={self.autocast}")
+        if self.tf32:
+            parts.append("tf32=true")
+        return ", ".join(parts) or "current settings"
+
+    def slug(self) -> str:
+        """A directory-name form of the label (``num_workers-2_persistent_workers-true``)."""
+        return "_".join(p.replace("=", "-") for p in self.label().split(", ")) if not self.is_baseline else "baseline"
+
+
+def parse_setting(text: str) -> TrialSetting:
+    """``num_workers=2,persistent_workers=true``, ``autocast=bf16``, ``tf32=true`` → TrialSetting.
+    Raises GpuAnalyzeError saying what is accepted."""
+    loader: list[tuple[str, LoaderValue]] = []
+    autocast: str | None = None
+    tf32 = False
+    items = [p.strip() for p in text.split(",") if p.strip()]
+    if not items:
+        raise GpuAnalyzeError(f"--candidates {text!r}: expected key=value[,key=value], e.g. num_workers=2")
+    for item in items:
+        key, sep, raw = (s.strip() for s in item.partition("="))
+        if not sep or not key or not raw:
+            raise GpuAnalyzeError(f"--candidates {text!r}: {item!r} is not key=value (e.g. num_workers=2)")
+        if key == "autocast":
+            autocast = raw.lower()
+        elif key == "tf32":
+            tf32 = _bool(key, raw)
+        elif key in LOADER_KEYS:
+            loader.append((key, _bool(key, raw) if LOADER_KEYS[key] is bool else _int(key, raw)))
+        else:
+            known = ", ".join([*LOADER_KEYS, "autocast", "tf32"])
+            raise GpuAnalyzeError(f"--candidates {text!r}: unknown setting {key!r}; use one of {known}")
+    return TrialSetting(dataloader=tuple(loader), autocast=autocast, tf32=tf32)
+
+
+def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, str]:
+    """The variables that make every process of a trial apply ``setting`` and stop after ``stop_after`` steps."""
+    env = {TRIAL: "1", STOP_AFTER: str(stop_after), LOG: log}
+    if setting.dataloader:
+        env[DATALOADER] = json.dumps(dict(setting.dataloader))
+    if setting.autocast is not None:
+        env[AUTOCAST] = setting.autocast
+    if setting.tf32:
+        env[TF32] = "1"
+    return env
+
+
+def from_env(env: Mapping[str, str]) -> tuple[TrialSetting, int | None]:
+    """The setting and step bound of this process's trial; raises GpuAnalyzeError naming the bad variable."""
+    loader: tuple[tuple[str, LoaderValue], ...] = ()
+    raw = env.get(DATALOADER, "").strip()
+    if raw:
+        try:
+            decoded = json.loads(raw)
+        except ValueError as exc:
+            raise GpuAnalyzeError(f"{DATALOADER}={raw!r}: not JSON ({exc})") from exc
+        if not isinstance(decoded, dict):
+            raise GpuAnalyzeError(f'{DATALOADER}={raw!r}: expected a JSON object such as {{"num_workers": 2}}')
+        loader = tuple(decoded.items())
+    stop_raw = env.get(STOP_AFTER, "").strip()
+    stop: int | None = None
+    if stop_raw:
+        try:
+            stop = int(stop_raw)
+        except ValueError as exc:
+            raise GpuAnalyzeError(f"{STOP_AFTER}={stop_raw!r}: expected a whole number") from exc
+        if stop < 1:
+            raise GpuAnalyzeError(f"{STOP_AFTER}={stop}: must be at least 1")
+    autocast = env.get(AUTOCAST, "").strip().lower() or None
+    tf32 = env.get(TF32, "").strip() == "1"
+    try:
+        return TrialSetting(dataloader=loader, autocast=autocast, tf32=tf32), stop
+    except GpuAnalyzeError as exc:
+        raise GpuAnalyzeError(f"{DATALOADER}/{AUTOCAST}: {exc}") from exc
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bool(key: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise GpuAnalyzeError(f"{key}={raw!r}: expected true or false")
+
+
+def _int(key: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise GpuAnalyzeError(f"{key}={raw!r}: expected a whole number") from exc

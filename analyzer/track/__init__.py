@@ -1,0 +1,1 @@
+"""Logging a report to experiment trackers (MLflow, Weights & Biases): `--log`, the callbacks' ``log_to=``."""

@@ -1,0 +1,31 @@
+"""Log a flat summary (and the HTML report) to Weights & Biases: the active run, or a new one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analyzer.render.flat_summary import Scalar
+
+
+def log_wandb(values: dict[str, Scalar], html: Path | None, run_name: str) -> str:
+    """Every value into the run summary (``gpuanalyze/*``), the report as a run file and an artifact;
+    returns the run id. With WANDB_MODE=offline it all stays in the local ``wandb/`` directory."""
+    import wandb
+
+    active = wandb.run
+    run = active if active is not None else wandb.init(project="gpuanalyze", name=run_name)
+    try:
+        run.summary.update({f"gpuanalyze/{k}": v for k, v in values.items() if v is not None})
+        if html is not None:
+            from analyzer.files import write_bytes
+
+            kept = Path(run.dir) / html.name  # the run's own files directory: uploaded with the run
+            write_bytes(kept, html.read_bytes(), force=False)
+            run.save(str(kept), base_path=str(kept.parent), policy="now")
+            artifact = wandb.Artifact("gpuanalyze-report", type="gpuanalyze-report")
+            artifact.add_file(str(html))
+            run.log_artifact(artifact)
+        return str(run.id)
+    finally:
+        if active is None:
+            run.finish()

@@ -1,0 +1,147 @@
+"""`gpuanalyze fleet`: a directory mixing good, multi-rank and broken runs, end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from tests.conftest import SAMPLES, make_row, write_trace
+from tests.scale_fixtures import write_ranks
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fleet_dir(tmp_path):
+    root = tmp_path / "fleet"
+    (root / "ddp").mkdir(parents=True)
+    write_ranks(root / "ddp", 4, 60, stragglers={2: ("forward", 6.0)})  # one run of 4 ranks
+    (root / "team" / "a").mkdir(parents=True)
+    write_trace(root / "team" / "a" / "loader.arrow", [make_row(i, wall=20.0, data=10.0) for i in range(30)])
+    write_trace(root / "team" / "healthy.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    for sample in SAMPLES.glob("cpu_ddp_straggler.rank*.arrow"):  # a rank group beside other runs
+        shutil.copy(sample, root / "team" / sample.name)
+    (root / "team" / "broken.arrow").write_bytes(b"not a trace")
+    (root / "notes.txt").write_text("not a trace name: ignored")
+    return root
+
+
+def _fleet(*args):
+    result = runner.invoke(app, ["fleet", *map(str, args), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_fleet_ranks_good_and_multi_rank_runs_and_notes_the_broken_one(fleet_dir):
+    data = json.loads(_fleet(fleet_dir, "--json", "--price-per-gpu-hour", "2", "--steps-per-run", "1e6").output)
+    runs = {r["run"]: r for r in data["runs"]}
+    assert set(runs) == {"ddp", "team/a/loader.arrow", "team/healthy.arrow", "team/cpu_ddp_straggler.rank*.arrow"}
+    assert runs["ddp"]["ranks"] == 4 and runs["team/cpu_ddp_straggler.rank*.arrow"]["ranks"] == 2  # grouped
+    assert runs["team/a/loader.arrow"]["verdict"] == "data_loading" and runs["team/healthy.arrow"]["verdict"] == "none"
+    assert [s["run"] for s in data["skipped"]] == ["team/broken.arrow"]
+    assert "not a gpuanalyze trace" in data["skipped"][0]["reason"]
+    assert data["ranked_by"] == "saved_usd_per_run"
+    saved = [r["saved_usd_per_run"] for r in data["runs"]]
+    assert saved == sorted(saved, reverse=True) and saved[0] > saved[-1] == 0.0
+    assert [r["rank"] for r in data["runs"]] == [1, 2, 3, 4]
+    top = data["runs"][0]
+    assert top["saved_usd_per_run"] == pytest.approx(top["saved_gpu_hours_per_run"] * 2)
+    assert top["saved_gpu_hours_per_run"] == pytest.approx(top["saved_ms_per_step"] * 1e6 * top["ranks"] / 3.6e6)
+
+
+def test_fleet_without_a_price_ranks_by_gpu_hours_and_hours_per_run_uses_each_step_time(fleet_dir):
+    data = json.loads(_fleet(fleet_dir, "--json", "--hours-per-run", "10").output)
+    assert data["ranked_by"] == "saved_gpu_hours_per_run"
+    for r in data["runs"]:
+        assert r["saved_usd_per_run"] is None
+        assert r["gpu_hours_per_run"] == pytest.approx(10 * r["ranks"])  # 10 h at today's step time
+    hours = [r["saved_gpu_hours_per_run"] for r in data["runs"]]
+    assert hours == sorted(hours, reverse=True)
+    plain = json.loads(_fleet(fleet_dir, "--json").output)
+    assert plain["ranked_by"] == "saved_gpu_ms_per_step" and plain["runs"][0]["gpu_hours_per_run"] is None
+
+
+def test_fleet_table_csv_and_parquet(fleet_dir, tmp_path):
+    import polars as pl
+
+    csv, parquet = tmp_path / "fleet.csv", tmp_path / "fleet.parquet"
+    result = _fleet(
+        fleet_dir, "--csv", csv, "--parquet", parquet, "--price-per-gpu-hour", "2", "--steps-per-run", "1e6"
+    )
+    assert "4 run(s) beneath" in result.output and "skipped team/broken.arrow" in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    table = pl.read_parquet(parquet)
+    assert table.height == 4 and table.get_column("rank").to_list() == [1, 2, 3, 4]
+    assert table.schema["saved_usd_per_run"] == pl.Float64 and table.schema["ranks"] == pl.Int64
+    assert pl.read_csv(csv).get_column("run").to_list() == table.get_column("run").to_list()
+    again = runner.invoke(app, ["fleet", str(fleet_dir), "--csv", str(csv), "--workers", "1"])
+    assert again.exit_code == 2 and "--force" in again.output and "Traceback" not in again.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps-per-run", "10", "--hours-per-run", "1"], "give the run length once"),
+        (["--hours-per-run", "-1"], "--hours-per-run must be positive"),
+        (["--engine", "spark"], "choose one of local, ray"),
+    ],
+)
+def test_fleet_bad_options_are_one_line(fleet_dir, args, message):
+    result = runner.invoke(app, ["fleet", str(fleet_dir), *args])
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_fleet_of_nothing_is_one_line(tmp_path):
+    result = runner.invoke(app, ["fleet", str(tmp_path)])
+    assert result.exit_code == 2 and "no .arrow or profiler .json(.gz) traces beneath" in result.output
+    result = runner.invoke(app, ["fleet", str(tmp_path / "absent")])
+    assert result.exit_code == 2 and "no such file or directory" in result.output
+
+
+@pytest.mark.slow
+def test_fleet_on_the_process_pool_equals_serial(fleet_dir):
+    serial = json.loads(_fleet(fleet_dir, "--json", "--steps-per-run", "1e5").output)
+    result = runner.invoke(app, ["fleet", str(fleet_dir), "--json", "--steps-per-run", "1e5", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == serial
+
+
+@pytest.mark.slow
+def test_fleet_on_ray_equals_serial(fleet_dir):
+    """A local Ray limited to 2 CPUs; skipped when Ray is not installed or cannot start here."""
+    import logging
+
+    ray = pytest.importorskip("ray")
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many types when it cannot start
+        pytest.skip(f"Ray cannot start here: {exc}")
+    try:
+        serial = json.loads(_fleet(fleet_dir, "--json").output)
+        result = runner.invoke(app, ["fleet", str(fleet_dir), "--json", "--engine", "ray"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == serial
+    finally:
+        ray.shutdown()
+
+
+def test_fleet_of_a_url_names_runs_under_it():
+    """An fsspec URL (memory://, as s3:// would be; serial here: a memory file system is per process)."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    fs.makedirs("/fleet-test/ddp", exist_ok=True)
+    try:
+        for sample in SAMPLES.glob("cpu_ddp_straggler.rank*.arrow"):
+            fs.pipe(f"/fleet-test/ddp/{sample.name}", sample.read_bytes())
+        fs.pipe("/fleet-test/a/loader.arrow", (SAMPLES / "cpu_data_loading.arrow").read_bytes())
+        fs.pipe("/fleet-test/broken.arrow", b"not a trace")
+        data = json.loads(_fleet("memory://fleet-test", "--json").output)
+        assert [(r["run"], r["ranks"]) for r in data["runs"]] == [("ddp", 2), ("a/loader.arrow", 1)]
+        assert [s["run"] for s in data["skipped"]] == ["broken.arrow"]
+    finally:
+        fs.rm("/fleet-test", recursive=True)

@@ -1,0 +1,539 @@
+"""`gpuanalyze run --try`: trials of the command, one per candidate setting, measured."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from analyzer.analysis.findings import Projection
+from analyzer.cli import app
+from analyzer.errors import GpuAnalyzeError
+from analyzer.run import trial_env
+from analyzer.run.candidates import Candidate, derive, setting_of
+from analyzer.run.candidates import given as given_candidates
+from analyzer.run.trial_child import _override
+from analyzer.run.trial_env import TrialSetting, parse_setting
+from analyzer.run.trial_measure import Measured, beats
+from analyzer.run.trial_output import as_dict, print_table, recommendation
+from analyzer.run.trials import TrialRun, TryResult
+from analyzer.run.try_options import TryOptions
+from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.sources import load_any
+
+runner = CliRunner()
+
+
+# -- settings and their variables ---------------------------------------------------------------
+def test_a_setting_parses_from_the_command_line_and_travels_through_the_environment():
+    setting = parse_setting("num_workers=2, persistent_workers=true,prefetch_factor=4")
+    assert setting.dataloader == (("num_workers", 2), ("persistent_workers", True), ("prefetch_factor", 4))
+    assert setting.label() == "num_workers=2, persistent_workers=true, prefetch_factor=4"
+    env = trial_env.env_for(setting, stop_after=25, log="/tmp/log")
+    assert env[trial_env.TRIAL] == "1" and env[trial_env.STOP_AFTER] == "25"
+    assert json.loads(env[trial_env.DATALOADER]) == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4}
+    assert trial_env.from_env(env) == (setting, 25)
+    precision = parse_setting("autocast=BF16,tf32=1")
+    assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="")) == (precision, 3)
+    assert precision.needs_accelerator and not setting.needs_accelerator
+    assert trial_env.from_env({}) == (TrialSetting(), None)
+    assert TrialSetting().is_baseline and TrialSetting().slug() == "baseline"
+
+
+_LOADER_VALUES = {
+    "num_workers": st.integers(0, 64),
+    "persistent_workers": st.booleans(),
+    "pin_memory": st.booleans(),
+    "prefetch_factor": st.integers(1, 16),
+}
+
+
+@st.composite
+def _settings(draw):
+    keys = draw(st.lists(st.sampled_from(sorted(_LOADER_VALUES)), unique=True))
+    loader = tuple((k, draw(_LOADER_VALUES[k])) for k in keys)
+    return TrialSetting(
+        dataloader=loader, autocast=draw(st.sampled_from([None, "bf16", "fp16"])), tf32=draw(st.booleans())
+    )
+
+
+@given(_settings(), st.integers(1, 10_000))
+def test_every_setting_survives_the_environment_and_the_command_line(setting, steps):
+    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x")) == (setting, steps)
+    if not setting.is_baseline:
+        assert parse_setting(setting.label()) == setting
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("bogus=1", "unknown setting 'bogus'"),
+        ("num_workers", "is not key=value"),
+        ("num_workers=two", "expected a whole number"),
+        ("num_workers=-1", "must be at least 0"),
+        ("prefetch_factor=0", "must be at least 1"),
+        ("pin_memory=maybe", "expected true or false"),
+        ("autocast=fp8", "use bf16 or fp16"),
+        ("num_workers=1,num_workers=2", "given twice"),
+        (",", "expected key=value"),
+    ],
+)
+def test_a_bad_candidate_says_what_is_accepted(text, says):
+    with pytest.raises(GpuAnalyzeError, match=says):
+        parse_setting(text)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({trial_env.DATALOADER: "{num_workers: 2"}, "GPUANALYZE_TRY_DATALOADER=.*not JSON"),
+        ({trial_env.DATALOADER: "[2]"}, "expected a JSON object"),
+        ({trial_env.DATALOADER: '{"num_workers": "2"}'}, "expected a whole number"),
+        ({trial_env.DATALOADER: '{"batch_size": 2}'}, "unknown DataLoader setting"),
+        ({trial_env.STOP_AFTER: "ten"}, "GPUANALYZE_TRY_STOP_AFTER"),
+        ({trial_env.STOP_AFTER: "0"}, "at least 1"),
+    ],
+)
+def test_a_bad_trial_variable_names_itself(env, says):
+    with pytest.raises(GpuAnalyzeError, match=says):
+        trial_env.from_env(env)
+
+
+def test_try_options_are_validated():
+    assert TryOptions(steps=10, warmup=2).stop_after == 12
+    for bad in ({"steps": 1}, {"warmup": -1}, {"time_limit_s": 0}, {"time_limit_s": float("nan")}):
+        with pytest.raises(GpuAnalyzeError):
+            TryOptions(**bad)
+    with pytest.raises(GpuAnalyzeError, match="at least one setting"):
+        TryOptions(candidates=(TrialSetting(),))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--try", "--try-steps", "1"], "--try-steps 1"),
+        (["--try", "--try-time-limit", "-5"], "--try-time-limit"),
+        (["--try", "--candidates", "bogus=1"], "unknown setting 'bogus'"),
+        (["--try-steps", "5"], "need --try"),
+        (["--candidates", "num_workers=2"], "need --try"),
+    ],
+)
+def test_bad_try_input_is_one_line_and_exit_2(args, says, tmp_path):
+    result = runner.invoke(app, ["run", "--out", str(tmp_path / "o"), *args, "--", sys.executable, "-c", "pass"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+# -- the child's override -------------------------------------------------------------------------
+def test_the_override_replaces_what_the_script_passed_and_lists_the_changes():
+    args = {"num_workers": 0, "persistent_workers": False, "prefetch_factor": None, "pin_memory": False}
+    changed = _override(args, {"num_workers": 2, "prefetch_factor": 4, "pin_memory": False})
+    assert args == {"num_workers": 2, "persistent_workers": False, "prefetch_factor": 4, "pin_memory": False}
+    assert changed == {"num_workers": [0, 2], "prefetch_factor": [None, 4]}  # pin_memory was already False
+
+
+def test_worker_only_settings_are_skipped_for_a_loader_left_without_workers():
+    args = {"num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+    changed = _override(args, {"persistent_workers": True, "prefetch_factor": 4})
+    assert args == {"num_workers": 0, "persistent_workers": False, "prefetch_factor": None}  # DataLoader would raise
+    assert changed == {
+        "persistent_workers": [False, "skipped: no workers"],
+        "prefetch_factor": [None, "skipped: no workers"],
+    }
+
+
+# -- candidates -----------------------------------------------------------------------------------
+def _projection(params, step_ms=10.0, low=None, high=None):
+    return Projection(step_ms=step_ms, current_ms=30.0, rule="r", bound="b", params=params, low_ms=low, high_ms=high)
+
+
+def _report(*params, device="cpu"):
+    findings = [SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(p)) for p in params]
+    return SimpleNamespace(findings=findings, run=SimpleNamespace(device=device))
+
+
+def test_candidates_start_with_the_projected_fix_and_stay_within_the_cores():
+    report = _report((("num_workers", 3),))
+    found, notes = derive(report, cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    labels = [c.setting.label() for c in found]
+    assert labels[0] == "num_workers=3" and found[0].source == "projection" and found[0].projection is not None
+    assert found[0].projection.step_ms == 10.0
+    assert labels[1:] == [
+        "num_workers=1",
+        "num_workers=2",
+        "num_workers=3, persistent_workers=true",  # with the projected worker count
+        "num_workers=3, prefetch_factor=4",
+    ]
+    assert all(c.projection is None for c in found[1:])
+    assert any("no accelerator" in n for n in notes)
+    assert not any(c.setting.needs_accelerator for c in found)
+
+
+def test_candidates_leave_out_the_current_worker_count_and_respect_many_cores():
+    found, _ = derive(None, cores=64, accelerator=False, current_workers=2)
+    workers = [dict(c.setting.dataloader)["num_workers"] for c in found if len(c.setting.dataloader) == 1]
+    assert workers == [1, 4, 8]
+
+
+def test_accelerator_settings_only_with_an_accelerator():
+    report = _report((("precision", "bfloat16"),), device="cuda")
+    on_gpu, _ = derive(report, cores=4, accelerator=True, current_workers=0)  # type: ignore[arg-type]
+    labels = [c.setting.label() for c in on_gpu]
+    assert labels[0] == "autocast=bf16" and on_gpu[0].source == "projection"
+    assert {"autocast=fp16", "tf32=true", "num_workers=4, pin_memory=true"} <= set(labels)
+    on_cpu, notes = derive(report, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    assert not any(c.setting.needs_accelerator for c in on_cpu)
+    assert any("projected but not tried" in n and "autocast=bf16" in n for n in notes)
+    asked, notes = given_candidates([parse_setting("tf32=1"), parse_setting("num_workers=1")], None, accelerator=False)
+    assert [c.setting.label() for c in asked] == ["num_workers=1"] and "needs an accelerator" in notes[0]
+
+
+def test_a_projection_that_needs_code_changes_is_no_candidate():
+    assert setting_of((("batch_multiplier", 4),)) is None
+    assert setting_of(()) is None
+    assert setting_of((("num_workers", 4),)) == TrialSetting(dataloader=(("num_workers", 4),))
+
+
+# -- measuring and recommending ------------------------------------------------------------------
+def _measured(mean, stdev, steps=20, workers=0):
+    return Measured(
+        steps=steps, mean_ms=mean, stdev_ms=stdev, recorded=steps + 5, loader_workers=workers, end_status="trial_stop"
+    )
+
+
+def test_a_candidate_beats_the_baseline_only_beyond_noise():
+    base = _measured(30.0, 1.0)
+    assert beats(base, _measured(20.0, 1.0))
+    assert not beats(base, _measured(29.5, 1.0))  # within 2 standard errors
+    assert not beats(base, _measured(29.5, 0.0001))  # beyond noise, but 1.7% is below the 3% minimum gain
+    assert not beats(_measured(30.0, 30.0, steps=4), _measured(20.0, 30.0, steps=4))  # very noisy steps
+    assert not beats(base, _measured(35.0, 1.0))
+
+
+def _result(tmp_path, candidate_ms, low=None, high=None):
+    projection = _projection((("num_workers", 2),), step_ms=12.0, low=low, high=high)
+    candidate = Candidate(TrialSetting(dataloader=(("num_workers", 2),)), "projection", projection, "data_loading/c")
+    baseline = TrialRun("baseline", TrialSetting(), tmp_path, "stopped", 0, (), _measured(30.0, 1.0))
+    trial = TrialRun("candidate 1", candidate.setting, tmp_path, "stopped", 0, (), _measured(candidate_ms, 1.0, 20, 2))
+    return TryResult(out_dir=tmp_path, baseline=baseline, trials=[(candidate, trial)])
+
+
+def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
+    data = as_dict(_result(tmp_path, 13.0, low=11.0, high=14.0))
+    base, cand = data["trials"]
+    assert base["vs_baseline_pct"] is None and base["inside_interval"] == "n/a"
+    assert cand["projected_ms"] == 12.0 and cand["inside_interval"] == "yes"
+    assert cand["vs_baseline_pct"] == pytest.approx(100 * (13 / 30 - 1))
+    assert data["recommended"]["dataloader"] == {"num_workers": 2}
+    assert "recommended: num_workers=2" in data["recommendation"]
+    assert as_dict(_result(tmp_path, 16.0, low=11.0, high=14.0))["trials"][1]["inside_interval"] == "no"
+    assert as_dict(_result(tmp_path, 13.0))["trials"][1]["inside_interval"] == "n/a"  # no range projected
+    assert data["within_noise_of_recommended"] == []
+    two = _result(tmp_path, 13.0)
+    other = TrialRun("candidate 2", parse_setting("num_workers=4"), tmp_path, "stopped", 0, (), _measured(13.2, 1.0))
+    far = TrialRun("candidate 3", parse_setting("num_workers=1"), tmp_path, "stopped", 0, (), _measured(25.0, 1.0))
+    two.trials += [(Candidate(other.setting, "standard"), other), (Candidate(far.setting, "standard"), far)]
+    assert as_dict(two)["within_noise_of_recommended"] == ["num_workers=4"]
+    assert recommendation(two).endswith("within noise of it: num_workers=4")
+    same = _result(tmp_path, 29.9)
+    assert same.best is None and "keep the current settings" in recommendation(same)
+
+
+def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
+    print_table(_result(tmp_path, 13.0, low=11.0, high=14.0))
+    out = capsys.readouterr().out
+    assert "projected ms [low, high]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
+    assert "13.00 (± 1.00, 20)" in out and "-56.7%" in out and "yes" in out
+    assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
+    print_table(_result(tmp_path, 13.0))
+    assert "12.00 [n/a]" in capsys.readouterr().out
+
+
+def test_candidates_that_would_overrun_the_time_limit_are_not_started(tmp_path, monkeypatch):
+    from analyzer.record.profile_options import ProfileOptions
+    from analyzer.run import trials
+
+    started = []
+
+    def fake_trial(name, command, profile, setting, directory, options, deadline, stop):
+        started.append(name)
+        trace = (tmp_path / "trace.arrow",)
+        return TrialRun(name, setting, directory, "stopped", 0, trace, _measured(30.0, 1.0), seconds=1000.0)
+
+    monkeypatch.setattr(trials, "run_trial", fake_trial)
+    monkeypatch.setattr(trials, "analyze_baseline", lambda path, warmup: (None, "not analysed"))
+    result = trials.try_command(["train"], ProfileOptions(), TryOptions(time_limit_s=60), tmp_path / "out")
+    assert started == ["baseline"] and result.trials
+    assert all(t.outcome == "not_run" and t.directory is None for _, t in result.trials)
+    assert any("less than the baseline trial took (1000 s)" in n for n in result.notes)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["trial-0-baseline"]
+
+
+# -- end to end (spawning) ------------------------------------------------------------------------
+SLOW_LOADER = textwrap.dedent("""
+    import os, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class SlowDataset(Dataset):
+        def __len__(self):
+            return 8 * 500
+
+        def __getitem__(self, i):
+            time.sleep(0.003)
+            g = torch.Generator().manual_seed(i)
+            return torch.randn(16, generator=g), torch.randn(1, generator=g)
+
+    with open(sys.argv[1], "a") as f:
+        f.write(f"GPUANALYZE_TRIAL={os.environ.get('GPUANALYZE_TRIAL')}\\n")
+    print("the script's own output", flush=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in DataLoader(SlowDataset(), batch_size=8, num_workers=0):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with open(sys.argv[1], "a") as f:
+        f.write("ran to the end\\n")
+""")
+
+
+def _gpuanalyze(*args, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer.run", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.slow
+def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
+    script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
+    script.write_text(SLOW_LOADER)
+    (out / "trial-0-baseline").mkdir(parents=True)  # something already there is never reused
+    (out / "trial-0-baseline" / "mine.txt").write_text("keep")
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "4", "--json", "--out", str(out), "--",
+        sys.executable, str(script), str(seen),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    base, *cands = data["trials"]
+    assert (out / "trial-0-baseline" / "mine.txt").read_text() == "keep"
+    assert base["directory"] == str(out.resolve() / "trial-0-baseline-1")
+    assert "gpuanalyze: baseline: data_loading" in proc.stderr
+    workers = [c for c in cands if c["dataloader"].get("num_workers")]
+    assert workers and {c["dataloader"]["num_workers"] for c in workers} >= {1, 2}
+    for index, row in enumerate([base, *cands]):
+        assert row["outcome"] == "stopped", row
+        trace = load_any(Path(row["directory"]) / "trace.arrow")
+        assert trace.end is not None and trace.end.status == "trial_stop"
+        assert trace.end.steps == 6 and trace.frame.height == 6  # warm-up 2 + 4 steps, then stopped
+        assert trace.end.loader_workers == row["dataloader"].get("num_workers", 0)  # the setting took effect
+        assert row["loader_workers"] == trace.end.loader_workers and row["measured_steps"] == 4
+        assert Path(row["directory"]).name.startswith(f"trial-{index}-{trace.tags['gpuanalyze_trial']}")
+    assert any("num_workers 0 -> 2" in line for c in workers for line in c["loaders_changed"])
+    assert base["loaders_changed"] == [] and base["setting"] == "current settings"
+    projected = [c for c in cands if c["source"] == "projection"]
+    assert projected and projected[0]["projected_ms"] > 0 and projected[0]["trial"] == "candidate 1"
+    lines = seen.read_text().splitlines()
+    assert lines == ["GPUANALYZE_TRIAL=1"] * (1 + len(cands))  # every trial saw it; none ran to the end
+    assert any("no accelerator" in n for n in data["notes"])
+    assert data["recommendation"]
+
+
+@pytest.mark.slow
+def test_try_prints_the_table_and_a_recommendation(tmp_path):
+    script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
+    script.write_text(SLOW_LOADER)
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out), "--",
+        sys.executable, str(script), str(seen),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "projected ms" in proc.stdout and "measured ms" in proc.stdout
+    assert "baseline" in proc.stdout and "num_workers=1" in proc.stdout and "candidate 1" in proc.stdout
+    assert "num_workers 0 -> 1" in proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("gpuanalyze: recommended: num_workers=1") or "keep the current settings" in last
+
+
+@pytest.mark.slow
+def test_a_failing_baseline_passes_its_status_on_and_tries_nothing(tmp_path):
+    proc = _gpuanalyze("--try", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert proc.returncode == 3, proc.stderr
+    assert "no recommendation: the baseline trial failed (exit status 3)" in proc.stdout
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["trial-0-baseline"]
+
+
+@pytest.mark.slow
+def test_a_trial_past_the_time_limit_is_killed_with_its_process_group(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    hang = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
+    )
+    started = time.monotonic()
+    proc = _gpuanalyze(
+        "--try", "--try-time-limit", "4", "--json", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", hang
+    )
+    assert time.monotonic() - started < 100
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["trials"][0]["outcome"] == "time_limit" and "time limit" in data["recommendation"]
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+        if "zombie" in Path(f"/proc/{grandchild}/status").read_text().lower():
+            break
+        time.sleep(0.2)
+    status = Path(f"/proc/{grandchild}/status")
+    assert not status.exists() or "zombie" in status.read_text().lower()  # the whole group was killed
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, torch
+    from torch.utils.data import DataLoader
+    from analyzer.run import trial_child
+
+    finished = []
+    trial_child.start(os.environ, None, lambda: finished.append(True))
+    model = torch.nn.Linear(4, 2)
+    out = {
+        "forward_dtype": str(model(torch.randn(3, 4)).dtype),
+        "outside_dtype": str((torch.randn(3, 4) @ torch.randn(4, 2)).dtype),
+        "tf32": torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32,
+        "workers": DataLoader(list(range(8)), num_workers=0).num_workers,
+        "prefetch": DataLoader(list(range(8)), num_workers=0).prefetch_factor,
+    }
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 0
+    try:
+        for _ in range(10):
+            model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            steps += 1
+    except SystemExit as exc:
+        out["exit_code"] = exc.code
+    out["steps"] = steps
+    out["finished"] = finished
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow
+def test_the_child_applies_autocast_tf32_and_loader_settings_and_stops_after_its_steps(tmp_path):
+    log = tmp_path / "log.jsonl"
+    env = {
+        **os.environ,
+        **trial_env.env_for(
+            parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1"), stop_after=3, log=str(log)
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["forward_dtype"] == "torch.bfloat16"  # the outermost forward ran under autocast (CPU here)
+    assert out["outside_dtype"] == "torch.float32"  # and only the forward
+    assert out["tf32"] is True
+    assert out["workers"] == 2 and out["prefetch"] == 3  # what the script passed is overridden
+    assert out["steps"] == 2 and out["exit_code"] == 0 and out["finished"] == [True]  # stopped in the 3rd step
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["event"] for e in entries] == ["loader", "loader", "stop"]
+    assert entries[0]["changed"] == {"num_workers": [0, 2], "prefetch_factor": [None, 3]}
+    assert proc.stderr == ""
+
+
+DDP_LOADER = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4000
+
+        def __getitem__(self, i):
+            time.sleep(0.002)
+            return torch.randn(16), torch.randn(1)
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in DataLoader(Slow(), batch_size=8):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
+    script, out = tmp_path / "ddp.py", tmp_path / "out"
+    script.write_text(DDP_LOADER)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json", "--out", str(out),
+        "--", *torchrun,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    base, cand = json.loads(proc.stdout)["trials"]
+    for row, workers in ((base, 0), (cand, 1)):
+        assert row["outcome"] == "stopped" and row["measured_steps"] == 3, row
+        for rank in (0, 1):
+            end = load_trace(Path(row["directory"]) / f"trace.rank{rank}.arrow").end  # this rank's own file
+            assert end is not None and end.status == "trial_stop" and end.steps == 5 and end.loader_workers == workers
+    assert len(cand["loaders_changed"]) == 2  # one loader per rank
+
+
+SLOW_STEPS = textwrap.dedent("""
+    import time, torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    while True:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        time.sleep(0.2)
+""")
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_launcher_reaches_the_trial_and_stops_the_trials(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyzer.run", "--try", "--try-steps", "1000", "--json", "--out", str(out), "--",
+         sys.executable, "-c", SLOW_STEPS],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "trial-0-baseline" / "trace.arrow").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    data = json.loads(stdout)
+    assert [t["outcome"] for t in data["trials"]] == ["interrupted"]  # and no candidate started
+    assert "interrupted" in data["recommendation"]
