@@ -18,7 +18,7 @@ from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
-from analyzer.render.safe import shorten, text
+from analyzer.render.safe import clean, shorten, text
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_names import short_name
 
@@ -112,7 +112,7 @@ def _header(report: Report) -> RenderableType:
                 "run cost",
                 Text(
                     f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h = "
-                    f"{words.device_hours(report, c.gpu_hours, c.gpus)}{usd}"
+                    f"{clean(words.device_hours(report, c.gpu_hours, c.gpus))}{usd}"
                 ),
             )
         )
@@ -175,7 +175,8 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
             (
                 "saves",
                 Text(
-                    f"~{s.hours_per_run:,.2f} h ({words.device_hours(report, s.gpu_hours_per_run)}{usd}) per run",
+                    f"~{s.hours_per_run:,.2f} h ({clean(words.device_hours(report, s.gpu_hours_per_run))}{usd})"
+                    " per run",
                     "bold cyan",
                 ),
             )
