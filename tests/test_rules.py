@@ -60,13 +60,19 @@ def test_confidence_is_the_fraction_of_steps_that_show_it(trace_factory):
 
 
 @pytest.mark.parametrize(
-    ("steps", "level"), [(1, "low"), (3, "low"), (5, "low"), (9, "low"), (20, "medium"), (40, "high")]
+    ("steps", "level"), [(2, "low"), (3, "low"), (5, "low"), (9, "low"), (20, "medium"), (40, "high")]
 )
 def test_few_steps_give_low_confidence_whatever_the_consistency(trace_factory, steps, level):
     r = analyze(trace_factory(_rows(steps, wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
     assert r.bottleneck == "data_loading" and r.confidence.level == level, r.confidence
     if level == "low":
         assert "step" in r.confidence.reason
+
+
+def test_a_single_first_step_is_unknown_with_what_to_record(trace_factory):
+    """Issue 19 item 6: one step among the run's first is warm-up, not the steady state: no projection."""
+    r = analyze(trace_factory(_rows(1, wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
+    assert r.bottleneck == "unknown" and not r.findings and "record more steps" in r.confidence.reason
 
 
 def test_blocking_sync_on_cpu_is_sync(trace_factory):

@@ -34,6 +34,14 @@ HOST_RECOGNISED = 0.01
 #: Unattributed host time of a DataLoader loop is "after the optimizer step" (logging, metrics: do it every N
 #: steps) when at least this share of it comes before the step's first phase (lead_ms).
 LEAD_AFTER_OPTIMIZER = 0.5
+PREPROCESSING = Threshold(
+    0.10,
+    OURS + " (issue 19): host work before a step's first kernel, outside DataLoader waits, while the GPU has nothing "
+    "to run (video decode, a tokenizer or image processor in the training loop); the host-work scale",
+)
+#: Softmax kernels holding at least this share of kernel time are an unfused attention (matmul, softmax, matmul)
+#: that fused attention (scaled_dot_product_attention) replaces. Ours: in fused attention softmax is no kernel.
+UNFUSED_SOFTMAX = 0.25
 PER_STEP_FIXED = Threshold(
     0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
 )
@@ -107,6 +115,9 @@ SOME_STEPS_SCALE = 0.7
 CONFIDENCE_HIGH = 0.75
 CONFIDENCE_MEDIUM = 0.4
 
+#: A trace of one step (or one window without ProfilerStep) whose first kernel launches after at least this share
+#: of it is start-up (lazy initialisation, cudnn autotune, compilation), not a training step. Ours (issue 19).
+WARMUP_LEAD = 0.5
 #: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3

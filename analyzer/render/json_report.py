@@ -54,6 +54,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "excess_ms": _num(s.excess_ms, 3),
                 "phase": s.phase,
                 "phase_excess_ms": _num(s.phase_excess_ms, 3),
+                "phase_diffs": {name: _num(ms, 3) for name, ms in s.phase_diffs},
             }
             for s in (m.distributed.stragglers if m.distributed else ())
         ],

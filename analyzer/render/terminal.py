@@ -18,7 +18,7 @@ from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
-from analyzer.render.safe import shorten, text
+from analyzer.render.safe import clean, shorten, text
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_names import short_name
 
@@ -77,7 +77,7 @@ def render_terminal(report: Report) -> RenderableType:
     if kernels is not None:
         parts.append(kernels)
     for i, f in enumerate(report.findings, 1):
-        parts.append(_finding(i, f))
+        parts.append(_finding(i, f, report))
     if not report.findings:
         parts.append(_health(report))
     return Group(*parts)
@@ -111,8 +111,8 @@ def _header(report: Report) -> RenderableType:
             (
                 "run cost",
                 Text(
-                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
-                    f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}"
+                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h = "
+                    f"{clean(words.device_hours(report, c.gpu_hours, c.gpus))}{usd}"
                 ),
             )
         )
@@ -130,7 +130,7 @@ def _header(report: Report) -> RenderableType:
         )
     if report.ceilings:
         rows.append(("ceilings", text(report.ceilings)))
-    body = Group(Text(words.VERDICT[report.bottleneck], style="bold"), labelled(rows))
+    body = Group(Text(words.verdict_line(report), style="bold"), labelled(rows))
     return TitledPanel(body, "gpuanalyze: ", report.path)
 
 
@@ -157,7 +157,7 @@ def host_line(h: HostFacts) -> str:
     return "; ".join(parts)
 
 
-def _finding(i: int, f: Finding) -> RenderableType:
+def _finding(i: int, f: Finding, report: Report) -> RenderableType:
     p = f.projection
     rows: list[tuple[str, RenderableType]] = [
         ("supporting", _evidence(f.supporting)),
@@ -172,7 +172,14 @@ def _finding(i: int, f: Finding) -> RenderableType:
         s = f.savings
         usd = "" if s.usd_per_run is None else f", {words.usd(s.usd_per_run)}"
         rows.append(
-            ("saves", Text(f"~{s.hours_per_run:,.2f} h ({s.gpu_hours_per_run:,.2f} GPU-h{usd}) per run", "bold cyan"))
+            (
+                "saves",
+                Text(
+                    f"~{s.hours_per_run:,.2f} h ({clean(words.device_hours(report, s.gpu_hours_per_run))}{usd})"
+                    " per run",
+                    "bold cyan",
+                ),
+            )
         )
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))

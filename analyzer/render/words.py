@@ -27,10 +27,40 @@ VERDICT: dict[str, str] = {
     "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
     "kernels": "KERNELS: the GPU code itself sets the pace",
     "sync": "SYNC: the host waits on the device or on other ranks",
-    "host": "HOST: host work that no phase accounts for takes the step",
+    "host": "HOST: host work that no phase accounts for (or before the GPU work starts) takes the step",
     "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
     "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
 }
+#: The same verdicts for a run that used no accelerator (a CPU run: no GPU to keep busy).
+CPU_VERDICT: dict[str, str] = {
+    "batch_size": "BATCH SIZE: fixed per-step costs (optimizer, loop overhead) dominate each CPU step",
+    "kernels": "KERNELS: the compute itself sets the pace",
+    "sync": "SYNC: the process waits in blocking calls or on other ranks",
+}
+
+
+def accelerated(report: Report) -> bool:
+    """The run used an accelerator (its trace has device timings)."""
+    return report.metrics.gpu_util is not None
+
+
+def verdict_line(report: Report) -> str:
+    """The verdict's headline, in CPU words where no accelerator was used."""
+    if not accelerated(report):
+        return CPU_VERDICT.get(report.bottleneck, VERDICT[report.bottleneck])
+    return VERDICT[report.bottleneck]
+
+
+def device_hours(report: Report, hours: float, devices: int | None = None) -> str:
+    """Device-hours in the run's words: GPU-h on an accelerator; on a CPU run CPU process-hours, which are
+    machine-hours where each process has its own machine."""
+    if accelerated(report):
+        return f"{hours:,.2f} GPU-h" + ("" if devices is None else f" on {devices} GPU(s)")
+    if devices is None:
+        return f"{hours:,.2f} CPU-h"
+    return f"{hours:,.2f} CPU-h on {devices} CPU process(es), no accelerator (machine-hours where each has its own)"
+
+
 RunState = Literal[
     "ok",
     "exception",

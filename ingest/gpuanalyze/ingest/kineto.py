@@ -26,6 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from analyzer.errors import TraceError
+from gpuanalyze.ingest.device_props import capabilities_of
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.kineto_events import (
     _INT64,
@@ -136,6 +137,8 @@ class KinetoTrace:
     loader_workers: int | None = None
     """From the DataLoader iterator class: 1 (at least one worker process; how many is not in the
     trace) for the multi-process iterator, 0 for the single-process one, None without either."""
+    compute_capabilities: tuple[str, ...] | None = None
+    """'major.minor' per deviceProperties entry (device_props.py)."""
 
 
 class KinetoSink:
@@ -329,6 +332,7 @@ class KinetoSink:
             device=device,
             notes=notes,
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
+            compute_capabilities=capabilities_of(meta.get("deviceProperties")),
         )
 
 

@@ -7,8 +7,15 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   instant to the first of kernel, memcpy, memset, runtime, DataLoader, CPU op), clipped to the step;
 - backward: union of autograd work (``autograd::engine::evaluate_function`` and ``XxxBackward``
   CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
-- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d and gpu_busy from the
-  kernels launched in the step (kernel_stats.py);
+- forward (not marked by Kineto): from the step's start, or the end of its last DataLoader fetch, to its
+  first backward op, less the blocking syncs in between; unknown (null) for a step without backward;
+- host_before_gpu (kernel statistics): host time from the step's start to its first device launch, less
+  data wait and syncs: input preprocessing in the training process;
+- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d from the kernels launched in
+  the step (kernel_stats.py);
+- gpu_busy: the union of device activity (kernels, memcpy, memset) inside the step's window, whoever
+  launched it, so utilisation's numerator and denominator cover the same time; device work after the
+  last step's window (a final synchronize draining the queue) is reported apart, in a note;
 - gpuanalyze's own export convention wins where present: ``user_annotation`` slices named
   ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
 - other: what the known host parts leave of the step.
@@ -34,7 +41,7 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
+from gpuanalyze.ingest.intervals import Clipper, merge, subtract, union_length
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
 from gpuanalyze.ingest.kineto import (
     EXPORT_PART_OF_MARK,
@@ -51,7 +58,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "3"
+IMPORTER_VERSION = "4"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
@@ -101,10 +108,41 @@ class _Marks:
         s = self._slice(lo, hi)
         return float((self.end[s] - self.start[s]).sum()) / 1e3
 
+    def first_start(self, lo: float, hi: float) -> float | None:
+        """Start of the first annotation that starts in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.start[s.start]) if s.stop > s.start else None
+
+    def last_end(self, lo: float, hi: float) -> float | None:
+        """Latest end of the annotations that start in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.end[s].max()) if s.stop > s.start else None
+
     def union(self, lo: float, hi: float) -> float:
         """Union (ms) of the annotations that start in [lo, hi) (nested autograd nodes count once)."""
         s = self._slice(lo, hi)
         return union_length(self.start[s], self.end[s]) / 1e3
+
+
+def _forward_ms(lo: float, hi: float, loader: _Marks, backward: _Marks, kernels: StepKernels) -> float | None:
+    """Forward of a step that Kineto does not mark: from the step's start, or the end of its last DataLoader
+    fetch before backward, to its first backward op, less the blocking syncs in between (the sync part's);
+    None for a step without backward (forward and the rest cannot be told apart)."""
+    first_bwd = backward.first_start(lo, hi)
+    if first_bwd is None:
+        return None
+    begin = max(lo, loader.last_end(lo, first_bwd) or lo)
+    if begin >= first_bwd:
+        return 0.0
+    return max(0.0, first_bwd - begin - kernels.sync_us(begin, first_bwd)) / 1e3
+
+
+def _before_gpu_ms(lo: float, hi: float, kernels: StepKernels, loader_idle: Clipper) -> float:
+    """Host time from the step's start to its first device launch, less the data wait and blocking syncs in it."""
+    first = kernels.first_launch(lo, hi)
+    if first is None:
+        return 0.0
+    return max(0.0, first - lo - loader_idle.length(lo, first) - kernels.sync_us(lo, first)) / 1e3
 
 
 def _loader_idle(k: KinetoTrace) -> Clipper:
@@ -130,8 +168,9 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
     kernels = StepKernels(k)
+    device_busy = Clipper(*merge(k.gpu.start, k.gpu.end))
     loader_idle = _loader_idle(k)
-    backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
+    backward, optimizer, loader = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER), _Marks(k, MARK_LOADER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
@@ -150,6 +189,8 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         if following < starts.size and end - OVERLAP_US <= starts[following] < end:
             hi = float(starts[following])
         stats = kernels.stats(lo, hi) if has_gpu else None
+        if stats is not None:
+            stats = msgspec.structs.replace(stats, host_before_gpu_ms=_before_gpu_ms(lo, hi, kernels, loader_idle))
         row = S.empty_row()
         row.update(
             {
@@ -162,16 +203,20 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 S.BACKWARD_MS: backward.union(lo, hi) if backward.present else None,
                 S.OPTIMIZER_MS: optimizer.total(lo, hi),
                 S.SYNC_MS: kernels.sync_us(lo, hi) / 1e3,
-                S.GPU_BUSY_MS: min(wall, stats.gpu_busy_ms) if stats else None,
+                S.GPU_BUSY_MS: min(wall, device_busy.length(lo, hi) / 1e3) if stats else None,
                 S.KERNEL_STATS: S.encode_kernel_stats(stats),
             }
         )
+        if backward.present:
+            row[S.FORWARD_MS] = _forward_ms(lo, hi, loader, backward, kernels)
         for part, marks in exported.items():
             row[part] = marks.total(lo, hi)
         if S.OTHER_MS not in exported:
             host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
             row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
         rows.append(row)
+    if has_gpu:
+        notes += _after_last_step(k, device_busy, max(end for _, _, end in windows))
     mask = hta_gpu_mask(k)
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
@@ -184,8 +229,10 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 "backend": k.backend,
                 "gpu_name": k.device_name,
                 "gpu_memory_bytes": k.device_memory,
+                "compute_capabilities": k.compute_capabilities,
                 "device": k.device,
                 "gpu_summary": summary,
+                "profiler_steps": len(k.steps),
             },
             RunInfo,
         )
@@ -206,6 +253,17 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         end=IMPORTED if k.loader_workers is None else EndInfo(status="imported", loader_workers=k.loader_workers),
         notes=tuple(notes + repair),
     )
+
+
+def _after_last_step(k: KinetoTrace, busy: Clipper, last_end: float) -> list[str]:
+    """A note on device work that runs after the last step's window (not in any step's utilisation)."""
+    tail = busy.length(last_end, float(k.gpu.end.max())) / 1e3 if k.gpu.end.size else 0.0
+    if tail <= 0:
+        return []
+    return [
+        f"{tail:.2f} ms of device work ran after the last step's window (work queued by the steps, drained after "
+        "them): reported apart, not in GPU utilisation"
+    ]
 
 
 def load_kineto(path: str | Path, limits: ReadLimits | None = None) -> Trace:

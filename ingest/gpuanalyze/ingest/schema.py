@@ -109,6 +109,9 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     memcpy_pageable_ms: _Ms = 0.0
     sync_api_ms: _Ms = 0.0
     """Host time in blocking synchronisation calls (cudaDeviceSynchronize, ...)."""
+    host_before_gpu_ms: _Ms = 0.0
+    """Host time from the step's start to the launch of its first device work, outside DataLoader waits and
+    blocking syncs: input preprocessing in the training process (imported traces)."""
     kernel_count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)] = 0
     kernel_median_us: _Ms | None = None
     top_kernels: tuple[TopKernel, ...] = ()
