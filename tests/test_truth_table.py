@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analyzer.analysis.findings import ranking_key
 from analyzer.api import analyze
 from analyzer.planning.outcome import Report
 from tests import issue19_fixtures as F
@@ -72,7 +73,7 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         "exposed_communication",
         "low",
         "HTA: GPU idle 53.6%; exposed all-reduce (28% of the GPU timeline) and host overhead save the same "
-        "~170 ms per step (a tie, ranked by saving; batch_size is the second finding)",
+        "~157 ms per step at the slow end of their ranges (a tie: see TIES)",
     ),
     (
         "hta/trace_compare/base/base.json.gz",
@@ -210,8 +211,8 @@ def check_integrity(report: Report) -> None:
         assert all(e.passed for e in report.health)
     elif report.findings:
         assert report.bottleneck == report.findings[0].bottleneck
-    saved = [f.projection.saved_ms for f in report.findings]
-    assert saved == sorted(saved, reverse=True)
+    keys = [ranking_key(f) for f in report.findings]
+    assert keys == sorted(keys, reverse=True)
     for f in report.findings:
         assert f.supporting, f"{f.bottleneck}: a finding needs evidence that holds"
         assert 0.0 <= f.share <= 1.0 and 0.0 <= f.projection.step_ms <= f.projection.current_ms * (1 + 1e-9)
@@ -243,13 +244,26 @@ def test_recorded_scenarios_get_the_engineers_verdict(scenario):
     check_integrity(report)
 
 
+#: Traces where two findings save the same time at the slow end of their ranges (within a millisecond of
+#: hundreds): either verdict is the engineer's; the other must be the second finding.
+TIES: dict[str, set[tuple[str, str | None]]] = {
+    "hta/timeline_analysis/sampled_rank-0.json.gz": {
+        ("sync", "exposed_communication"),
+        ("batch_size", "host_overhead"),
+    },
+}
+
+
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 @pytest.mark.parametrize("row", EXTERNAL_TABLE, ids=lambda r: r[0].rsplit("/", 1)[-1])
 def test_external_traces_get_the_engineers_verdict(row):
     rel, verdict, cause, level, why = row
     report = analyze(EXTERNAL / rel)
     got = (report.bottleneck, report.findings[0].cause if report.findings else None)
-    assert got == (verdict, cause), why
+    tied = TIES.get(rel, {(verdict, cause)})
+    assert got in tied, why
+    if len(tied) > 1:  # the tied one is the second finding
+        assert {(f.bottleneck, f.cause) for f in report.findings[:2]} == tied, why
     assert report.confidence.level == level, report.confidence.reason
     check_integrity(report)
 
