@@ -61,12 +61,23 @@ def kernel_category(name: str, event_cat: str = "kernel") -> str:
 @lru_cache(maxsize=65536)
 def _category(name: str, event_cat: str) -> str:
     lower = name.lower()
-    cat = event_cat.lower()
+    copy = _copy_category(lower, event_cat.lower())
+    if copy is not None:
+        return copy
+    base = base_name(lower)
+    return _named_category(base, lower) or _math_category(base, lower) or _generic_category(base)
+
+
+def _copy_category(lower: str, cat: str) -> str | None:
     if cat in ("gpu_memcpy", "memcpy") or lower.startswith("memcpy"):
         return "memcpy"
     if cat in ("gpu_memset", "memset") or lower.startswith("memset"):
         return "memset"
-    base = base_name(lower)
+    return None
+
+
+def _named_category(base: str, lower: str) -> str | None:
+    """Kernels a library names for what they do: collectives, attention, norms, layout changes."""
     if _COMM.search(base) or "nccl" in lower or "rccl" in lower:
         return "communication"
     if _ATTN.search(base):
@@ -75,11 +86,20 @@ def _category(name: str, event_cat: str) -> str:
         return "reduction"
     if _LAYOUT.search(base):
         return "elementwise"
+    return None
+
+
+def _math_category(base: str, lower: str) -> str | None:
+    """Convolutions and GEMMs, on tensor cores or not."""
     tensor_core = bool(_TENSOR_CORE.search(lower)) and "sgemm" not in base and "_sb_" not in base
     if _CONV.search(base) or (_CUTLASS.search(base) and _CONV.search(lower)):
         return "conv_tensor_core" if tensor_core else "conv"
     if _GEMM.search(base) or _triton_mm(base) or _CUTLASS.search(base):
         return "gemm_tensor_core" if tensor_core else "gemm_simt_fp32"
+    return None
+
+
+def _generic_category(base: str) -> str:
     if _REDUCE.search(base):
         return "reduction"
     if _ELEMENTWISE.search(base):

@@ -32,8 +32,9 @@ step's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -160,6 +161,63 @@ def _loader_idle(k: KinetoTrace) -> Clipper:
     return Clipper(*subtract(ls, le, busy_s, busy_e))
 
 
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """What each step's row is measured from: the trace's intervals and marks, built once."""
+
+    k: KinetoTrace
+    kernels: StepKernels
+    device_busy: Clipper
+    loader_idle: Clipper
+    backward: _Marks
+    optimizer: _Marks
+    loader: _Marks
+    exported: dict[str, _Marks]
+    starts: np.ndarray
+    has_gpu: bool
+
+    def row(self, step: int, lo: float, end: float) -> dict[str, Any]:
+        wall = (end - lo) / 1e3
+        hi = self.step_end(lo, end)
+        stats = self.kernels.stats(lo, hi) if self.has_gpu else None
+        if stats is not None:
+            host_before = _before_gpu_ms(lo, hi, self.kernels, self.loader_idle)
+            stats = msgspec.structs.replace(stats, host_before_gpu_ms=host_before)
+        row = S.empty_row()
+        row.update(
+            {
+                S.STEP: step,
+                S.RANK: self.k.rank or 0,
+                S.START_UNIX_NS: int(lo * 1e3),
+                S.WALL_MS: wall,
+                S.DATA_WAIT_MS: self.loader_idle.length(lo, hi) / 1e3,
+                S.H2D_MS: stats.memcpy_h2d_ms if stats else None,
+                S.BACKWARD_MS: self.backward.union(lo, hi) if self.backward.present else None,
+                S.OPTIMIZER_MS: self.optimizer.total(lo, hi),
+                S.SYNC_MS: self.kernels.sync_us(lo, hi) / 1e3,
+                S.GPU_BUSY_MS: min(wall, self.device_busy.length(lo, hi) / 1e3) if stats else None,
+                S.KERNEL_STATS: S.encode_kernel_stats(stats),
+            }
+        )
+        if self.backward.present:
+            row[S.FORWARD_MS] = _forward_ms(lo, hi, self.loader, self.backward, self.kernels)
+        for part, marks in self.exported.items():
+            row[part] = marks.total(lo, hi)
+        if S.OTHER_MS not in self.exported:
+            host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
+            row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
+        return row
+
+    def step_end(self, lo: float, end: float) -> float:
+        """A step's timer can stop a few us after the next step began: what starts then is the next
+        step's. Only a next step starting in this one's last moments is that; one starting earlier is
+        another stream of steps (another thread or process) and cuts nothing."""
+        following = int(np.searchsorted(self.starts, lo, side="right"))
+        if following < self.starts.size and end - OVERLAP_US <= self.starts[following] < end:
+            return float(self.starts[following])
+        return end
+
+
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
     windows, notes = _windows(k)
@@ -167,56 +225,27 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     has_gpu = k.gpu.start.size > 0
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
-    kernels = StepKernels(k)
-    device_busy = Clipper(*merge(k.gpu.start, k.gpu.end))
-    loader_idle = _loader_idle(k)
-    backward, optimizer, loader = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER), _Marks(k, MARK_LOADER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
             f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
         )
+    src = _Sources(
+        k=k,
+        kernels=StepKernels(k),
+        device_busy=Clipper(*merge(k.gpu.start, k.gpu.end)),
+        loader_idle=_loader_idle(k),
+        backward=_Marks(k, MARK_BACKWARD),
+        optimizer=_Marks(k, MARK_OPTIMIZER),
+        loader=_Marks(k, MARK_LOADER),
+        exported=exported,
+        starts=np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64)),
+        has_gpu=has_gpu,
+    )
     rank = k.rank or 0
-    rows = []
-    starts = np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64))
-    for step, lo, end in windows:
-        wall = (end - lo) / 1e3
-        # A step's timer can stop a few us after the next step began: what starts then is the next
-        # step's. Only a next step starting in this one's last moments is that; one starting earlier is
-        # another stream of steps (another thread or process) and cuts nothing.
-        following = int(np.searchsorted(starts, lo, side="right"))
-        hi = end
-        if following < starts.size and end - OVERLAP_US <= starts[following] < end:
-            hi = float(starts[following])
-        stats = kernels.stats(lo, hi) if has_gpu else None
-        if stats is not None:
-            stats = msgspec.structs.replace(stats, host_before_gpu_ms=_before_gpu_ms(lo, hi, kernels, loader_idle))
-        row = S.empty_row()
-        row.update(
-            {
-                S.STEP: step,
-                S.RANK: rank,
-                S.START_UNIX_NS: int(lo * 1e3),
-                S.WALL_MS: wall,
-                S.DATA_WAIT_MS: loader_idle.length(lo, hi) / 1e3,
-                S.H2D_MS: stats.memcpy_h2d_ms if stats else None,
-                S.BACKWARD_MS: backward.union(lo, hi) if backward.present else None,
-                S.OPTIMIZER_MS: optimizer.total(lo, hi),
-                S.SYNC_MS: kernels.sync_us(lo, hi) / 1e3,
-                S.GPU_BUSY_MS: min(wall, device_busy.length(lo, hi) / 1e3) if stats else None,
-                S.KERNEL_STATS: S.encode_kernel_stats(stats),
-            }
-        )
-        if backward.present:
-            row[S.FORWARD_MS] = _forward_ms(lo, hi, loader, backward, kernels)
-        for part, marks in exported.items():
-            row[part] = marks.total(lo, hi)
-        if S.OTHER_MS not in exported:
-            host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
-            row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
-        rows.append(row)
+    rows = [src.row(step, lo, end) for step, lo, end in windows]
     if has_gpu:
-        notes += _after_last_step(k, device_busy, max(end for _, _, end in windows))
+        notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
     mask = hta_gpu_mask(k)
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
