@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["analyze", "chart_data_for", "load_compared", "report", "report_parts"]
 
+OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections are less certain"
+
 
 def analyze(
     trace: str | Path | Trace,
@@ -83,7 +85,8 @@ def _judged(
     rules_see = metrics
     if steady.left_out and loaded.trace is not None:
         rules_see = step_metrics(loaded.trace, without=steady.left_out)
-    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host_facts(loaded.run))
+    host = host_facts(loaded.run, loaded.samples)
+    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host)
     judged = judge(ctx, metrics, steady, left_out=loaded.trace is not None)
     verdict = judged.verdict
     notes = (*notes, *judged.notes)
@@ -93,6 +96,8 @@ def _judged(
     findings = verdict.findings
     if cost_ is not None:
         findings = tuple(dataclasses.replace(f, savings=savings(f.projection.saved_ms, cost_)) for f in findings)
+    if host.oversubscribed:
+        notes = (*notes, OVERSUBSCRIBED_NOTE)
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,
@@ -115,6 +120,7 @@ def _judged(
         mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
         stability=judged.stability,
         steady=steady,
+        host=host,
     )
 
 

@@ -1,117 +1,328 @@
-"""Do projections come true, and does following the top recommendation ever make things slower?
+"""Do projections come true, and does following a recommendation ever make the step slower?
 
-    python benchmarks/projection_validation.py [--quick]
+    python benchmarks/projection_validation.py [--load quiet|busy|both] [--busy-procs N] [--quick]
+                                               [--only TEXT ...] [--json PATH]
 
-For each case a real CPU training loop runs under analyzer.profile; the top finding's fix is then
-applied to the same loop (DataLoader workers, or a larger batch) and measured. Prints, side by
-side from one run: the step time before, the projected and the measured time after (per current
-batch worth of samples for a batch change), the error, and whether following the advice was
-slower. Cases: a slow Dataset (1.5 ms per sample in __getitem__), batch 1 of a tiny MLP from
-memory, and batch 256 from memory. Where the finding has no setting to change (CPU-bound loading:
-"build batches cheaper", projected as an upper bound on the gain), the fix applied is fetching
-each batch with one indexing call, and the check is that the measured step does not beat the
-bound. For the two in-memory cases it also measures the advice the old projection gave
-(num_workers=2), to show why it is no longer given. torch uses one thread so
-the compute path is the same in every run.
+For each case (benchmarks/validation_cases.py) a real CPU training loop (tests/scenarios/fixes.py,
+or the gloo DDP loop of tests/scenarios/ddp.py) is recorded under analyzer.profile (BEFORE) and
+analysed; the top finding's fix is applied to the same loop, exactly as the finding recommends it
+(its projection's setting: num_workers, batch multiplier; else the fix its cause and
+recommendations name), and recorded again (AFTER). Per pair it prints the verdict/cause, the
+confidence level, the fix, the step before, the projected step (per current batch of samples for
+a batch change: Projection.per_batch_of), the projection's interval [low, high] (n/a when the
+analyzer gives none), the measured AFTER step on the same basis, the error (projected - measured)
+/ measured, whether the measurement is inside the interval and whether AFTER is slower than
+BEFORE. A healthy ('none') verdict projects no change: AFTER reruns the loop (or applies the
+would-be fix, to check that it indeed changes nothing). Then mean, median and worst error, the
+interval coverage, the medium/high-confidence recommendations that made the step slower, and each
+target met or missed with the reason.
+
+--load busy runs the pairs beside N background busy loops (default: one per core this process may
+use), each `python -c` running `while the parent lives: spin` (a `while 1: pass` that also ends if
+this script is killed), stopped by PID when the mode ends, on an error or on Ctrl-C; --load both
+runs quiet, then busy. torch uses one thread; the loops are seeded.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import analyzer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
-from tests.scenarios.loops import LoopConfig, make_loop, train
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
-CASES = {
-    "slow Dataset (1.5 ms/sample)": LoopConfig(sample_cost_s=0.0015, features=256, batch=32, steps=60),
-    "in-memory, batch 1, tiny MLP": LoopConfig(batch=1, features=16, steps=600),
-    "in-memory, batch 256, tiny MLP": LoopConfig(batch=256, features=16, steps=300),
-}
+SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000): pass\n"
+"""A background busy loop: `while 1: pass`, checking every million iterations that its parent lives."""
+MEDIAN_TARGET = 0.10
+COVERAGE_TARGET = 0.80
 
 
-def run(cfg: LoopConfig, out: Path) -> analyzer.Report:
-    model, optimizer, loader = make_loop(cfg)
-    if cfg.num_workers:
-        loader = torch.utils.data.DataLoader(
-            loader.dataset,
-            batch_size=cfg.batch,
-            shuffle=True,
-            num_workers=cfg.num_workers,
-            persistent_workers=True,
-            generator=torch.Generator().manual_seed(cfg.seed),
+@dataclass(slots=True)
+class Pair:
+    mode: str
+    case: str
+    kind: str
+    verdict: str
+    cause: str | None
+    confidence: str
+    fix: str | None
+    bound: bool
+    """The projection has no setting: an upper bound on the gain (the analyzer labels it so)."""
+    before_ms: float
+    projected_ms: float | None
+    low_ms: float | None
+    high_ms: float | None
+    measured_ms: float | None
+    error: float | None
+    inside: bool | None
+    slower: bool | None
+    recommendation: bool
+    """A finding's fix was applied (False for a healthy verdict's 'change nothing')."""
+    note: str = ""
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def background_load(n: int) -> Iterator[list[int]]:
+    """N busy-loop processes for the duration of the block, stopped by PID however it ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", SPIN]))
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
+    """Record BEFORE, analyse it, apply the top finding's fix, record AFTER; the pair's numbers."""
+    case = case.steps(quick)
+    start = case.loop if case.loop is not None else case.ddp_batches
+    assert start is not None
+    before = analyzer.analyze(case.record(start, tmp, f"{tag}b", quick))
+    top = before.findings[0] if before.findings else None
+    base = {"mode": mode, "case": case.name, "kind": case.kind, "verdict": before.bottleneck}
+    if top is None:
+        fix: Fix | None = Fix("none") if before.bottleneck == "none" else None
+        fixes: list[Fix] = []
+        conf, before_ms, cause = before.confidence.level, before.metrics.step_mean_ms, None
+    else:
+        fixes = fixes_of(top)
+        fix = case.choose(fixes)
+        conf, before_ms, cause = top.confidence.level, top.projection.current_ms, top.cause
+    pair = Pair(
+        **base,
+        cause=cause,
+        confidence=conf,
+        fix=fix.label() if fix else None,
+        bound=top is not None and not top.projection.params,
+        before_ms=before_ms,
+        projected_ms=top.projection.step_ms if top else (before_ms if fix else None),
+        low_ms=top.projection.low_ms if top else None,
+        high_ms=top.projection.high_ms if top else None,
+        measured_ms=None,
+        error=None,
+        inside=None,
+        slower=None,
+        recommendation=top is not None,
+    )
+    variant = case.apply(fix) if fix else None
+    if fix is None or variant is None:
+        if top is None:
+            pair.note = f"not applied: verdict {before.bottleneck}, no finding and no fix to apply"
+        else:
+            named = ", ".join(f.label() for f in fixes) or "no fix this benchmark can read"
+            pair.note = f"not applied: the finding recommends {named}, which this loop has no knob for"
+        return pair
+    after = analyzer.analyze(case.record(variant, tmp, f"{tag}a", quick))
+    measured = after.metrics.step_mean_ms
+    per = top.projection.per_batch_of if top else None
+    if per and after.metrics.batch_samples:
+        measured *= per / after.metrics.batch_samples  # per current batch worth of samples
+    pair.measured_ms = measured
+    assert pair.projected_ms is not None
+    pair.error = (pair.projected_ms - measured) / measured
+    if pair.low_ms is not None and pair.high_ms is not None:
+        pair.inside = pair.low_ms <= measured <= pair.high_ms
+    pair.slower = measured > before_ms
+    if top is None and fix.key == "none" and case.none_check:
+        pair.note = (
+            "after: the would-be fix applied (" + ", ".join(f"{k}={v}" for k, v in case.none_check.items()) + ")"
         )
-    with analyzer.profile(model, out=str(out), kernel_windows=False):
-        train(model, optimizer, loader)
-    return analyzer.analyze(out)
+    return pair
 
 
-def main() -> None:
+HEADER = (
+    f"{'case':32} {'verdict/cause':31} {'conf':6} {'fix':22} {'before':>8} {'projected':>9} "
+    f"{'interval':>17} {'measured':>8} {'error':>7} {'inside':>6} {'slower':>6}"
+)
+
+
+def _ms(v: float | None, width: int) -> str:
+    return f"{v:{width}.2f}" if v is not None else f"{'n/a':>{width}}"
+
+
+def _yes(v: bool | None) -> str:
+    return "n/a" if v is None else ("YES" if v else "no")
+
+
+def row(p: Pair) -> str:
+    vc = p.verdict + (f"/{p.cause}" if p.cause else "")
+    interval = f"[{p.low_ms:.2f}, {p.high_ms:.2f}]" if p.low_ms is not None and p.high_ms is not None else "n/a"
+    fix = (p.fix or "-") + ("*" if p.bound else "")
+    error = f"{p.error:+7.1%}" if p.error is not None else f"{'n/a':>7}"
+    line = (
+        f"{p.case[:32]:32} {vc[:31]:31} {p.confidence:6} {fix[:22]:22} {p.before_ms:8.2f} "
+        f"{_ms(p.projected_ms, 9)} {interval:>17} {_ms(p.measured_ms, 8)} {error} "
+        f"{_yes(p.inside):>6} {_yes(p.slower):>6}"
+    )
+    return line + (f"\n{'':32} {p.note}" if p.note else "")
+
+
+def summarise(pairs: list[Pair], mode: str) -> dict[str, Any]:
+    """Error statistics, coverage, slower recommendations and the targets, for one mode's pairs."""
+    done = [p for p in pairs if p.error is not None]
+    errs = [abs(p.error) for p in done if p.error is not None]
+    worst = max(done, key=lambda p: abs(p.error or 0.0), default=None)
+    with_interval = [p for p in done if p.inside is not None]
+    coverage = sum(bool(p.inside) for p in with_interval) / len(with_interval) if with_interval else None
+    slower = [p.case for p in done if p.recommendation and p.confidence in ("medium", "high") and p.slower]
+    median = statistics.median(errs) if errs else None
+    targets = []
+    if mode == "quiet":
+        off = [f"{p.case} ({p.error:+.0%})" for p in done if p.error is not None and abs(p.error) > MEDIAN_TARGET]
+        targets.append(
+            {
+                "target": f"median |error| <= {MEDIAN_TARGET:.0%} (quiet host)",
+                "met": median is not None and median <= MEDIAN_TARGET,
+                "why": "pairs off by more than 10%: " + "; ".join(off) if off else "",
+            }
+        )
+    outside = [p.case for p in with_interval if not p.inside]
+    targets.append(
+        {
+            "target": f"interval coverage >= {COVERAGE_TARGET:.0%}",
+            "met": coverage is not None and coverage >= COVERAGE_TARGET,
+            "why": (
+                "no pair has an interval: the analyzer leaves Projection.low_ms/high_ms None"
+                if coverage is None
+                else ("measured outside the interval: " + "; ".join(outside) if outside else "")
+            ),
+        }
+    )
+    targets.append(
+        {
+            "target": "no medium/high-confidence recommendation makes the step slower",
+            "met": not slower,
+            "why": "slower: " + "; ".join(slower) if slower else "",
+        }
+    )
+    not_applied = [p.case for p in pairs if p.error is None]
+    return {
+        "pairs": len(pairs),
+        "measured": len(done),
+        "not_applied": not_applied,
+        "mean_abs_error": statistics.fmean(errs) if errs else None,
+        "mean_signed_error": statistics.fmean(p.error for p in done if p.error is not None) if done else None,
+        "median_abs_error": median,
+        "worst_error": worst.error if worst else None,
+        "worst_case": worst.case if worst else None,
+        "with_interval": len(with_interval),
+        "coverage": coverage,
+        "slower_medium_high": slower,
+        "targets": targets,
+    }
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    def pct(v: float | None, sign: bool = False) -> str:
+        return "n/a" if v is None else (f"{v:+.1%}" if sign else f"{v:.1%}")
+
+    print(
+        f"pairs {s['pairs']}, measured {s['measured']}; |error| mean {pct(s['mean_abs_error'])}, "
+        f"median {pct(s['median_abs_error'])}, worst {pct(s['worst_error'], True)} ({s['worst_case']}); "
+        f"signed mean {pct(s['mean_signed_error'], True)}"
+    )
+    cov = "n/a" if s["coverage"] is None else f"{s['coverage']:.0%} of {s['with_interval']}"
+    print(f"interval coverage {cov}; medium/high-confidence recommendations slower: {len(s['slower_medium_high'])}")
+    for t in s["targets"]:
+        print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}" + (f": {t['why']}" if t["why"] else ""))
+    print("  (* = projection with no setting, an upper bound on the gain; error > 0 means projected slower)")
+
+
+def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict[str, Any]:
+    n = busy_procs if mode == "busy" else 0
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    pairs: list[Pair] = []
+    with background_load(n) as pids, tempfile.TemporaryDirectory() as tmp:
+        load = f"{n} background busy loop(s) (PIDs {', '.join(map(str, pids))})" if n else "no background load"
+        print(f"\n== {mode}: {load}; {_cores()} core(s); load average {load_start[0]:.2f} at start")
+        print(HEADER, flush=True)
+        for i, case in enumerate(cases):
+            pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick))
+            print(row(pairs[-1]), flush=True)
+        load_end = os.getloadavg()
+    summary = summarise(pairs, mode)
+    seconds = time.perf_counter() - started
+    print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end")
+    print_summary(summary)
+    return {
+        "mode": mode,
+        "busy_procs": n,
+        "busy_command": [sys.executable, "-c", SPIN] if n else None,
+        "load_avg_start": load_start[0],
+        "load_avg_end": load_end[0],
+        "seconds": seconds,
+        "pairs": [asdict(p) for p in pairs],
+        "summary": summary,
+    }
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, noisier numbers)")
+    parser.add_argument("--load", choices=("quiet", "busy", "both"), default="quiet")
+    parser.add_argument("--busy-procs", type=int, default=_cores(), help="background busy loops for --load busy")
+    parser.add_argument("--quick", action="store_true", help="a sixth of the steps (a smoke run, noisier numbers)")
+    parser.add_argument("--only", nargs="*", default=[], help="run only the cases whose name contains one of these")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON to this path")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    cases = [c for c in CASES if not args.only or any(t.lower() in c.name.lower() for t in args.only)]
+    modes = ("quiet", "busy") if args.load == "both" else (args.load,)
     print(
-        f"{'case':30} {'before':>8} {'verdict':>12} {'fix':>21} {'projected':>9} {'measured':>8} {'error':>7}  slower"
+        f"projection validation: {len(cases)} case(s), {'quick' if args.quick else 'full'} steps, "
+        f"torch {torch.__version__} (1 thread), {platform.platform()}"
     )
-    errors = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, cfg) in enumerate(CASES.items()):
-            if args.quick:
-                cfg = replace(cfg, steps=max(30, cfg.steps // 4))
-            before = run(cfg, Path(tmp) / f"b{i}.arrow")
-            wall = before.metrics.step_mean_ms
-            if not before.findings:
-                print(f"{name:30} {wall:8.2f} {before.bottleneck:>12} {'none':>21}")
-                continue
-            top = before.findings[0]
-            params = dict(top.projection.params)
-            scale = 1.0
-            if "num_workers" in params:
-                fix = f"workers={params['num_workers']}"
-                after_cfg = replace(cfg, num_workers=int(params["num_workers"]))
-            elif top.cause == "cpu_bound_loading":
-                # no setting: the advice is to build batches cheaper; check the projection is a bound
-                fix = "batched fetch"
-                after_cfg = replace(cfg, batched_fetch=True)
-            elif "batch_multiplier" in params:
-                k = int(params["batch_multiplier"])
-                fix, scale = f"batch x{k}", float(k)
-                after_cfg = replace(cfg, batch=cfg.batch * k, steps=max(20, cfg.steps // k))
-            else:
-                print(f"{name:30} {wall:8.2f} {before.bottleneck:>12} {'(no setting)':>21}")
-                continue
-            after = run(after_cfg, Path(tmp) / f"a{i}.arrow")
-            measured = after.metrics.step_mean_ms / scale
-            projected = top.projection.step_ms
-            error = (projected - measured) / measured
-            if params:
-                errors.append((top.bottleneck, error))
-            else:  # an upper bound on the gain: the measured step must not beat it
-                fix += " (bound)" if measured >= projected * 0.95 else " (BEATEN)"
-            slower = "YES" if measured > wall * 1.05 else "no"
-            print(
-                f"{name:30} {wall:8.2f} {before.bottleneck:>12} {fix:>21} {projected:9.2f} {measured:8.2f} "
-                f"{error:+7.1%}  {slower}"
-            )
-            if cfg.batch <= 256 and cfg.sample_cost_s == 0:
-                old = run(replace(cfg, num_workers=2), Path(tmp) / f"w{i}.arrow").metrics.step_mean_ms
-                print(
-                    f"{'':30} {'':8} {'':>12} {'workers=2 (old)':>21} {'':9} {old:8.2f} {'':7}  "
-                    f"{'YES' if old > wall * 1.05 else 'no'}"
-                )
-    data = [abs(e) for b, e in errors if b == "data_loading"]
-    if data:
-        print(f"data-loading projection error: {statistics.mean(data):.1%} (|projected - measured| / measured)")
+    results = []
+    try:
+        for mode in modes:
+            results.append(run_mode(mode, cases, args.quick, args.busy_procs))
+    except KeyboardInterrupt:
+        print("\ninterrupted: background load stopped, nothing saved", file=sys.stderr)
+        return 130
+    if args.json:
+        doc = {
+            "command": sys.argv,
+            "quick": args.quick,
+            "cores": _cores(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "modes": results,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

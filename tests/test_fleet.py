@@ -141,7 +141,9 @@ def test_fleet_of_a_url_names_runs_under_it():
         fs.pipe("/fleet-test/a/loader.arrow", (SAMPLES / "cpu_data_loading.arrow").read_bytes())
         fs.pipe("/fleet-test/broken.arrow", b"not a trace")
         data = json.loads(_fleet("memory://fleet-test", "--json").output)
-        assert [(r["run"], r["ranks"]) for r in data["runs"]] == [("ddp", 2), ("a/loader.arrow", 1)]
+        assert sorted((r["run"], r["ranks"]) for r in data["runs"]) == [("a/loader.arrow", 1), ("ddp", 2)]
+        saved = [r["saved_gpu_ms_per_step"] for r in data["runs"]]
+        assert saved == sorted(saved, reverse=True)  # ranked by what the top fix saves
         assert [s["run"] for s in data["skipped"]] == ["broken.arrow"]
     finally:
         fs.rm("/fleet-test", recursive=True)

@@ -51,6 +51,23 @@ def test_workers_never_exceed_the_free_cores(trace_factory):
         assert plan is not None and 1 <= plan.workers <= max(1, int(free))
 
 
+def test_loading_that_sleeps_gets_workers_by_their_cpu_share_not_one_per_core(trace_factory):
+    """A fetch that sleeps on I/O (5% CPU) takes a twentieth of a core per worker: on one free core
+    several workers still fit (their CPU parts), while CPU-bound loading gets one worker per core."""
+
+    def loading(cpu: float):  # 50 ms of loading in the training process, 10 ms of compute
+        rows = [make_row(i, wall=60.0, data=50.0, fwd=4.0, bwd=5.0, opt=0.5, data_cpu=cpu) for i in range(60)]
+        return trace_factory(rows, run={"host": "t", "cpu_count": 2}, end=END0)
+
+    ctx, _ = _ctx(loading(cpu=2.5), HostFacts(cores_available=2, cores_free=1.0, sampled=True))  # 5% CPU
+    plan = worker_plan(ctx, 50.0)
+    assert plan is not None and plan.workers > 1
+    assert plan.workers * 0.05 <= 1.0  # their CPU parts still fit the free core
+    ctx, _ = _ctx(loading(cpu=50.0), HostFacts(cores_available=2, cores_free=1.0, sampled=True))  # CPU-bound
+    plan = worker_plan(ctx, 50.0)
+    assert plan is not None and plan.workers == 1
+
+
 def test_fewer_free_cores_never_project_a_faster_step(trace_factory):
     path = _cpu_loading(trace_factory)
     steps = []

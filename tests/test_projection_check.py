@@ -15,8 +15,9 @@ from gpuanalyze.ingest.runinfo import EndInfo
 from tests.conftest import make_row
 
 runner = CliRunner()
-#: What 4 workers project for 50 ms of sleeping loading: each worker loads and hands over a batch.
-FOUR = (50.0 + T.WORKER_SIDE_COST_MS) / 4
+#: What the recommended workers project for 50 ms of sleeping loading: the fewest that make the 10 ms
+#: compute path (plus receiving the batch) the limit, 5 (four would load a batch every 12.7 ms).
+FIVE = 10.0 + T.WORKER_MAIN_COST_MS
 
 
 def _trace(factory, *, wall, data, workers, samples=32, n=40):
@@ -28,12 +29,12 @@ def _trace(factory, *, wall, data, workers, samples=32, n=40):
 
 def test_the_recommended_worker_count_is_checked_against_the_measurement(trace_factory):
     before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
-    after = _trace(trace_factory, wall=13.5, data=3.5, workers=4)
+    after = _trace(trace_factory, wall=13.5, data=3.5, workers=5)
     c = compare([load_compared(before, CostInputs(), None), load_compared(after, CostInputs(), None)])
     (check,) = c.checks
-    assert check.fix == "num_workers 0 -> 4" and check.bottleneck == "data_loading" and check.recommended
-    assert check.projected_ms == pytest.approx(FOUR) and check.measured_ms == pytest.approx(13.5)
-    assert check.error == pytest.approx((FOUR - 13.5) / 13.5)
+    assert check.fix == "num_workers 0 -> 5" and check.bottleneck == "data_loading" and check.recommended
+    assert check.projected_ms == pytest.approx(FIVE) and check.measured_ms == pytest.approx(13.5)
+    assert check.error == pytest.approx((FIVE - 13.5) / 13.5)
 
 
 def test_a_different_worker_count_gets_its_own_projection(trace_factory):
@@ -59,10 +60,10 @@ def test_unrelated_traces_have_no_check(trace_factory):
 
 def test_the_cli_prints_and_the_json_carries_both_numbers(trace_factory):
     before = _trace(trace_factory, wall=60.0, data=50.0, workers=0)
-    after = _trace(trace_factory, wall=13.5, data=3.5, workers=4)
+    after = _trace(trace_factory, wall=13.5, data=3.5, workers=5)
     text = runner.invoke(app, ["compare", str(before), str(after)])
     assert text.exit_code == 0 and "Projection check" in text.output and "measured 13.50 ms" in text.output
     data = json.loads(runner.invoke(app, ["compare", str(before), str(after), "--json"]).output)
     (check,) = data["projection_checks"]
-    assert check["projected_ms"] == pytest.approx(FOUR) and check["measured_ms"] == pytest.approx(13.5)
-    assert check["error"] == pytest.approx((FOUR - 13.5) / 13.5)
+    assert check["projected_ms"] == pytest.approx(FIVE) and check["measured_ms"] == pytest.approx(13.5)
+    assert check["error"] == pytest.approx((FIVE - 13.5) / 13.5)

@@ -9,13 +9,21 @@ the external traces (../shared/external_traces, recorded by others) run when tha
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
+from analyzer.analysis.findings import ranking_key
 from analyzer.api import analyze
 from analyzer.planning.outcome import Report
+from tests import issue19_fixtures as F
 from tests.conftest import SHARED
+from tests.kineto_fixtures import write
 from tests.scenarios.matrix import SCENARIOS
 
 MATRIX = Path(__file__).parent / "data" / "matrix"
@@ -39,10 +47,11 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
     ),
     (
         "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-        "batch_size",
-        "host_overhead",
+        "unknown",
+        None,
         "low",
-        "HTA: GPU idle 99.5%; the host does not feed the GPU (kernels are 51 us, so not launch-bound)",
+        "a 42.9 s benchmark trace without ProfilerStep whose first kernel comes 70% into it: start-up, not a "
+        "training step; no batch_size projection (it used to promise 21.5 s), record more steps (issue 19, item 6)",
     ),
     (
         "hta/nccl_parser_config/nccl_data.json.gz",
@@ -60,24 +69,27 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
     ),
     (
         "hta/timeline_analysis/sampled_rank-0.json.gz",
-        "batch_size",
-        "host_overhead",
+        "sync",
+        "exposed_communication",
         "low",
-        "HTA: GPU idle 53.6%, not data or sync; exposed all-reduce is close behind",
+        "HTA: GPU idle 53.6%; exposed all-reduce (28% of the GPU timeline) and host overhead save the same "
+        "~157 ms per step at the slow end of their ranges (a tie: see TIES)",
     ),
     (
         "hta/trace_compare/base/base.json.gz",
-        "batch_size",
-        "host_overhead",
+        "unknown",
+        None,
         "low",
-        "0.8 ms of kernels in a 111 ms step: the host is the step (HTA's 0% idle is over the kernel span only)",
+        "0.8 ms of kernels in a 111 ms step, but the GPU's idle gaps are not host waits or launch gaps (their kernels "
+        "were launched before the gap began): host_overhead's defining test fails, so say what to record "
+        "(issue 19, item 5)",
     ),
     (
         "hta/trace_compare/test/test.json.gz",
-        "batch_size",
-        "host_overhead",
+        "unknown",
+        None,
         "low",
-        "the same workload as base",
+        "the same workload as base, the same failed defining test",
     ),
     (
         "hta/trace_filter/sampled_rank-1.json.gz",
@@ -88,10 +100,11 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
     ),
     (
         "hta/triton_example/triton_example.json.gz",
-        "batch_size",
-        "host_overhead",
+        "unknown",
+        None,
         "low",
-        "a Triton example: microsecond kernels in a long host-side step",
+        "one 13.3 s ProfilerStep#1 of a Triton example: the first steps (compilation), not the steady state; "
+        "record more steps (issue 19, item 6)",
     ),
     (
         "param/rtx2080ti_resnet_kineto.json.gz",
@@ -124,6 +137,68 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
 )
 
 
+#: Kineto fixtures of issue 19 (tests/issue19_fixtures.py): (name, builder, verdict, cause, why).
+FIXTURE_TABLE: tuple[tuple[str, Callable[[], dict[str, Any]], str, str | None, str], ...] = (
+    (
+        "fp32_gemm_on_v100",
+        lambda: F.fp32_gemm_trace("Tesla V100-SXM2-32GB", (7, 0)),
+        "kernels",
+        "fp32_math",
+        "item 1: the GPU is busy 98% in SIMT fp32 GEMMs; sm70 tensor cores run fp16, so fp16 autocast + GradScaler",
+    ),
+    (
+        "fp32_gemm_on_h100",
+        lambda: F.fp32_gemm_trace("NVIDIA H100 80GB HBM3", (9, 0)),
+        "kernels",
+        "fp32_math",
+        "item 1: the same work on sm90: bf16 autocast, TF32, FP8 with Transformer Engine",
+    ),
+    (
+        "pageable_device_to_host_copies",
+        F.pageable_copy_trace,
+        "sync",
+        "host_sync",
+        "item 2: the host waits 146 of 200 ms in cudaMemcpyAsync to pageable memory (a 704 B read-back)",
+    ),
+    (
+        "device_work_after_the_last_step",
+        F.tail_trace,
+        "batch_size",
+        "host_overhead",
+        "item 3: 30% busy over the steps (a 158 ms tail after them is left out); the idle is host wait",
+    ),
+    (
+        "preprocessing_before_the_first_kernel",
+        F.preprocessing_trace,
+        "host",
+        "input_preprocessing",
+        "item 4: 218 of 382 ms of host work before the first kernel, not in a DataLoader; the kernels come after",
+    ),
+    (
+        "short_gaps_long_kernels",
+        F.short_gap_long_kernel_trace,
+        "batch_size",
+        "host_overhead",
+        "item 5: launch-class gaps but 60 us kernels: launch_overhead's defining test fails, host_overhead's holds",
+    ),
+    (
+        "a_single_warmup_step",
+        F.single_step_trace,
+        "unknown",
+        None,
+        "item 6: one 42.9 s ProfilerStep#0 is warm-up: record more steps, no projection",
+    ),
+)
+
+
+#: Which 16-bit precision the kernels rule must advise for a compute capability (analyzer.machine.tensor_cores).
+def _advised_precision(caps: tuple[str, ...] | None) -> str | None:
+    if not caps:
+        return None
+    low = min(tuple(int(x) for x in c.split(".")) for c in caps)
+    return "float16" if low < (8, 0) else "bfloat16"
+
+
 def _matrix_path(name: str) -> Path:
     single = MATRIX / f"{name}.arrow"
     return single if single.exists() else MATRIX / f"{name}.rank0.arrow"
@@ -136,8 +211,8 @@ def check_integrity(report: Report) -> None:
         assert all(e.passed for e in report.health)
     elif report.findings:
         assert report.bottleneck == report.findings[0].bottleneck
-    saved = [f.projection.saved_ms for f in report.findings]
-    assert saved == sorted(saved, reverse=True)
+    keys = [ranking_key(f) for f in report.findings]
+    assert keys == sorted(keys, reverse=True)
     for f in report.findings:
         assert f.supporting, f"{f.bottleneck}: a finding needs evidence that holds"
         assert 0.0 <= f.share <= 1.0 and 0.0 <= f.projection.step_ms <= f.projection.current_ms * (1 + 1e-9)
@@ -145,6 +220,17 @@ def check_integrity(report: Report) -> None:
         assert f.projection.saved_ms <= f.share * f.projection.current_ms * (1 + 1e-9), f.projection.rule
     advice = " ".join(r for f in report.findings for r in f.recommendations)
     assert not ("num_workers=0" in advice and "DataLoader(num_workers=" in advice), "contradictory worker advice"
+    if report.bottleneck == "unknown":
+        assert not report.findings, "unknown has no projection"
+    # the precision advised is one the GPU's tensor cores run (NVIDIA: AMD devices report no compute capability)
+    name = (report.run.gpu_name or "").lower()
+    want = None if "amd" in name else _advised_precision(report.run.compute_capabilities)
+    for f in report.findings:
+        got = dict(f.projection.params).get("precision")
+        if f.bottleneck == "kernels" and got is not None and want is not None:
+            assert got == want, (report.run.compute_capabilities, got)
+            text = " ".join(f.recommendations)
+            assert f"torch.{want}" in text and (want == "bfloat16" or "GradScaler" in text), text
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -158,15 +244,84 @@ def test_recorded_scenarios_get_the_engineers_verdict(scenario):
     check_integrity(report)
 
 
+#: Traces where two findings save the same time at the slow end of their ranges (within a millisecond of
+#: hundreds): either verdict is the engineer's; the other must be the second finding.
+TIES: dict[str, set[tuple[str, str | None]]] = {
+    "hta/timeline_analysis/sampled_rank-0.json.gz": {
+        ("sync", "exposed_communication"),
+        ("batch_size", "host_overhead"),
+    },
+}
+
+
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 @pytest.mark.parametrize("row", EXTERNAL_TABLE, ids=lambda r: r[0].rsplit("/", 1)[-1])
 def test_external_traces_get_the_engineers_verdict(row):
     rel, verdict, cause, level, why = row
     report = analyze(EXTERNAL / rel)
     got = (report.bottleneck, report.findings[0].cause if report.findings else None)
-    assert got == (verdict, cause), why
+    tied = TIES.get(rel, {(verdict, cause)})
+    assert got in tied, why
+    if len(tied) > 1:  # the tied one is the second finding
+        assert {(f.bottleneck, f.cause) for f in report.findings[:2]} == tied, why
     assert report.confidence.level == level, report.confidence.reason
     check_integrity(report)
+
+
+@pytest.mark.parametrize("row", FIXTURE_TABLE, ids=lambda r: r[0])
+def test_issue19_fixtures_get_the_engineers_verdict(tmp_path, row):
+    name, build, verdict, cause, why = row
+    report = analyze(write(tmp_path / f"{name}.json", build()))
+    got = (report.bottleneck, report.findings[0].cause if report.findings else None)
+    assert got == (verdict, cause), why
+    check_integrity(report)
+
+
+def _sweep_utilisation(path: Path) -> float | None:
+    """Utilisation by a sweep of the raw JSON (not the importer): device-busy time inside the ProfilerStep
+    windows (host annotations) over their total length; None without steps or device events."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    steps, dev = [], []
+    for e in doc.get("traceEvents", []):
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        cat, name = str(e.get("cat", "")).lower(), str(e.get("name", ""))
+        t0, t1 = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        if cat in ("user_annotation", "cpu_op") and name.startswith("ProfilerStep#"):
+            steps.append((t0, t1))
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            dev.append((t0, t1))
+    if not steps or not dev:
+        return None
+    steps.sort()
+    s, e = np.array(dev).T
+    busy = 0.0
+    for i, (lo, hi) in enumerate(steps):
+        hi = min(hi, steps[i + 1][0]) if i + 1 < len(steps) and steps[i + 1][0] < hi else hi  # the importer's cut
+        cs, ce = np.clip(s, lo, hi), np.clip(e, lo, hi)
+        keep = ce > cs
+        cs, ce = cs[keep], ce[keep]
+        if cs.size == 0:
+            continue
+        order = np.argsort(cs)
+        cs, ce = cs[order], np.maximum.accumulate(ce[order])
+        starts = np.r_[True, cs[1:] > ce[:-1]]
+        ends = np.r_[starts[1:], True]
+        busy += float((ce[ends] - cs[starts]).sum())
+    return busy / sum(b - a for a, b in steps)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+@pytest.mark.parametrize("row", EXTERNAL_TABLE, ids=lambda r: r[0].rsplit("/", 1)[-1])
+def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
+    """Issue 19 item 3: numerator and denominator over the same steps (work after the last step left out)."""
+    path = EXTERNAL / row[0]
+    want = _sweep_utilisation(path)
+    report = analyze(path)
+    if want is None or report.metrics.gpu_util is None or report.metrics.accounting.warmup:
+        pytest.skip("no ProfilerStep windows with device events, or warm-up steps skipped")
+    assert report.metrics.gpu_util == pytest.approx(want, abs=5e-3)
 
 
 def test_the_table_covers_every_external_trace():

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
-from analyzer.analysis.findings import Confidence, Finding
+from analyzer.analysis.findings import Confidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules import Context, Verdict, classify
 from analyzer.analysis.rules.rule import confidence_level
@@ -46,7 +46,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: boo
     spikes = spike_finding(ctx, full, steady)
     if spikes is not None:
         findings.append(spikes)
-    ranked = tuple(sorted(findings, key=lambda f: (f.projection.saved_ms, f.share), reverse=True))
+    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
     if ranked:
         top = ranked[0]
         conf = _stable(top.confidence, stab.value if top.bottleneck == verdict.bottleneck else None)

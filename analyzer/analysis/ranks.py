@@ -65,6 +65,8 @@ class Straggler:
     phase: str
     """data, forward, backward, optimizer, or other (work no phase accounts for)."""
     phase_excess_ms: float
+    phase_diffs: tuple[tuple[str, float], ...] = ()
+    """Every compared phase's median on this rank minus the other ranks' (ms per step), largest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,16 +223,16 @@ def rank_analysis_from(
         if slow_count[r] < STRAGGLER_FRACTION * steps_r:
             continue
         phase, phase_excess = slow_phase(stats, r)
+        diffs = phase_differences(stats, r)
         stragglers.append(
-            Straggler(r, slow_count[r], steps_r, polars_median(np.concatenate(excess[r])), phase, phase_excess)
+            Straggler(r, slow_count[r], steps_r, polars_median(np.concatenate(excess[r])), phase, phase_excess, diffs)
         )
     skew = polars_median(np.concatenate(skews)) if skews else 0.0
     return RankAnalysis(len(ranks), summaries, tuple(stragglers), skew, step_median)
 
 
-def slow_phase(stats: dict[int, RankStats], rank: int) -> tuple[str, float]:
-    """The phase (or the un-instrumented rest) whose median on ``rank`` exceeds the median of the
-    other ranks' medians by the most."""
+def _excess(stats: dict[int, RankStats], rank: int) -> dict[str, float]:
+    """Per compared phase: its median on ``rank`` minus the median of the other ranks' medians."""
     mine = stats[rank].phase_medians
     excess = {}
     for column in PHASE_NAMES:
@@ -239,6 +241,19 @@ def slow_phase(stats: dict[int, RankStats], rank: int) -> tuple[str, float]:
         if math.isnan(mine[column]) or others.size == 0:
             continue
         excess[column] = mine[column] - polars_median(others)
+    return excess
+
+
+def phase_differences(stats: dict[int, RankStats], rank: int) -> tuple[tuple[str, float], ...]:
+    """(phase name, ms per step beyond the other ranks), largest first: the numbers behind slow_phase."""
+    excess = _excess(stats, rank)
+    return tuple(sorted(((PHASE_NAMES[c], float(v)) for c, v in excess.items()), key=lambda kv: -kv[1]))
+
+
+def slow_phase(stats: dict[int, RankStats], rank: int) -> tuple[str, float]:
+    """The phase (or the un-instrumented rest) whose median on ``rank`` exceeds the median of the
+    other ranks' medians by the most."""
+    excess = _excess(stats, rank)
     if not excess:
         return REST, 0.0
     phase = max(excess, key=excess.__getitem__)

@@ -34,6 +34,14 @@ HOST_RECOGNISED = 0.01
 #: Unattributed host time of a DataLoader loop is "after the optimizer step" (logging, metrics: do it every N
 #: steps) when at least this share of it comes before the step's first phase (lead_ms).
 LEAD_AFTER_OPTIMIZER = 0.5
+PREPROCESSING = Threshold(
+    0.10,
+    OURS + " (issue 19): host work before a step's first kernel, outside DataLoader waits, while the GPU has nothing "
+    "to run (video decode, a tokenizer or image processor in the training loop); the host-work scale",
+)
+#: Softmax kernels holding at least this share of kernel time are an unfused attention (matmul, softmax, matmul)
+#: that fused attention (scaled_dot_product_attention) replaces. Ours: in fused attention softmax is no kernel.
+UNFUSED_SOFTMAX = 0.25
 PER_STEP_FIXED = Threshold(
     0.20, OURS + ": per-step costs that do not grow with the batch (optimizer, loop overhead) take a fifth of the step"
 )
@@ -60,6 +68,9 @@ KERNELS_HIGH = Threshold(0.30, OURS + ": a third of the step in slow kernels")
 RELAXED = 0.01
 #: A data wait that is at least this much CPU time (of the training thread) is CPU-bound loading.
 CPU_BOUND_LOADING = 0.5
+#: A worker plan takes the fewest workers whose projected step is within this share of the best the
+#: free cores allow (more workers then add processes, memory and hand-over for no measurable gain).
+WORKERS_ENOUGH = 0.02
 #: Share of device memory a larger batch may fill (the rest: fragmentation, the allocator's cache).
 MEMORY_USABLE = 0.9
 #: The most DataLoader workers a projection assumes (more rarely helps and costs memory per worker).
@@ -104,6 +115,9 @@ SOME_STEPS_SCALE = 0.7
 CONFIDENCE_HIGH = 0.75
 CONFIDENCE_MEDIUM = 0.4
 
+#: A trace of one step (or one window without ProfilerStep) whose first kernel launches after at least this share
+#: of it is start-up (lazy initialisation, cudnn autotune, compilation), not a training step. Ours (issue 19).
+WARMUP_LEAD = 0.5
 #: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
@@ -155,5 +169,22 @@ HANDOVER_HIGH = 2.0
 BATCH_SPLIT_MAX = 0.75
 #: Uncertainty of the fixed share that split measures (one or a few smaller batches per epoch, noisy).
 BATCH_SPLIT_SLACK = 0.2
+#: Without that split, the share of forward + backward the batch projection's point takes as fixed: the
+#: middle of the range nothing measured narrows (benchmarks/projection_validation.py: overhead-bound CPU
+#: MLPs at batch 1-8 measured 25-45% of the way up from "none grows"; docs/projections.md).
+BATCH_UNMEASURED_FIXED = 0.5
 #: A projection range wider than this share of the current step is reported as wide (it says little).
 WIDE_RANGE = 0.5
+# -- the host (analyzer/analysis/host_facts.py, from the system sampler's readings) --
+#: A reading is oversubscribed when more threads are runnable than the host has CPUs (or the
+#: 1-minute load exceeds them): some runnable thread is then waiting for a CPU. This is the USE
+#: method's CPU saturation test (Brendan Gregg, "The USE Method": run-queue length greater than
+#: the CPU count). Host-wide on both sides, since /proc/stat and /proc/loadavg are host-wide.
+OVERSUBSCRIBED_RUNNABLE_PER_CPU = Threshold(1.0, "Brendan Gregg, The USE Method: CPU saturation = run queue > CPUs")
+#: The run is oversubscribed when at least this share of its readings were: a quarter of the run
+#: is enough to move CPU-side timings by more than their projections' own uncertainty (~10%,
+#: WORKER_MIN_GAIN), while a brief burst (a compile, a checkpoint) is not.
+OVERSUBSCRIBED_SHARE = Threshold(0.25, OURS + ": a quarter of the run waiting for CPUs moves CPU-side timings")
+#: Fewest cores ``cores_free`` reports: a job that ran at all had some CPU, and a projection that
+#: divides by the free cores must not divide by zero.
+MIN_FREE_CORES = 0.25

@@ -55,6 +55,9 @@ def export_cmd(
     compress = chrome_trace.name.lower().endswith(".gz")
     try:
         loaded = load_any(trace)
+        if loaded.frame.height == 0:
+            skipped = "; ".join(n for n in loaded.notes if n.startswith("skipped"))
+            raise GpuAnalyzeError(f"{trace}: no usable step rows to export{f' ({skipped})' if skipped else ''}")
         ranks = sorted(loaded.frame.get_column(S.RANK).unique().to_list())
         targets = [(rank_path(chrome_trace, r), [r]) for r in ranks] if split_ranks else [(chrome_trace, ranks)]
         for path, _ in targets:  # refuse before writing anything

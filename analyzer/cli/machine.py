@@ -9,6 +9,7 @@ import typer
 
 from analyzer.cli.base import app, console, fail
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.safe import clean
 
 
 @app.command("env")
@@ -75,7 +76,7 @@ def bench_cmd(
         if out is not None:
             write_report(report, out, force=force)
             said.print("wrote the report to", markup=False)
-            said.print(f"  {out}", markup=False, soft_wrap=True)  # a path is never folded
+            said.print(clean(f"  {out}"), markup=False, soft_wrap=True)  # a path is never folded
         saved = save_ceilings(report, store)
     except GpuAnalyzeError as exc:
         fail(str(exc))
@@ -83,9 +84,9 @@ def bench_cmd(
         _interrupted()
     if saved:
         said.print(
-            f"saved {', '.join(saved)} for {report.fingerprint.describe()} (other results kept) in", markup=False
+            clean(f"saved {', '.join(saved)} for {report.fingerprint.describe()} (other results kept) in"), markup=False
         )
-        said.print(f"  {store}", markup=False, soft_wrap=True)
+        said.print(clean(f"  {store}"), markup=False, soft_wrap=True)
     if report.failed:
         raise typer.Exit(1)
 

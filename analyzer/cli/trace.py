@@ -9,6 +9,7 @@ import typer
 
 from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.safe import clean
 
 ENGINE_HELP = "Where per-rank work runs: local (a process pool) or ray (Ray tasks; pip install 'gpuanalyze[ray]')."
 WORKERS_HELP = "Worker processes (local engine; default: the CPU cores, one for small inputs)."
@@ -59,7 +60,7 @@ def import_cmd(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror}")
-    typer.echo(f"{out}: {loaded.frame.height} step(s) from {trace}")
+    typer.echo(clean(f"{out}: {loaded.frame.height} step(s) from {trace}"))
 
 
 def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, engine: str, workers: int | None) -> None:
@@ -71,7 +72,7 @@ def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, en
     )
     for res in results:
         how = "reused (up to date)" if res.reused else f"{res.steps} step(s)"
-        typer.echo(f"{res.arrow}: {how}, rank {','.join(map(str, res.ranks)) or '?'} from {res.source}")
+        typer.echo(clean(f"{res.arrow}: {how}, rank {','.join(map(str, res.ranks)) or '?'} from {res.source}"))
     for note in notes:
-        typer.echo(f"note: {note}", err=True)
-    typer.echo(f"{len(results)} rank file(s) in {out}; analyse them with: gpuanalyze {out}")
+        typer.echo(clean(f"note: {note}"), err=True)
+    typer.echo(clean(f"{len(results)} rank file(s) in {out}; analyse them with: gpuanalyze {out}"))

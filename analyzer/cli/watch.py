@@ -10,6 +10,7 @@ import typer
 
 from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.safe import clean
 
 if TYPE_CHECKING:
     from analyzer.run.live import Snapshot
@@ -39,6 +40,7 @@ def watch_cmd(
     Ends when the run ends (the full report is printed) or on Ctrl-C (the run goes on)."""
     from rich.console import Console
     from rich.live import Live
+    from rich.text import Text
 
     from analyzer.run.live import snapshot
 
@@ -49,7 +51,11 @@ def watch_cmd(
     try:
         with Live(_waiting(trace), console=console, refresh_per_second=4, transient=False) as live:
             while True:
-                shot = snapshot(trace)
+                try:
+                    shot = snapshot(trace)
+                except GpuAnalyzeError:
+                    live.update(Text(""), refresh=True)  # the error is the only thing said: nothing on stdout
+                    raise
                 live.update(_view(shot))
                 if shot.ended:
                     break
@@ -70,7 +76,7 @@ def _finish(trace: Path, console: Any) -> None:
     files = trace_files(trace)
     report, problem = analyze_quietly(files[0]) if files else (None, "no trace")
     if report is None:
-        console.print(f"the run ended; no analysis ({problem})", markup=False)
+        console.print(clean(f"the run ended; no analysis ({problem})"), markup=False)
         return
     from analyzer.render.terminal import render_terminal
 
@@ -81,7 +87,7 @@ def _finish(trace: Path, console: Any) -> None:
 def _waiting(path: Path) -> Any:
     from rich.text import Text
 
-    return Text(f"gpuanalyze watch: waiting for {path} to appear", style="dim")
+    return Text(clean(f"gpuanalyze watch: waiting for {path} to appear"), style="dim")
 
 
 def _view(shot: Snapshot) -> Any:
@@ -93,7 +99,7 @@ def _view(shot: Snapshot) -> Any:
     if not shot.files:
         return _waiting(shot.path)
     state = (
-        f"finished ({shot.end_status})"
+        f"finished ({clean(shot.end_status)})"
         if shot.complete
         else "still being written"
         if shot.live
@@ -107,12 +113,12 @@ def _view(shot: Snapshot) -> Any:
     head.append(f"   [{state}]")
     if shot.bottleneck is not None:
         head.append("\nverdict: " if shot.complete else "\nverdict so far: ")
-        head.append(shot.bottleneck.upper(), style="bold")
+        head.append(clean(shot.bottleneck.upper()), style="bold")
         if shot.confidence is not None:
-            head.append(f" (confidence {shot.confidence})")
+            head.append(clean(f" (confidence {shot.confidence})"))
     if shot.verdict:
-        head.append(f"\n{shot.verdict}")
-    parts: list[Any] = [Panel(head, title=f"gpuanalyze watch: {shot.path}", expand=False)]
+        head.append("\n" + clean(shot.verdict))
+    parts: list[Any] = [Panel(head, title=Text(clean(f"gpuanalyze watch: {shot.path}")), expand=False)]
     if shot.rolling_ms:
         from analyzer.run.live import ROLLING_STEPS
 
@@ -123,10 +129,10 @@ def _view(shot: Snapshot) -> Any:
         wall = shot.rolling_ms[0][1]
         for name, value in shot.rolling_ms:
             share = "" if name == "wall_ms" or wall <= 0 else f"{min(1.0, value / wall):.0%}"
-            table.add_row(_PART_NAMES.get(name, name), f"{value:.2f}", share)
+            table.add_row(Text(clean(_PART_NAMES.get(name, name))), f"{value:.2f}", share)
         parts.append(table)
     for note in shot.notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(Text(clean(f"note: {note}"), style="dim"))
     return Group(*parts)
 
 

@@ -17,6 +17,7 @@ from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.gate import GateOptions, GateResult, regression_gate
 from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
+from analyzer.planning.run_differences import different_jobs, run_differences
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries, step_series
 from analyzer.planning.toml_config import read_toml
@@ -51,6 +52,9 @@ class Comparison:
     """For two traces: the projections of BEFORE's findings that AFTER put to the test."""
     gate: GateResult | None = None
     """For two traces with a tolerance given: the regression gate's verdict."""
+    differences: tuple[str, ...] = ()
+    """For two traces: how the runs differ (run_differences.py); with another model or world size
+    they are two jobs, and no projection is checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,24 +133,34 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
         raise GpuAnalyzeError("compare needs at least two runs or servers")
     labels = unique_labels([x.option.name for x in loaded], [x.path or Path(x.option.name) for x in loaded])
     options = tuple(dataclasses.replace(x.option, name=n) for x, n in zip(loaded, labels, strict=True))
-    checks, verdict = _pair_checks(loaded, gate)
+    differences = _differences(loaded)
+    checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
-        return Comparison(options, None, None, checks, verdict)
-    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict)
+        return Comparison(options, None, None, checks, verdict, differences)
+    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict, differences)
+
+
+def _differences(loaded: list[Loaded]) -> tuple[str, ...]:
+    """For two traces: how the runs differ (model, batch, world size, GPU, run id)."""
+    reports = [x.report for x in loaded]
+    if len(reports) != 2 or reports[0] is None or reports[1] is None:
+        return ()
+    return tuple(run_differences(reports[0], reports[1]))
 
 
 def _pair_checks(
-    loaded: list[Loaded], gate: GateOptions | None
+    loaded: list[Loaded], gate: GateOptions | None, *, check_projections: bool = True
 ) -> tuple[tuple[ProjectionCheck, ...], GateResult | None]:
-    """For exactly two traces: BEFORE's projections checked against AFTER, and the gate when asked."""
+    """For exactly two traces: BEFORE's projections checked against AFTER (not across two different
+    jobs), and the gate when asked."""
     active = gate is not None and gate.active
     before, after = (loaded[0], loaded[1]) if len(loaded) == 2 else (None, None)
     if before is None or after is None or before.report is None or after.report is None:
         if active:
             raise GpuAnalyzeError("the regression gate compares exactly two traces: BEFORE AFTER")
         return (), None
-    checks = projection_checks(before.report, after.report, (before.steps, after.steps))
+    checks = projection_checks(before.report, after.report, (before.steps, after.steps)) if check_projections else ()
     if gate is None or not active:
         return checks, None
     if before.steps is None or after.steps is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
+from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.stability import Stability
 from analyzer.analysis.steady import SteadyState
@@ -41,3 +42,5 @@ class Report:
     """Share of resamples of the steps that repeat the verdict (analysis.stability)."""
     steady: SteadyState | None = None
     """Settling and outlier steps, their period and drift (analysis.steady)."""
+    host: HostFacts | None = None
+    """The host the run had (cores, load, memory, GPU telemetry; the system sampler's readings)."""

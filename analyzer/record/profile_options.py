@@ -36,6 +36,9 @@ class ProfileOptions:
     """Longest time a finished step waits in memory before it reaches the file."""
     flush_every_steps: int = 50
     """Write as soon as this many steps are pending."""
+    system_interval_s: float | None = 1.0
+    """Seconds between system-sampler readings (host CPU, memory, GPU; off the training thread);
+    None switches the sampler off."""
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -49,6 +52,8 @@ class ProfileOptions:
             raise GpuAnalyzeError(
                 "kernel windows need window_first >= 0, window_steps >= 1 and window_every >= window_steps"
             )
+        if self.system_interval_s is not None and not 0.01 <= self.system_interval_s <= 3600:
+            raise GpuAnalyzeError("system_interval_s must be between 0.01 and 3600 seconds, or None for no sampler")
         self.writer_options()
 
     def writer_options(self) -> WriterOptions:

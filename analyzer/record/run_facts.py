@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from analyzer.machine.driver import driver_version
+from analyzer.record.system_sampler import cpu_quota_cores
 from gpuanalyze.ingest.runinfo import RunInfo
 
 #: Environment variable that gives every process of one run the same run id (`gpuanalyze run` sets it).
@@ -158,6 +159,8 @@ def collect_run_info(
         run_id=run,
         models=tuple(model_names) or None,
         recorder=recorder,
+        cpu_quota_cores=_quota(),
+        host_cpus=os.cpu_count(),
     )
     if where.local_rank is not None:
         info["local_rank"] = where.local_rank
@@ -173,6 +176,14 @@ def collect_run_info(
             driver=driver_version(),
         )
     return msgspec.convert(info, RunInfo)
+
+
+def _quota() -> float | None:
+    """The cgroup CPU quota in cores, None when unlimited or unreadable (never raises)."""
+    try:
+        return cpu_quota_cores()
+    except Exception:  # noqa: BLE001 - a fact we could not read is unknown
+        return None
 
 
 def _unique_params(models: Sequence[Any]) -> list[Any]:

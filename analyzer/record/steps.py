@@ -41,6 +41,9 @@ class StepTimes:
     rest of backward is waiting for gradient communication."""
     model_ns: dict[str, int] | None = None
     """Forward time per model name when more than one model is profiled."""
+    first_ns: int | None = None
+    """When the step's first recorded phase (a data fetch or the forward) began: before it, the
+    host did something else (logging after the previous optimizer step): ``lead_ms``."""
 
     def add_samples(self, n: int | None, *, from_loader: bool) -> None:
         """Count samples; batches from the DataLoader win over inputs seen by forward."""
@@ -80,38 +83,47 @@ class StepTimes:
             for name, ns in later.model_ns.items():
                 mine[name] = mine.get(name, 0) + ns
             self.model_ns = mine
+        if self.first_ns is None:
+            self.first_ns = later.first_ns
         self.forward_start, self.optimizer_start = later.forward_start, later.optimizer_start
         self.optimizer_nested_ns = later.optimizer_nested_ns
         self.last_grad_ns = later.last_grad_ns
 
     def row(self, end_ns: int, rank: int, device_ms: dict[str, float] | None) -> dict[str, Any]:
-        """The trace row: host phases, or device phase times when CUDA events measured them."""
+        """The trace row: host phases, or device phase times when CUDA events measured them.
+        Built on the training thread at every step, so it fills a copy of a prepared row."""
         wall = (end_ns - self.start_ns) / _NS_PER_MS
-        parts = {
-            S.DATA_WAIT_MS: self.data_ns / _NS_PER_MS,
-            S.FORWARD_MS: self.forward_ns / _NS_PER_MS,
-            S.BACKWARD_MS: self.backward_ns / _NS_PER_MS,
-            S.OPTIMIZER_MS: self.optimizer_ns / _NS_PER_MS,
-            S.SYNC_MS: self.sync_ns / _NS_PER_MS,
-        }
-        busy = None
-        if device_ms is not None:
-            parts.update({k: device_ms.get(k, 0.0) for k in (S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)})
+        data = self.data_ns / _NS_PER_MS
+        sync = self.sync_ns / _NS_PER_MS
+        if device_ms is None:
+            forward = self.forward_ns / _NS_PER_MS
+            backward = self.backward_ns / _NS_PER_MS
+            optimizer = self.optimizer_ns / _NS_PER_MS
+            busy = None
+        else:
+            forward = device_ms.get(S.FORWARD_MS, 0.0)
+            backward = device_ms.get(S.BACKWARD_MS, 0.0)
+            optimizer = device_ms.get(S.OPTIMIZER_MS, 0.0)
             busy = min(wall, sum(device_ms.values()))
-        row = S.empty_row()
-        row.update(parts)
-        row.update(
-            {
-                S.STEP: self.index,
-                S.RANK: rank,
-                S.START_UNIX_NS: self.start_unix_ns,
-                S.WALL_MS: wall,
-                S.OTHER_MS: max(0.0, wall - sum(parts.values())),
-                S.GPU_BUSY_MS: busy,
-                S.BATCH_SAMPLES: self.samples,
-                S.DATA_CPU_MS: self.data_cpu_ns / _NS_PER_MS,
-            }
-        )
+        row = _EMPTY_ROW.copy()
+        row[S.STEP] = self.index
+        row[S.RANK] = rank
+        row[S.START_UNIX_NS] = self.start_unix_ns
+        row[S.WALL_MS] = wall
+        row[S.DATA_WAIT_MS] = data
+        row[S.FORWARD_MS] = forward
+        row[S.BACKWARD_MS] = backward
+        row[S.OPTIMIZER_MS] = optimizer
+        row[S.SYNC_MS] = sync
+        row[S.OTHER_MS] = max(0.0, wall - (data + forward + backward + optimizer + sync))
+        row[S.GPU_BUSY_MS] = busy
+        row[S.BATCH_SAMPLES] = self.samples
+        row[S.DATA_CPU_MS] = self.data_cpu_ns / _NS_PER_MS
+        if self.first_ns is not None:
+            row[S.LEAD_MS] = max(0, self.first_ns - self.start_ns) / _NS_PER_MS
         if self.model_ns is not None:
             row[S.MODEL_FORWARD_MS] = {name: ns / _NS_PER_MS for name, ns in self.model_ns.items()}
         return row
+
+
+_EMPTY_ROW = S.empty_row()

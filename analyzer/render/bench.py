@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.machine.datasheet import PCIE_X16_GBPS, GpuSpec, lookup
+from analyzer.render.safe import clean
 from gpuanalyze.kernels.result import BenchResult
 from gpuanalyze.kernels.suite import BenchReport
 
@@ -165,7 +166,7 @@ class _BenchTable:
 
 def render_bench(report: BenchReport) -> RenderableType:
     spec = lookup(report.device)
-    parts: list[RenderableType] = [Text(f"gpuanalyze bench: {report.backend} on {report.device}", style="bold")]
+    parts: list[RenderableType] = [Text(clean(f"gpuanalyze bench: {report.backend} on {report.device}"), style="bold")]
     groups: dict[str, list[BenchResult]] = {}
     for r in report.results:
         groups.setdefault(r.benchmark, []).append(r)
@@ -173,16 +174,16 @@ def render_bench(report: BenchReport) -> RenderableType:
         parts += [Text(), _BenchTable(name, rows, spec)]
     parts.append(Text())
     if spec and any(datasheet_peak(r, spec) for r in report.results):
-        parts.append(Text(f"% peak: against the {spec.name} datasheet ({spec.source})", style="dim"))
+        parts.append(Text(clean(f"% peak: against the {spec.name} datasheet ({spec.source})"), style="dim"))
     for s in report.skipped:
-        parts.append(Text(f"skipped  {s}", style="yellow"))
+        parts.append(Text(clean(f"skipped  {s}"), style="yellow"))
     for f in report.failed:
-        parts.append(Text(f"FAILED   {f}", style="red"))
+        parts.append(Text(clean(f"FAILED   {f}"), style="red"))
     loader = [r for r in report.results if r.benchmark == "dataloader"]
     if loader:
-        parts.append(Text(f"data loader: capped by the {loader[0].params['capped_by']} stage"))
+        parts.append(Text(clean(f"data loader: capped by the {loader[0].params['capped_by']} stage")))
     for note in report.notes:
-        parts.append(Text(note, style="dim"))
+        parts.append(Text(clean(note), style="dim"))
     parts.append(Text(f"{len(report.results)} results in {report.seconds:.1f} s", style="dim"))
     return Group(*parts)
 

@@ -25,7 +25,7 @@ CEILING_METRICS = {
     "achieved_samples_per_s": "input pipeline: samples/s vs `bench dataloader`",
     "allreduce_busbw_gbps": "gradient all-reduce: bus GB/s vs `bench allreduce`",
 }
-_BAD_STATES = {"exception", "interrupted", "incomplete", "profiler_error"}
+_BAD_STATES = {"exception", "interrupted", "incomplete", "disk_full", "profiler_error"}
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:
@@ -58,7 +58,7 @@ def _evidence_table(items: tuple[Evidence, ...]) -> str:
     return table(("metric", "value", "test", "threshold", "unit", "result", "threshold source"), rows, "evidence")
 
 
-def _finding(f: Finding, rank: int) -> str:
+def _finding(f: Finding, rank: int, report: Report) -> str:
     p = f.projection
     parts = [
         f'<p class="summary">{h(f.summary)}</p>',
@@ -75,7 +75,7 @@ def _finding(f: Finding, rank: int) -> str:
                     (
                         "saves",
                         f"<strong>~{f.savings.hours_per_run:,.2f} h</strong> "
-                        f"({f.savings.gpu_hours_per_run:,.2f} GPU-h"
+                        f"({h(words.device_hours(report, f.savings.gpu_hours_per_run))}"
                         + ("" if f.savings.usd_per_run is None else f", {h(words.usd(f.savings.usd_per_run))}")
                         + ") per run",
                     )
@@ -129,15 +129,15 @@ def verdict_panel(report: Report) -> str:
     c = report.confidence
     head = (
         f'<div class="verdict-head"><span class="badge">{h(report.bottleneck)}</span>'
-        f"<h2>{h(words.VERDICT[report.bottleneck])}</h2></div>"
+        f"<h2>{h(words.verdict_line(report))}</h2></div>"
         f'<p class="confidence">confidence {_confidence(c.level, c.value, c.reason)}</p>'
         + (f'<p class="stability">stability {h(st)}</p>' if (st := words.stability(report)) else "")
     )
     if report.findings:
-        body = _finding(report.findings[0], 1)
+        body = _finding(report.findings[0], 1, report)
         if len(report.findings) > 1:
             body += "<h3 class='others'>Other findings (ranked by the time their fix saves)</h3>"
-            body += "".join(_finding(f, i) for i, f in enumerate(report.findings[1:], 2))
+            body += "".join(_finding(f, i, report) for i, f in enumerate(report.findings[1:], 2))
     else:
         body = _health(report)
     return f'<section class="verdict v-{h(report.bottleneck)}" id="verdict">{head}{body}</section>'
@@ -276,7 +276,10 @@ def cost_tables(report: Report, comparison: Comparison | None) -> str:
         out += facts(
             [
                 ("run", f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h"),
-                ("GPU time", f"{c.gpu_hours:,.2f} GPU-h on {c.gpus} GPU(s)"),
+                (
+                    "GPU time" if words.accelerated(report) else "CPU time",
+                    h(words.device_hours(report, c.gpu_hours, c.gpus)),
+                ),
                 ("cost per run", h(words.usd(c.per_run_usd)) + ("" if c.per_run_usd is not None else " (no price)")),
             ]
         )

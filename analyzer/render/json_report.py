@@ -54,6 +54,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "excess_ms": _num(s.excess_ms, 3),
                 "phase": s.phase,
                 "phase_excess_ms": _num(s.phase_excess_ms, 3),
+                "phase_diffs": {name: _num(ms, 3) for name, ms in s.phase_diffs},
             }
             for s in (m.distributed.stragglers if m.distributed else ())
         ],
@@ -80,7 +81,22 @@ def report_dict(report: Report) -> dict[str, Any]:
         "run": msgspec.to_builtins(report.run),
         "end": None if report.end is None else msgspec.to_builtins(report.end),
         "ceilings": report.ceilings,
+        "system": _system(report),
     }
+
+
+def _system(report: Report) -> dict[str, Any] | None:
+    """The host the run had (docs/json.md, ``system``): cores, load, memory; GPU telemetry when sampled."""
+    if report.host is None:
+        return None
+    facts = {name: _num(v, 4) if isinstance(v, float) else v for name, v in asdict(report.host).items()}
+    out = {name: v for name, v in facts.items() if not name.startswith("gpu_")}
+    out["cpu_quota_cores"] = report.run.cpu_quota_cores
+    out["host_cpus"] = report.run.host_cpus
+    gpu = {name: v for name, v in facts.items() if name.startswith("gpu_")}
+    if any(v is not None for v in gpu.values()):
+        out.update(gpu)
+    return out
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
 
@@ -31,6 +32,7 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "saving_usd_per_run": c.saving_usd,
         "projection_checks": [{**asdict(k), "error": k.error, "inside": k.inside} for k in c.checks],
         "gate": None if c.gate is None else gate_dict(c.gate),
+        "differences": list(c.differences),
     }
 
 
@@ -146,10 +148,21 @@ def _part_cell(v: float | None, ref: float | None) -> Text:
 def render_compare(c: Comparison) -> RenderableType:
     parts: list[RenderableType] = [_cost_table(c.options), _cheapest(c)]
     parts += [check_line(k) for k in c.checks]
+    if c.differences:
+        parts.append(_differences_note(c.differences))
     if c.gate is not None:
         parts += _gate_lines(c.gate)
     parts += _breakdown(c.options)
     return Group(*parts)
+
+
+def _differences_note(differences: tuple[str, ...]) -> Text:
+    verdict = (
+        "these are two different jobs, not one job's before and after; no projection is checked"
+        if different_jobs(list(differences))
+        else "compare them as before and after only if that is what changed"
+    )
+    return text(f"note: the runs differ ({'; '.join(differences)}): {verdict}", style="yellow")
 
 
 def whatif_dict(w: WhatIf) -> dict[str, Any]:

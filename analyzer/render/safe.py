@@ -18,10 +18,21 @@ import re
 from rich.cells import cell_len
 from rich.text import Text
 
-#: C0 and C1 controls, DEL, and invisible or direction-changing format characters (ALM, zero-width
-#: marks, line/paragraph separators, bidi embeddings/overrides/isolates, BOM), plus lone surrogates
-#: (undecodable bytes of a file name), which no terminal encoding can print.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
+#: Characters that never reach a terminal or a page raw: C0 and C1 controls, DEL, every format (Cf)
+#: character of Unicode 14 (soft hyphen, ALM, zero-width marks, bidi embeddings/overrides/isolates,
+#: invisible operators, BOM, interlinear annotations, the TAG block that hides text), line and
+#: paragraph separators, lone surrogates (undecodable bytes of a file name), and the characters that
+#: render as nothing although they are letters or marks: Hangul fillers, the combining grapheme
+#: joiner, Khmer invisible vowels, Mongolian variation selectors, variation selectors, and the whole
+#: tag/variation-selector plane region U+E0000-U+E0FFF. ``tests/test_safe.py`` checks that every Cf
+#: character of the running Python's Unicode database is in it.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    "\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\u3164\ud800-\udfff\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]"
+)
 ELLIPSIS = "…"
 
 
@@ -31,6 +42,8 @@ def _escape(ch: str) -> str:
         return f"\\x{code:02x}"
     if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's surrogateescape: show the original byte
         return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFFFF:
+        return f"\\U{code:08x}"
     return f"\\u{code:04x}"
 
 

@@ -13,11 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzer.analysis.findings import Evidence, Finding
+from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
-from analyzer.render.safe import shorten, text
+from analyzer.render.safe import clean, shorten, text
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_names import short_name
 
@@ -76,7 +77,7 @@ def render_terminal(report: Report) -> RenderableType:
     if kernels is not None:
         parts.append(kernels)
     for i, f in enumerate(report.findings, 1):
-        parts.append(_finding(i, f))
+        parts.append(_finding(i, f, report))
     if not report.findings:
         parts.append(_health(report))
     return Group(*parts)
@@ -101,6 +102,8 @@ def _header(report: Report) -> RenderableType:
     rows.append(("run", text(sentence, style=_STATE_STYLE.get(state, "bold red"))))
     if report.run.gpu_name:
         rows.append(("GPU", text(report.run.gpu_name)))
+    if report.host is not None and report.host.sampled:
+        rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:
         c = report.cost
         usd = "" if c.per_run_usd is None else f" = {words.usd(c.per_run_usd)} per run"
@@ -108,8 +111,8 @@ def _header(report: Report) -> RenderableType:
             (
                 "run cost",
                 Text(
-                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h on "
-                    f"{c.gpus} GPU(s) = {c.gpu_hours:,.2f} GPU-h{usd}"
+                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h = "
+                    f"{clean(words.device_hours(report, c.gpu_hours, c.gpus))}{usd}"
                 ),
             )
         )
@@ -127,11 +130,34 @@ def _header(report: Report) -> RenderableType:
         )
     if report.ceilings:
         rows.append(("ceilings", text(report.ceilings)))
-    body = Group(Text(words.VERDICT[report.bottleneck], style="bold"), labelled(rows))
+    body = Group(Text(words.verdict_line(report), style="bold"), labelled(rows))
     return TitledPanel(body, "gpuanalyze: ", report.path)
 
 
-def _finding(i: int, f: Finding) -> RenderableType:
+def host_line(h: HostFacts) -> str:
+    """One line of what the system sampler saw: cores, load, CPU, memory, GPU telemetry."""
+    parts = [f"{h.cores_available:g} cores available, {h.cores_free:.1f} free"]
+    if h.load_avg is not None:
+        parts.append(f"load {h.load_avg:.1f}")
+    if h.cpu_util_pct is not None:
+        parts.append(f"CPU {h.cpu_util_pct:.0f}%")
+    if h.rss_bytes is not None:
+        parts.append(f"RSS {h.rss_bytes / 2**30:.1f} GiB")
+    gpu = []
+    if h.gpu_util_pct is not None:
+        gpu.append(f"{h.gpu_util_pct:.0f}%")
+    if h.gpu_power_w is not None:
+        gpu.append(f"{h.gpu_power_w:.0f} W")
+    if h.gpu_temp_c is not None:
+        gpu.append(f"{h.gpu_temp_c:.0f} C")
+    if gpu:
+        parts.append("GPU " + ", ".join(gpu))
+    if h.oversubscribed:
+        parts.append("oversubscribed")
+    return "; ".join(parts)
+
+
+def _finding(i: int, f: Finding, report: Report) -> RenderableType:
     p = f.projection
     rows: list[tuple[str, RenderableType]] = [
         ("supporting", _evidence(f.supporting)),
@@ -146,12 +172,19 @@ def _finding(i: int, f: Finding) -> RenderableType:
         s = f.savings
         usd = "" if s.usd_per_run is None else f", {words.usd(s.usd_per_run)}"
         rows.append(
-            ("saves", Text(f"~{s.hours_per_run:,.2f} h ({s.gpu_hours_per_run:,.2f} GPU-h{usd}) per run", "bold cyan"))
+            (
+                "saves",
+                Text(
+                    f"~{s.hours_per_run:,.2f} h ({clean(words.device_hours(report, s.gpu_hours_per_run))}{usd})"
+                    " per run",
+                    "bold cyan",
+                ),
+            )
         )
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
     body = Group(text(f.summary), Text(""), labelled(rows))
-    title = Text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
+    title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
     return Panel(body, title=title, title_align="left")
 
 

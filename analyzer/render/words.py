@@ -27,13 +27,54 @@ VERDICT: dict[str, str] = {
     "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
     "kernels": "KERNELS: the GPU code itself sets the pace",
     "sync": "SYNC: the host waits on the device or on other ranks",
-    "host": "HOST: host work that no phase accounts for takes the step",
+    "host": "HOST: host work that no phase accounts for (or before the GPU work starts) takes the step",
     "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
     "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
 }
+#: The same verdicts for a run that used no accelerator (a CPU run: no GPU to keep busy).
+CPU_VERDICT: dict[str, str] = {
+    "batch_size": "BATCH SIZE: fixed per-step costs (optimizer, loop overhead) dominate each CPU step",
+    "kernels": "KERNELS: the compute itself sets the pace",
+    "sync": "SYNC: the process waits in blocking calls or on other ranks",
+}
+
+
+def accelerated(report: Report) -> bool:
+    """The run used an accelerator (its trace has device timings)."""
+    return report.metrics.gpu_util is not None
+
+
+def verdict_line(report: Report) -> str:
+    """The verdict's headline, in CPU words where no accelerator was used."""
+    if not accelerated(report):
+        return CPU_VERDICT.get(report.bottleneck, VERDICT[report.bottleneck])
+    return VERDICT[report.bottleneck]
+
+
+def device_hours(report: Report, hours: float, devices: int | None = None) -> str:
+    """Device-hours in the run's words: GPU-h on an accelerator; on a CPU run CPU process-hours, which are
+    machine-hours where each process has its own machine."""
+    if accelerated(report):
+        return f"{hours:,.2f} GPU-h" + ("" if devices is None else f" on {devices} GPU(s)")
+    if devices is None:
+        return f"{hours:,.2f} CPU-h"
+    return f"{hours:,.2f} CPU-h on {devices} CPU process(es), no accelerator (machine-hours where each has its own)"
+
+
 RunState = Literal[
-    "ok", "exception", "interrupted", "profiler_error", "imported", "trial_stop", "incomplete", "live", "unknown"
+    "ok",
+    "exception",
+    "interrupted",
+    "profiler_error",
+    "imported",
+    "trial_stop",
+    "incomplete",
+    "disk_full",
+    "live",
+    "unknown",
 ]
+#: Phrase of the reader's notes for a trace cut short by a full disk.
+DISK_PHRASE = "the disk filled"
 #: Phrase of the reader's note for a trace whose writer still holds it (the run is in progress).
 LIVE_PHRASE = "still being written"
 
@@ -43,6 +84,11 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
     if not report.complete:
         if any(LIVE_PHRASE in n for n in report.notes):
             return "live", "still being written: the run is in progress; these are the steps recorded so far"
+        if any(DISK_PHRASE in n for n in report.notes):
+            return (
+                "disk_full",
+                "incomplete: the disk filled and the trace could not be closed; these are the steps it recorded",
+            )
         return "incomplete", (
             "cut off: the trace was never closed (the run was killed, crashed or ran out of memory); "
             "these are the steps it recorded"
@@ -60,6 +106,8 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
         return "profiler_error", f"profiling switched itself off after an internal error: {end.error or 'unknown'}"
     if end.status == "trial_stop":
         return "trial_stop", "stopped by `gpuanalyze run --try` after the trial's bounded steps"
+    if end.status == "disk_full":
+        return "disk_full", "incomplete: the disk filled while the trace was written; these are the steps before that"
     if end.status == "imported":
         return "imported", "imported from a PyTorch profiler trace (which records no end status)"
     return end.status, f"ended with status '{end.status}'"

@@ -7,6 +7,7 @@ locks (gpuanalyze.ingest.writer.is_being_written), not from the file's age.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def trace_files(path: Path) -> list[Path]:
         candidates = sorted(path.glob("*.arrow"))
         if not candidates:
             return []
+        # a file that is not a trace (no readable header, no writer) is skipped, as `gpuanalyze DIR` does
+        traces = [p for p in candidates if read_run_info(p) is not None or is_being_written(p)]
+        candidates = traces or candidates
         newest = max(candidates, key=_started)
         siblings = rank_siblings(newest)
         return list(siblings) if siblings else [newest]
@@ -71,12 +75,19 @@ def snapshot(path: Path) -> Snapshot:
     if not files:
         return Snapshot(path=path, files=(), live=False, complete=False)
     live = any(is_being_written(f) for f in files)
+    skipped = tuple(
+        f"skipped {p.name}: not a gpuanalyze trace"
+        for p in (sorted(path.glob("*.arrow")) if path.is_dir() else [])
+        if p not in files and read_run_info(p) is None and not is_being_written(p)
+    )
     try:
         trace = load_any(files[0])
     except TraceError:
         if live:  # created a moment ago: its header is not on disk yet
             return Snapshot(path=path, files=tuple(files), live=True, complete=False)
         raise
+    if skipped:
+        trace = dataclasses.replace(trace, notes=(*skipped, *trace.notes))
     return _describe(path, tuple(files), live, trace)
 
 

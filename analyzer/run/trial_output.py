@@ -5,11 +5,14 @@ recommendation (the measured best, only when it beats the baseline beyond noise)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.run.candidates import Candidate
-from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, beats, vs_baseline
+from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, Measured, beats, vs_baseline
 from analyzer.run.trials import TrialRun, TryResult
+
+if TYPE_CHECKING:
+    from analyzer.analysis.findings import Projection
 
 _OUTCOME = {
     "stopped": "after its steps",
@@ -127,9 +130,6 @@ def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dic
     projection = None if candidate is None else candidate.projection
     base = result.baseline.measured
     m = trial.measured
-    inside = "n/a"
-    if projection is not None and m is not None and projection.low_ms is not None and projection.high_ms is not None:
-        inside = "yes" if projection.low_ms <= m.mean_ms <= projection.high_ms else "no"
     return {
         "trial": trial.name,
         "setting": trial.setting.label(),
@@ -137,23 +137,41 @@ def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dic
         "autocast": trial.setting.autocast,
         "tf32": trial.setting.tf32,
         "source": "baseline" if candidate is None else candidate.source,
-        "projected_ms": None if projection is None else projection.step_ms,
-        "projected_low_ms": None if projection is None else projection.low_ms,
-        "projected_high_ms": None if projection is None else projection.high_ms,
+        **_projected(projection),
         "projected_by": None if candidate is None else candidate.finding,
-        "measured_ms": None if m is None else m.mean_ms,
-        "measured_stdev_ms": None if m is None else m.stdev_ms,
-        "measured_steps": None if m is None else m.steps,
+        **_measured(m),
         "vs_baseline_pct": None if m is None or base is None or candidate is None else vs_baseline(base, m),
-        "inside_interval": inside,
-        "loader_workers": None if m is None else m.loader_workers,
-        "end_status": None if m is None else m.end_status,
+        "inside_interval": _inside(projection, m),
         "outcome": trial.outcome,
         "returncode": trial.returncode,
         "seconds": round(trial.seconds, 2),
         "directory": None if trial.directory is None else str(trial.directory),
         "loaders_changed": list(trial.loaders),
     }
+
+
+def _projected(projection: Projection | None) -> dict[str, float | None]:
+    if projection is None:
+        return {"projected_ms": None, "projected_low_ms": None, "projected_high_ms": None}
+    return {
+        "projected_ms": projection.step_ms,
+        "projected_low_ms": projection.low_ms,
+        "projected_high_ms": projection.high_ms,
+    }
+
+
+def _measured(m: Measured | None) -> dict[str, Any]:
+    keys = ("measured_ms", "measured_stdev_ms", "measured_steps", "loader_workers", "end_status")
+    if m is None:
+        return dict.fromkeys(keys)
+    return dict(zip(keys, (m.mean_ms, m.stdev_ms, m.steps, m.loader_workers, m.end_status), strict=True))
+
+
+def _inside(projection: Projection | None, m: Measured | None) -> str:
+    """'yes'/'no': the trial's measured mean within the projection's range; 'n/a' without one."""
+    if projection is None or m is None or projection.low_ms is None or projection.high_ms is None:
+        return "n/a"
+    return "yes" if projection.low_ms <= m.mean_ms <= projection.high_ms else "no"
 
 
 def _setting_dict(candidate: Candidate) -> dict[str, Any]:

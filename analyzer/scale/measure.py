@@ -18,9 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+import pyarrow as pa
+
 from analyzer.analysis.chart_sums import ChartSums, chart_grid, trace_chart_sums
 from analyzer.analysis.combine import Answers, Combined, Combiner
+from analyzer.analysis.host_facts import samples_of
 from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
+from analyzer.analysis.partial import RankPartial
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
@@ -29,6 +34,8 @@ from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
+from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -37,13 +44,18 @@ from gpuanalyze.ingest.stream import ReadLimits
 
 #: Below this much input, work runs in this process: starting worker processes would cost more.
 PARALLEL_MIN_BYTES = 64 << 20
+#: Files from which a directory is read by the pool whatever their size.
+PARALLEL_MIN_FILES = 200
 
 
 def _workers(files: list[storage.Entry], engine: str, workers: int | None) -> int | None:
-    """The pool size: as asked, else one process for small inputs, else the cores (engine default)."""
+    """The pool size: as asked, else one process for small inputs, else the cores (engine default).
+    Many small files are not a small input: each costs milliseconds of fixed work (3,000 tiny rank
+    files took 96 s in one process), so PARALLEL_MIN_FILES of them use the pool too."""
     if workers is not None or engine != "local":
         return workers
-    return 1 if sum(e.size for e in files) < PARALLEL_MIN_BYTES else None
+    small = sum(e.size for e in files) < PARALLEL_MIN_BYTES and len(files) < PARALLEL_MIN_FILES
+    return 1 if small else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,9 @@ class Measured:
     charts: ChartSums | None = None
     """What the report's charts draw, made with these metrics (asked for with ``charts``)."""
 
+    samples: tuple[HostSample, ...] = ()
+    """The system sampler's readings (of the lowest rank's file when there are several)."""
+
 
 def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
     """Measure a trace held in memory; ``charts``: also its chart sums (the same per-rank reduction)."""
@@ -69,7 +84,37 @@ def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
     if charts:
         drop = m.accounting.profiler_windows > 0
         sums = trace_chart_sums(trace.frame, skip=m.warmup_steps, drop_all_sampled=drop, median_ms=m.step_median_ms)
-    return Measured(str(trace.path), trace.run, trace.end, trace.complete, trace.notes, m, trace, sums)
+    return Measured(
+        str(trace.path),
+        trace.run,
+        trace.end,
+        trace.complete,
+        trace.notes,
+        m,
+        trace=trace,
+        charts=sums,
+        samples=samples_of(trace.frame),
+    )
+
+
+def _file_samples(path: str | None) -> tuple[HostSample, ...]:
+    """The ``system`` readings of one local trace file, read column-wise through the reader's guard
+    (each Arrow message checked before it is decoded); none when unreadable."""
+    if path is None or storage.is_url(path):
+        return ()
+    texts: list[str] = []
+    try:
+        with open(path, "rb") as fh:
+            reader = IpcReader(Path(path), fh)
+            if S.SYSTEM not in reader.schema.names:
+                return ()
+            for item in reader.batches():
+                if item is None:  # cut short: the readings before the cut
+                    break
+                texts += [t for t in item[0].column(S.SYSTEM).to_pylist() if t is not None]
+        return tuple(sorted((decode_host_sample(t) for t in texts), key=lambda h: h.unix_ns))
+    except (OSError, ValueError, pa.ArrowException, msgspec.MsgspecError, GpuAnalyzeError):
+        return ()  # the reader reports bad files; here only facts
 
 
 def measure(
@@ -230,11 +275,17 @@ def _measure_files(
     with make_engine(how.engine, workers=_workers(files, how.engine, how.workers)) as engine:
         skip = WARMUP_MAX_STEPS
         while True:
-            combiner, book = _reduce(path, files, engine, how, cache, skip)
+            combiner, book, alt = _reduce(path, files, engine, how, cache, skip)
             right = warmup_steps(combiner.min_rows) if combiner.partials else skip
             if right == skip:
                 break
             combiner.close()
+            if alt is not None and alt[0] == right:  # every file already reduced with that warm-up
+                combiner = Combiner(right, quartiles=how.charts)
+                for p in alt[1]:
+                    combiner.add(p)
+                skip = right
+                break
             skip = right  # some rank has fewer than WARMUP_MAX_STEPS / WARMUP_FRACTION rows: redo with its warm-up
         try:
             for res in book.errors:
@@ -266,6 +317,7 @@ def _measure_files(
         notes=tuple(dict.fromkeys([*notes, *file_notes])),
         metrics=metrics,
         charts=sums,
+        samples=_file_samples(first.arrow),
     )
 
 
@@ -302,21 +354,31 @@ def _reduce(
     how: _How,
     cache: str | None,
     skip: int,
-) -> tuple[Combiner, _Files]:
+) -> tuple[Combiner, _Files, tuple[int, list[RankPartial]] | None]:
+    """The partials combined with ``skip``, the files' bookkeeping, and (warm-up, partials) when
+    every file also reduced itself with one same smaller warm-up (FileResult.alt_skip)."""
     combiner = Combiner(skip, quartiles=how.charts)
     book = _Files(path)
+    alt_skip: int | None = None
+    alts: list[RankPartial] | None = []
     try:
         for res in engine.map(run_file, file_jobs(files, cache, how.limits, skip=skip, force=True)):
-            book.add(dataclasses.replace(res, partials=()))  # keeps the metadata, not the rows' vectors
+            book.add(dataclasses.replace(res, partials=(), alt_partials=()))  # the metadata, not the vectors
             for p in res.partials:
                 combiner.add(p)
+            if res.error is None and res.partials and alts is not None:
+                if res.alt_skip is None or (alt_skip is not None and res.alt_skip != alt_skip):
+                    alts = None  # files disagree: a second pass with the common warm-up
+                else:
+                    alt_skip = res.alt_skip
+                    alts.extend(res.alt_partials)
     except BaseException:
         combiner.close()
         raise
     if not book.ok:
         first = book.errors[0]
         raise TraceError(first.error or f"{first.source}: unreadable")
-    return combiner, book
+    return combiner, book, (None if alts is None or alt_skip is None else (alt_skip, alts))
 
 
 def _run_info(path: str, book: _Files) -> tuple[RunInfo, str | None]:

@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from analyzer.analysis.combine import Answers
+from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import KERNEL_MEDIAN, RankPartial, bracket_answers, rank_partial
 from analyzer.analysis.quantiles import Bracket, in_bracket
 from analyzer.errors import GpuAnalyzeError
@@ -111,6 +112,11 @@ class FileResult:
     last_step: int = 0
     """The file's smallest and largest step number (0 for a file without rows)."""
     error: str | None = None
+    alt_skip: int | None = None
+    """The warm-up this file's own row count implies, when it is below the job's ``skip``."""
+    alt_partials: tuple[RankPartial, ...] = ()
+    """The partials with ``alt_skip``: when every file implies the same warm-up (ranks of one run
+    record the same steps), the analysis uses them instead of reading every file a second time."""
 
 
 def _import(job: FileJob) -> tuple[Trace, bool, bool]:
@@ -144,11 +150,17 @@ def run_file(job: FileJob) -> FileResult:
                 trace = load_trace(local)
             reused, imported, arrow = False, False, job.source
         partials: tuple[RankPartial, ...] = ()
+        alt_partials: tuple[RankPartial, ...] = ()
+        alt_skip: int | None = None
         ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
         fast, stamp = False, (0, 0)
         if job.reduce and trace.frame.height:
             parts = trace.frame.partition_by(S.RANK, as_dict=True)
             partials = tuple(rank_partial(by_step(parts[(r,)]), r, job.skip) for r in ranks)
+            own = warmup_steps(min(parts[(r,)].height for r in ranks))
+            if own < job.skip:
+                alt_skip = own
+                alt_partials = tuple(rank_partial(by_step(parts[(r,)]), r, own) for r in ranks)
             if arrow is not None and not storage.is_url(arrow):
                 stamp = storage.stat(arrow)
                 # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
@@ -171,6 +183,8 @@ def run_file(job: FileJob) -> FileResult:
             imported=imported,
             fast=fast,
             stamp=stamp,
+            alt_skip=alt_skip,
+            alt_partials=alt_partials,
         )
     except GpuAnalyzeError as exc:
         return FileResult(source=job.source, error=str(exc))

@@ -25,6 +25,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row
+from tests.hostile.arrow_cases import add_cases
 from tests.kineto_fixtures import ev, two_step_trace
 
 #: Escape sequences a trace may carry: OSC 52 (write the clipboard), OSC 0 (retitle), CSI 2J (clear),
@@ -39,7 +40,7 @@ NASTY = f"sgemm{OSC52}{OSC0}{CLEAR}\x9b31m\x00\x07[/bad][link=file:///etc/passwd
 class Case:
     name: str
     cls: str
-    """The class of hostility (issue 15): terminal, memory, traceback, absurd, write."""
+    """The class of hostility (issues 15, 20): terminal, memory, traceback, absurd, arrow, names, scale."""
     path: Path
     commands: tuple[tuple[str, ...], ...]
     """Argument lists for `gpuanalyze` ({} is replaced by the input path)."""
@@ -114,6 +115,17 @@ def _many_events_gz(path: Path, n: int) -> Path:
 
 
 ANALYZE = (("{}",), ("{}", "--json"))
+#: Every command that reads a trace (issue 20): ``{out}`` becomes a fresh path in an empty directory,
+#: ``{import_out}`` a fresh .arrow path for a file or an empty directory for a directory; `watch` is
+#: stopped as Ctrl-C would after a few seconds (tests/hostile/run_case.py).
+READING = (
+    *ANALYZE,
+    ("report", "{}", "-o", "{out}.html"),
+    ("export", "{}", "--chrome-trace", "{out}.json"),
+    ("compare", "{}", "{}"),
+    ("watch", "{}", "--interval", "0.05"),
+    ("import", "{}", "-o", "{import_out}"),
+)
 
 
 def build(d: Path) -> list[Case]:
@@ -122,7 +134,7 @@ def build(d: Path) -> list[Case]:
 
     def add(name: str, cls: str, make: Callable[[Path], Path], *commands: tuple[str, ...]) -> None:
         path = make(d / name)
-        out.append(Case(name, cls, path, commands or ANALYZE))
+        out.append(Case(name, cls, path, commands or READING))
 
     # -- 1. a trace controls the terminal ---------------------------------------------------------
     nasty_doc = two_step_trace()
@@ -429,6 +441,7 @@ def build(d: Path) -> list[Case]:
             p, _table(_rows(**{S.GPU_BUSY_MS: math.nan, S.DATA_WAIT_MS: math.inf})), {}, b'{"status":"ok"}'
         ),
     )
+    add_cases(d, add)
     return out
 
 

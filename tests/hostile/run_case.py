@@ -1,32 +1,90 @@
 """Run several `gpuanalyze` command lines in this one process, each with its own captured stdout and
 stderr, and print their results as JSON: how the hostile-input corpus runs one input's commands
-under one memory cap (tests/test_hostile_corpus.py)."""
+under one memory cap (tests/test_hostile_corpus.py).
+
+``{out}`` in an argument becomes a fresh path in a new empty directory; ``{import_out}`` a fresh
+.arrow path, or a new empty directory when the input is a directory. `watch` is stopped after
+WATCH_S seconds as Ctrl-C would stop it (a live view has no end of its own); any other command
+running past COMMAND_S seconds is reported with exit code 124. Each result carries its wall time.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import signal
 import sys
+import tempfile
+import time
 import traceback
+from pathlib import Path
+
+WATCH_S = 3
+COMMAND_S = 120
+
+
+class _TooLong(BaseException):
+    pass
+
+
+def _alarm(is_watch: bool):
+    def fire(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt if is_watch else _TooLong
+
+    return fire
+
+
+def _resolve(args: list[str], scratch: Path) -> list[str]:
+    out = []
+    for a in args:
+        if "{out}" in a:
+            d = Path(tempfile.mkdtemp(dir=scratch))
+            a = a.replace("{out}", str(d / "out"))
+        if a == "{import_out}":
+            d = Path(tempfile.mkdtemp(dir=scratch))
+            source = Path(args[1])
+            a = str(d) if source.is_dir() else str(d / "out.arrow")
+        out.append(a)
+    return out
 
 
 def main() -> None:
     from analyzer.cli import main as cli
 
     results = []
-    for args in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        code = 0
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli(args)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # noqa: BLE001 - what the promise forbids: report it, do not die
-                code = 1
-                err.write(traceback.format_exc())
-        results.append({"args": args, "code": code, "out": out.getvalue(), "err": err.getvalue()})
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for raw in json.loads(sys.argv[1]):
+            args = _resolve(raw, scratch)
+            out, err = io.StringIO(), io.StringIO()
+            code = 0
+            is_watch = bool(args) and args[0] == "watch"
+            signal.signal(signal.SIGALRM, _alarm(is_watch))
+            signal.alarm(WATCH_S if is_watch else COMMAND_S)
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    cli(args)
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else 1
+                except _TooLong:
+                    code = 124
+                    err.write(f"timed out after {COMMAND_S} s")
+                except BaseException:  # noqa: BLE001 - what the promise forbids: report it, do not die
+                    code = 1
+                    err.write(traceback.format_exc())
+                finally:
+                    signal.alarm(0)
+            results.append(
+                {
+                    "args": raw,
+                    "code": code,
+                    "out": out.getvalue(),
+                    "err": err.getvalue(),
+                    "seconds": time.perf_counter() - start,
+                }
+            )
     sys.__stdout__.write(json.dumps(results))
 
 

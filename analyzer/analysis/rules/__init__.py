@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
-from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
+from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
-from analyzer.analysis.rules.host import Host
+from analyzer.analysis.rules.host import Host, before_gpu_share
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, exposed_comm_share
@@ -115,24 +115,53 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     return Confidence(value, confidence_level(value), why)
 
 
+def warmup_only(ctx: Context) -> str | None:
+    """Why a one-step trace says nothing about the steady state, or None. One step among the run's first
+    WARMUP_MAX_STEPS, or one step (or one window of a trace without ProfilerStep annotations) whose first kernel
+    launches WARMUP_LEAD or more into it: lazy initialisation, compilation, cudnn autotune, first allocations.
+    A single later step that starts its GPU work promptly is judged (at low confidence: one step of evidence)."""
+    if ctx.m.per_step.height != 1:
+        return None
+    number = int(ctx.m.per_step.get_column(S.STEP)[0])
+    lead = before_gpu_share(ctx.m.kernels)
+    wall = f"{ctx.wall / 1e3:,.3g} s"
+    if ctx.run.profiler_steps != 0 and number < T.WARMUP_MAX_STEPS:
+        why = f"one step (#{number}, {wall}), among the run's first {T.WARMUP_MAX_STEPS}"
+    elif lead >= T.WARMUP_LEAD:
+        what = "one window (no ProfilerStep annotations)" if ctx.run.profiler_steps == 0 else f"one step (#{number})"
+        why = f"{what} of {wall} whose first kernel launches {lead:.0%} into it"
+    else:
+        return None
+    return (
+        f"the trace holds {why}: warm-up (compilation, autotuning, first allocations), not the steady state; "
+        "no projection from it; record more steps (e.g. torch.profiler schedule(wait=1, warmup=1, active=3) after "
+        "a few steps)"
+    )
+
+
 def classify(ctx: Context) -> Verdict:
+    warmup = warmup_only(ctx)
+    if warmup is not None:
+        return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))
     findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
     if not findings and not healthy:
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = tuple(sorted(findings, key=lambda f: (f.projection.saved_ms, f.share), reverse=True))
+    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:
         failed = ", ".join(e.metric for e in tests if not e.passed)
+        rejected = "; ".join(r for rule in RULES if (r := rule.rejected(ctx)) is not None)
         return Verdict(
             "unknown",
             Confidence(
                 0.0,
                 "low",
-                f"not healthy ({failed} fail the health tests), but no rule can attribute the time or project a fix",
+                f"not healthy ({failed} fail the health tests), but no rule can attribute the time or project a fix"
+                + (f"; {rejected}" if rejected else ""),
             ),
             (),
             tests,

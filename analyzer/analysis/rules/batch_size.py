@@ -10,11 +10,13 @@ by the batch multiplier, the rest of the step stays.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
+from analyzer.analysis.rules.host import preprocessing_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -54,19 +56,25 @@ def others_ms(ctx: Context) -> float:
     return out
 
 
+def unexplained_idle(ctx: Context) -> float:
+    """GPU idle share that data wait, sync and input preprocessing (host.preprocessing_share) do not explain."""
+    return max(0.0, (ctx.m.idle_unexplained or 0.0) - preprocessing_share(ctx))
+
+
 def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     """Step time per current batch worth of samples with a batch ``k`` times larger.
 
-    The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
-    optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
-    a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
-    step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
-    to "none of it does" (the low end), and the point is the first (conservative) one. Time another
-    rule names (syncs, large host time) grows with neither."""
+        The per-step cost this rule measures (GPU idle no data wait or sync explains; on a CPU the
+        optimizer, small host time and a fetch that is a per-step cost) is divided by ``k``. Of the rest,
+        a smaller batch within the run measures how much grows with the batch (analysis.batch_split: the
+        step as fixed ms + ms per sample); without one the range spans "all of it grows" (the high end)
+        to "none of it does" (the low end), and the point is the middle (BATCH_UNMEASURED_FIXED); findings
+    rank by the slow end of their range, so the unmeasured half does not lift this finding's rank. Time another
+        rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
     if ctx.gpu:
-        fixed = ctx.ms(m.idle_unexplained or 0.0)
+        fixed = ctx.ms(unexplained_idle(ctx))
         fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
     else:
         fixed = ctx.ms(per_step_fixed_share(ctx))
@@ -90,10 +98,11 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
             f"{work:.2f} ms compute is fixed"
         )
     else:
-        f, lo_f, hi_f = 0.0, 0.0, 1.0
+        f, lo_f, hi_f = T.BATCH_UNMEASURED_FIXED, 0.0, 1.0
         basis = (
-            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: taken to grow with the "
-            f"batch (the range spans down to none of it growing, {at(1.0):.2f} ms)"
+            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
+            f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "
+            f"to none of it ({at(1.0):.2f} ms)"
         )
     step = at(f)
     rule = (
@@ -115,12 +124,22 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
 class BatchSize(Rule):
     bottleneck = "batch_size"
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "launch_overhead": ("kernel_median_us", "idle_from_launch_or_host_wait"),
+        "host_overhead": ("idle_from_launch_or_host_wait",),
+    }
+    fallback: ClassVar[dict[str, str]] = {"launch_overhead": "host_overhead"}
+    record: ClassVar[str] = (
+        "the GPU idles in gaps whose kernels were launched before the gap began (waits on events, other streams "
+        "or the host's own blocking calls): record with CPU and CUDA activities and record_shapes=True, "
+        "with_stack=True to see what the host and the streams wait on"
+    )
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
         floor = T.RELAXED if relaxed else T.IDLE_MODERATE.value
         if ctx.gpu:
-            idle = m.idle_unexplained or 0.0
+            idle = unexplained_idle(ctx)
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
                 return None
             km = m.kernels

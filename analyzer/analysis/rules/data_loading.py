@@ -12,7 +12,7 @@ CPU work).
 
 from __future__ import annotations
 
-from typing import TypeGuard
+from typing import ClassVar, TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
@@ -94,6 +94,10 @@ def would_not_help(plan: WorkerPlan | None, wall: float) -> bool:
 class DataLoading(Rule):
     bottleneck = "data_loading"
     high = T.DATA_WAIT_HIGH
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "input_pipeline": ("data_wait_share", "gpu_idle_share"),
+        "cpu_bound_loading": ("data_wait_share", "gpu_idle_share"),
+    }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         share = ctx.m.effective[S.DATA_WAIT_MS]

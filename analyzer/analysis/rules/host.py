@@ -3,13 +3,16 @@ or sync): a batch function that is not a DataLoader, logging, checkpointing, eva
 
 gpuanalyze cannot see what this time is, so the finding says so and says where to look; its
 projection (the step without it) is an upper bound. On GPU traces the same time shows as GPU
-idle time and batch_size names it.
+idle time and batch_size names it, except host work before the step's first kernel (outside
+DataLoader waits): that is input preprocessing in the training process (cause
+``input_preprocessing``, kernel statistics' host_before_gpu_ms), moved to DataLoader workers or the GPU.
 """
 
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from gpuanalyze.ingest import schema as S
 
@@ -20,7 +23,7 @@ class Host(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if ctx.gpu:
-            return None
+            return _preprocessing(ctx, relaxed)
         share = ctx.m.effective[S.OTHER_MS]
         if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
@@ -36,6 +39,25 @@ class Host(Rule):
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        if d.cause == "input_preprocessing":
+            return (
+                Evidence(
+                    "host_before_gpu_share",
+                    d.share,
+                    T.PREPROCESSING.value,
+                    ">=",
+                    "fraction of step time",
+                    T.PREPROCESSING.source,
+                ),
+                Evidence(
+                    "gpu_idle_share",
+                    1.0 - (ctx.m.gpu_util or 0.0),
+                    d.share,
+                    ">=",
+                    "fraction of step time",
+                    "host work before the first kernel costs step time only while the GPU idles",
+                ),
+            )
         threshold = T.HOST_HIGH if d.share >= T.HOST_HIGH.value else T.HOST_MODERATE
         return (
             Evidence(
@@ -44,6 +66,16 @@ class Host(Rule):
         )
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
+        if d.cause == "input_preprocessing":
+            pre = ctx.ms(d.share)
+            return bounded(
+                ctx,
+                ctx.wall - pre,
+                "preprocessing off the training loop",
+                {"GPU-busy time": ctx.busy},
+                f"step {ctx.wall:.2f} ms minus {pre:.2f} ms of host work before the first kernel, if DataLoader "
+                "workers (or the GPU) did it while the GPU runs the previous batch",
+            )
         other = ctx.ms(d.share)
         instrumented = ctx.wall - other
         return bounded(
@@ -58,6 +90,15 @@ class Host(Rule):
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause == "input_preprocessing":
+            return (
+                "Move the preprocessing (video/image decode, a tokenizer or Hugging Face processor, augmentation) "
+                "into the Dataset so DataLoader(num_workers > 0) workers run it while the GPU computes, or run it "
+                "on the GPU (torchvision.io.decode_jpeg(device='cuda'), torchcodec or DALI GPU decode).",
+                "gpuanalyze keeps only phase annotations of imported traces, so it cannot name these ops: open the "
+                "trace at the step's start (the CPU ops before its first kernel) or wrap the code in "
+                "torch.profiler.record_function('preprocess') to see it named.",
+            )
         wrap = (
             "If batches come from your own function (no DataLoader, e.g. get_batch()), wrap the call in "
             "`with prof.data():` so gpuanalyze counts it as data wait; then load in the background."
@@ -82,3 +123,35 @@ def after_optimizer(ctx: Context, d: Detection) -> bool:
     lead = ctx.m.lead_mean_ms
     loader = ctx.end is not None and ctx.end.loader_workers is not None
     return loader and lead is not None and lead >= T.LEAD_AFTER_OPTIMIZER * ctx.ms(d.share)
+
+
+def before_gpu_share(km: KernelMetrics | None) -> float:
+    """Host time before each step's first kernel (host_before_gpu_ms) over those steps' wall time."""
+    if km is None or not km.wall_ms:
+        return 0.0
+    return km.totals_ms["host_before_gpu_ms"] / km.wall_ms
+
+
+def preprocessing_share(ctx: Context) -> float:
+    """Share of step time the host spends before each step's first kernel outside data waits and syncs, capped
+    by the GPU's idle share (0 without kernel statistics)."""
+    km = ctx.m.kernels
+    if km is None or not ctx.gpu:
+        return 0.0
+    return min(before_gpu_share(km), 1.0 - (ctx.m.gpu_util or 0.0))
+
+
+def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
+    share = preprocessing_share(ctx)
+    if share < (T.RELAXED if relaxed else T.PREPROCESSING.value):
+        return None
+    km = ctx.m.kernels
+    assert km is not None
+    return Detection(
+        cause="input_preprocessing",
+        share=share,
+        consistency=1.0,
+        evidence_steps=km.steps,
+        summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) is host work before the step's first kernel, "
+        "outside DataLoader waits, while the GPU has nothing to run: input preprocessing in the training loop.",
+    )

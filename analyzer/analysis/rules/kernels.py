@@ -10,28 +10,51 @@ in the datasheet table (a lower bound).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.datasheet import lookup
+from analyzer.machine.tensor_cores import TensorCores, capability, tensor_cores
 from gpuanalyze.ingest import schema as S
 
 FP32_CATEGORIES = ("gemm_simt_fp32", "conv")
 MEMORY_BOUND_CATEGORIES = ("elementwise", "reduction")
 
 
-def tensor_core_ratio(ctx: Context) -> tuple[float, str]:
-    """bf16 / fp32 matmul speed: measured on this machine, else the datasheet's, else the table's smallest."""
+def generation(ctx: Context) -> tuple[TensorCores, str] | None:
+    """The tensor-core generation of the run's GPU and where its compute capability comes from; None when
+    unknown (AMD or a GPU neither the trace nor the name table places)."""
+    cc = capability(ctx.run.gpu_name, ctx.run.compute_capabilities)
+    if cc is None:
+        return None
+    return tensor_cores(cc[0]), cc[1]
+
+
+def autocast_dtype(ctx: Context) -> str | None:
+    """The 16-bit precision this GPU's tensor cores run: float16 on Volta/Turing, bfloat16 from Ampere and
+    on GPUs of unknown generation (today's usual choice); None on GPUs without tensor cores."""
+    gen = generation(ctx)
+    if gen is None or gen[0].bf16:
+        return "bfloat16"
+    return "float16" if gen[0].fp16 else None
+
+
+def tensor_core_ratio(ctx: Context, dtype: str = "bfloat16") -> tuple[float, str]:
+    """16-bit / fp32 matmul speed: measured on this machine, else the datasheet's, else the table's smallest."""
+    short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
     c = ctx.ceilings
-    if c is not None and c.matmul_tflops.get("float32") and c.matmul_tflops.get("bfloat16"):
-        ratio = c.matmul_tflops["bfloat16"] / c.matmul_tflops["float32"]
-        return ratio, f"measured matmul bf16/fp32 = {ratio:.1f}x ({c.path})"
+    if c is not None and c.matmul_tflops.get("float32") and c.matmul_tflops.get(dtype):
+        ratio = c.matmul_tflops[dtype] / c.matmul_tflops["float32"]
+        return ratio, f"measured matmul {short}/fp32 = {ratio:.1f}x ({c.path})"
     spec = lookup(ctx.run.gpu_name)
-    if spec is not None and spec.bf16_tflops:
-        ratio = spec.bf16_tflops / spec.fp32_tflops
-        return ratio, f"{spec.name} datasheet bf16/fp32 = {ratio:.1f}x ({spec.source})"
+    peak = spec.peak_tflops(dtype) if spec is not None else None
+    if spec is not None and peak:
+        ratio = peak / spec.fp32_tflops
+        return ratio, f"{spec.name} datasheet {short}/fp32 = {ratio:.1f}x ({spec.source})"
     return T.FALLBACK_TENSOR_CORE_RATIO, (
-        f"{ctx.run.gpu_name or 'this GPU'} is not in the datasheet table: the table's smallest bf16/fp32 ratio, "
+        f"{ctx.run.gpu_name or 'this GPU'} is not in the datasheet table: the table's smallest 16-bit/fp32 ratio, "
         f"{T.FALLBACK_TENSOR_CORE_RATIO:.1f}x (RTX 4090), a lower bound on the gain"
     )
 
@@ -39,6 +62,10 @@ def tensor_core_ratio(ctx: Context) -> tuple[float, str]:
 class Kernels(Rule):
     bottleneck = "kernels"
     high = T.KERNELS_HIGH
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "fp32_math": ("fp32_gemm_conv_share",),
+        "memory_bound": ("memory_bound_kernel_share",),
+    }
 
     def _shares(self, ctx: Context) -> tuple[float, float, bool]:
         """(fp32-math share of kernel time, memory-bound share of kernel time, from kernel statistics)."""
@@ -128,9 +155,11 @@ class Kernels(Rule):
         fp32, memory, measured = self._shares(ctx)
         util = ctx.m.gpu_util or 0.0
         busy = ctx.busy
-        ratio, source = tensor_core_ratio(ctx)
+        dtype = autocast_dtype(ctx)
+        ratio, source = tensor_core_ratio(ctx, dtype or "bfloat16")
         parts, removed = [], 0.0
-        if fp32 >= T.FP32_MATH.value or (d.cause == "fp32_math"):
+        tensor_cores = dtype is not None and (fp32 >= T.FP32_MATH.value or d.cause == "fp32_math")
+        if tensor_cores:
             gain = busy * fp32 * (1 - 1 / ratio)
             removed += gain
             parts.append(f"fp32 GEMM/conv {busy * fp32:.2f} ms x (1 - 1/{ratio:.1f}) = {gain:.2f} ms ({source})")
@@ -150,7 +179,9 @@ class Kernels(Rule):
             + " + ".join(parts)
             + ("" if measured else "; no kernel statistics: all GPU-busy time treated as fp32 matmul, an upper bound")
         )
-        params: tuple[tuple[str, int | float | str], ...] = (("precision", "bfloat16"),) if fp32 > 0 else ()
+        params: tuple[tuple[str, int | float | str], ...] = (
+            (("precision", dtype),) if tensor_cores and fp32 > 0 and dtype is not None else ()
+        )
         return bounded(
             ctx,
             ctx.wall - saved,
@@ -164,13 +195,15 @@ class Kernels(Rule):
         fp32, memory, measured = self._shares(ctx)
         recs = []
         if fp32 >= T.FP32_MATH.value or d.cause == "fp32_math":
-            recs += [
-                "Run matmuls and convolutions on tensor cores: torch.autocast('cuda', dtype=torch.bfloat16) around "
-                "forward and loss.",
-                "Allow TF32 for the fp32 matmuls that remain: torch.set_float32_matmul_precision('high') and "
-                "torch.backends.cudnn.allow_tf32 = True.",
-            ]
+            recs += precision_advice(ctx)
         if measured and (memory >= T.MEMORY_BOUND.value or d.cause == "memory_bound"):
+            softmax = softmax_share(ctx)
+            if softmax >= T.UNFUSED_SOFTMAX:
+                recs.append(
+                    f"Softmax kernels take {softmax:.0%} of kernel time: attention computed as matmul, softmax, "
+                    "matmul. Use fused attention: torch.nn.functional.scaled_dot_product_attention (Flash/"
+                    "memory-efficient SDPA backends; attn_implementation='sdpa' in Hugging Face models)."
+                )
             recs.append(
                 "Fuse memory-bound elementwise/normalisation chains with torch.compile(model); use fused "
                 "optimizers (e.g. AdamW(fused=True))."
@@ -181,3 +214,46 @@ class Kernels(Rule):
                 "import a torch.profiler trace of a few steps."
             )
         return tuple(recs)
+
+
+def precision_advice(ctx: Context) -> list[str]:
+    """Tensor-core precision advice for this GPU's generation (analyzer.machine.tensor_cores)."""
+    gen = generation(ctx)
+    if gen is not None and not gen[0].bf16:
+        tc, where = gen
+        if not tc.fp16:
+            return [
+                f"This GPU has no tensor cores ({where}; {tc.source}): fp32 matmul time stays; a GPU from Volta "
+                "(sm70) on runs it in fp16 on tensor cores."
+            ]
+        return [
+            "Run matmuls and convolutions on tensor cores in fp16: torch.autocast('cuda', dtype=torch.float16) "
+            "around forward and loss, with torch.amp.GradScaler('cuda') scaling the loss "
+            f"(scaler.scale(loss).backward(); scaler.step(opt); scaler.update()). {tc.generation} tensor cores "
+            f"run fp16, not bf16 or TF32 ({where}; {tc.source}).",
+        ]
+    recs = [
+        "Run matmuls and convolutions on tensor cores: torch.autocast('cuda', dtype=torch.bfloat16) around "
+        "forward and loss.",
+        "Allow TF32 for the fp32 matmuls that remain: torch.set_float32_matmul_precision('high') and "
+        "torch.backends.cudnn.allow_tf32 = True.",
+    ]
+    if gen is not None:
+        tc, where = gen
+        recs[0] = recs[0][:-1] + f" ({tc.generation}: {where}; {tc.source})."
+        if tc.fp8:
+            recs.append(
+                f"After bf16, large linear layers can run in FP8 on {tc.generation} tensor cores with NVIDIA "
+                "Transformer Engine (te.Linear under te.fp8_autocast); check the loss curve against bf16."
+            )
+    return recs
+
+
+def softmax_share(ctx: Context) -> float:
+    """Share of kernel time in kernels named softmax among the top kernels (a lower bound: only the top ones)."""
+    km = ctx.m.kernels
+    if km is None:
+        return 0.0
+    total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
+    soft = sum(ms for name, ms, _ in km.top_kernels if "softmax" in name.lower())
+    return soft / total if total else 0.0

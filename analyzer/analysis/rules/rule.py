@@ -9,6 +9,7 @@ is projected to help, and then the rule does not fire) and ``advise`` (what to c
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -111,16 +112,60 @@ def confidence_level(value: float) -> ConfidenceLevel:
 class Rule(ABC):
     bottleneck: ClassVar[Bottleneck]
     high: ClassVar[T.Threshold]
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Per cause, the evidence items that define it: when one is shown and fails, the cause does not stand."""
+    fallback: ClassVar[dict[str, str]] = {}
+    """Per cause, the cause it falls back to when its defining test fails (that one's tests must then pass)."""
+    record: ClassVar[str] = ""
+    """What to record so a cause whose defining test failed can be decided."""
+
+    def failed_test(self, evidence: tuple[Evidence, ...], cause: str) -> Evidence | None:
+        """The first defining evidence item of ``cause`` that is shown and fails, if any."""
+        names = self.defining.get(cause, ())
+        return next((e for e in evidence if e.metric in names and not e.passed), None)
+
+    def standing(self, ctx: Context, d: Detection) -> tuple[Detection, tuple[Evidence, ...]] | Evidence:
+        """The detection whose defining tests pass (the cause itself or its fallback) with its evidence, or the
+        defining item that failed."""
+        evidence = self.evidence(ctx, d)
+        failed = self.failed_test(evidence, d.cause)
+        if failed is None:
+            return d, evidence
+        if d.cause in self.fallback:
+            other = dataclasses.replace(d, cause=self.fallback[d.cause])
+            evidence = self.evidence(ctx, other)
+            if self.failed_test(evidence, other.cause) is None:
+                return other, evidence
+        return failed
+
+    def rejected(self, ctx: Context) -> str | None:
+        """Why the rule's detection does not stand (its defining test failed), with what to record; None if it
+        does not fire or stands."""
+        d = self.detect(ctx, relaxed=False) or self.detect(ctx, relaxed=True)
+        if d is None:
+            return None
+        got = self.standing(ctx, d)
+        if not isinstance(got, Evidence):
+            return None
+        e = got
+        return (
+            f"{self.bottleneck}/{d.cause} fails its defining test ({e.metric} {e.value:.3g} {e.comparison} "
+            f"{e.threshold:g} does not hold){': ' + self.record if self.record else ''}"
+        )
 
     def evaluate(self, ctx: Context, *, relaxed: bool = False) -> Finding | None:
-        """The finding, or None when the rule does not fire or no fix is projected to help."""
+        """The finding, or None when the rule does not fire, its defining test fails, or no fix is projected to
+        help."""
         d = self.detect(ctx, relaxed=relaxed)
         if d is None:
             return None
+        got = self.standing(ctx, d)
+        if isinstance(got, Evidence):
+            return None
+        d, evidence = got
         projection = self.project(ctx, d)
         if projection is None or projection.saved_ms < T.MIN_SAVING * ctx.wall:
             return None
-        evidence = self.evidence(ctx, d)
         return Finding(
             bottleneck=self.bottleneck,
             cause=d.cause,

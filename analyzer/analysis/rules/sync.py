@@ -12,6 +12,8 @@ so the projection is the longer of the GPU's own work and the host's path withou
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import RAW
@@ -24,12 +26,22 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 _STRAGGLER_FIXES = {
     "data": "Rank {r} waits longest for input: check its node's data path (disk, network storage, CPU cores for "
     "DataLoader workers) and give it more workers.",
-    "forward": "Rank {r} is slow in forward: check that node's GPU (clocks, thermals, a different GPU model), uneven "
-    "inputs (sequence lengths) or extra work done only on that rank.",
-    "backward": "Rank {r} is slow in backward: check its GPU and uneven inputs; shapes that differ per rank change "
+    "forward": "Rank {r} is slow in forward: {device}; look for uneven inputs (sequence lengths) or extra work done "
+    "only on that rank.",
+    "backward": "Rank {r} is slow in backward: {device}; look for uneven inputs: shapes that differ per rank change "
     "the work.",
     "optimizer": "Rank {r} is slow in the optimizer step: look for rank-specific work (logging, checkpointing, EMA).",
 }
+#: What to check on the slow rank's device, by what the trace shows about it.
+_DEVICE_CPU = (
+    "this run used no accelerator, so check that rank's CPU (frequency scaling, other processes on its node, the "
+    "cores and threads it gets: torch.get_num_threads())"
+)
+_DEVICE_UNSAMPLED = (
+    "the trace has no clock, temperature or power samples of its GPU, so record them on every rank (nvidia-smi "
+    "--query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv -l 1) to tell a throttled or different GPU from "
+    "uneven work"
+)
 _STRAGGLER_OTHER = (
     "Rank {r}'s extra time is outside forward, backward, optimizer and data (host work no phase "
     "accounts for): look for rank-only work in the loop (logging, evaluation, checkpointing on "
@@ -57,6 +69,11 @@ def _after(ctx: Context) -> float:
 class Sync(Rule):
     bottleneck = "sync"
     high = T.SYNC_HIGH
+    defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "host_sync": ("sync_share", "gpu_idle_share"),
+        "exposed_communication": ("exposed_communication_share",),
+        "straggler": ("straggler_slow_step_fraction", "straggler_excess_ms"),
+    }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
@@ -69,7 +86,8 @@ class Sync(Rule):
                 consistency=s.steps_slow / s.steps if s.steps else 0.0,
                 evidence_steps=s.steps,
                 summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
-                f"{s.excess_ms:.1f} ms, mostly in {s.phase}; the other ranks wait for it in gradient all-reduce.",
+                f"{s.excess_ms:.1f} ms, mostly in {s.phase}{_diffs(s.phase_diffs)}; the other ranks wait for it in "
+                + ("gradient all-reduce." if ctx.gpu else "collectives."),
             )
         floor = T.RELAXED if relaxed else T.SYNC_MODERATE.value
         host = m.share[S.SYNC_MS] or 0.0
@@ -226,8 +244,9 @@ class Sync(Rule):
             d_ = ctx.m.distributed
             assert d_ is not None
             s = d_.stragglers[0]
+            device = _device_check(ctx)
             return (
-                _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank),
+                _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank, device=device),
                 "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work "
                 "out of the step.",
             )
@@ -239,6 +258,7 @@ class Sync(Rule):
                 "accumulation."
             )
         if (ctx.m.share[S.SYNC_MS] or 0.0) >= T.RELAXED:
+            recs += pageable_copy_advice(ctx)
             recs += [
                 "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
                 "read them every N steps.",
@@ -250,3 +270,57 @@ class Sync(Rule):
                     "tune bucket_cap_mb."
                 )
         return tuple(recs)
+
+
+def pageable_copy_advice(ctx: Context) -> list[str]:
+    """What to change when the host waits in copies to or from pageable memory (kernel statistics say so)."""
+    km = ctx.m.kernels
+    if km is None or km.totals_ms["memcpy_pageable_ms"] <= 0:
+        return []
+    t = km.totals_ms
+    recs = []
+    if t["memcpy_d2h_ms"] > 0:
+        recs.append(
+            "The host waits in cudaMemcpyAsync device-to-host into pageable memory (tensor.to('cpu'), .item(), "
+            ".tolist(), typically under aten::to / aten::_local_scalar_dense): each call returns only after "
+            "everything queued before it ran. Read fewer values back per step (keep metrics on the device, read "
+            "every N steps); copy into a pinned buffer with non_blocking=True and synchronise on an event only "
+            "where the value is used."
+        )
+    if t["memcpy_h2d_ms"] > 0:
+        recs.append(
+            "Host-to-device copies come from pageable memory (the host stages and waits): DataLoader(pin_memory="
+            "True) and .to(device, non_blocking=True)."
+        )
+    return recs
+
+
+def _diffs(diffs: tuple[tuple[str, float], ...]) -> str:
+    """Per-phase differences from the other ranks, in words: ' (forward +12.0, backward +0.4 ms per step ...)'."""
+    if not diffs:
+        return ""
+    shown = ", ".join(f"{name} {ms:+.1f}" for name, ms in diffs)
+    return f" ({shown} ms per step against the other ranks' medians)"
+
+
+def _device_check(ctx: Context) -> str:
+    """What to check on the slow rank's device: its CPU on a CPU run; its GPU only with the system sampler's
+    clock, temperature or power readings as evidence; otherwise what to record."""
+    if not ctx.gpu:
+        return _DEVICE_CPU
+    h = ctx.host
+    read = [
+        f"{label} {value:.0f} {unit}"
+        for label, value, unit in (
+            ("SM clock", h.gpu_sm_clock_mhz, "MHz"),
+            ("temperature up to", h.gpu_temp_c, "C"),
+            ("power", h.gpu_power_w, "W"),
+        )
+        if value is not None
+    ]
+    if not read:
+        return _DEVICE_UNSAMPLED
+    return (
+        "check that node's GPU against the others (the system sampler read " + ", ".join(read) + "; a low clock "
+        "under load or a high temperature is throttling, a different clock a different GPU model)"
+    )

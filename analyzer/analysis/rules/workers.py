@@ -5,8 +5,11 @@ training process pays WORKER_MAIN_COST_MS to receive it, a worker WORKER_SIDE_CO
 WORKER_SIDE_MS_PER_MIB to send it), and loading that is CPU work needs cores the training loop
 uses too. The plan divides CPU work among the cores *free* to the job (``HostFacts.cores_free``),
 never assumes more workers than free cores, and charges forward and backward for the cores the
-workers take when the training process computes on more than the cores left to it. Its range:
-half the hand-over and no contention (low) to twice the hand-over with the workers' full share
+workers take when the training process computes on more than the cores left to it. Never more
+workers than free cores, except for loading that mostly sleeps on I/O (a network or disk read):
+such workers run beyond the cores, as many as their CPU parts fit. Its range:
+half the hand-over, no contention and every core of the job (other work yielding them: the
+scheduler shares cores among runnable threads) at the low end, to twice the hand-over with the workers' full share
 of the cores taken from compute, on every free core when the sampler did not measure how many it
 computes on, and loading CPU-bound unless the sampler measured the host (high).
 """
@@ -30,8 +33,14 @@ def cores_free(ctx: Context) -> float:
 
 
 def max_workers(ctx: Context) -> int:
-    """The most workers a projection assumes: never more than the free cores, at most MAX_WORKERS."""
-    return max(1, min(T.MAX_WORKERS, math.floor(cores_free(ctx))))
+    """The most workers a projection assumes, at most MAX_WORKERS: never more than the free cores,
+    except for loading that mostly sleeps on I/O (CPU share below CPU_BOUND_LOADING): such a worker
+    takes only its CPU share of a core, so as many run as their CPU parts fit the free cores."""
+    cpu = loader_cpu_share(ctx)
+    free = cores_free(ctx)
+    if cpu is not None and cpu < T.CPU_BOUND_LOADING:
+        free = free / max(cpu, 1.0 / T.MAX_WORKERS)
+    return max(1, min(T.MAX_WORKERS, math.floor(free + 1e-9)))
 
 
 def handover_ms(ctx: Context) -> tuple[float, float]:
@@ -63,6 +72,14 @@ def compute_threads(ctx: Context) -> tuple[float, float]:
     return point, most
 
 
+def concurrent(workers: int, cores: float, cpu_share: float) -> float:
+    """Fetches that progress at once: every worker, as far as their CPU part fits the cores (a
+    CPU-bound fetch takes a core; one that sleeps on I/O for most of its time takes its share)."""
+    if cpu_share <= 0:
+        return float(workers)
+    return min(float(workers), max(1.0, cores / cpu_share))
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerPlan:
     """What moving loading into worker processes would give."""
@@ -89,7 +106,7 @@ class _Model:
     def step(self, ctx: Context, handover: float, contention: bool) -> tuple[float, float, float]:
         """(step, loading per batch, compute as slowed by the workers) under these assumptions."""
         main, side = (x * handover for x in handover_ms(ctx))
-        parallel = min(self.workers, max(1, math.floor(self.cores))) if self.cpu_share > 0 else self.workers
+        parallel = concurrent(self.workers, self.cores, self.cpu_share)
         loading = (self.data + side) / parallel
         cpu_work = self.data * self.cpu_share + side
         cores_bound = (self.compute * self.threads + main + cpu_work) / self.cores
@@ -110,7 +127,13 @@ def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> Wor
     if current is None:
         return None
     if current == 0:
-        return _from_zero(ctx, data_ms, workers or max_workers(ctx))
+        if workers is not None:
+            return _from_zero(ctx, data_ms, workers)
+        # the fewest workers within WORKERS_ENOUGH of the best the free cores allow: more add processes,
+        # memory and hand-over for nothing
+        plans = [_from_zero(ctx, data_ms, k) for k in range(1, max_workers(ctx) + 1)]
+        best = min(p.step_ms for p in plans)
+        return next(p for p in plans if p.step_ms <= best * (1 + T.WORKERS_ENOUGH))
     return _more(ctx, data_ms, current, workers)
 
 
@@ -120,7 +143,10 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     threads, most = compute_threads(ctx)
     model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
     step, loading, slowed = model.step(ctx, 1.0, True)
-    low, _, _ = model.step(ctx, T.HANDOVER_LOW, False)
+    # The low end: half the hand-over, and the other work on the host yielding the job's cores to it
+    # (the scheduler shares cores among runnable threads; the measured free cores are the worst case).
+    roomy = dataclasses.replace(model, cores=max(model.cores, float(ctx.host.cores_available)))
+    low, _, _ = roomy.step(ctx, T.HANDOVER_LOW, False)
     # Not sampled, the loader's CPU share may read low (a loaded host gives it part of a core): the high
     # end takes loading as CPU-bound.
     worst = model.cpu_share if ctx.host.sampled else 1.0
@@ -131,7 +157,7 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     charged = f" (slowed to {slowed:.2f} ms: the workers take cores it computes on)" if slowed > compute + 1e-9 else ""
     rule = (
         f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
-        f"to hand over, {min(workers, max(1, math.floor(model.cores)))} at a time: {loading:.2f} ms per batch; "
+        f"to hand over, {concurrent(workers, model.cores, model.cpu_share):.3g} at a time: {loading:.2f} ms per batch; "
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
         f"the {cores} core(s) free to this job: max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
         f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"

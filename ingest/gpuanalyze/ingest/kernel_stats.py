@@ -89,7 +89,7 @@ class StepKernels:
         self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
         self.pageable = kind_page[k.gpu_kind] if k.kinds else np.empty(0, bool)
         rt = k.runtime
-        sync = np.flatnonzero(k.runtime_sync)
+        sync = np.flatnonzero(k.runtime_sync | _pageable_copy_calls(k, self.pageable))
         order = sync[np.argsort(rt.start[sync], kind="stable")]
         self._sync_start = rt.start[order]
         self._sync_dur = rt.end[order] - rt.start[order]
@@ -120,7 +120,9 @@ class StepKernels:
         )
 
     def sync_us(self, lo: float, hi: float) -> float:
-        """Host time in blocking sync calls that started in [lo, hi)."""
+        """Host time in blocking sync calls that started in [lo, hi): synchronize calls, blocking copies and
+        asynchronous copies to or from pageable memory (the host waits in them: CUDA runtime API, 'API
+        synchronization behavior')."""
         i, j = np.searchsorted(self._sync_start, (lo, hi), side="left")
         return float(self._sync_dur[i:j].sum())
 
@@ -129,6 +131,11 @@ class StepKernels:
         i, j = np.searchsorted(self._gap_owner, (lo, hi), side="left")
         part = self._gap_len[:, i:j].sum(axis=1)
         return float(part[0]), float(part[1]), float(part[2])
+
+    def first_launch(self, lo: float, hi: float) -> float | None:
+        """When the first device work launched in [lo, hi) was launched (its owner time), if any."""
+        i = int(np.searchsorted(self._owner_sorted, lo, side="left"))
+        return float(self._owner_sorted[i]) if i < self._owner_sorted.size and self._owner_sorted[i] < hi else None
 
     def indices(self, lo: float, hi: float) -> np.ndarray:
         """Kernels launched in [lo, hi), in trace order."""
@@ -182,6 +189,16 @@ class StepKernels:
             kernel_median_us=float(np.median(dur)),
             top_kernels=tuple(TopKernel(name=n[:300], total_ms=ms, count=c) for n, ms, c in top),
         )
+
+
+def _pageable_copy_calls(k: KinetoTrace, pageable: np.ndarray) -> np.ndarray:
+    """Runtime calls (``cudaMemcpyAsync``) whose copy is to or from pageable host memory: they block the host
+    (device-to-host returns once the copy is done, behind everything queued before it)."""
+    corr = np.unique(k.gpu_correlation[pageable & (k.gpu_correlation >= 0)]) if pageable.size else np.empty(0)
+    if corr.size == 0 or k.runtime_correlation.size == 0:
+        return np.zeros(k.runtime_correlation.size, dtype=bool)
+    at = np.minimum(np.searchsorted(corr, k.runtime_correlation), corr.size - 1)
+    return (corr[at] == k.runtime_correlation) & (k.runtime_correlation >= 0)
 
 
 def _launch_times(k: KinetoTrace) -> np.ndarray:

@@ -18,143 +18,59 @@ beyond 2**53) are skipped with a note; wrong types in the run metadata are one T
 
 from __future__ import annotations
 
-import re
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import msgspec
 import numpy as np
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kernel_names import hta_kernel_type, kernel_category, memcpy_kind
-from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE
+from gpuanalyze.ingest.device_props import capabilities_of
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
+from gpuanalyze.ingest.kineto_events import (
+    _INT64,
+    BLOCKING_COPIES,
+    CPU_CATS,
+    DEVICE_OF_CAT,
+    EXPORT_PART_OF_MARK,
+    GPU_CATS,
+    MARK_BACKWARD,
+    MARK_EXPORT,
+    MARK_LOADER,
+    MARK_OPTIMIZER,
+    MAX_DUR_US,
+    MAX_STEP,
+    MAX_TS_US,
+    MULTI_PROCESS_ITER,
+    RUNTIME_CATS,
+    SINGLE_PROCESS_ITER,
+    SYNC_APIS,
+    _Event,
+    _LooseEvent,
+    _mark,
+    decode_events,
+)
+from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
-#: Device-side activity, by (lower-case) Kineto category, with the category kernel_category reads.
-GPU_CATS: dict[str, str] = {
-    "kernel": "kernel",
-    "gpu_memcpy": "gpu_memcpy",
-    "gpu_memset": "gpu_memset",
-    "memcpy": "gpu_memcpy",
-    "memset": "gpu_memset",
-    "mtia_ccp_events": "kernel",
-    "hpu_op": "kernel",
-    "mlu_memcpy": "gpu_memcpy",
-    "mlu_memset": "gpu_memset",
-    "gcu_memcpy": "gpu_memcpy",
-    "gcu_memset": "gpu_memset",
-}
-RUNTIME_CATS = frozenset(
-    {
-        "cuda_runtime",
-        "cuda_driver",
-        "runtime",
-        "driver",
-        "mtia_runtime",
-        "xpu_runtime",
-        "xpu_driver",
-        "privateuse1_runtime",
-        "privateuse1_driver",
-        "mlu_runtime",
-        "gcu_runtime",
-        "gcu_driver",
-    }
-)
-#: The accelerator a category names (RunInfo.device); anything else with device activity is 'cuda'.
-DEVICE_OF_CAT: dict[str, str] = {
-    "mtia_ccp_events": "mtia",
-    "mtia_runtime": "mtia",
-    "hpu_op": "hpu",
-    "xpu_runtime": "xpu",
-    "xpu_driver": "xpu",
-    "privateuse1_runtime": "privateuse1",
-    "privateuse1_driver": "privateuse1",
-    "mlu_runtime": "mlu",
-    "mlu_memcpy": "mlu",
-    "mlu_memset": "mlu",
-    "gcu_runtime": "gcu",
-    "gcu_driver": "gcu",
-    "gcu_memcpy": "gcu",
-    "gcu_memset": "gcu",
-}
-CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "operator"})
-SYNC_APIS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-)
-BLOCKING_COPIES = ("cudaMemcpy", "hipMemcpy")
-
-#: The TensorBoard plugin's DataLoader annotations (``enumerate(DataLoader)#...__next__``, DataPipe).
-DATALOADER_PREFIX = "enumerate(DataLoader)#"
-DATALOADER_SUFFIX = ".__next__"
-DATAPIPE_PREFIX = "enumerate(DataPipe)#"
-#: DataLoader iterator classes in those annotations: loading in worker processes, or in the training process.
-MULTI_PROCESS_ITER = "_MultiProcessingDataLoaderIter"
-SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"
-OPTIMIZER_PREFIX = "Optimizer.step#"
-BACKWARD_PREFIX = "autograd::engine::evaluate_function"
-_BACKWARD_OP = re.compile(r"Backward\d*$")
-"""Autograd nodes as CPU ops (``ConvolutionBackward0``): backward work without the engine wrapper."""
-
-MARK_LOADER, MARK_OPTIMIZER, MARK_BACKWARD = 0, 1, 2
-#: Marks of gpuanalyze's own phase annotations (``gpuanalyze:<part>``), one per trace part.
-MARK_EXPORT: dict[str, int] = {name: 3 + i for i, name in enumerate(S.EXPORT_PHASE_NAMES.values())}
-EXPORT_PART_OF_MARK: dict[int, str] = {3 + i: part for i, part in enumerate(S.EXPORT_PHASE_NAMES)}
-
-#: Kineto timestamps are microseconds (since 1970 in recent PyTorch): beyond this, nanoseconds overflow int64.
-MAX_TS_US = 9.2e15
-MAX_DUR_US = 1e12
-MAX_STEP = 1 << 53
-_INT64 = 1 << 63
-
-
-# gc=False: millions of small structs need no cycle tracking, which makes decoding much faster.
-class _Args(msgspec.Struct, gc=False):
-    stream: int | None = None
-    correlation: int | None = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str | None = None
-    name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    args: _Args | None = None
-
-
-class _LooseArgs(msgspec.Struct, gc=False):
-    stream: int | str | None = None
-    correlation: int | str | None = None
-
-
-class _LooseEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str | None = None
-    name: str | int | None = ""
-    ts: float | str = 0.0
-    dur: float | str = 0.0
-    args: _LooseArgs | None = None
-
-
-_STRICT = msgspec.json.Decoder(list[_Event])
-#: Fallback for exporters that write numbers as strings or names as numbers.
-_LOOSE = msgspec.json.Decoder(list[_LooseEvent])
-
-
-def decode_events(data: memoryview | bytes) -> list[Any]:
-    """A JSON array of events as structs (raises msgspec errors)."""
-    try:
-        return _STRICT.decode(data)
-    except msgspec.ValidationError:
-        return _LOOSE.decode(data)
+__all__ = [
+    "EXPORT_PART_OF_MARK",
+    "MARK_BACKWARD",
+    "MARK_EXPORT",
+    "MARK_LOADER",
+    "MARK_OPTIMIZER",
+    "GpuKind",
+    "Intervals",
+    "KinetoSink",
+    "KinetoTrace",
+    "_Event",
+    "_LooseEvent",
+    "decode_events",
+    "parse_kineto",
+    "parse_kineto_stream",
+    "parse_literal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +137,8 @@ class KinetoTrace:
     loader_workers: int | None = None
     """From the DataLoader iterator class: 1 (at least one worker process; how many is not in the
     trace) for the multi-process iterator, 0 for the single-process one, None without either."""
-
-    @property
-    def gpu_category(self) -> list[str]:
-        return [self.kinds[i].category for i in self.gpu_kind.tolist()]
-
-    def gpu_names(self, idx: np.ndarray | None = None) -> list[str]:
-        kinds = self.gpu_kind if idx is None else self.gpu_kind[idx]
-        return [self.kinds[i].name for i in kinds.tolist()]
+    compute_capabilities: tuple[str, ...] | None = None
+    """'major.minor' per deviceProperties entry (device_props.py)."""
 
 
 class KinetoSink:
@@ -251,6 +161,7 @@ class KinetoSink:
         self.bad_ids = 0
         self.bad_steps = 0
         self.loader_iters: set[str] = set()
+        self.long_names = 0
 
     def _cat(self, raw: str) -> tuple[int, str]:
         """(0 skip, 1 device, 2 runtime, 3 cpu), normalised category; cached per distinct string."""
@@ -291,6 +202,9 @@ class KinetoSink:
         return -1
 
     def _kind(self, name: str, cat: str) -> int:
+        if len(name) > MAX_NAME_CHARS:  # bounded names: linear matching, bounded memory and display
+            self.long_names += 1
+            name = name[:MAX_NAME_CHARS]
         key = (name, cat)
         kid = self._kind_index.get(key)
         if kid is None:
@@ -384,10 +298,15 @@ class KinetoSink:
             notes.append(f"skipped {self.bad_times} event(s) with impossible timestamps or durations")
         if self.bad_ids:
             notes.append(f"ignored {self.bad_ids} stream/correlation id(s) beyond 64 bits")
+        if self.long_names:
+            notes.append(
+                f"cut {self.long_names} device event name(s) longer than {MAX_NAME_CHARS:,} characters "
+                f"to their first {MAX_NAME_CHARS:,}"
+            )
         if self.bad_steps:
             notes.append(f"ignored {self.bad_steps} ProfilerStep annotation(s) with step numbers beyond 2**53")
-        dist = _dist_info(self.path, meta.get("distributedInfo"), notes)
-        name, memory = _device_props(self.path, meta.get("deviceProperties"), notes)
+        dist = dist_info(self.path, meta.get("distributedInfo"), notes)
+        name, memory = device_props(self.path, meta.get("deviceProperties"), notes)
         device = "cpu"
         if self.g_ts:
             device = sorted(self.devices)[0] if self.devices else "cuda"
@@ -413,32 +332,12 @@ class KinetoSink:
             device=device,
             notes=notes,
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
+            compute_capabilities=capabilities_of(meta.get("deviceProperties")),
         )
 
 
 def _ints(a: array) -> np.ndarray:
     return np.frombuffer(a, dtype=np.int64) if len(a) else np.empty(0, np.int64)
-
-
-def _mark(name: str, cat: str) -> int | None:
-    """-1 for a ProfilerStep, a MARK_* for a phase annotation, None for any other CPU event."""
-    if name.startswith("ProfilerStep#"):
-        return -1
-    if name.startswith("enumerate(Data"):
-        if (name.startswith(DATALOADER_PREFIX) and name.endswith(DATALOADER_SUFFIX)) or name.startswith(
-            DATAPIPE_PREFIX
-        ):
-            return MARK_LOADER
-        return None
-    if name.startswith(OPTIMIZER_PREFIX):
-        return MARK_OPTIMIZER
-    if name.startswith(BACKWARD_PREFIX):
-        return MARK_BACKWARD
-    if "Backward" in name and cat == "cpu_op" and _BACKWARD_OP.search(name):
-        return MARK_BACKWARD
-    if name.startswith(S.EXPORT_PHASE_PREFIX):
-        return MARK_EXPORT.get(name)
-    return None
 
 
 def parse_kineto(path: str | Path, limits: ReadLimits | None = None) -> KinetoTrace:
@@ -464,171 +363,3 @@ def parse_kineto_stream(fh: IO[bytes], name: str, size: int | None, limits: Read
     if not stream.events_found:
         raise TraceError(f"{name}: the trace has no events")
     return sink.finish(stream.meta, stream.notes)
-
-
-# ---- run metadata -------------------------------------------------------------------------------
-
-_META_DECODER = msgspec.json.Decoder()
-_LITERAL_MAX = 64 * 1024
-_LITERAL_DEPTH = 32
-
-
-def _meta_value(path: str, key: str, raw: bytes | None, notes: list[str]) -> Any:
-    """A metadata value: JSON, or a JSON string holding a Python literal (older Kineto)."""
-    if raw is None:
-        return None
-    try:
-        value = _META_DECODER.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        notes.append(f"{key} is not readable JSON: ignored")
-        return None
-    if isinstance(value, str):
-        try:
-            return parse_literal(value)
-        except ValueError as exc:
-            notes.append(f"{key} is a string that is not a Python literal ({exc}): ignored")
-            return None
-    return value
-
-
-def _dist_info(path: str, raw: bytes | None, notes: list[str]) -> tuple[int | None, int | None, str | None]:
-    info = _meta_value(path, "distributedInfo", raw, notes)
-    if not isinstance(info, dict) or info.get("rank") is None:
-        if isinstance(info, dict):
-            notes.append("distributedInfo has no rank: assumed rank 0 of 1")
-        else:
-            notes.append("no distributedInfo in the trace: assumed rank 0 of 1")
-        return None, None, None
-    rank = _count(info["rank"])
-    if rank is None or rank >= MAX_WORLD_SIZE:
-        raise TraceError(f"{path}: distributedInfo.rank is {_show(info['rank'])}, not a rank number")
-    world = _count(info.get("world_size"))
-    if info.get("world_size") is not None and (world is None or not 1 <= world <= MAX_WORLD_SIZE):
-        notes.append(f"distributedInfo.world_size is {_show(info.get('world_size'))}: ignored")
-        world = None
-    if world is not None and rank >= world:
-        raise TraceError(f"{path}: distributedInfo says rank {rank} of a world of {world}")
-    backend = info.get("backend")
-    if backend is not None and (not isinstance(backend, str) or len(backend) > 64):
-        notes.append("distributedInfo.backend is not a short string: ignored")
-        backend = None
-    return rank, world, backend
-
-
-def _device_props(path: str, raw: bytes | None, notes: list[str]) -> tuple[str | None, int | None]:
-    props = _meta_value(path, "deviceProperties", raw, notes)
-    if not isinstance(props, list) or not props or not isinstance(props[0], dict):
-        return None, None
-    first = props[0]
-    name = first.get("name")
-    if name is not None and (not isinstance(name, str) or len(name) > 256):
-        notes.append("deviceProperties name is not a short string: GPU name unknown")
-        name = None
-    memory = first.get("totalGlobalMem")
-    mem = _count(memory)
-    if memory is not None and (mem is None or mem > 1 << 50):
-        notes.append(f"deviceProperties totalGlobalMem is {_show(memory)}: GPU memory unknown")
-        mem = None
-    return name, mem or None
-
-
-def _count(value: Any) -> int | None:
-    """A non-negative integer from an int, an integral float or a digit string; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and value.is_integer() and 0 <= value < 2**53:
-        return int(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 16:
-        return int(value)
-    return None
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-_LIT_TOKEN = re.compile(
-    r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+))"""
-    r"""|(?P<word>True|False|None)|(?P<punct>[\[\]{}(),:]))""",
-    re.DOTALL,
-)
-
-
-def parse_literal(text: str) -> Any:
-    """A Python literal (dicts, lists, tuples, strings, numbers, True/False/None) from ``text``.
-
-    Replaces ``ast.literal_eval`` for metadata in untrusted traces: at most 64 KiB and 32 levels
-    deep, no arithmetic, no sets, no bytes; raises ValueError on anything else.
-    """
-    if len(text) > _LITERAL_MAX:
-        raise ValueError("over 64 KiB")
-    tokens = []
-    pos = 0
-    while pos < len(text):
-        m = _LIT_TOKEN.match(text, pos)
-        if m is None:
-            if text[pos:].strip():
-                raise ValueError(f"unexpected {text[pos : pos + 10]!r}")
-            break
-        tokens.append((m.lastgroup, m.group(m.lastgroup or 0)))
-        pos = m.end()
-    value, i = _literal(tokens, 0, 0)
-    if i != len(tokens):
-        raise ValueError("data after the literal")
-    return value
-
-
-def _literal(tokens: list[tuple[str | None, str]], i: int, depth: int) -> tuple[Any, int]:
-    if depth > _LITERAL_DEPTH:
-        raise ValueError("nested too deeply")
-    if i >= len(tokens):
-        raise ValueError("unexpected end")
-    kind, text = tokens[i]
-    if kind == "str":
-        try:
-            return _unquote(text), i + 1
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError("bad string escape") from exc
-    if kind == "num":
-        if len(text) > 40:
-            raise ValueError("number too long")
-        return (float(text) if any(c in text for c in ".eE") else int(text)), i + 1
-    if kind == "word":
-        return {"True": True, "False": False, "None": None}[text], i + 1
-    close = {"[": "]", "(": ")", "{": "}"}.get(text)
-    if close is None:
-        raise ValueError(f"unexpected {text!r}")
-    i += 1
-    items: list[Any] = []
-    pairs: dict[Any, Any] = {}
-    while True:
-        if i < len(tokens) and tokens[i][1] == close:
-            i += 1
-            break
-        item, i = _literal(tokens, i, depth + 1)
-        if close == "}":
-            if i >= len(tokens) or tokens[i][1] != ":":
-                raise ValueError("expected ':'")
-            value, i = _literal(tokens, i + 1, depth + 1)
-            if not isinstance(item, str | int | float | bool | type(None)):
-                raise ValueError("unhashable key")
-            pairs[item] = value
-        else:
-            items.append(item)
-        if i < len(tokens) and tokens[i][1] == ",":
-            i += 1
-        elif not (i < len(tokens) and tokens[i][1] == close):
-            raise ValueError(f"expected ',' or {close!r}")
-    if close == "}":
-        return pairs, i
-    return (tuple(items) if close == ")" else items), i
-
-
-def _unquote(text: str) -> str:
-    body = text[1:-1]
-    if "\\" not in body:
-        return body
-    return body.encode("latin-1", "backslashreplace").decode("unicode_escape")

@@ -7,8 +7,15 @@ Per step (times in the step's host window [start, end) of its ProfilerStep annot
   instant to the first of kernel, memcpy, memset, runtime, DataLoader, CPU op), clipped to the step;
 - backward: union of autograd work (``autograd::engine::evaluate_function`` and ``XxxBackward``
   CPU ops) that starts in the step; unknown (null) when the trace has no backward annotation at all;
-- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d and gpu_busy from the
-  kernels launched in the step (kernel_stats.py);
+- forward (not marked by Kineto): from the step's start, or the end of its last DataLoader fetch, to its
+  first backward op, less the blocking syncs in between; unknown (null) for a step without backward;
+- host_before_gpu (kernel statistics): host time from the step's start to its first device launch, less
+  data wait and syncs: input preprocessing in the training process;
+- optimizer: ``Optimizer.step#`` time; sync: blocking sync calls; h2d from the kernels launched in
+  the step (kernel_stats.py);
+- gpu_busy: the union of device activity (kernels, memcpy, memset) inside the step's window, whoever
+  launched it, so utilisation's numerator and denominator cover the same time; device work after the
+  last step's window (a final synchronize draining the queue) is reported apart, in a note;
 - gpuanalyze's own export convention wins where present: ``user_annotation`` slices named
   ``gpuanalyze:<part>`` (schema.EXPORT_PHASE_NAMES) inside a step give that part's time;
 - other: what the known host parts leave of the step.
@@ -25,8 +32,9 @@ step's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -34,7 +42,7 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
+from gpuanalyze.ingest.intervals import Clipper, merge, subtract, union_length
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
 from gpuanalyze.ingest.kineto import (
     EXPORT_PART_OF_MARK,
@@ -51,7 +59,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "3"
+IMPORTER_VERSION = "4"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
@@ -101,10 +109,41 @@ class _Marks:
         s = self._slice(lo, hi)
         return float((self.end[s] - self.start[s]).sum()) / 1e3
 
+    def first_start(self, lo: float, hi: float) -> float | None:
+        """Start of the first annotation that starts in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.start[s.start]) if s.stop > s.start else None
+
+    def last_end(self, lo: float, hi: float) -> float | None:
+        """Latest end of the annotations that start in [lo, hi), if any."""
+        s = self._slice(lo, hi)
+        return float(self.end[s].max()) if s.stop > s.start else None
+
     def union(self, lo: float, hi: float) -> float:
         """Union (ms) of the annotations that start in [lo, hi) (nested autograd nodes count once)."""
         s = self._slice(lo, hi)
         return union_length(self.start[s], self.end[s]) / 1e3
+
+
+def _forward_ms(lo: float, hi: float, loader: _Marks, backward: _Marks, kernels: StepKernels) -> float | None:
+    """Forward of a step that Kineto does not mark: from the step's start, or the end of its last DataLoader
+    fetch before backward, to its first backward op, less the blocking syncs in between (the sync part's);
+    None for a step without backward (forward and the rest cannot be told apart)."""
+    first_bwd = backward.first_start(lo, hi)
+    if first_bwd is None:
+        return None
+    begin = max(lo, loader.last_end(lo, first_bwd) or lo)
+    if begin >= first_bwd:
+        return 0.0
+    return max(0.0, first_bwd - begin - kernels.sync_us(begin, first_bwd)) / 1e3
+
+
+def _before_gpu_ms(lo: float, hi: float, kernels: StepKernels, loader_idle: Clipper) -> float:
+    """Host time from the step's start to its first device launch, less the data wait and blocking syncs in it."""
+    first = kernels.first_launch(lo, hi)
+    if first is None:
+        return 0.0
+    return max(0.0, first - lo - loader_idle.length(lo, first) - kernels.sync_us(lo, first)) / 1e3
 
 
 def _loader_idle(k: KinetoTrace) -> Clipper:
@@ -122,6 +161,63 @@ def _loader_idle(k: KinetoTrace) -> Clipper:
     return Clipper(*subtract(ls, le, busy_s, busy_e))
 
 
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """What each step's row is measured from: the trace's intervals and marks, built once."""
+
+    k: KinetoTrace
+    kernels: StepKernels
+    device_busy: Clipper
+    loader_idle: Clipper
+    backward: _Marks
+    optimizer: _Marks
+    loader: _Marks
+    exported: dict[str, _Marks]
+    starts: np.ndarray
+    has_gpu: bool
+
+    def row(self, step: int, lo: float, end: float) -> dict[str, Any]:
+        wall = (end - lo) / 1e3
+        hi = self.step_end(lo, end)
+        stats = self.kernels.stats(lo, hi) if self.has_gpu else None
+        if stats is not None:
+            host_before = _before_gpu_ms(lo, hi, self.kernels, self.loader_idle)
+            stats = msgspec.structs.replace(stats, host_before_gpu_ms=host_before)
+        row = S.empty_row()
+        row.update(
+            {
+                S.STEP: step,
+                S.RANK: self.k.rank or 0,
+                S.START_UNIX_NS: int(lo * 1e3),
+                S.WALL_MS: wall,
+                S.DATA_WAIT_MS: self.loader_idle.length(lo, hi) / 1e3,
+                S.H2D_MS: stats.memcpy_h2d_ms if stats else None,
+                S.BACKWARD_MS: self.backward.union(lo, hi) if self.backward.present else None,
+                S.OPTIMIZER_MS: self.optimizer.total(lo, hi),
+                S.SYNC_MS: self.kernels.sync_us(lo, hi) / 1e3,
+                S.GPU_BUSY_MS: min(wall, self.device_busy.length(lo, hi) / 1e3) if stats else None,
+                S.KERNEL_STATS: S.encode_kernel_stats(stats),
+            }
+        )
+        if self.backward.present:
+            row[S.FORWARD_MS] = _forward_ms(lo, hi, self.loader, self.backward, self.kernels)
+        for part, marks in self.exported.items():
+            row[part] = marks.total(lo, hi)
+        if S.OTHER_MS not in self.exported:
+            host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
+            row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
+        return row
+
+    def step_end(self, lo: float, end: float) -> float:
+        """A step's timer can stop a few us after the next step began: what starts then is the next
+        step's. Only a next step starting in this one's last moments is that; one starting earlier is
+        another stream of steps (another thread or process) and cuts nothing."""
+        following = int(np.searchsorted(self.starts, lo, side="right"))
+        if following < self.starts.size and end - OVERLAP_US <= self.starts[following] < end:
+            return float(self.starts[following])
+        return end
+
+
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
     windows, notes = _windows(k)
@@ -129,49 +225,27 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     has_gpu = k.gpu.start.size > 0
     if not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
-    kernels = StepKernels(k)
-    loader_idle = _loader_idle(k)
-    backward, optimizer = _Marks(k, MARK_BACKWARD), _Marks(k, MARK_OPTIMIZER)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
             f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
         )
+    src = _Sources(
+        k=k,
+        kernels=StepKernels(k),
+        device_busy=Clipper(*merge(k.gpu.start, k.gpu.end)),
+        loader_idle=_loader_idle(k),
+        backward=_Marks(k, MARK_BACKWARD),
+        optimizer=_Marks(k, MARK_OPTIMIZER),
+        loader=_Marks(k, MARK_LOADER),
+        exported=exported,
+        starts=np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64)),
+        has_gpu=has_gpu,
+    )
     rank = k.rank or 0
-    rows = []
-    starts = np.sort(np.array([lo for _, lo, _ in windows], dtype=np.float64))
-    for step, lo, end in windows:
-        wall = (end - lo) / 1e3
-        # A step's timer can stop a few us after the next step began: what starts then is the next
-        # step's. Only a next step starting in this one's last moments is that; one starting earlier is
-        # another stream of steps (another thread or process) and cuts nothing.
-        following = int(np.searchsorted(starts, lo, side="right"))
-        hi = end
-        if following < starts.size and end - OVERLAP_US <= starts[following] < end:
-            hi = float(starts[following])
-        stats = kernels.stats(lo, hi) if has_gpu else None
-        row = S.empty_row()
-        row.update(
-            {
-                S.STEP: step,
-                S.RANK: rank,
-                S.START_UNIX_NS: int(lo * 1e3),
-                S.WALL_MS: wall,
-                S.DATA_WAIT_MS: loader_idle.length(lo, hi) / 1e3,
-                S.H2D_MS: stats.memcpy_h2d_ms if stats else None,
-                S.BACKWARD_MS: backward.union(lo, hi) if backward.present else None,
-                S.OPTIMIZER_MS: optimizer.total(lo, hi),
-                S.SYNC_MS: kernels.sync_us(lo, hi) / 1e3,
-                S.GPU_BUSY_MS: min(wall, stats.gpu_busy_ms) if stats else None,
-                S.KERNEL_STATS: S.encode_kernel_stats(stats),
-            }
-        )
-        for part, marks in exported.items():
-            row[part] = marks.total(lo, hi)
-        if S.OTHER_MS not in exported:
-            host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
-            row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))
-        rows.append(row)
+    rows = [src.row(step, lo, end) for step, lo, end in windows]
+    if has_gpu:
+        notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
     mask = hta_gpu_mask(k)
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
@@ -184,8 +258,10 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 "backend": k.backend,
                 "gpu_name": k.device_name,
                 "gpu_memory_bytes": k.device_memory,
+                "compute_capabilities": k.compute_capabilities,
                 "device": k.device,
                 "gpu_summary": summary,
+                "profiler_steps": len(k.steps),
             },
             RunInfo,
         )
@@ -206,6 +282,17 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         end=IMPORTED if k.loader_workers is None else EndInfo(status="imported", loader_workers=k.loader_workers),
         notes=tuple(notes + repair),
     )
+
+
+def _after_last_step(k: KinetoTrace, busy: Clipper, last_end: float) -> list[str]:
+    """A note on device work that runs after the last step's window (not in any step's utilisation)."""
+    tail = busy.length(last_end, float(k.gpu.end.max())) / 1e3 if k.gpu.end.size else 0.0
+    if tail <= 0:
+        return []
+    return [
+        f"{tail:.2f} ms of device work ran after the last step's window (work queued by the steps, drained after "
+        "them): reported apart, not in GPU utilisation"
+    ]
 
 
 def load_kineto(path: str | Path, limits: ReadLimits | None = None) -> Trace:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import polars as pl
@@ -15,8 +17,10 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import decode_host_sample
+from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
-from gpuanalyze.ingest.writer import is_being_written
+from gpuanalyze.ingest.writer import DISK_FULL, is_being_written
 
 _T = TypeVar("_T")
 _R = TypeVar("_R", str, bytes)
@@ -25,6 +29,12 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 #: Notes for a trace without an end marker: its writer is alive (holds the file's lock) or is gone.
 LIVE_NOTE = "trace is still being written (the run is in progress); analysing the steps recorded so far"
+DISK_NOTE = (
+    "trace is incomplete: the disk filled (no space is left on its file system) and the run could not "
+    "close it; analysing the steps it recorded"
+)
+#: Free bytes below which a trace without an end marker is taken to have been cut by a full disk.
+DISK_FULL_BYTES = 1 << 20
 ENDED_NOTE = (
     "trace is incomplete: the run ended without closing it (crash, kill or OOM); analysing the steps it recorded"
 )
@@ -61,15 +71,18 @@ def load_trace(path: str | Path) -> Trace:
 
 def _load(path: Path) -> Trace:
     live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
-    try:
-        reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
+    with open(path, "rb") as fh:
+        try:
+            reader = IpcReader(path, fh)
+        except TraceError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
         arrow_schema = reader.schema
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
-    meta = arrow_schema.metadata or {}
-    version = _check_format(path, meta)
-    _check_columns(path, arrow_schema)
-    batches, end, truncated = _read_batches(path, reader)
+        meta = arrow_schema.metadata or {}
+        version = _check_format(path, meta)
+        _check_columns(path, arrow_schema)
+        batches, end, truncated = _read_batches(path, reader)
     notes: list[str] = []
     if truncated:
         notes.append(
@@ -90,7 +103,9 @@ def _load(path: Path) -> Trace:
     notes.extend(cast_notes)
     notes.extend(repair_notes)
     if end is None:
-        notes.insert(0, LIVE_NOTE if live else ENDED_NOTE)
+        notes.insert(0, LIVE_NOTE if live else DISK_NOTE if _disk_is_full(path) else ENDED_NOTE)
+    elif end.status == DISK_FULL:
+        notes.insert(0, "trace is incomplete: the disk filled while it was written; analysing the steps before that")
     return Trace(
         path=path,
         frame=frame,
@@ -101,6 +116,14 @@ def _load(path: Path) -> Trace:
         end=end,
         notes=tuple(notes),
     )
+
+
+def _disk_is_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except (OSError, AttributeError):
+        return False
+    return st.f_bavail * st.f_frsize < DISK_FULL_BYTES
 
 
 def _check_file(path: Path) -> None:
@@ -142,12 +165,18 @@ def _check_columns(path: Path, arrow_schema: pa.Schema) -> None:
         raise TraceError(f"{path}: not a valid trace, missing column(s) {', '.join(missing)}")
 
 
-def _read_batches(path: Path, reader: Any) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+def _read_batches(path: Path, reader: IpcReader) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+    """The record batches (each checked against the limits before it is decoded: ipc_guard.py), the
+    end marker, and whether the stream was cut inside a batch."""
     batches: list[pa.RecordBatch] = []
     end: EndInfo | None = None
+    items = reader.batches()
     while True:
         try:
-            batch, custom = reader.read_next_batch_with_custom_metadata()
+            item = next(items)
+            if item is None:
+                return batches, None, True
+            batch, custom = item
             batch.validate(full=True)  # corrupt offsets or buffers must not reach polars (it can crash)
         except StopIteration:
             return batches, end, False
@@ -168,6 +197,12 @@ def _conform(path: Path, table: pa.Table) -> tuple[pa.Table, list[str]]:
             columns.append(pa.nulls(table.num_rows, f.type))
             continue
         col = table.column(f.name)
+        if pa.types.is_null(col.type):  # declared without values: never cast (it would materialise)
+            if f.name in S.REQUIRED:
+                raise TraceError(f"{path}: column {f.name} is declared null-typed (it holds no values)")
+            notes.append(f"column {f.name} is declared null-typed; treated as unknown")
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
         try:
             col = col if col.type == f.type else col.cast(f.type)
         except (pa.ArrowException, ValueError) as exc:
@@ -189,6 +224,8 @@ def _check_kernel_stats(path: Path, frame: pl.DataFrame) -> None:
     """Every kernel_stats value must decode as a KernelStats (the analysis then trusts them)."""
     for text in frame.get_column(S.KERNEL_STATS).drop_nulls():
         _decode(path, "kernel_stats", text, S.decode_kernel_stats)
+    for text in frame.get_column(S.SYSTEM).drop_nulls():
+        _decode(path, "system", text, decode_host_sample)
 
 
 def _meta(path: Path, meta: dict[bytes, bytes], key: bytes, decode: Callable[[bytes], _T], default: _T) -> _T:
@@ -217,25 +254,81 @@ MAX_STEP_MS = 1e9
 #: Largest plausible batch (samples) and peak memory (bytes): beyond them a value is treated as unknown.
 MAX_BATCH_SAMPLES = 1 << 40
 MAX_MEMORY_BYTES = 1 << 50
+#: Step starts (ns) must lie within this of 1970 (146 years either way): nothing later overflows when a
+#: step's wall time is added or when two starts are subtracted, which ±2**63 did (export dropped every
+#: event, watch showed 584 years elapsed).
+MAX_START_NS = 1 << 62
 #: Largest rank a trace may carry (runinfo.MAX_WORLD_SIZE).
 MAX_RANK = MAX_WORLD_SIZE - 1
+_COUNT_LIMITS = ((S.BATCH_SAMPLES, MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES))
+
+
+_DURATIONS = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
+
+
+def _clean_and_sorted(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]] | None:
+    """The frame (sorted) when no row needs dropping, clamping or unknowing, checked in one select;
+    None when something does (normalise_frame then repairs it step by step)."""
+    if frame.height == 0:
+        return None
+    ok, dup, is_sorted, in_order = frame.select(_checks()).row(0)
+    if not ok or dup:
+        return None
+    notes = [] if in_order else ["steps were out of order; sorted them"]
+    return (frame if is_sorted else frame.sort([S.RANK, S.STEP])), notes
+
+
+@functools.cache
+def _nan_to_null() -> list[pl.Expr]:
+    return [pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in _DURATIONS]
+
+
+@functools.cache
+def _checks() -> list[pl.Expr]:
+    """The one-pass checks of _clean_and_sorted (built once: building expressions costs more than
+    evaluating them on a small frame)."""
+    wall, start, step, rank = (pl.col(c) for c in (S.WALL_MS, S.START_UNIX_NS, S.STEP, S.RANK))
+    parts = _DURATIONS[1:]
+    fine = pl.all_horizontal(
+        wall.is_not_null(),
+        wall > 0,
+        wall <= MAX_STEP_MS,
+        start.is_between(-MAX_START_NS, MAX_START_NS),
+        step >= 0,
+        rank.is_between(0, MAX_RANK),
+        *[pl.col(c).is_null() | ((pl.col(c) >= 0) & (pl.col(c) <= wall * 1.001)) for c in parts],
+        *[pl.col(c).is_null() | pl.col(c).is_between(0, lim) for c, lim in _COUNT_LIMITS],
+    ).fill_null(False)
+    return [
+        fine.all().alias("fine"),
+        pl.struct(rank, step).is_duplicated().any().alias("dup"),
+        ((rank.diff() > 0) | ((rank.diff() == 0) & (step.diff() > 0))).fill_null(True).all().alias("sorted"),
+        ((step.diff().over(rank).fill_null(1) > 0).all()).alias("in_order"),
+    ]
 
 
 def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Make every row physically possible or drop it, deduplicate, sort; say what was done.
 
-    Rows whose step time is missing, non-positive, non-finite or implausibly long, or whose step
-    or rank is missing or out of range, are dropped. A phase or GPU-busy time longer than its step
-    is clamped to the step (timers can overlap a little; more is corruption), and counts out of
-    range become unknown. The analysis can then rely on 0 <= part <= wall for every row.
+    Rows whose step time is missing, non-positive, non-finite or implausibly long, whose start time
+    is missing or beyond MAX_START_NS, or whose step or rank is missing or out of range, are dropped
+    (every command reads traces through here, so all see the same valid rows). A phase or GPU-busy
+    time longer than its step is clamped to the step (timers can overlap a little; more is
+    corruption), and counts out of range become unknown. The analysis can then rely on
+    0 <= part <= wall for every row.
     """
     notes: list[str] = []
-    durations = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
-    frame = frame.with_columns(pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in durations)
+    durations = _DURATIONS
+    frame = frame.with_columns(_nan_to_null())
+    clean = _clean_and_sorted(frame)
+    if clean is not None:  # the common case, in one pass (thousands of small rank files stay fast)
+        return clean
     bad = (
         pl.col(S.WALL_MS).is_null()
         | (pl.col(S.WALL_MS) <= 0)
         | (pl.col(S.WALL_MS) > MAX_STEP_MS)
+        | pl.col(S.START_UNIX_NS).is_null()
+        | ~pl.col(S.START_UNIX_NS).is_between(-MAX_START_NS, MAX_START_NS)
         | pl.col(S.STEP).is_null()
         | (pl.col(S.STEP) < 0)
         | pl.col(S.RANK).is_null()
@@ -246,7 +339,8 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     n_bad = frame.filter(bad).height
     if n_bad:
         notes.append(
-            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank or duration"
+            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank, start time "
+            "or duration"
         )
         frame = frame.filter(~bad)
     over = pl.any_horizontal([(pl.col(c) > pl.col(S.WALL_MS) * 1.001).fill_null(False) for c in durations[1:]])

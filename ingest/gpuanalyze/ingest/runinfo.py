@@ -38,6 +38,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     gpu_name: _Name | None = None
     gpu_count: _Int | None = None
     gpu_memory_bytes: _Int | None = None
+    compute_capabilities: Annotated[tuple[_Name, ...], msgspec.Meta(max_length=256)] | None = None
+    """CUDA compute capability ('major.minor') of each device the trace lists (Kineto deviceProperties;
+    ROCm traces put the GFX version there); None when not recorded."""
     driver: _Name | None = None
     cuda: _Name | None = None
     torch: _Name | None = None
@@ -55,6 +58,8 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     source: _Text | None = None
     """Where the trace came from when it was imported ('kineto:<file name>')."""
     gpu_summary: GpuSummary | None = None
+    profiler_steps: _Int | None = None
+    """ProfilerStep#N annotations in an imported trace (0: none, the whole trace is one window); None otherwise."""
     cpu_count: _Int | None = None
     run_id: _Name | None = None
     """Shared by every rank of one run and by no other run: rank-file discovery groups files by it."""
@@ -62,6 +67,11 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Names of the models whose forward was timed (per-model times are in model_forward_ms)."""
     recorder: _Name | None = None
     """How the trace was recorded: 'profile', 'run' (gpuanalyze run), 'lightning', 'transformers'."""
+    cpu_quota_cores: Annotated[float, msgspec.Meta(gt=0.0, le=1 << 20)] | None = None
+    """1.3: the cgroup CPU quota in cores (cpu.max, or cfs_quota_us / cfs_period_us); None when
+    unlimited or unknown. ``cpu_count`` is the CPUs in the affinity mask."""
+    host_cpus: _Int | None = None
+    """1.3: the CPUs the host has online (``os.cpu_count()``), beyond this process's affinity mask."""
 
     @property
     def world(self) -> int:

@@ -16,7 +16,8 @@ import pyarrow as pa
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
 
 FORMAT_NAME = "gpuanalyze-trace"
-FORMAT_VERSION = "1.3"  # 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms, 1.3 lead_ms
+#: 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms, 1.3 lead_ms and system
+FORMAT_VERSION = "1.3"
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -41,6 +42,10 @@ LEAD_MS = "lead_ms"
 of other_ms: in a DataLoader loop, work done after the previous optimizer step (logging, metrics)."""
 
 KERNEL_STATS = "kernel_stats"
+SYSTEM = "system"
+"""1.3: a system-sampler reading (ingest.host_sample.HostSample as JSON) on the first row written
+after it, null on the others."""
+SYSTEM_TYPE = pa.string()
 MODEL_FORWARD_MS = "model_forward_ms"
 """Forward time of each profiled model by name (profile([G, D]), nn.ModuleDict); null with one model."""
 MODEL_FORWARD_TYPE = pa.map_(pa.string(), pa.float64())
@@ -104,6 +109,9 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     memcpy_pageable_ms: _Ms = 0.0
     sync_api_ms: _Ms = 0.0
     """Host time in blocking synchronisation calls (cudaDeviceSynchronize, ...)."""
+    host_before_gpu_ms: _Ms = 0.0
+    """Host time from the step's start to the launch of its first device work, outside DataLoader waits and
+    blocking syncs: input preprocessing in the training process (imported traces)."""
     kernel_count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)] = 0
     kernel_median_us: _Ms | None = None
     top_kernels: tuple[TopKernel, ...] = ()
@@ -153,10 +161,11 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(DATA_CPU_MS, pa.float64()),
     pa.field(MODEL_FORWARD_MS, MODEL_FORWARD_TYPE),
     pa.field(LEAD_MS, pa.float64()),
+    pa.field(SYSTEM, SYSTEM_TYPE),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS, SYSTEM)
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 import polars as pl
-import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, decode_run
@@ -80,8 +80,8 @@ def read_run_info(path: Path) -> RunInfo | None:
     try:
         if not stat.S_ISREG(path.stat().st_mode):  # never open a FIFO or a device to peek at it
             return None
-        with pa.OSFile(str(path), "rb") as fh:
-            meta = pa.ipc.open_stream(fh).schema.metadata or {}
+        with open(path, "rb") as fh:  # the schema message only, read within ipc_guard's bounds
+            meta = IpcReader(path, fh).schema.metadata or {}
         raw = meta.get(S.META_RUN)
         return None if raw is None else decode_run(raw)
     except Exception:  # noqa: BLE001 - grouping is best-effort; the loader reports bad files

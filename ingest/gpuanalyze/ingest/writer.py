@@ -14,6 +14,7 @@ closing its trace (``is_being_written``). No pid is compared, so pid reuse canno
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
 import pyarrow as pa
 
 from analyzer.errors import GpuAnalyzeError
@@ -70,6 +72,8 @@ class TraceWriter:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     rows_written: int = 0
+    _good_offset: int = 0
+    """File offset just past the last batch written whole (where a disk-full close cuts the file)."""
 
     def open(self) -> None:
         """Create the file (never an existing one) and write the schema; raises OSError."""
@@ -79,6 +83,7 @@ class TraceWriter:
         self._stream = pa.ipc.new_stream(self._file, self._schema)
         self._stream.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
         self._file.flush()
+        self._good_offset = self._file.tell()
         self._thread = threading.Thread(target=self._loop, name="gpuanalyze-writer", daemon=True)
         self._thread.start()
 
@@ -89,16 +94,23 @@ class TraceWriter:
         with self._lock:
             self._pending.append(row)
             due = len(self._pending) >= self.options.flush_every_steps
-        if due:
+        if due and not self._wake.is_set():  # once woken, the thread takes every pending row
             self._wake.set()
 
     def close(self, end: EndInfo) -> None:
-        """Write what is pending and the end marker; the trace is then complete."""
+        """Write what is pending and the end marker; the trace is then complete.
+
+        When the disk filled (ENOSPC, EDQUOT), the file is cut back to the last whole batch, which
+        frees the space the failed write took, and an end marker with status ``disk_full`` is
+        written there: the reader then says the disk filled, not that the run was killed."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.flush()
+        if _disk_full(self.error) and self._file is not None and self._schema is not None:
+            self._close_after_disk_full(end)
+            return
         if self.error is None and self._stream is not None:
             try:
                 with self._io_lock:
@@ -111,6 +123,22 @@ class TraceWriter:
                 self._file.close()
             except OSError as exc:
                 self._fail(exc)
+
+    def _close_after_disk_full(self, end: EndInfo) -> None:
+        assert self._file is not None and self._schema is not None
+        marker = _end_marker_bytes(self._schema, msgspec.structs.replace(end, status=DISK_FULL, error=str(self.error)))
+        try:
+            with self._io_lock:
+                fd = self._file.fileno()
+                os.ftruncate(fd, self._good_offset)
+                os.pwrite(fd, marker, self._good_offset)
+                if self.options.fsync:
+                    os.fsync(fd)
+        except OSError:
+            pass  # no room even for the marker: the reader tells a full disk by the free space left
+        self._release_lock()
+        with contextlib.suppress(OSError, ValueError, pa.ArrowException):
+            self._file.close()
 
     def flush(self) -> None:
         """Write pending rows now (called by the background thread and by close).
@@ -131,6 +159,7 @@ class TraceWriter:
                 if self.options.fsync:
                     os.fsync(self._file.fileno())
                 self.rows_written += len(rows)
+                self._good_offset = self._file.tell()
             except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
                 self._fail(exc)
 
@@ -149,6 +178,25 @@ class TraceWriter:
         if self._file is not None and fcntl is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+
+
+#: End status of a trace whose disk filled while it was written.
+DISK_FULL = "disk_full"
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _end_marker_bytes(schema: pa.Schema, end: EndInfo) -> bytes:
+    """The end-marker batch and end-of-stream, as bytes to append to a stream whose writer failed."""
+    head, full = pa.BufferOutputStream(), pa.BufferOutputStream()
+    with pa.ipc.new_stream(head, schema):
+        pass
+    with pa.ipc.new_stream(full, schema) as writer:
+        S.write_end_marker(writer, schema, end)
+    schema_only = head.getvalue().to_pybytes()[:-8]  # less its end-of-stream
+    return full.getvalue().to_pybytes()[len(schema_only) :]
 
 
 def _lock(fd: int) -> None:

@@ -1,0 +1,296 @@
+"""Read an Arrow IPC stream message by message, checking each against limits *before* it is decoded.
+
+pyarrow decodes a record batch in one step: it inflates every zstd/LZ4 buffer, expands dictionaries
+when a column is cast, and materialises a null-typed column of any declared length. A 2 KB file can
+thus claim gigabytes. Here the stream is framed by hand (continuation marker, metadata length, the
+flatbuffer ``Message``, its body), the flatbuffer is read with a small bounds-checked parser, and
+only then is the message handed to pyarrow:
+
+- the schema is checked first: no dictionary-encoded, run-end-encoded or view column anywhere (the
+  trace format never writes them; a dictionary shares one large value between many rows), no
+  null-typed format column;
+- a dictionary batch is refused;
+- a record batch's body must be in the file, its buffers inside its body, and the bytes it decodes
+  to (a compressed buffer's declared uncompressed size, else its size) plus the cost of its rows
+  once conformed to the format (``ROW_COST`` bytes each) must stay within the per-batch and the
+  total limit (``IpcLimits``: 100x the file, at least 64 MiB, like the gzip guard of byte_source.py).
+
+A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+
+MiB = 1 << 20
+#: Bytes one row costs once conformed to the format's columns (8 per column, as the frame holds it).
+ROW_COST = 8 * len(S.FIELDS)
+#: Flatbuffer message metadata larger than this is not a trace's (a schema with its run metadata is KiBs).
+MAX_METADATA = 64 * MiB
+_CONTINUATION = 0xFFFFFFFF
+#: Message header types (Message.fbs).
+_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
+
+
+@dataclass(kw_only=True, slots=True)
+class IpcLimits:
+    """How many bytes an Arrow trace may decode to."""
+
+    ratio: float = 100.0
+    """Most decoded bytes per byte of file (compressed bodies expand; plain ones do not)."""
+    min_allowance: int = 64 * MiB
+    """Decoded bytes a small file may always reach."""
+    max_batch_bytes: int = 512 * MiB
+    """Most decoded bytes of one record batch."""
+
+    def allowed(self, file_size: int) -> int:
+        return max(self.min_allowance, int(self.ratio * file_size))
+
+
+#: The limits the reader applies (load_trace takes no limits of its own).
+DEFAULT_LIMITS = IpcLimits()
+
+
+class _Corrupt(Exception):  # noqa: N818 - internal: the message is not a valid flatbuffer
+    pass
+
+
+class _Flat:
+    """Bounds-checked reads of the flatbuffer tables of Arrow's Message.fbs (only what is checked here)."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+
+    def _u(self, fmt: str, at: int) -> int:
+        try:
+            value: int = struct.unpack_from(fmt, self.buf, at)[0]
+        except struct.error as exc:
+            raise _Corrupt from exc
+        if at < 0:
+            raise _Corrupt
+        return value
+
+    def root(self) -> int:
+        return self._u("<I", 0)
+
+    def _field(self, table: int, index: int) -> int:
+        vtable = table - self._u("<i", table)
+        size = self._u("<H", vtable)
+        slot = 4 + 2 * index
+        return 0 if slot + 2 > size else self._u("<H", vtable + slot)
+
+    def scalar(self, table: int, index: int, fmt: str, default: int = 0) -> int:
+        off = self._field(table, index)
+        return default if off == 0 else self._u(fmt, table + off)
+
+    def ref(self, table: int, index: int) -> int | None:
+        """The table, vector or string a field points to (None when absent)."""
+        off = self._field(table, index)
+        if off == 0:
+            return None
+        at = table + off
+        return at + self._u("<I", at)
+
+    def vector(self, table: int, index: int, width: int) -> tuple[int, int]:
+        """(start of the elements, count) of a vector of structs ``width`` bytes wide."""
+        at = self.ref(table, index)
+        if at is None:
+            return 0, 0
+        n = self._u("<I", at)
+        if at + 4 + n * width > len(self.buf):
+            raise _Corrupt
+        return at + 4, n
+
+    def string(self, at: int) -> bytes:
+        n = self._u("<I", at)
+        if at + 4 + n > len(self.buf):
+            raise _Corrupt
+        return self.buf[at + 4 : at + 4 + n]
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    kind: int
+    body_length: int
+    flat: _Flat
+    header: int | None
+    framed: bytes
+    """Continuation, length and metadata (what pyarrow's read_message needs before the body)."""
+
+    def custom_metadata(self) -> dict[bytes, bytes]:
+        flat = self.flat
+        root = flat.root()
+        start, n = flat.vector(root, 4, 4)
+        out = {}
+        for i in range(n):
+            kv = start + 4 * i + flat._u("<I", start + 4 * i)
+            key, value = flat.ref(kv, 0), flat.ref(kv, 1)
+            if key is not None and value is not None:
+                out[flat.string(key)] = flat.string(value)
+        return out
+
+
+class IpcReader:
+    """The schema and then the record batches of an Arrow IPC stream file, each checked before decoding."""
+
+    def __init__(self, path: Path, fh: BinaryIO, limits: IpcLimits | None = None) -> None:
+        self.path, self.fh = path, fh
+        self.limits = limits or DEFAULT_LIMITS
+        self.decoded = 0
+        try:
+            first = self._next()
+        except TraceError as exc:
+            raise ValueError("the stream does not start with an Arrow message") from exc
+        if not isinstance(first, _Message) or first.kind != _SCHEMA:
+            raise ValueError("the stream does not start with a schema")
+        self.schema = pa.ipc.read_schema(pa.ipc.read_message(pa.py_buffer(first.framed)))
+        check_schema(path, self.schema)
+
+    def _remaining(self) -> int:
+        return os.fstat(self.fh.fileno()).st_size - self.fh.tell()
+
+    def _next(self) -> _Message | str | None:
+        """The next message (body not yet read); None at the end of the stream; 'truncated' when cut."""
+        head = self.fh.read(4)
+        if len(head) == 0:
+            return None
+        if len(head) < 4:
+            return "truncated"
+        (word,) = struct.unpack("<I", head)
+        prefix = head
+        if word == _CONTINUATION:
+            more = self.fh.read(4)
+            if len(more) < 4:
+                return "truncated"
+            prefix += more
+            (length,) = struct.unpack("<i", more)
+        else:  # the pre-1.0 framing: the length alone
+            (length,) = struct.unpack("<i", head)
+        if length == 0:
+            return None
+        if length < 0 or length > MAX_METADATA:
+            raise TraceError(f"{self.path}: corrupt trace (an Arrow message claims {length} bytes of metadata)")
+        if length > self._remaining():
+            return "truncated"
+        meta = self.fh.read(length)
+        flat = _Flat(meta)
+        try:
+            root = flat.root()
+            kind = flat.scalar(root, 1, "<B")
+            body = flat.scalar(root, 3, "<q")
+            header = flat.ref(root, 2)
+        except _Corrupt:
+            return "truncated"
+        if body < 0:
+            raise TraceError(f"{self.path}: corrupt trace (a negative Arrow body length)")
+        framed = (b"\xff\xff\xff\xff" + struct.pack("<i", length) if word != _CONTINUATION else prefix) + meta
+        return _Message(kind=kind, body_length=body, flat=flat, header=header, framed=framed)
+
+    def batches(self) -> Iterator[tuple[pa.RecordBatch, dict[bytes, bytes]] | None]:
+        """(batch, custom metadata) per record batch; a final None when the stream is cut short."""
+        while True:
+            msg = self._next()
+            if msg is None:
+                return
+            if msg == "truncated":
+                yield None
+                return
+            assert isinstance(msg, _Message)
+            if msg.kind == _DICTIONARY:
+                raise TraceError(
+                    f"{self.path}: dictionary-encoded columns; gpuanalyze traces store plain columns "
+                    "(a dictionary can make one large value fill every row), refusing to read it"
+                )
+            if msg.kind != _RECORD_BATCH or msg.header is None:
+                raise TraceError(f"{self.path}: corrupt trace (an unexpected Arrow message, type {msg.kind})")
+            if msg.body_length > self._remaining():
+                yield None
+                return
+            body = self.fh.read(msg.body_length)
+            try:
+                self._account(msg, body)
+                custom = msg.custom_metadata()
+            except _Corrupt:
+                raise TraceError(f"{self.path}: corrupt trace (an Arrow record batch with bad metadata)") from None
+            message = pa.ipc.read_message(pa.py_buffer(msg.framed + body))
+            yield pa.ipc.read_record_batch(message, self.schema), custom
+
+    def _account(self, msg: _Message, body: bytes) -> None:
+        """Refuse a batch before decoding when what it decodes to breaks a limit."""
+        flat, batch = msg.flat, msg.header
+        assert batch is not None
+        rows = flat.scalar(batch, 0, "<q")
+        nodes, n_nodes = flat.vector(batch, 1, 16)
+        for i in range(n_nodes):
+            if flat._u("<q", nodes + 16 * i) < 0:
+                raise _Corrupt
+        start, n = flat.vector(batch, 2, 16)
+        compressed = flat.ref(batch, 3) is not None
+        decoded = 0
+        for i in range(n):
+            offset, length = flat._u("<q", start + 16 * i), flat._u("<q", start + 16 * i + 8)
+            if offset < 0 or length < 0 or offset + length > len(body):
+                raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
+            if compressed and length >= 8:
+                (size,) = struct.unpack_from("<q", body, offset)
+                decoded += length - 8 if size == -1 else max(size, 0)
+            else:
+                decoded += length
+        if rows < 0:
+            raise _Corrupt
+        cost = decoded + rows * ROW_COST
+        allowed = self.limits.allowed(os.fstat(self.fh.fileno()).st_size)
+        self.decoded += cost
+        if cost > self.limits.max_batch_bytes or self.decoded > allowed:
+            what = "compressed columns that expand" if compressed else "columns that expand"
+            raise TraceError(
+                f"{self.path}: {what} to over {min(allowed, self.limits.max_batch_bytes) // MiB} MiB "
+                f"({rows:,} rows in a {os.fstat(self.fh.fileno()).st_size:,}-byte file; a memory bomb?); "
+                "refusing to read it"
+            )
+
+
+def _encodings(t: pa.DataType) -> Iterator[pa.DataType]:
+    """Every type in ``t``'s tree (a map's keys and values, a list's items, a struct's fields)."""
+    yield t
+    if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t):
+        yield from _encodings(t.value_type)
+    elif pa.types.is_map(t):
+        yield from _encodings(t.key_type)
+        yield from _encodings(t.item_type)
+    elif hasattr(t, "value_type") and not pa.types.is_dictionary(t):
+        yield from _encodings(t.value_type)
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _encodings(t.field(i).type)
+
+
+def _view(t: pa.DataType) -> bool:
+    return pa.types.is_string_view(t) or pa.types.is_binary_view(t) or "view" in str(t)
+
+
+def check_schema(path: Path, schema: pa.Schema) -> None:
+    """Refuse encodings the trace format never writes, before any batch is read."""
+    names = {f.name for f in S.FIELDS}
+    for field in schema:
+        for t in _encodings(field.type):
+            if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t) or _view(t):
+                how = "dictionary" if pa.types.is_dictionary(t) else "run-end" if pa.types.is_run_end_encoded(t) else ""
+                raise TraceError(
+                    f"{path}: column {field.name} is {how + '-encoded' if how else 'a view type'} ({field.type}); "
+                    "gpuanalyze traces store plain columns, refusing to read it"
+                )
+            if pa.types.is_null(t) and field.name in S.REQUIRED:
+                raise TraceError(f"{path}: column {field.name} is declared null-typed (it holds no values)")
+            if pa.types.is_null(t) and field.name in names and t is not field.type:
+                raise TraceError(f"{path}: column {field.name} holds a null-typed part ({field.type})")

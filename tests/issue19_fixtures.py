@@ -1,0 +1,180 @@
+"""Small Kineto traces reproducing the mechanisms of issue 19 (real GPU traces), with known answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.kineto_fixtures import ev
+
+
+def _doc(events: list[dict[str, Any]], name: str, cc: tuple[int, int] | None, devices: int = 1) -> dict[str, Any]:
+    props = [{"id": i, "name": name, "totalGlobalMem": 16 * 10**9} for i in range(devices)]
+    if cc is not None:
+        for p in props:
+            p.update(computeMajor=cc[0], computeMinor=cc[1])
+    return {"schemaVersion": 1, "traceEvents": events, "deviceProperties": props}
+
+
+def fp32_gemm_trace(name: str, cc: tuple[int, int] | None, *, steps: int = 12, devices: int = 1) -> dict[str, Any]:
+    """``steps`` 1000 us steps, each a 980 us fp32 SIMT GEMM: the GPU is busy 98%, all of it off the tensor cores."""
+    events = []
+    for i in range(steps):
+        lo = i * 1000.0
+        events += [
+            ev("user_annotation", f"ProfilerStep#{i}", lo, 1000),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 2, 5, correlation=i + 1),
+            ev("kernel", "volta_sgemm_128x64_nn", lo + 10, 980, stream=7, correlation=i + 1),
+        ]
+    return _doc(events, name, cc, devices)
+
+
+def tail_trace(*, steps: int = 4, tail_us: float = 158_000.0) -> dict[str, Any]:
+    """Item 3: ``steps`` 10 ms steps, each with 3 ms of kernels inside its window; the last step also launches a
+    ``tail_us`` kernel that runs after the step ended, under a final cudaDeviceSynchronize.
+    Utilisation over the steps is 30% (the tail is outside them)."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 10_000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{i}", lo, 10_000))
+        for j in range(3):
+            corr += 1
+            t = lo + 1000 + j * 2000
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", t - 20, 5, correlation=corr),
+                ev("kernel", "void at::native::vectorized_elementwise_kernel<4>", t, 1000, stream=7, correlation=corr),
+            ]
+    end = steps * 10_000.0
+    corr += 1
+    events += [
+        ev("cuda_runtime", "cudaLaunchKernel", end - 100, 5, correlation=corr),
+        ev("kernel", "ampere_sgemm_128x64_nn", end - 50, tail_us, stream=7, correlation=corr),
+        ev("cuda_runtime", "cudaDeviceSynchronize", end + 10, tail_us, correlation=corr + 1),
+    ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def single_step_trace(step_us: float = 42_900_000.0) -> dict[str, Any]:
+    """Item 6: one ProfilerStep of 42.9 s (a benchmark warm-up), GPU busy a tenth of it in short kernels."""
+    events = [ev("user_annotation", "ProfilerStep#0", 0, step_us)]
+    n = 200
+    for j in range(n):
+        t = j * step_us / n
+        events += [
+            ev("cuda_runtime", "cudaLaunchKernel", t + 1, 5, correlation=j + 1),
+            ev(
+                "kernel",
+                "void at::native::vectorized_elementwise_kernel<4>",
+                t + 10,
+                step_us / n / 10,
+                stream=7,
+                correlation=j + 1,
+            ),
+        ]
+    return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
+
+
+def pageable_copy_trace(*, steps: int = 12) -> dict[str, Any]:
+    """Item 2: 200 ms steps; 50 ms of kernels, then ``aten::to`` -> cudaMemcpyAsync of 704 B device-to-host into
+    pageable memory that blocks the host 146 ms until the GPU drains (the copy itself takes 2 us)."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 200_000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{i}", lo, 200_000))
+        for j in range(5):
+            corr += 1
+            t = lo + 1000 + j * 10_000
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", t - 50, 5, correlation=corr),
+                ev("kernel", "ampere_bf16_s16816gemm_bf16_128x128", t, 9_000, stream=7, correlation=corr),
+            ]
+        corr += 1
+        t = lo + 52_000
+        events += [
+            ev("cpu_op", "aten::to", t - 10, 146_020),
+            ev("cuda_runtime", "cudaMemcpyAsync", t, 146_000, correlation=corr),
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", t + 145_990, 2, stream=7, correlation=corr, bytes=704),
+        ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def short_gap_long_kernel_trace(*, steps: int = 12) -> dict[str, Any]:
+    """Item 5: 1000 us steps of 60 us kernels with 20 us gaps between them, all launched at the step's start:
+    the gaps are short (launch-overhead class), but the kernels are 3x the launch-overhead scale."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 1000.0
+        events.append(ev("user_annotation", f"ProfilerStep#{10 + i}", lo, 1000))
+        for j in range(12):
+            corr += 1
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", lo + 1 + j * 0.5, 0.4, correlation=corr),
+                ev(
+                    "kernel",
+                    "ampere_bf16_s16816gemm_bf16_128x128",
+                    lo + 20 + j * 80,
+                    60,
+                    stream=7,
+                    correlation=corr,
+                ),
+            ]
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def straggler_rank(rank: int, *, slow_forward_ms: float, gpu: bool, steps: int = 12) -> dict[str, Any]:
+    """Item 7/8: one rank of a 2-rank DDP run, 100 ms steps: forward (step start to the first backward op)
+    20 ms + ``slow_forward_ms``, backward 30 ms, optimizer 5 ms; the faster rank waits the difference in a
+    blocking sync (the all-reduce wait). ``gpu``: with one kernel per step (else a gloo CPU run)."""
+    events = []
+    fwd = 20_000.0 + slow_forward_ms * 1e3
+    for i in range(steps):
+        lo = i * 100_000.0
+        bwd = lo + fwd
+        events += [
+            ev("user_annotation", f"ProfilerStep#{10 + i}", lo, 100_000),
+            ev("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", bwd, 30_000),
+            ev("cpu_op", "Optimizer.step#SGD.step", bwd + 30_000, 5_000),
+        ]
+        wait = 100_000.0 - fwd - 35_000 - 1_000
+        if wait > 0:
+            name = "cudaStreamSynchronize" if gpu else "cudaDeviceSynchronize"
+            events.append(ev("cuda_runtime", name, bwd + 35_000, wait, correlation=900_000 + i))
+        if gpu:
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", lo + 100, 5, correlation=i + 1),
+                ev("kernel", "ampere_bf16_s16816gemm_bf16_128x128", lo + 200, 5_000, stream=7, correlation=i + 1),
+            ]
+    doc = _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0)) if gpu else {"schemaVersion": 1, "traceEvents": events}
+    doc["distributedInfo"] = {"backend": "nccl" if gpu else "gloo", "rank": rank, "world_size": 2}
+    return doc
+
+
+def preprocessing_trace(*, steps: int = 12) -> dict[str, Any]:
+    """Item 4: 382 ms steps; 218 ms of CPU ops (video decode, an image processor: not in a DataLoader) before the
+    step's first kernel, then 164 ms of back-to-back kernels in 1 ms blocks: a bf16 GEMM 470 us, an unfused
+    softmax 430 us, an elementwise add 100 us (softmax 43% of kernel time)."""
+    events = []
+    corr = 0
+    for i in range(steps):
+        lo = i * 382_000.0
+        events += [
+            ev("user_annotation", f"ProfilerStep#{10 + i}", lo, 382_000),
+            ev("cpu_op", "torchvision::decode_video", lo + 100, 150_000),
+            ev("cpu_op", "OwlViTProcessor.__call__", lo + 150_200, 67_000),
+        ]
+        t = lo + 218_000
+        for b in range(164):
+            for name, dur in (
+                ("ampere_bf16_s16816gemm_bf16_128x128", 470.0),
+                ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", 430.0),
+                ("void at::native::vectorized_elementwise_kernel<4>", 100.0),
+            ):
+                corr += 1
+                events += [
+                    ev("cuda_runtime", "cudaLaunchKernel", t - 5 if b == 0 else t - 50, 3, correlation=corr),
+                    ev("kernel", name, t, dur, stream=7, correlation=corr),
+                ]
+                t += dur
+    return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))

@@ -1,0 +1,124 @@
+"""Arrow traces are checked before they are decoded (issue 20, item 3): null-typed columns of a huge
+declared length, dictionary-encoded shared values, run-end-encoded and view columns, and zstd/LZ4
+bodies that expand beyond the ratio guard are refused with one line; compressed traces of honest
+size still read."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import ipc_guard
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.ipc_guard import IpcLimits
+from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.runinfo import RunInfo
+from tests.conftest import make_row
+
+STATS = json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": []})
+
+
+def _meta() -> dict[bytes, bytes]:
+    return {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode(), S.META_RUN: b"{}"}
+
+
+def _write(path, batch: pa.RecordBatch, compression: str | None = None):
+    schema = batch.schema.with_metadata(_meta())
+    opts = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema, options=opts) as w:
+        w.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        w.write_batch(pa.RecordBatch.from_pylist([], schema=schema), custom_metadata={S.END_KEY: b'{"status":"ok"}'})
+    return path
+
+
+def _plain(n: int, **columns: pa.Array) -> pa.RecordBatch:
+    rows = [make_row(i) for i in range(n)]
+    table = pa.Table.from_pylist(rows, schema=S.arrow_schema(RunInfo()))
+    arrays = {f.name: table.column(f.name).combine_chunks() for f in S.FIELDS}
+    arrays.update(columns)
+    return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+
+
+def _refused(path, *words: str) -> str:
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message
+    return message
+
+
+def test_null_typed_columns_of_a_huge_length_are_refused(tmp_path):
+    n = 400_000_000  # a 3 GB frame once cast; the file holds no values at all
+    batch = pa.RecordBatch.from_arrays([pa.nulls(n) for _ in S.FIELDS], names=[f.name for f in S.FIELDS])
+    path = _write(tmp_path / "nulls.arrow", batch)
+    assert path.stat().st_size < 4096
+    _refused(path, "null-typed")
+
+
+def test_a_null_typed_optional_column_is_unknown_not_materialised(tmp_path):
+    path = _write(tmp_path / "opt.arrow", _plain(12, gpu_busy_ms=pa.nulls(12)))
+    trace = load_trace(path)
+    assert trace.frame.height == 12 and trace.frame.get_column(S.GPU_BUSY_MS).null_count() == 12
+    assert any("null-typed" in n for n in trace.notes)
+
+
+def test_a_dictionary_shared_value_is_refused(tmp_path):
+    n = 20_000
+    big = "k" * 200_000
+    stats = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([big]))
+    path = _write(tmp_path / "dict.arrow", _plain(n, kernel_stats=stats))
+    assert path.stat().st_size < 4 * 2**20  # 2.2 GB once expanded
+    _refused(path, "dictionary-encoded")
+
+
+def test_run_end_encoded_and_view_columns_are_refused(tmp_path):
+    n = 1000
+    ree = pa.RunEndEncodedArray.from_arrays(pa.array([n], pa.int32()), pa.array([20.0]))
+    _refused(_write(tmp_path / "ree.arrow", _plain(n, wall_ms=ree)), "run-end-encoded")
+    view = pa.array([STATS] * n, pa.string_view())
+    _refused(_write(tmp_path / "view.arrow", _plain(n, kernel_stats=view)), "view")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_compressed_bodies_that_expand_too_far_are_refused(tmp_path, codec, monkeypatch):
+    # the default allowance (64 MiB, 100x the file) scaled down 64x so the bomb is quick to build;
+    # the corpus (tests/hostile) has full-size zstd and LZ4 bombs under the default limits
+    monkeypatch.setattr(ipc_guard, "DEFAULT_LIMITS", IpcLimits(min_allowance=2**20))
+    n = 200
+    huge = pa.array(["x" * 10_000] * n)  # 2 MB of one byte: a few KB compressed
+    path = _write(tmp_path / f"bomb.{codec}.arrow", _plain(n, kernel_stats=huge), codec)
+    assert path.stat().st_size < 2**16
+    _refused(path, "compressed", "expand")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4", None])
+def test_honest_compressed_traces_read(tmp_path, codec):
+    path = _write(tmp_path / f"ok.{codec}.arrow", _plain(200, kernel_stats=pa.array([STATS] * 200)), codec)
+    trace = load_trace(path)
+    assert trace.frame.height == 200 and trace.complete
+
+
+def test_the_limits_are_per_batch_and_in_total(tmp_path):
+    path = _write(tmp_path / "ok.arrow", _plain(2000, kernel_stats=pa.array([STATS] * 2000)), "zstd")
+    from gpuanalyze.ingest.ipc_guard import IpcReader
+
+    with open(path, "rb") as fh:
+        reader = IpcReader(path, fh, IpcLimits(min_allowance=1024, ratio=1.0))
+        with pytest.raises(TraceError, match="expand"):
+            list(reader.batches())
+    with open(path, "rb") as fh:
+        reader = IpcReader(path, fh, IpcLimits(max_batch_bytes=1024))
+        with pytest.raises(TraceError, match="expand"):
+            list(reader.batches())
+
+
+def test_a_stream_cut_inside_a_batch_keeps_the_batches_before_it(tmp_path):
+    path = _write(tmp_path / "ok.arrow", _plain(50))
+    data = path.read_bytes()
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(data[: len(data) - 200])
+    trace = load_trace(cut)
+    assert not trace.complete

@@ -1,0 +1,291 @@
+"""Issue 19: right on real GPU traces. One test per item; each failed on the code before the fix."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from analyzer.api import analyze
+from gpuanalyze.ingest.kineto import parse_kineto
+from tests import issue19_fixtures as F
+from tests.conftest import SHARED
+from tests.kineto_fixtures import write
+
+EXTERNAL = SHARED / "external_traces"
+
+
+def _advice(report) -> str:
+    return " ".join(r for f in report.findings for r in f.recommendations)
+
+
+# -- item 1: precision advice that fits the GPU generation -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "cc", "dtype", "absent"),
+    [
+        ("Tesla V100-SXM2-32GB", (7, 0), "torch.float16", ("bfloat16", "allow_tf32", "FP8")),
+        ("NVIDIA GeForce RTX 2080 Ti", (7, 5), "torch.float16", ("bfloat16", "allow_tf32", "FP8")),
+        ("NVIDIA A100-SXM4-40GB", (8, 0), "torch.bfloat16", ("FP8", "GradScaler")),
+        ("NVIDIA H100 80GB HBM3", (9, 0), "torch.bfloat16", ("GradScaler",)),
+    ],
+)
+def test_precision_advice_follows_the_compute_capability(tmp_path, name, cc, dtype, absent):
+    path = write(tmp_path / "t.json", F.fp32_gemm_trace(name, cc))
+    r = analyze(path)
+    kernels = next(f for f in r.findings if f.bottleneck == "kernels")
+    assert kernels.cause == "fp32_math"
+    advice = " ".join(kernels.recommendations)
+    # the dtype the generation's tensor cores run, and none they do not
+    assert dtype in advice, advice
+    assert all(a not in advice for a in absent), advice
+    assert dict(kernels.projection.params)["precision"] == dtype.removeprefix("torch.")
+    if cc < (8, 0):
+        assert "GradScaler" in advice
+    if cc >= (9, 0):
+        assert "FP8" in advice and "Transformer Engine" in advice
+    assert r.run.compute_capabilities == (f"{cc[0]}.{cc[1]}",)
+
+
+def test_compute_capability_is_read_per_device(tmp_path):
+    k = parse_kineto(write(tmp_path / "t.json", F.fp32_gemm_trace("NVIDIA GeForce RTX 2080 Ti", (7, 5), devices=2)))
+    assert k.compute_capabilities == ("7.5", "7.5")
+
+
+def test_capability_from_the_name_when_the_trace_lacks_it_and_never_for_amd():
+    from analyzer.machine.tensor_cores import capability, tensor_cores
+
+    cc = capability("Tesla V100-SXM2-16GB", None)
+    assert cc is not None and cc[0] == (7, 0) and "cuda-gpus" in cc[1]
+    assert capability("AMD Instinct MI300X", ("9.4",)) is None
+    assert tensor_cores((7, 5)).bf16 is False and tensor_cores((8, 6)).tf32 is True
+    assert tensor_cores((8, 9)).fp8 and not tensor_cores((8, 0)).fp8
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_v100_trace_gets_fp16_autocast_with_a_grad_scaler():
+    r = analyze(EXTERNAL / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    advice = _advice(r)
+    assert "torch.float16" in advice and "GradScaler" in advice
+    assert "bfloat16" not in advice and "allow_tf32" not in advice
+    assert r.run.compute_capabilities is not None and set(r.run.compute_capabilities) == {"7.0"}
+
+
+# -- item 3: utilisation over the same steps in numerator and denominator --------------------------
+
+
+def _sweep_util(doc: dict) -> float:
+    """Utilisation by an interval sweep of the raw events: device-busy time inside the ProfilerStep windows
+    over the windows' length."""
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    dev = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    points = sorted({p for s in steps for p in s} | {p for d in dev for p in d})
+    busy = 0.0
+    for a, b in itertools.pairwise(points):
+        mid = (a + b) / 2
+        if any(s <= mid < e for s, e in steps) and any(s <= mid < e for s, e in dev):
+            busy += b - a
+    return busy / sum(e - s for s, e in steps)
+
+
+def test_utilisation_leaves_work_after_the_last_step_out_of_both_bounds(tmp_path):
+    doc = F.tail_trace()
+    r = analyze(write(tmp_path / "t.json", doc))
+    # before: the 158 ms tail counted in the last step's busy, capped at its wall: 47.5% instead of 30.1%
+    assert r.metrics.gpu_util == pytest.approx(_sweep_util(doc), abs=1e-3)
+    assert r.metrics.gpu_util == pytest.approx((4 * 3.0 + 0.05) / 40, abs=1e-6)
+    assert any("after the last step's window" in n for n in r.notes), r.notes
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_external_v100_utilisation_matches_an_interval_sweep_of_its_steps():
+    import gzip
+    import json
+
+    path = EXTERNAL / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e and "cat" in e]
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")
+        or (e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    ]
+    r = analyze(path)
+    # all analysed steps (the importer's warm-up skip drops none of 5), utilisation 99.07% before
+    assert r.metrics.accounting.warmup == 0
+    assert r.metrics.gpu_util == pytest.approx(_sweep_util(doc), abs=2e-3)
+
+
+# -- item 6: a single warm-up step is unknown, with what to record ---------------------------------
+
+
+def test_a_single_warmup_step_gets_no_projection(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.single_step_trace()))
+    # before: batch_size/host_overhead with a projection from 42.9 s to about 21.5 s
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "record more steps" in r.confidence.reason and r.confidence.level == "low"
+
+
+def test_a_later_single_step_and_a_whole_trace_window_are_still_judged(tmp_path):
+    doc = F.single_step_trace()
+    doc["traceEvents"][0]["name"] = "ProfilerStep#6"
+    assert analyze(write(tmp_path / "t.json", doc)).bottleneck == "batch_size"
+    doc["traceEvents"] = doc["traceEvents"][1:]  # no ProfilerStep: one window over the whole trace
+    assert analyze(write(tmp_path / "u.json", doc)).bottleneck == "batch_size"
+
+
+# -- item 2: a host blocked in copies to pageable memory is host sync ------------------------------
+
+
+def test_pageable_device_to_host_copies_are_host_sync(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.pageable_copy_trace()))
+    # before: cudaMemcpyAsync was not a sync call, so the 146 ms per step read as batch_size/host_overhead
+    assert (r.bottleneck, r.findings[0].cause) == ("sync", "host_sync")
+    assert r.metrics.share["sync_ms"] == pytest.approx(146 / 200, abs=1e-3)
+    advice = " ".join(r.findings[0].recommendations)
+    assert "pageable" in advice and "non_blocking=True" in advice and "device-to-host" in advice
+
+
+# -- item 5: a cause whose defining test fails is not the verdict ----------------------------------
+
+
+def test_launch_overhead_with_long_kernels_falls_back_to_host_overhead(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.short_gap_long_kernel_trace()))
+    # before: batch_size/launch_overhead while its own kernel_median_us (60) failed < 20
+    f = r.findings[0]
+    assert (r.bottleneck, f.cause) == ("batch_size", "host_overhead")
+    shown = {e.metric: e for e in f.evidence}
+    assert not shown["kernel_median_us"].passed and shown["idle_from_launch_or_host_wait"].passed
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_host_overhead_whose_idle_is_not_host_wait_is_unknown_with_what_to_record():
+    r = analyze(EXTERNAL / "hta/trace_compare/base/base.json.gz")
+    # before: batch_size/host_overhead with idle_from_launch_or_host_wait 0.0001 failing >= 0.5
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "defining test" in r.confidence.reason and "record with" in r.confidence.reason
+
+
+# -- items 7 and 8: the straggler's phase from per-phase differences; CPU runs in CPU words ---------
+
+
+def _straggler_run(tmp_path, *, gpu: bool):
+    run = tmp_path / ("gpu" if gpu else "cpu")
+    run.mkdir()
+    for rank, slow in ((0, 0.0), (1, 30.0)):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=slow, gpu=gpu))
+    return analyze(run)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_straggler_is_named_slow_in_forward_with_the_numbers(tmp_path, gpu):
+    r = _straggler_run(tmp_path, gpu=gpu)
+    s = r.metrics.distributed.stragglers[0]
+    # before: Kineto marks no forward, so rank 1's 30 ms went to "other"
+    assert (s.rank, s.phase) == (1, "forward")
+    diffs = dict(s.phase_diffs)
+    assert diffs["forward"] == pytest.approx(30.0, abs=0.1) and abs(diffs["backward"]) < 0.1
+    f = next(f for f in r.findings if f.cause == "straggler")
+    assert "forward +30.0" in f.summary
+
+
+def test_a_cpu_straggler_is_not_told_to_check_its_gpu(tmp_path):
+    cpu = _straggler_run(tmp_path, gpu=False)
+    advice = " ".join(next(f for f in cpu.findings if f.cause == "straggler").recommendations)
+    assert "GPU" not in advice and "CPU" in advice
+    gpu = _straggler_run(tmp_path, gpu=True)
+    advice = " ".join(next(f for f in gpu.findings if f.cause == "straggler").recommendations)
+    # no clock/temperature/power samples in the trace: say what to record, not "check its GPU"
+    assert "check that node's GPU" not in advice and "clocks.sm" in advice
+
+
+def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
+    from rich.console import Console
+
+    from analyzer.planning.cost import CostInputs
+    from analyzer.render import words
+    from analyzer.render.terminal import render_terminal
+
+    run = tmp_path / "cpu"
+    run.mkdir()
+    for rank in (0, 1):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=0.0, gpu=False))
+    r = analyze(run, cost=CostInputs(steps_per_run=1e5))
+    console = Console(width=200, record=True)
+    console.print(render_terminal(r))
+    out = console.export_text()
+    assert "GPU-h" not in out and "GPU(s)" not in out and "CPU-h" in out, out
+    assert "GPU" not in words.verdict_line(r)
+
+
+# -- item 4: host work before the first kernel is input preprocessing, the kernels come after it ----
+
+
+def test_host_work_before_the_first_kernel_is_input_preprocessing(tmp_path):
+    r = analyze(write(tmp_path / "t.json", F.preprocessing_trace()))
+    # before: batch_size/launch_overhead, its own kernel_median_us failing < 20 us
+    top = r.findings[0]
+    assert (r.bottleneck, top.cause) == ("host", "input_preprocessing")
+    assert top.share == pytest.approx(218 / 382, abs=0.01)
+    assert "DataLoader" in " ".join(top.recommendations)
+    assert all(f.bottleneck != "batch_size" for f in r.findings)
+    kernels = next(f for f in r.findings if f.bottleneck == "kernels")
+    assert "scaled_dot_product_attention" in " ".join(kernels.recommendations)
+
+
+def test_one_window_that_is_mostly_start_up_is_unknown(tmp_path):
+    doc = F.single_step_trace()
+    doc["traceEvents"] = doc["traceEvents"][1:]  # no ProfilerStep: the whole trace is one window
+    lead = 30_000_000.0  # 30 s of host start-up before the first kernel
+    for e in doc["traceEvents"]:
+        e["ts"] = lead + e["ts"] * 0.3
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "Optimizer.step#SGD.step",
+            "ts": 0,
+            "dur": 5,
+            "pid": 1,
+            "tid": 1,
+            "args": {},
+        }
+    )
+    r = analyze(write(tmp_path / "t.json", doc))
+    # before: batch_size with a projection to about half the window
+    assert r.bottleneck == "unknown" and not r.findings
+    assert "first kernel launches" in r.confidence.reason and "record more steps" in r.confidence.reason
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_work_running_after_its_steps_host_window_still_belongs_to_its_step():
+    """Item 3, second half: on the MI300X trace every step's device work (communication included) ends after the
+    step's host window; each event launched in a step is counted in that step's kernel statistics."""
+    import msgspec
+
+    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.kineto_import import import_kineto
+
+    k = parse_kineto(EXTERNAL / "tracelens/mi300_resnet_act_checkpoint.json.gz")
+    rows = import_kineto(k).frame.get_column(S.KERNEL_STATS).to_list()
+    counted = sum(msgspec.json.decode(x, type=S.KernelStats).kernel_count for x in rows if x)
+    assert counted == k.gpu.start.size
+    last_host_end = max(end for _, _, end in k.steps)
+    assert float(k.gpu.end.max()) > last_host_end  # the GPU runs behind the host
+
+
+def test_check_its_gpu_only_with_the_samplers_readings():
+    from analyzer.analysis.host_facts import HostFacts
+    from analyzer.analysis.rules.sync import _device_check
+
+    class Ctx:
+        gpu = True
+        host = HostFacts(cores_available=4, cores_free=4, gpu_sm_clock_mhz=1110.0, gpu_temp_c=87.0)
+
+    text = _device_check(Ctx())  # type: ignore[arg-type]
+    assert "check that node's GPU" in text and "1110 MHz" in text and "87 C" in text
