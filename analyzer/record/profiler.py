@@ -79,7 +79,8 @@ class Profiler:
         self.options = options
         self.enabled = False
         self.error: BaseException | None = None
-        self._compiling: Callable[[], bool] = compiling_check(torch.compiler)
+        self._compiling: Callable[[], bool]
+        self._compiling, self._compile_flags = compiling_check(torch.compiler)
         self._grad_enabled: Callable[[], bool] = torch.is_grad_enabled
         self._recorder = recorder
         self._forward_hooks = forward_hooks
@@ -176,6 +177,7 @@ class Profiler:
     def step(self) -> None:
         """Mark the end of a step explicitly; from then on automatic boundaries are ignored."""
         self._steps.manual = True
+        self._patches.fetches_end_no_step()
         self._mark_step()
 
     def data(self) -> DataBlock:
@@ -193,6 +195,8 @@ class Profiler:
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
         self._patches.install(self._on_patched_call, self._before_call)
+        if self._steps.by_optimizer or self._steps.manual:
+            self._patches.fetches_end_no_step()
         self._patches.install_compile(self._on_compiled)
         if self._models is not None:
             self._use_models(self._models)
@@ -218,6 +222,7 @@ class Profiler:
             self._timer = CudaPhaseTimer()
             self._resolver = LazyResolver(self._emit)
             self._patches.install_sync(self._on_patched_call)
+            self._patches.time_backward_start(self._before_call)
             torch.cuda.reset_peak_memory_stats()
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
@@ -322,19 +327,31 @@ class Profiler:
         now = _clock()
         if self._timer is not None:
             self._timer.end(S.OPTIMIZER_MS)
-        self._steps.optimizer_end(now, ends_step=optimizer is self._optimizer)
+        steps = self._steps
+        by_optimizer = steps.by_optimizer
+        steps.optimizer_end(now, ends_step=optimizer is self._optimizer)
+        if steps.by_optimizer and not by_optimizer:  # from now on fetches cannot end steps
+            self._patches.fetches_end_no_step()
 
     @guarded
     def _before_call(self, kind: str) -> None:
+        """Before a fetch (a forward-delimited step may end there) and, on CUDA, before a backward
+        (``Patches.time_backward_start``): on CPU the backward wrapper does not call it."""
         if kind == "backward":
             if self._timer is not None:
                 self._timer.begin(S.BACKWARD_MS)
-        elif self._steps.forward_ends_step:
-            self._steps.boundary(_clock())
+            return
+        steps = self._steps
+        if not steps.by_optimizer and steps.forward_ends_step:
+            steps.boundary(_clock())
 
     @guarded
     def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any, cpu_ns: int = 0) -> None:
-        if kind == "sync":
+        if kind == "fetch" and self._loader is None and not self._data_depth:  # every fetch of a plain loop
+            self._steps.data(elapsed_ns, cpu_ns)
+            if result is not None:
+                self._saw_batch(result)
+        elif kind == "sync":
             self._steps.step.sync_ns += elapsed_ns
         elif kind == "backward":
             self._steps.backward(elapsed_ns)
@@ -402,8 +419,9 @@ class Profiler:
             self._emit((step, end_ns, None), None)
         if self._windows is not None:
             self._advance_windows(self._windows, step.index)
-        if self._output.error is not None:
-            self._fail(self._output.error)
+        writer = self._output.writer
+        if writer is not None and writer.error is not None:  # TraceOutput.error, read inline (every step)
+            self._fail(writer.error)
         elif opened_now:  # creating the file is not part of the next step
             self._restart_step()
         return self.enabled
