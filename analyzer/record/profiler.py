@@ -19,13 +19,14 @@ from typing import Any
 from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
+from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
 from analyzer.record.patches import Patches
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.record.run_facts import collect_run_info, placement, run_id
+from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
 from analyzer.record.steps import StepTimes
 from analyzer.record.system_sampler import SystemSampler
 from analyzer.record.trace_output import TraceOutput
@@ -39,22 +40,6 @@ _active: list[Profiler] = []
 #: Objects a forked child inherited from its parent's profile; kept alive (never closed or
 #: collected) so that nothing in the child writes to the parent's trace file.
 _inherited: list[Any] = []
-
-
-class DataBlock:
-    """``with prof.data():`` times its body as data wait (a custom loader such as ``get_batch()``)."""
-
-    __slots__ = ("_prof",)
-
-    def __init__(self, prof: Profiler) -> None:
-        self._prof = prof
-
-    def __enter__(self) -> DataBlock:
-        self._prof._data_enter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._prof._data_exit()
 
 
 class Profiler:
@@ -248,23 +233,15 @@ class Profiler:
             recorder=self._recorder,
         )
         interval = self.options.system_interval_s
-        sampler = None if interval is None else SystemSampler(interval_s=interval, gpu_uuid=self._gpu_uuid())
+        sampler = None
+        if interval is not None:
+            sampler = SystemSampler(interval_s=interval, gpu_uuid=gpu_uuid(self._cuda) if self._cuda_on else None)
         self._output.open(run, rank=where.rank, world_size=where.world_size, sampler=sampler)
         trainable = [p for _, m in models for p in m.parameters() if p.requires_grad]
         if where.world_size > 1 and trainable:
             # The first parameter is normally the last to receive its gradient in backward: time after
             # it until backward returns is the rank waiting for gradient all-reduce (exposed comm).
             self._handles.append(trainable[0].register_post_accumulate_grad_hook(self._on_last_grad))
-
-    def _gpu_uuid(self) -> str | None:
-        """The run's GPU as NVML names it (its UUID), for the system sampler."""
-        if not self._cuda_on:
-            return None
-        try:
-            uuid = str(self._cuda.get_device_properties(self._cuda.current_device()).uuid)
-        except Exception:  # noqa: BLE001 - the GPU is then not sampled
-            return None
-        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
     # -- hooks ------------------------------------------------------------------------------
     @guarded
