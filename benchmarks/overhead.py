@@ -8,14 +8,16 @@ window is at step 50, so none falls in these steps), under ``analyzer.profile`` 
 kernel windows (3 of every 20 steps under torch.profiler, a worst case; the default samples 3
 of every 2000) and under a full ``torch.profiler`` trace, in alternating order each round, and prints each mode's median
 step time and its ratio to the unprofiled loop. Goal for the default mode: <= 1.01. A tiny
-loop (steps of ~0.3 ms) then isolates the profiler's absolute cost per step in microseconds: the
-difference of the medians of alternating rounds, unprofiled and profiled, in wall-clock time and
-in the training thread's CPU time (what the loop's own thread spent; the writer and the system
-sampler run on threads of their own). Goal: <= 40 us. On a busy machine the wall-clock difference
-is the noisier one (it includes waiting for the GIL and for a core), so the recorder's hot path is also timed
-alone: its hooks and wrappers called as one DataLoader-loop step calls them (fetch, forward,
-backward, optimizer step, the row), in training-thread CPU time (the writer and the system
-sampler run on their own threads and are not the training thread's cost), fastest of the rounds.
+loop (400 steps of ~0.3 ms) then isolates the profiler's absolute cost per step in microseconds:
+the median of its profiled rounds less the median of its unprofiled ones (alternating), in the
+training thread's CPU time (what the loop's own thread spent; the writer and the system sampler
+run on threads of their own, but what they make that thread wait or redo counts) and in
+wall-clock time, over steps 10-399 (the trace file is created and its threads started at the
+first step, once) and over all 400. Goal: <= 40 us. On a busy machine the wall-clock difference is
+the noisier one (it includes waiting for the GIL and for a core). The recorder's hot path is also
+timed alone: its hooks and wrappers called as one DataLoader-loop step calls them (fetch,
+forward, backward, optimizer step, the row), in training-thread CPU time, fastest of the rounds:
+hot in the caches, it costs a fraction of what the same calls cost between torch's work.
 """
 
 from __future__ import annotations
