@@ -1,6 +1,6 @@
 """Slowdown of a ~25 ms/step training loop under gpuanalyze, measured side by side.
 
-    python benchmarks/overhead.py [--rounds 7] [--steps 40]
+    python benchmarks/overhead.py [--rounds 7] [--steps 40] [--tiny-rounds 15] [--tiny-only]
 
 Times the steps inside the context (one-time start/stop costs are excluded and do not grow
 with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode: its first kernel
@@ -8,11 +8,16 @@ window is at step 50, so none falls in these steps), under ``analyzer.profile`` 
 kernel windows (3 of every 20 steps under torch.profiler, a worst case; the default samples 3
 of every 2000) and under a full ``torch.profiler`` trace, in alternating order each round, and prints each mode's median
 step time and its ratio to the unprofiled loop. Goal for the default mode: <= 1.01. A tiny
-loop (steps of ~0.2 ms) then isolates the profiler's absolute cost per step in microseconds.
-On a busy machine that wall-clock difference is noisy, so the recorder's hot path is also timed
-alone: its hooks and wrappers called as one DataLoader-loop step calls them (fetch, forward,
-backward, optimizer step, the row), in training-thread CPU time (the writer and the system
-sampler run on their own threads and are not the training thread's cost), fastest of the rounds.
+loop (400 steps of ~0.3 ms) then isolates the profiler's absolute cost per step in microseconds:
+the median of its profiled rounds less the median of its unprofiled ones (alternating), in the
+training thread's CPU time (what the loop's own thread spent; the writer and the system sampler
+run on threads of their own, but what they make that thread wait or redo counts) and in
+wall-clock time, over steps 10-399 (the trace file is created and its threads started at the
+first step, once) and over all 400. Goal: <= 40 us. On a busy machine the wall-clock difference is
+the noisier one (it includes waiting for the GIL and for a core). The recorder's hot path is also
+timed alone: its hooks and wrappers called as one DataLoader-loop step calls them (fetch,
+forward, backward, optimizer step, the row), in training-thread CPU time, fastest of the rounds:
+hot in the caches, it costs a fraction of what the same calls cost between torch's work.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,27 +41,72 @@ from tests.scenarios.loops import LoopConfig, make_loop, train
 
 
 def run_once(mode: str, cfg: LoopConfig, workdir: Path) -> float:
+    """Wall-clock ms per step."""
+    return run_timed(mode, cfg, workdir)[0][0]
+
+
+Timing = tuple[float, float]
+"""(wall-clock, training-thread CPU) ms per step."""
+
+
+def run_timed(mode: str, cfg: LoopConfig, workdir: Path, *, skip: int = 0) -> tuple[Timing, Timing]:
+    """One run of the loop in ``mode``: the timing of all its steps, and of the steps after the
+    first ``skip`` (from the fetch of batch ``skip``: the profile creates its trace file and starts
+    its threads at the first step, a one-time cost)."""
     model, optimizer, loader = make_loop(cfg)
     train(model, optimizer, [next(iter(loader))])  # warm the allocator and kernels outside the timing
+    ctx = _context(mode, model, workdir)
+    marks: list[tuple[int, int]] = []
+
+    def batches() -> Iterator[Any]:
+        for i, batch in enumerate(loader):
+            if i == skip and skip:
+                marks.append((time.perf_counter_ns(), time.thread_time_ns()))
+            yield batch
+
+    with ctx:
+        marks.append((time.perf_counter_ns(), time.thread_time_ns()))
+        train(model, optimizer, batches())
+        end = time.perf_counter_ns(), time.thread_time_ns()
+    first, later = marks[0], marks[-1]
+
+    def per_step(since: tuple[int, int], steps: int) -> Timing:
+        return (end[0] - since[0]) / 1e6 / steps, (end[1] - since[1]) / 1e6 / steps
+
+    return per_step(first, cfg.steps), per_step(later, cfg.steps - (skip if len(marks) > 1 else 0))
+
+
+def _context(mode: str, model: Any, workdir: Path) -> Any:
     if mode == "gpuanalyze":
-        ctx = analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
-    elif mode == "gpuanalyze+windows":
-        ctx = analyzer.profile(
+        return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
+    if mode == "gpuanalyze+windows":
+        return analyzer.profile(
             model,
             out=str(workdir / f"{time.monotonic_ns()}.arrow"),
             kernel_windows=True,
             window_first=10,
             window_every=20,
         )
-    elif mode == "torch.profiler":
-        ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    else:
-        ctx = nullcontext()
-    with ctx:
-        t0 = time.perf_counter()
-        train(model, optimizer, loader)
-        elapsed = time.perf_counter() - t0
-    return elapsed * 1e3 / cfg.steps
+    if mode == "torch.profiler":
+        return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    return nullcontext()
+
+
+def tiny_cost_us(rounds: int, workdir: Path, *, skip: int = 10) -> dict[str, float]:
+    """The profile's cost per step of a tiny loop, in microseconds: the median of the profiled rounds
+    less the median of the unprofiled ones (alternating), in wall-clock and training-thread CPU time,
+    over all steps and over the steps after the first ``skip``."""
+    tiny = LoopConfig(steps=400, batch=8, features=16)
+    runs: dict[str, list[tuple[Timing, Timing]]] = {"plain": [], "gpuanalyze": []}
+    for r in range(rounds):
+        for mode in ("plain", "gpuanalyze") if r % 2 == 0 else ("gpuanalyze", "plain"):
+            runs[mode].append(run_timed(mode, tiny, workdir, skip=skip))
+
+    def cost(part: int, clock: int) -> float:
+        med = {m: statistics.median(run[part][clock] for run in runs[m]) for m in runs}
+        return (med["gpuanalyze"] - med["plain"]) * 1e3
+
+    return {"wall": cost(1, 0), "cpu": cost(1, 1), "wall_all": cost(0, 0), "cpu_all": cost(0, 1)}
 
 
 def hot_path_us(rounds: int, steps: int = 2000) -> float:
@@ -79,7 +131,7 @@ def hot_path_us(rounds: int, steps: int = 2000) -> float:
             with analyzer.profile(model, out=str(Path(tmp) / f"h{r}.arrow")) as prof:
                 patches = Patches()
                 patches._wrap(Source, "fetch", "fetch", prof._on_patched_call, prof._before_call)
-                patches._wrap(Source, "backward", "backward", prof._on_patched_call, prof._before_call)
+                patches._wrap(Source, "backward", "backward", prof._on_patched_call, None)  # as on CPU
                 src = Source()
                 name = "Linear"
                 t0 = time.thread_time_ns()
@@ -101,12 +153,36 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--features", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--tiny-rounds", type=int, default=15, help="rounds of the tiny loop (each mode)")
+    parser.add_argument("--tiny-only", action="store_true", help="only the tiny loop's cost per step")
     parser.add_argument("--hot-path-only", action="store_true", help="only time the recorder's hot path")
     args = parser.parse_args()
     if args.hot_path_only:
         cost = hot_path_us(args.rounds)
         print(f"recorder hot path alone (training-thread CPU, fastest of {args.rounds}): {cost:.1f} us/step")
         return
+    if not args.tiny_only:
+        ratios(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = tiny_cost_us(args.tiny_rounds, Path(tmp))
+    print(
+        f"cost per step on a tiny loop (steps 10-399 of 400; median of {args.tiny_rounds} alternating rounds less "
+        f"the unprofiled median): {tiny['cpu']:.1f} us of the training thread's CPU time, {tiny['wall']:.1f} us "
+        f"wall-clock (= {tiny['wall'] / 250:.2f}% of a 25 ms step)"
+    )
+    print(
+        f"  all 400 steps (with creating the trace at the first step): {tiny['cpu_all']:.1f} us CPU, "
+        f"{tiny['wall_all']:.1f} us wall-clock"
+    )
+    if not args.tiny_only:
+        print(
+            f"recorder hot path alone (hooks called directly, training-thread CPU, fastest of {args.rounds}): "
+            f"{hot_path_us(args.rounds):.1f} us/step"
+        )
+
+
+def ratios(args: argparse.Namespace) -> None:
+    """The ~30 ms/step loop in each mode, alternating order each round: median step times and ratios."""
     cfg = LoopConfig(steps=args.steps, batch=args.batch, features=args.features)
     modes = ["plain", "gpuanalyze", "gpuanalyze+windows", "torch.profiler"]
     times: dict[str, list[float]] = {m: [] for m in modes}
@@ -114,12 +190,6 @@ def main() -> None:
         for r in range(args.rounds):
             for mode in modes if r % 2 == 0 else modes[::-1]:
                 times[mode].append(run_once(mode, cfg, Path(tmp)))
-    tiny = LoopConfig(steps=400, batch=8, features=16)
-    tiny_times: dict[str, list[float]] = {"plain": [], "gpuanalyze": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.rounds):
-            for mode in tiny_times:
-                tiny_times[mode].append(run_once(mode, tiny, Path(tmp)) * 1e3)
     base = statistics.median(times["plain"])
     print(
         f"loop: {cfg.steps} steps x {args.rounds} rounds, batch {cfg.batch}, MLP width {cfg.features}; "
@@ -128,15 +198,6 @@ def main() -> None:
     for mode in modes:
         med = statistics.median(times[mode])
         print(f"{mode:>15}: median {med:7.2f} ms/step  ratio {med / base:.4f}")
-    cost_us = min(tiny_times["gpuanalyze"]) - min(tiny_times["plain"])
-    print(
-        f"absolute cost on a tiny loop ({tiny.steps} steps, fastest of {args.rounds}): {cost_us:.1f} us/step "
-        f"= {cost_us / 250:.2f}% of a 25 ms step"
-    )
-    print(
-        f"recorder hot path alone (hooks called directly, training-thread CPU, fastest of {args.rounds}): "
-        f"{hot_path_us(args.rounds):.1f} us/step"
-    )
 
 
 if __name__ == "__main__":

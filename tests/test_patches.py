@@ -34,3 +34,27 @@ def test_compile_wrapper_reports_the_compiled_module_and_restores():
     finally:
         patches.remove()
     assert seen == [(model, compiled)] and torch.compile is original
+
+
+def test_before_calls_follow_what_can_still_matter():
+    """The backward wrapper calls ``before`` only once CUDA timing asks for it; the fetch wrapper
+    stops calling it once fetches can no longer end a step. Reports are unchanged throughout."""
+    calls, reports = [], []
+    patches = Patches()
+    patches.install(lambda kind, ns, owner, result, cpu_ns: reports.append(kind), calls.append)
+    x = torch.ones(2, requires_grad=True)
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+    try:
+        it = iter(loader)
+        next(it)
+        (x * 2).sum().backward()
+        assert calls == ["iter", "fetch"]
+        patches.time_backward_start(calls.append)
+        (x * 2).sum().backward()
+        assert calls == ["iter", "fetch", "backward"]
+        patches.fetches_end_no_step()
+        next(it)
+        assert calls == ["iter", "fetch", "backward"]
+    finally:
+        patches.remove()
+    assert reports == ["iter", "fetch", "backward", "backward", "fetch"]

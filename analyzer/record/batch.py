@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+_TENSOR_TYPES: set[type] = set()
+"""``torch.Tensor`` and ``torch.nn.Parameter`` once torch is imported (this module imports torch lazily)."""
+
 
 def first_tensor(obj: Any, *, depth: int = 0) -> Any:
     """The first torch tensor in nested tuples, lists, dicts or dataclass-like outputs, or None."""
     import torch
 
+    if not _TENSOR_TYPES:
+        _TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
     if isinstance(obj, torch.Tensor):
         return obj
     if depth > 4:
@@ -35,7 +40,9 @@ def first_tensor(obj: Any, *, depth: int = 0) -> Any:
 
 def batch_size_of(obj: Any) -> int | None:
     """Leading dimension of the first tensor found: the number of samples in a batch."""
-    tensor = first_tensor(obj)
+    # The common batch, ``(x, y)`` or ``(x,)`` (every fetch and forward), without the search's calls.
+    head = obj[0] if type(obj) in (tuple, list) and obj else None
+    tensor = head if type(head) in _TENSOR_TYPES else first_tensor(obj)
     if tensor is None or tensor.dim() == 0:
         return None
     return int(tensor.shape[0])

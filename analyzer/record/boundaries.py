@@ -67,7 +67,7 @@ class StepBoundaries:
     # -- events ----------------------------------------------------------------------------------
     def forward_begin(self, now: int, grad_enabled: Callable[[], bool]) -> StepTimes:
         """The outermost forward begins; returns the step it belongs to."""
-        if self.forward_ends_step:
+        if not self.by_optimizer and self.forward_ends_step:  # by_optimizer: the common case, one read
             self.boundary(now)
         step = self.step
         step.forward_start = now
@@ -87,7 +87,7 @@ class StepBoundaries:
 
     def data_begin(self, now: int) -> None:
         """A data fetch (or a ``prof.data()`` block) is about to start."""
-        if self.forward_ends_step:
+        if not self.by_optimizer and self.forward_ends_step:
             self.boundary(now)
 
     def data(self, elapsed_ns: int, cpu_ns: int) -> None:
@@ -115,19 +115,22 @@ class StepBoundaries:
     def optimizer_begin(self, now: int) -> None:
         step = self.step
         # a forward still open (a framework timing its training step) counts as nested only from here on
-        step.optimizer_nested_ns = step.phase_ns + (now - step.forward_start if step.forward_start is not None else 0)
+        phase_ns = step.data_ns + step.forward_ns + step.backward_ns + step.sync_ns  # step.phase_ns, inline
+        step.optimizer_nested_ns = phase_ns + (now - step.forward_start if step.forward_start is not None else 0)
         step.optimizer_start = now
 
     def optimizer_end(self, now: int, *, ends_step: bool) -> None:
         """An optimizer step returned; ``ends_step`` when it is the optimizer that delimits steps."""
         step = self.step
         if step.optimizer_start is not None:
-            nested = step.phase_ns - step.optimizer_nested_ns  # a closure's forward/backward, already counted
+            phase_ns = step.data_ns + step.forward_ns + step.backward_ns + step.sync_ns  # step.phase_ns, inline
+            nested = phase_ns - step.optimizer_nested_ns  # a closure's forward/backward, already counted
             step.optimizer_ns += max(0, now - step.optimizer_start - nested)
             step.optimizer_start = None
         if ends_step and not self.manual:
             self.by_optimizer = True
-            self.merge_held()
+            if self._held:
+                self.merge_held()
             self.close(now)
 
     def mark(self, now: int) -> None:

@@ -22,12 +22,13 @@ def describe(exc: BaseException) -> str:
 
 
 def guarded(method: Callable[..., Any]) -> Callable[..., None]:
-    """Run a hook body only while ``self.enabled`` and not being traced (``self._compiling()``);
-    turn any exception into ``self._fail(exc)``. Returns None."""
+    """Run a hook body only while ``self.enabled`` and not being traced (``self._compiling()`` or
+    ``self._compile_flags._is_compiling_flag``, see ``compiling_check``); turn any exception into
+    ``self._fail(exc)``. Returns None."""
 
     @functools.wraps(method)
     def hook(self: Any, *args: Any) -> None:
-        if self.enabled and not self._compiling():
+        if self.enabled and not (self._compiling() or self._compile_flags._is_compiling_flag):
             try:
                 method(self, *args)
             except Exception as exc:  # noqa: BLE001 - the training loop must never see it
@@ -36,15 +37,18 @@ def guarded(method: Callable[..., Any]) -> Callable[..., None]:
     return hook
 
 
-def compiling_check(compiler: Any) -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` at a tenth of its cost (it runs in every hook, every step):
+class _NoFlag:
+    """Stands in for ``torch.compiler`` where it has no ``_is_compiling_flag``."""
+
+    _is_compiling_flag = False
+
+
+def compiling_check(compiler: Any) -> tuple[Callable[[], bool], Any]:
+    """``(check, flags)``: being traced when ``check() or flags._is_compiling_flag``, which is
+    ``torch.compiler.is_compiling()`` at a tenth of its cost (it runs in every hook, every step):
     Dynamo folds ``is_dynamo_compiling()`` to True while tracing, so the flag that other tracers
-    (AOT, export) set is read only when running eagerly."""
+    (AOT, export) set is read only when running eagerly, and read inline (no extra call)."""
     dynamo = getattr(compiler, "is_dynamo_compiling", None)
     if dynamo is None or not hasattr(compiler, "_is_compiling_flag"):
-        return compiler.is_compiling
-
-    def compiling() -> bool:
-        return bool(dynamo() or compiler._is_compiling_flag)
-
-    return compiling
+        return compiler.is_compiling, _NoFlag
+    return dynamo, compiler

@@ -19,25 +19,37 @@ Before = Callable[[str], None]
 """before(kind), called just before the wrapped call starts."""
 
 
-def _zero() -> int:
-    return 0
-
-
 class Patches:
     """Installs and removes the wrappers; each attribute is restored exactly as found."""
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
+        # What the wrappers call before each call, read at every call so that it can change while
+        # they are installed: the common step then pays for no call that would do nothing.
+        self._before_fetch: list[Before] = []
+        """Before each DataLoader fetch and ``iter()``, until ``fetches_end_no_step`` empties it."""
+        self._before_backward: list[Before] = []
+        """Before each backward once ``time_backward_start`` gave it (CUDA timing); empty on CPU."""
 
     def install(self, report: Report, before: Before) -> None:
         import torch
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, before)
-        self._wrap(DataLoader, "__iter__", "iter", report, before)
+        self._before_fetch[:] = [before]
+        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, None, late=self._before_fetch)
+        self._wrap(DataLoader, "__iter__", "iter", report, None, late=self._before_fetch)
         # Tensor.backward calls torch.autograd.backward through the module attribute.
-        self._wrap(torch.autograd, "backward", "backward", report, before)
+        self._wrap(torch.autograd, "backward", "backward", report, None, late=self._before_backward)
+
+    def fetches_end_no_step(self) -> None:
+        """From now on no fetch can end a step (an optimizer or ``prof.step()`` ends them): the fetch
+        wrappers stop calling ``before``."""
+        self._before_fetch.clear()
+
+    def time_backward_start(self, before: Before) -> None:
+        """From now on the backward wrapper calls ``before("backward")`` before each backward."""
+        self._before_backward[:] = [before]
 
     def install_sync(self, report: Report) -> None:
         """Host-device syncs: only meaningful (and only installed) when the model runs on a GPU."""
@@ -69,22 +81,59 @@ class Patches:
             owner, name, original = self._saved.pop()
             setattr(owner, name, original)
 
-    def _wrap(self, owner: Any, name: str, kind: str, report: Report, before: Before | None) -> None:
+    def _wrap(
+        self,
+        owner: Any,
+        name: str,
+        kind: str,
+        report: Report,
+        before: Before | None,
+        *,
+        late: list[Before] | None = None,
+    ) -> None:
+        """Wrap ``owner.name``; ``before`` (or the callable put in ``late`` later on) runs before each call."""
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
         self._saved.append((owner, name, original))
-        clock = time.perf_counter_ns
-        cpu_clock = time.thread_time_ns if kind in DATA_KINDS else _zero
+        befores = [before] if before is not None else late if late is not None else []
+        make = _data_wrapper if kind in DATA_KINDS else _timed_wrapper
+        wrapper = make(original, kind, report, befores)
+        setattr(owner, name, functools.wraps(original)(wrapper))
 
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if before is not None:
-                before(kind)
-            t0, c0 = clock(), cpu_clock()
-            result = None
-            try:
-                result = original(*args, **kwargs)
-                return result
-            finally:
-                report(kind, clock() - t0, args[0] if args else None, result, cpu_clock() - c0)
 
-        setattr(owner, name, wrapper)
+# Two wrapper shapes, so that the common call pays for no clock it does not read: data fetches
+# also measure the thread's CPU time, the others report cpu_ns=0. They run on every fetch,
+# backward and sync of the loop. ``before`` is a list read at each call (empty: nothing to call).
+
+
+def _data_wrapper(original: Any, kind: str, report: Report, before: list[Before]) -> Callable[..., Any]:
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            before[0](kind)
+        t0, c0 = clock(), cpu_clock()
+        result = None
+        try:
+            result = original(*args, **kwargs)
+            return result
+        finally:
+            report(kind, clock() - t0, args[0] if args else None, result, cpu_clock() - c0)
+
+    return wrapper
+
+
+def _timed_wrapper(original: Any, kind: str, report: Report, before: list[Before]) -> Callable[..., Any]:
+    clock = time.perf_counter_ns
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            before[0](kind)
+        t0 = clock()
+        result = None
+        try:
+            result = original(*args, **kwargs)
+            return result
+        finally:
+            report(kind, clock() - t0, args[0] if args else None, result, 0)
+
+    return wrapper

@@ -19,13 +19,14 @@ from typing import Any
 from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
+from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
 from analyzer.record.patches import Patches
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.record.run_facts import collect_run_info, placement, run_id
+from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
 from analyzer.record.steps import StepTimes
 from analyzer.record.system_sampler import SystemSampler
 from analyzer.record.trace_output import TraceOutput
@@ -39,22 +40,6 @@ _active: list[Profiler] = []
 #: Objects a forked child inherited from its parent's profile; kept alive (never closed or
 #: collected) so that nothing in the child writes to the parent's trace file.
 _inherited: list[Any] = []
-
-
-class DataBlock:
-    """``with prof.data():`` times its body as data wait (a custom loader such as ``get_batch()``)."""
-
-    __slots__ = ("_prof",)
-
-    def __init__(self, prof: Profiler) -> None:
-        self._prof = prof
-
-    def __enter__(self) -> DataBlock:
-        self._prof._data_enter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._prof._data_exit()
 
 
 class Profiler:
@@ -79,7 +64,8 @@ class Profiler:
         self.options = options
         self.enabled = False
         self.error: BaseException | None = None
-        self._compiling: Callable[[], bool] = compiling_check(torch.compiler)
+        self._compiling: Callable[[], bool]
+        self._compiling, self._compile_flags = compiling_check(torch.compiler)
         self._grad_enabled: Callable[[], bool] = torch.is_grad_enabled
         self._recorder = recorder
         self._forward_hooks = forward_hooks
@@ -176,6 +162,7 @@ class Profiler:
     def step(self) -> None:
         """Mark the end of a step explicitly; from then on automatic boundaries are ignored."""
         self._steps.manual = True
+        self._patches.fetches_end_no_step()
         self._mark_step()
 
     def data(self) -> DataBlock:
@@ -193,6 +180,8 @@ class Profiler:
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
         self._patches.install(self._on_patched_call, self._before_call)
+        if self._steps.by_optimizer or self._steps.manual:
+            self._patches.fetches_end_no_step()
         self._patches.install_compile(self._on_compiled)
         if self._models is not None:
             self._use_models(self._models)
@@ -218,6 +207,7 @@ class Profiler:
             self._timer = CudaPhaseTimer()
             self._resolver = LazyResolver(self._emit)
             self._patches.install_sync(self._on_patched_call)
+            self._patches.time_backward_start(self._before_call)
             torch.cuda.reset_peak_memory_stats()
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
@@ -243,23 +233,15 @@ class Profiler:
             recorder=self._recorder,
         )
         interval = self.options.system_interval_s
-        sampler = None if interval is None else SystemSampler(interval_s=interval, gpu_uuid=self._gpu_uuid())
+        sampler = None
+        if interval is not None:
+            sampler = SystemSampler(interval_s=interval, gpu_uuid=gpu_uuid(self._cuda) if self._cuda_on else None)
         self._output.open(run, rank=where.rank, world_size=where.world_size, sampler=sampler)
         trainable = [p for _, m in models for p in m.parameters() if p.requires_grad]
         if where.world_size > 1 and trainable:
             # The first parameter is normally the last to receive its gradient in backward: time after
             # it until backward returns is the rank waiting for gradient all-reduce (exposed comm).
             self._handles.append(trainable[0].register_post_accumulate_grad_hook(self._on_last_grad))
-
-    def _gpu_uuid(self) -> str | None:
-        """The run's GPU as NVML names it (its UUID), for the system sampler."""
-        if not self._cuda_on:
-            return None
-        try:
-            uuid = str(self._cuda.get_device_properties(self._cuda.current_device()).uuid)
-        except Exception:  # noqa: BLE001 - the GPU is then not sampled
-            return None
-        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
     # -- hooks ------------------------------------------------------------------------------
     @guarded
@@ -322,19 +304,31 @@ class Profiler:
         now = _clock()
         if self._timer is not None:
             self._timer.end(S.OPTIMIZER_MS)
-        self._steps.optimizer_end(now, ends_step=optimizer is self._optimizer)
+        steps = self._steps
+        by_optimizer = steps.by_optimizer
+        steps.optimizer_end(now, ends_step=optimizer is self._optimizer)
+        if steps.by_optimizer and not by_optimizer:  # from now on fetches cannot end steps
+            self._patches.fetches_end_no_step()
 
     @guarded
     def _before_call(self, kind: str) -> None:
+        """Before a fetch (a forward-delimited step may end there) and, on CUDA, before a backward
+        (``Patches.time_backward_start``): on CPU the backward wrapper does not call it."""
         if kind == "backward":
             if self._timer is not None:
                 self._timer.begin(S.BACKWARD_MS)
-        elif self._steps.forward_ends_step:
-            self._steps.boundary(_clock())
+            return
+        steps = self._steps
+        if not steps.by_optimizer and steps.forward_ends_step:
+            steps.boundary(_clock())
 
     @guarded
     def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any, cpu_ns: int = 0) -> None:
-        if kind == "sync":
+        if kind == "fetch" and self._loader is None and not self._data_depth:  # every fetch of a plain loop
+            self._steps.data(elapsed_ns, cpu_ns)
+            if result is not None:
+                self._saw_batch(result)
+        elif kind == "sync":
             self._steps.step.sync_ns += elapsed_ns
         elif kind == "backward":
             self._steps.backward(elapsed_ns)
@@ -402,8 +396,9 @@ class Profiler:
             self._emit((step, end_ns, None), None)
         if self._windows is not None:
             self._advance_windows(self._windows, step.index)
-        if self._output.error is not None:
-            self._fail(self._output.error)
+        writer = self._output.writer
+        if writer is not None and writer.error is not None:  # TraceOutput.error, read inline (every step)
+            self._fail(writer.error)
         elif opened_now:  # creating the file is not part of the next step
             self._restart_step()
         return self.enabled

@@ -202,3 +202,12 @@ def _env_int(name: str, default: int | None) -> int | None:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return default
+
+
+def gpu_uuid(cuda: Any) -> str | None:
+    """The current GPU as NVML names it (its UUID), for the system sampler; ``cuda`` is ``torch.cuda``."""
+    try:
+        name = str(cuda.get_device_properties(cuda.current_device()).uuid)
+    except Exception:  # noqa: BLE001 - the GPU is then not sampled
+        return None
+    return name if name.startswith(("GPU-", "MIG-")) else f"GPU-{name}"

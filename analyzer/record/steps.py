@@ -117,7 +117,7 @@ class StepTimes:
         row[S.SYNC_MS] = sync
         row[S.OTHER_MS] = max(0.0, wall - (data + forward + backward + optimizer + sync))
         row[S.GPU_BUSY_MS] = busy
-        row[S.BATCH_SAMPLES] = self.samples
+        row[S.BATCH_SAMPLES] = self.loader_samples if self.loader_samples is not None else self.forward_samples
         row[S.DATA_CPU_MS] = self.data_cpu_ns / _NS_PER_MS
         if self.first_ns is not None:
             row[S.LEAD_MS] = max(0, self.first_ns - self.start_ns) / _NS_PER_MS

@@ -66,6 +66,11 @@ class TraceOutput:
         self.rows += 1
         if hold:
             self._held[row[S.STEP]] = row
+        elif not self._window_stats and self.writer is not None:  # every step: _write's common case, inline
+            sampler = self.sampler
+            if sampler is not None:
+                row[S.SYSTEM] = sampler.take()
+            self.writer.add(row)
         else:
             self._write(row)
 
