@@ -1,6 +1,7 @@
 """Slowdown of a ~25 ms/step training loop under gpuanalyze, measured side by side.
 
     python benchmarks/overhead.py [--rounds 7] [--steps 40] [--tiny-rounds 15] [--tiny-only]
+    python benchmarks/overhead.py --flush-every 50 1000   # the writer's row trigger, side by side
 
 Times the steps inside the context (one-time start/stop costs are excluded and do not grow
 with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode: its first kernel
@@ -77,6 +78,9 @@ def run_timed(mode: str, cfg: LoopConfig, workdir: Path, *, skip: int = 0) -> tu
 
 
 def _context(mode: str, model: Any, workdir: Path) -> Any:
+    if mode.startswith("flush="):  # the writer's row trigger (flush_every_steps) side by side
+        every = int(mode.removeprefix("flush="))
+        return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), flush_every_steps=every)
     if mode == "gpuanalyze":
         return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
     if mode == "gpuanalyze+windows":
@@ -107,6 +111,26 @@ def tiny_cost_us(rounds: int, workdir: Path, *, skip: int = 10) -> dict[str, flo
         return (med["gpuanalyze"] - med["plain"]) * 1e3
 
     return {"wall": cost(1, 0), "cpu": cost(1, 1), "wall_all": cost(0, 0), "cpu_all": cost(0, 1)}
+
+
+def flush_cost_us(
+    rounds: int, workdir: Path, values: tuple[int, ...], *, skip: int = 10
+) -> dict[int, tuple[float, float]]:
+    """The tiny loop's cost per step (CPU, wall-clock; us) with each writer row trigger, rounds alternating."""
+    tiny = LoopConfig(steps=400, batch=8, features=16)
+    modes = ["plain", *(f"flush={v}" for v in values)]
+    runs: dict[str, list[tuple[Timing, Timing]]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode in modes if r % 2 == 0 else reversed(modes):
+            runs[mode].append(run_timed(mode, tiny, workdir, skip=skip))
+
+    def med(mode: str, clock: int) -> float:
+        return statistics.median(run[1][clock] for run in runs[mode])
+
+    return {
+        v: ((med(f"flush={v}", 1) - med("plain", 1)) * 1e3, (med(f"flush={v}", 0) - med("plain", 0)) * 1e3)
+        for v in values
+    }
 
 
 def hot_path_us(rounds: int, steps: int = 2000) -> float:
@@ -156,7 +180,20 @@ def main() -> None:
     parser.add_argument("--tiny-rounds", type=int, default=15, help="rounds of the tiny loop (each mode)")
     parser.add_argument("--tiny-only", action="store_true", help="only the tiny loop's cost per step")
     parser.add_argument("--hot-path-only", action="store_true", help="only time the recorder's hot path")
+    parser.add_argument(
+        "--flush-every",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="only the tiny loop's cost with these writer row triggers (flush_every_steps), side by side",
+    )
     args = parser.parse_args()
+    if args.flush_every:
+        with tempfile.TemporaryDirectory() as tmp:
+            costs = flush_cost_us(args.tiny_rounds, Path(tmp), tuple(args.flush_every))
+        for every, (cpu, wall) in costs.items():
+            print(f"flush_every_steps={every}: {cpu:.1f} us/step training-thread CPU, {wall:.1f} us/step wall-clock")
+        return
     if args.hot_path_only:
         cost = hot_path_us(args.rounds)
         print(f"recorder hot path alone (training-thread CPU, fastest of {args.rounds}): {cost:.1f} us/step")

@@ -1,5 +1,5 @@
 """A run killed with SIGKILL mid-training leaves a readable trace holding every step that had
-reached the disk before the kill (the writer flushes every second or every 50 steps)."""
+reached the disk before the kill (the writer flushes every second or every 1000 steps)."""
 
 import os
 import signal

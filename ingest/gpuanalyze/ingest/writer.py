@@ -41,7 +41,7 @@ class WriterOptions:
 
     flush_interval_s: float = 1.0
     """Longest time a finished step waits in memory before it is written."""
-    flush_every_steps: int = 50
+    flush_every_steps: int = 1000
     """Write as soon as this many rows are pending, even within the interval."""
     fsync: bool = True
     """Also ask the OS to put the data on the disk (survives power loss, not only kills)."""
