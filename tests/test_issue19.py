@@ -351,3 +351,29 @@ def test_hostile_nesting_and_threads_stay_linear_and_bounded(tmp_path):
     k = parse_kineto(write(tmp_path / "small.json", doc(200)), ReadLimits(max_kept_events=500))
     assert k.blocking.op.size == 0 or (k.blocking.op < 0).all()
     assert any("not attributed" in n for n in k.notes), k.notes
+
+
+def test_host_sync_finding_names_the_op_and_caller(tmp_path):
+    import json
+
+    from analyzer.render.json_report import render_json
+
+    r = analyze(write(tmp_path / "t.json", F.pageable_copy_trace()))
+    f = r.findings[0]
+    assert (r.bottleneck, f.cause) == ("sync", "host_sync")
+    site = (
+        "146.0 ms per step in `aten::to` -> cudaMemcpyAsync (a copy the host blocks in) called from "
+        "record_function('metrics')"
+    )
+    assert site in f.summary, f.summary
+    assert site in f.recommendations[0] and "non_blocking=True" in f.recommendations[0], f.recommendations
+    (b,) = json.loads(render_json(r))["kernels"]["blocking_ops"]
+    assert (b["op"], b["caller"], b["call"], b["count"]) == (
+        "aten::to",
+        "metrics",
+        "cudaMemcpyAsync",
+        r.metrics.kernels.steps,
+    )
+    # without CPU ops: the same finding, nothing named
+    bare = analyze(write(tmp_path / "u.json", F.pageable_copy_trace(cpu_ops=False))).findings[0]
+    assert "most of it" not in bare.summary and "record_function" not in " ".join(bare.recommendations)
