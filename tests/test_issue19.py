@@ -377,3 +377,12 @@ def test_host_sync_finding_names_the_op_and_caller(tmp_path):
     # without CPU ops: the same finding, nothing named
     bare = analyze(write(tmp_path / "u.json", F.pageable_copy_trace(cpu_ops=False))).findings[0]
     assert "most of it" not in bare.summary and "record_function" not in " ".join(bare.recommendations)
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
+def test_external_h100_host_sync_names_the_read_back_and_its_module():
+    r = analyze(EXTERNAL / "tracelens/h100_owlv2.json.gz")
+    f = next(f for f in r.findings if f.cause == "host_sync")
+    # a cudaStreamSynchronize under aten::to waits for a device-to-host read: read-back advice, not "drop it"
+    assert "`aten::to` -> cudaStreamSynchronize called from module `Owlv2ForObjectDetection_0`" in f.summary
+    assert "non_blocking=True" in f.recommendations[0], f.recommendations

@@ -24,6 +24,18 @@ from gpuanalyze.ingest import schema as S
 
 #: Runtime calls that copy (blocking_calls.MEMCPY_PREFIXES): the others the rule names are synchronize calls.
 BLOCKING_COPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
+#: CPU ops that read a tensor back to the host: a synchronize under them waits for that copy.
+_READ_OPS = frozenset(
+    {
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::cpu",
+        "aten::tolist",
+    }
+)
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 _STRAGGLER_FIXES = {
@@ -314,7 +326,7 @@ def blocking_site_advice(ctx: Context) -> list[str]:
     site = blocking_site(ctx)
     if b is None or site is None:
         return []
-    if b.call.startswith(BLOCKING_COPY_PREFIXES):
+    if b.call.startswith(BLOCKING_COPY_PREFIXES) or b.op in _READ_OPS:
         fix = (
             "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
             "with non_blocking=True and wait on an event only where it is used"
