@@ -386,3 +386,16 @@ def test_external_h100_host_sync_names_the_read_back_and_its_module():
     # a cudaStreamSynchronize under aten::to waits for a device-to-host read: read-back advice, not "drop it"
     assert "`aten::to` -> cudaStreamSynchronize called from module `Owlv2ForObjectDetection_0`" in f.summary
     assert "non_blocking=True" in f.recommendations[0], f.recommendations
+
+
+def test_an_explicit_synchronize_gets_synchronize_advice_with_its_caller(tmp_path):
+    doc = F.pageable_copy_trace()
+    for e in doc["traceEvents"]:  # torch.cuda.synchronize() under record_function("timing"): no aten op around it
+        if e["name"] == "cudaMemcpyAsync":
+            e["name"] = "cudaDeviceSynchronize"
+        elif e["name"] == "metrics":
+            e["name"] = "timing"
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] != "cpu_op"]
+    f = analyze(write(tmp_path / "t.json", doc)).findings[0]
+    assert "in cudaDeviceSynchronize called from record_function('timing')" in f.summary, f.summary
+    assert "drop the synchronize" in f.recommendations[0], f.recommendations
