@@ -74,9 +74,10 @@ def single_step_trace(step_us: float = 42_900_000.0) -> dict[str, Any]:
     return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
 
 
-def pageable_copy_trace(*, steps: int = 12) -> dict[str, Any]:
-    """Item 2: 200 ms steps; 50 ms of kernels, then ``aten::to`` -> cudaMemcpyAsync of 704 B device-to-host into
-    pageable memory that blocks the host 146 ms until the GPU drains (the copy itself takes 2 us)."""
+def pageable_copy_trace(*, steps: int = 12, cpu_ops: bool = True) -> dict[str, Any]:
+    """Item 2: 200 ms steps; 50 ms of kernels, then, under ``record_function("metrics")``, ``aten::to`` (its
+    inner ``aten::copy_``) -> cudaMemcpyAsync of 704 B device-to-host into pageable memory that blocks the host
+    146 ms until the GPU drains (the copy itself takes 2 us). ``cpu_ops=False``: without the CPU ops."""
     events = []
     corr = 0
     for i in range(steps):
@@ -92,10 +93,14 @@ def pageable_copy_trace(*, steps: int = 12) -> dict[str, Any]:
         corr += 1
         t = lo + 52_000
         events += [
+            ev("user_annotation", "metrics", t - 20, 146_040),
             ev("cpu_op", "aten::to", t - 10, 146_020),
+            ev("cpu_op", "aten::copy_", t - 5, 146_010),
             ev("cuda_runtime", "cudaMemcpyAsync", t, 146_000, correlation=corr),
             ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", t + 145_990, 2, stream=7, correlation=corr, bytes=704),
         ]
+    if not cpu_ops:
+        events = [e for e in events if e["cat"] not in ("cpu_op", "user_annotation") or e["name"].startswith("Prof")]
     return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
 
 

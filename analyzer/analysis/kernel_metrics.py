@@ -7,7 +7,7 @@ never holds every rank's statistics at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -15,12 +15,23 @@ import polars as pl
 
 from analyzer.analysis.quantiles import Sketch, sketch
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kernel_stats import hta_percentages, top_kernels
+from gpuanalyze.ingest.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536
 _BATCH = msgspec.json.Decoder(list[S.KernelStats])
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingGroup:
+    op: str
+    """The CPU op around the call ('' when the trace does not say)."""
+    caller: str
+    """The record_function / nn.Module around it ('' when the trace does not say)."""
+    call: str
+    total_ms: float
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +46,8 @@ class KernelMetrics:
     kernel_median_us: float | None
     top_kernels: tuple[tuple[str, float, int], ...]
     """(name, total ms, count), most time first."""
+    blocking_ops: tuple[BlockingGroup, ...] = ()
+    """Blocked host time by (op, caller, call) over those steps, most first (KernelStats.blocking_ops)."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -56,6 +69,8 @@ class KernelPartial:
     medians: Sketch
     top: dict[str, tuple[float, int]]
     """Per kernel name over the rank's steps: (total ms, count) from the per-step top lists."""
+    blocking: dict[tuple[str, str, str], tuple[float, int]] = field(default_factory=dict)
+    """Per (op, caller, call) over the rank's steps: (total ms, count) from the per-step blocking_ops."""
 
 
 def _stats(rows: pl.DataFrame) -> list[S.KernelStats]:
@@ -87,6 +102,14 @@ def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
             t[1] += k.count
     if len(top) > MAX_NAMES_PER_RANK:
         top = dict(sorted(top.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
+    blocking: dict[tuple[str, str, str], list[float]] = {}
+    for st in stats:
+        for b in st.blocking_ops:
+            t = blocking.setdefault((b.op, b.caller, b.call), [0.0, 0])
+            t[0] += b.total_ms
+            t[1] += b.count
+    if len(blocking) > MAX_NAMES_PER_RANK:
+        blocking = dict(sorted(blocking.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
     return KernelPartial(
         steps=rows.height,
         totals_ms=totals,
@@ -94,6 +117,7 @@ def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
         kernel_count=sum(st.kernel_count for st in stats),
         medians=sketch(medians),
         top={name: (ms, int(count)) for name, (ms, count) in top.items()},
+        blocking={key: (ms, int(count)) for key, (ms, count) in blocking.items()},
     )
 
 
@@ -104,6 +128,13 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         return None
     totals = {f: sum(p.totals_ms[f] for p in parts) for f in S.KERNEL_STAT_FIELDS}
     ranked = top_kernels((name, ms, count) for p in parts for name, (ms, count) in p.top.items())
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for p in parts:
+        for key, (ms, count) in p.blocking.items():
+            t = groups.setdefault(key, [0.0, 0])
+            t[0] += ms
+            t[1] += count
+    blocking = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_BLOCKING]
     return KernelMetrics(
         steps=sum(p.steps for p in parts),
         totals_ms=totals,
@@ -111,6 +142,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         kernel_count=sum(p.kernel_count for p in parts),
         kernel_median_us=median_us,
         top_kernels=tuple(ranked),
+        blocking_ops=tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in blocking),
     )
 
 

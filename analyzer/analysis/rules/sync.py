@@ -16,11 +16,26 @@ from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.kernel_metrics import BlockingGroup
 from analyzer.analysis.metrics import RAW
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, clamp
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
 
+#: Runtime calls that copy (blocking_calls.MEMCPY_PREFIXES): the others the rule names are synchronize calls.
+BLOCKING_COPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
+#: CPU ops that read a tensor back to the host: a synchronize under them waits for that copy.
+_READ_OPS = frozenset(
+    {
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::cpu",
+        "aten::tolist",
+    }
+)
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 _STRAGGLER_FIXES = {
@@ -103,6 +118,9 @@ class Sync(Rule):
         km = m.kernels
         host_first = host >= comm
         tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
+        site = blocking_site(ctx) if host_first else None
+        if site:
+            tail += f"; most of it: {site}"
         return Detection(
             cause="host_sync" if host_first else "exposed_communication",
             share=clamp(share),
@@ -258,6 +276,7 @@ class Sync(Rule):
                 "accumulation."
             )
         if (ctx.m.share[S.SYNC_MS] or 0.0) >= T.RELAXED:
+            recs += blocking_site_advice(ctx)
             recs += pageable_copy_advice(ctx)
             recs += [
                 "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
@@ -270,6 +289,51 @@ class Sync(Rule):
                     "tune bucket_cap_mb."
                 )
         return tuple(recs)
+
+
+def _top_blocking(ctx: Context) -> BlockingGroup | None:
+    """The (op, caller, call) with the most blocked host time, when the trace names its op or caller."""
+    km = ctx.m.kernels
+    if km is None or not km.blocking_ops or km.steps <= 0:
+        return None
+    b = km.blocking_ops[0]
+    return b if b.op or b.caller else None
+
+
+def _caller(name: str) -> str:
+    if name.startswith("nn.Module: "):
+        return f"module `{name.removeprefix('nn.Module: ')}`"
+    return f"record_function('{name}')"
+
+
+def blocking_site(ctx: Context) -> str | None:
+    """'the host waits 146.0 ms per step in `aten::to` -> cudaMemcpyAsync called from record_function('metrics')'."""
+    b = _top_blocking(ctx)
+    if b is None:
+        return None
+    assert ctx.m.kernels is not None
+    per_step = b.total_ms / ctx.m.kernels.steps
+    where = f"`{b.op}` -> {b.call}" if b.op else b.call
+    if b.call.startswith(BLOCKING_COPY_PREFIXES):
+        where += " (a copy the host blocks in)"
+    caller = f" called from {_caller(b.caller)}" if b.caller else ""
+    return f"the host waits {per_step:.1f} ms per step in {where}{caller}"
+
+
+def blocking_site_advice(ctx: Context) -> list[str]:
+    """What to change where the trace says the host waits most (its op and caller)."""
+    b = _top_blocking(ctx)
+    site = blocking_site(ctx)
+    if b is None or site is None:
+        return []
+    if b.call.startswith(BLOCKING_COPY_PREFIXES) or b.op in _READ_OPS:
+        fix = (
+            "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
+            "with non_blocking=True and wait on an event only where it is used"
+        )
+    else:
+        fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
+    return [f"{site[0].upper()}{site[1:]}: {fix}."]
 
 
 def pageable_copy_advice(ctx: Context) -> list[str]:

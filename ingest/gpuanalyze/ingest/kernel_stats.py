@@ -16,17 +16,20 @@ otherwise.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import merge, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.runinfo import GpuSummary
-from gpuanalyze.ingest.schema import KernelStats, TopKernel
+from gpuanalyze.ingest.schema import BlockingOp, KernelStats, TopKernel
 
 LAUNCH_GAP_US = 30.0
 TOP_KERNELS = 5
+TOP_BLOCKING = 5
 _CATEGORY_CODE = {c: i for i, c in enumerate(S.KERNEL_CATEGORIES)}
 _MEMCPY_CODE = {"h2d": 0, "d2h": 1, "d2d": 2}
 _NON_COMPUTE = np.array([c in ("communication", "memcpy", "memset") for c in S.KERNEL_CATEGORIES])
@@ -89,10 +92,12 @@ class StepKernels:
         self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
         self.pageable = kind_page[k.gpu_kind] if k.kinds else np.empty(0, bool)
         rt = k.runtime
-        sync = np.flatnonzero(k.runtime_sync | _pageable_copy_calls(k, self.pageable))
+        is_sync = k.runtime_sync | _pageable_copy_calls(k, self.pageable)
+        sync = np.flatnonzero(is_sync)
         order = sync[np.argsort(rt.start[sync], kind="stable")]
         self._sync_start = rt.start[order]
         self._sync_dur = rt.end[order] - rt.start[order]
+        self._blocking(is_sync)
         self._gaps(start, end)
 
     def _gaps(self, start: np.ndarray, end: np.ndarray) -> None:
@@ -118,6 +123,38 @@ class StepKernels:
                 np.where(~host & ~short, gaps, 0.0)[order],
             ]
         )
+
+    def _blocking(self, is_sync: np.ndarray) -> None:
+        """The blocking calls that sync_us counts and blocking_calls.py named, sorted by start, with a
+        group id per distinct (op, caller, call)."""
+        b = self.k.blocking
+        keep = is_sync[b.index] if b.index.size else np.zeros(0, bool)
+        idx = b.index[keep]
+        order = np.argsort(self.k.runtime.start[idx], kind="stable")
+        idx = idx[order]
+        self._b_start = self.k.runtime.start[idx]
+        self._b_dur = self.k.runtime.end[idx] - self._b_start
+        keys = np.stack([b.op[keep][order], b.caller[keep][order], b.call[keep][order]], axis=1)
+        self._b_keys, self._b_group = np.empty((0, 3), np.int32), np.empty(0, np.int64)
+        if idx.size:
+            self._b_keys, group = np.unique(keys, axis=0, return_inverse=True)
+            self._b_group = group.reshape(-1)
+
+    def blocking_ops(self, lo: float, hi: float) -> tuple[BlockingOp, ...]:
+        """The TOP_BLOCKING (op, caller, call) groups with the most blocked host time among the calls that
+        started in [lo, hi)."""
+        i, j = np.searchsorted(self._b_start, (lo, hi), side="left")
+        if i == j:
+            return ()
+        groups, inverse = np.unique(self._b_group[i:j], return_inverse=True)
+        total = np.bincount(inverse.reshape(-1), weights=self._b_dur[i:j])
+        count = np.bincount(inverse.reshape(-1))
+        names = self.k.blocking.names
+        out = []
+        for g in np.argsort(-total, kind="stable")[:TOP_BLOCKING]:
+            op, caller, call = (names[int(x)][:300] if x >= 0 else "" for x in self._b_keys[groups[g]])
+            out.append(BlockingOp(op=op, caller=caller, call=call, total_ms=float(total[g]) / 1e3, count=int(count[g])))
+        return tuple(out)
 
     def sync_us(self, lo: float, hi: float) -> float:
         """Host time in blocking sync calls that started in [lo, hi): synchronize calls, blocking copies and
@@ -145,7 +182,9 @@ class StepKernels:
     def stats(self, lo: float, hi: float) -> KernelStats:
         """KERNEL_STATS of the kernels launched in [lo, hi)."""
         idx = self.indices(lo, hi)
-        return self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
+        stats = self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
+        blocking = self.blocking_ops(lo, hi)
+        return msgspec.structs.replace(stats, blocking_ops=blocking) if blocking else stats
 
     def _window(self, idx: np.ndarray, idle: tuple[float, float, float], sync_api_us: float) -> KernelStats:
         if idx.size == 0:
@@ -154,7 +193,7 @@ class StepKernels:
         start, end = k.gpu.start[idx], k.gpu.end[idx]
         cats = self.category[idx]
         dur = end - start
-        stats: dict[str, float] = dict.fromkeys(S.KERNEL_STAT_FIELDS, 0.0)
+        stats: dict[str, Any] = dict.fromkeys(S.KERNEL_STAT_FIELDS, 0.0)
         stats["sync_api_ms"] = sync_api_us / 1e3
         seg_s, seg_e = merge(start, end)
         busy = float((seg_e - seg_s).sum())

@@ -26,6 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from analyzer.errors import TraceError
+from gpuanalyze.ingest.blocking_calls import MEMCPY_PREFIXES, BlockingCalls, CallSites
 from gpuanalyze.ingest.device_props import capabilities_of
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.kineto_events import (
@@ -139,6 +140,8 @@ class KinetoTrace:
     trace) for the multi-process iterator, 0 for the single-process one, None without either."""
     compute_capabilities: tuple[str, ...] | None = None
     """'major.minor' per deviceProperties entry (device_props.py)."""
+    blocking: BlockingCalls = field(default_factory=BlockingCalls.empty)
+    """Runtime calls that may block the host, with the CPU op and caller around each (blocking_calls.py)."""
 
 
 class KinetoSink:
@@ -162,6 +165,7 @@ class KinetoSink:
         self.bad_steps = 0
         self.loader_iters: set[str] = set()
         self.long_names = 0
+        self.sites = CallSites()
 
     def _cat(self, raw: str) -> tuple[int, str]:
         """(0 skip, 1 device, 2 runtime, 3 cpu), normalised category; cached per distinct string."""
@@ -226,6 +230,7 @@ class KinetoSink:
         cat_of = self._cat
         times = self._times
         ident = self._id
+        sites = self.sites
         self.events += len(events)
         for e in events:
             if e.ph != "X" or e.cat is None:
@@ -237,10 +242,15 @@ class KinetoSink:
             if kind == 3:
                 name = e.name if type(e.name) is str else str(e.name)
                 mark = _mark(name, cat)
-                if mark is None:
+                site = sites.role(name, cat)
+                if mark is None and site < 0:
                     continue
                 t = times(e)
                 if t is None:
+                    continue
+                if site >= 0:
+                    sites.add_cpu(name, site, t[0], t[1], e.tid)
+                if mark is None:
                     continue
                 if mark == -1:
                     self._step(name, t)
@@ -263,9 +273,12 @@ class KinetoSink:
                 self.g_stream.append(ident(args.stream) if args else -1)
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
+                sync = name.startswith(SYNC_APIS)
+                if sync or name.startswith(MEMCPY_PREFIXES):
+                    sites.add_call(len(self.r_ts), name, e.tid)
                 self.r_ts.append(t[0])
                 self.r_dur.append(t[1])
-                self.r_sync.append(name.startswith(SYNC_APIS) or name in BLOCKING_COPIES)
+                self.r_sync.append(sync or name in BLOCKING_COPIES)
                 self.r_corr.append(ident(args.correlation) if args else -1)
         kept = len(self.g_ts) + len(self.r_ts) + len(self.c_ts) + len(self.steps)
         if kept > self.limits.max_kept_events:
@@ -273,6 +286,8 @@ class KinetoSink:
                 f"{self.path}: more than {self.limits.max_kept_events:,} device, runtime and phase events; "
                 "profile a shorter window (torch.profiler schedule) or split the trace"
             )
+        if kept + len(sites) > self.limits.max_kept_events:
+            sites.drop()  # the CPU ops that name blocking calls count too, but never make a trace fail
 
     def _loader_iter(self, name: str) -> None:
         for cls in (MULTI_PROCESS_ITER, SINGLE_PROCESS_ITER):
@@ -303,6 +318,11 @@ class KinetoSink:
                 f"cut {self.long_names} device event name(s) longer than {MAX_NAME_CHARS:,} characters "
                 f"to their first {MAX_NAME_CHARS:,}"
             )
+        if self.sites.dropped:
+            notes.append(
+                f"more than {self.limits.max_kept_events:,} events with the CPU ops: blocking calls are not "
+                "attributed to ops and callers"
+            )
         if self.bad_steps:
             notes.append(f"ignored {self.bad_steps} ProfilerStep annotation(s) with step numbers beyond 2**53")
         dist = dist_info(self.path, meta.get("distributedInfo"), notes)
@@ -311,6 +331,7 @@ class KinetoSink:
         if self.g_ts:
             device = sorted(self.devices)[0] if self.devices else "cuda"
         steps = sorted(self.steps)
+        runtime = Intervals.from_arrays(self.r_ts, self.r_dur)
         return KinetoTrace(
             path=self.path,
             gpu=Intervals.from_arrays(self.g_ts, self.g_dur),
@@ -318,7 +339,7 @@ class KinetoSink:
             kinds=tuple(self.kinds),
             gpu_stream=_ints(self.g_stream),
             gpu_correlation=_ints(self.g_corr),
-            runtime=Intervals.from_arrays(self.r_ts, self.r_dur),
+            runtime=runtime,
             runtime_sync=np.frombuffer(self.r_sync, dtype=np.int8).astype(bool) if self.r_sync else np.empty(0, bool),
             runtime_correlation=_ints(self.r_corr),
             cpu=Intervals.from_arrays(self.c_ts, self.c_dur),
@@ -333,6 +354,7 @@ class KinetoSink:
             notes=notes,
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
             compute_capabilities=capabilities_of(meta.get("deviceProperties")),
+            blocking=self.sites.attribute(runtime.start, runtime.end),
         )
 
 

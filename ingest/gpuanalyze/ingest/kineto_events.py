@@ -105,6 +105,7 @@ class _Event(msgspec.Struct, gc=False):
     name: str = ""
     ts: float = 0.0
     dur: float = 0.0
+    tid: int | str | None = None
     args: _Args | None = None
 
 
@@ -119,6 +120,7 @@ class _LooseEvent(msgspec.Struct, gc=False):
     name: str | int | None = ""
     ts: float | str = 0.0
     dur: float | str = 0.0
+    tid: int | str | None = None
     args: _LooseArgs | None = None
 
 

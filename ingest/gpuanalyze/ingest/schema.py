@@ -73,6 +73,17 @@ class TopKernel(msgspec.Struct, frozen=True, kw_only=True):
     count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
 
 
+class BlockingOp(msgspec.Struct, frozen=True, kw_only=True):
+    """Host time blocked in one runtime call made from one CPU op under one caller ('' where the trace
+    does not say: no CPU ops, or none around the call)."""
+
+    op: Annotated[str, msgspec.Meta(max_length=1024)]
+    caller: Annotated[str, msgspec.Meta(max_length=1024)]
+    call: Annotated[str, msgspec.Meta(max_length=1024)]
+    total_ms: _Ms
+    count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
+
+
 class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """Kernel-level statistics of one sampled step (ingest/kernel_stats.py says how each is measured).
 
@@ -115,6 +126,9 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     kernel_count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)] = 0
     kernel_median_us: _Ms | None = None
     top_kernels: tuple[TopKernel, ...] = ()
+    blocking_ops: Annotated[tuple[BlockingOp, ...], msgspec.Meta(max_length=64)] = ()
+    """The (op, caller, call) groups with the most blocked host time in sync_api_ms, most first (imported
+    Kineto traces with CPU ops; older traces lack it)."""
 
 
 #: The summable time fields of KernelStats (everything but the count, the median and the top list).

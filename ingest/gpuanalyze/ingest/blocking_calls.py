@@ -1,0 +1,184 @@
+"""Who made each blocking runtime call: the CPU op around it and the code that called that op.
+
+The Kineto sink drops ordinary CPU ops, so it keeps, in compact arrays (start, end, thread, interned
+name: about 30 bytes each), only the events that could name a blocking call: CPU ops (``cpu_op``), and
+callers: ``user_annotation`` (``record_function``) slices other than gpuanalyze's own step and phase
+marks, and ``nn.Module: ...`` slices (``with_stack``/``with_modules``). It also keeps, for each runtime
+call that may block the host (synchronize calls and every ``cudaMemcpy*``), its thread and name.
+
+After parsing, ``attribute`` matches each call to the outermost CPU op around it on its thread (the
+op the Python code called: ``aten::to``, not its inner ``aten::copy_``) and the innermost caller
+around it, by one sort and a stack sweep per thread: O(n log n) time, O(n) memory. Events that
+overlap without nesting (malformed or hostile traces) cost at most ``_PROBE`` stack looks per call.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+
+#: Stack entries looked at per call when the events around it do not nest.
+_PROBE = 8
+#: Timestamps are microseconds written with limited precision: a call may start or end this much outside its op.
+_EPS_US = 1e-3
+#: Runtime calls that may block the host: the synchronize calls (kineto_events.SYNC_APIS) and memcpy calls.
+MEMCPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
+_TID_LIMIT = 1 << 62
+#: Distinct names kept (hostile traces: every op named differently); the rest share OTHER_NAME.
+MAX_NAMES = 1 << 16
+OTHER_NAME = "(other names)"
+MODULE_PREFIX = "nn.Module: "
+#: user_annotation names that are gpuanalyze's step and phase marks, not a caller.
+NOT_CALLERS = ("ProfilerStep#", "enumerate(Data", "gpuanalyze:")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingCalls:
+    """The runtime calls that may block the host, with the op and caller around each (-1: none)."""
+
+    index: np.ndarray
+    """Index of each call in KinetoTrace.runtime."""
+    call: np.ndarray
+    op: np.ndarray
+    caller: np.ndarray
+    names: tuple[str, ...]
+    """What call, op and caller index into."""
+
+    @classmethod
+    def empty(cls) -> BlockingCalls:
+        none = np.empty(0, np.int32)
+        return cls(np.empty(0, np.int64), none, none, none, ())
+
+
+class CallSites:
+    """What the sink keeps to name blocking calls (module docstring); ``len`` counts the kept events."""
+
+    def __init__(self) -> None:
+        self.dropped = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.e_ts, self.e_end, self.e_tid = array("d"), array("d"), array("q")
+        self.e_name, self.e_caller = array("i"), array("b")
+        self.c_index, self.c_tid, self.c_name = array("q"), array("q"), array("i")
+        self.names: list[str] = []
+        self._name_id: dict[str, int] = {}
+        self._tid_id: dict[object, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.e_ts) + len(self.c_index)
+
+    def _name(self, name: str) -> int:
+        name = name[:MAX_NAME_CHARS]
+        got = self._name_id.get(name)
+        if got is None and len(self.names) >= MAX_NAMES:
+            name = OTHER_NAME
+            got = self._name_id.get(name)
+        if got is None:
+            got = self._name_id[name] = len(self.names)
+            self.names.append(name)
+        return got
+
+    def _tid(self, tid: object) -> int:
+        if type(tid) is int and -_TID_LIMIT <= tid < _TID_LIMIT:
+            return tid
+        got = self._tid_id.get(tid)
+        if got is None:  # string, huge or missing thread ids: ids apart from the integer ones
+            got = self._tid_id[tid] = -1 - _TID_LIMIT - len(self._tid_id)
+        return got
+
+    def role(self, name: str, cat: str) -> int:
+        """0 for a CPU op, 1 for a caller, -1 for a CPU event not kept (or when nothing more is kept)."""
+        if self.dropped or name.startswith(NOT_CALLERS):
+            return -1
+        if cat == "cpu_op" or cat == "operator":
+            return 0
+        if cat == "user_annotation" or (cat == "python_function" and name.startswith(MODULE_PREFIX)):
+            return 1
+        return -1
+
+    def add_cpu(self, name: str, role: int, ts: float, dur: float, tid: object) -> None:
+        """A CPU event whose ``role`` is 0 or 1."""
+        self.e_ts.append(ts)
+        self.e_end.append(ts + dur)
+        self.e_tid.append(self._tid(tid))
+        self.e_name.append(self._name(name))
+        self.e_caller.append(role)
+
+    def add_call(self, index: int, name: str, tid: object) -> None:
+        """Runtime call number ``index``, if it may block (kineto_events.SYNC_APIS or a memcpy)."""
+        if self.dropped:
+            return
+        self.c_index.append(index)
+        self.c_tid.append(self._tid(tid))
+        self.c_name.append(self._name(name))
+
+    def drop(self) -> None:
+        """Keep nothing more (the trace has too many events to name its blocking calls)."""
+        self._reset()
+        self.dropped = True
+
+    def attribute(self, r_start: np.ndarray, r_end: np.ndarray) -> BlockingCalls:
+        """Each kept call with the outermost CPU op and the innermost caller around it."""
+        if not self.c_index:
+            return BlockingCalls.empty()
+        idx = np.frombuffer(self.c_index, dtype=np.int64).copy()
+        c_tid = np.frombuffer(self.c_tid, dtype=np.int64)
+        c_s, c_e = r_start[idx], r_end[idx]
+        op = np.full(idx.size, -1, np.int32)
+        caller = np.full(idx.size, -1, np.int32)
+        if self.e_ts:
+            e_s = np.frombuffer(self.e_ts, dtype=np.float64)
+            e_e = np.frombuffer(self.e_end, dtype=np.float64)
+            e_tid = np.frombuffer(self.e_tid, dtype=np.int64)
+            e_name = np.frombuffer(self.e_name, dtype=np.int32)
+            is_caller = np.frombuffer(self.e_caller, dtype=np.int8).astype(bool)
+            for flag, out, outermost in ((False, op, True), (True, caller, False)):
+                sel = np.flatnonzero((is_caller == flag) & np.isin(e_tid, c_tid))
+                if sel.size:
+                    out[:] = _sweep(e_s[sel], e_e[sel], e_tid[sel], e_name[sel], c_s, c_e, c_tid, outermost)
+        return BlockingCalls(idx, np.frombuffer(self.c_name, dtype=np.int32).copy(), op, caller, tuple(self.names))
+
+
+def _sweep(
+    e_s: np.ndarray,
+    e_e: np.ndarray,
+    e_tid: np.ndarray,
+    e_name: np.ndarray,
+    c_s: np.ndarray,
+    c_e: np.ndarray,
+    c_tid: np.ndarray,
+    outermost: bool,
+) -> np.ndarray:
+    """Name id of the outermost (or innermost) interval around each call on its thread; -1 where none."""
+    n, m = e_s.size, c_s.size
+    tid = np.concatenate([e_tid, c_tid])
+    start = np.concatenate([e_s, c_s])
+    end = np.concatenate([e_e, c_e])
+    is_call = np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)])
+    # by thread, then start; intervals before calls that start with them, longer intervals first
+    order = np.lexsort((-end, is_call, start, tid)).tolist()
+    tids, starts, ends, names = tid.tolist(), start.tolist(), end.tolist(), e_name.tolist()
+    out = [-1] * m
+    stack: list[int] = []
+    thread = None
+    for i in order:
+        if tids[i] != thread:
+            thread, stack = tids[i], []
+        s = starts[i]
+        while stack and ends[stack[-1]] < s - _EPS_US:
+            stack.pop()
+        if i < n:
+            stack.append(i)
+            continue
+        e = ends[i]
+        probe = stack[:_PROBE] if outermost else stack[: -_PROBE - 1 : -1]
+        for j in probe:
+            if starts[j] <= s + _EPS_US and ends[j] >= e - _EPS_US:
+                out[i - n] = names[j]
+                break
+    return np.array(out, dtype=np.int32)
