@@ -122,3 +122,11 @@ def _isolated_ceilings(tmp_path_factory, monkeypatch):
 def _isolated_import_cache(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's import cache (`gpuanalyze DIR` of Kineto rank files)."""
     monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path_factory.mktemp("imports")))
+
+
+def with_residue(removed_all: float, wall: float) -> float:
+    """The point of a projection that removes a cause it cannot size: the step with all of it removed,
+    plus the share of the removed time taken to remain (thresholds.REMOVAL_RESIDUE)."""
+    from analyzer.analysis import thresholds as T
+
+    return removed_all + T.REMOVAL_RESIDUE * (wall - removed_all)
