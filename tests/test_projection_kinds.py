@@ -21,7 +21,7 @@ from analyzer.render.planning import compare_dict, render_compare
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.sources import load_any
-from tests.conftest import SHARED, make_row, write_trace, with_residue
+from tests.conftest import SHARED, make_row, with_residue, write_trace
 from tests.kineto_fixtures import ev, write
 
 SGEMM = "volta_sgemm_128x64_nn"
