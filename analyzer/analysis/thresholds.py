@@ -155,8 +155,9 @@ STABLE_VERDICT = Threshold(
     0.8, OURS + " (issue 18): a verdict that fewer than 80% of resamples of the steps repeat is not 'high'"
 )
 #: Half-width of a projection range, as a share of the projected step, that run-to-run variation adds on
-#: a host that was not oversubscribed (same job, same machine, measured again).
-PROJECTION_NOISE = 0.03
+#: a host that was not oversubscribed (same job, same machine, measured again): the unchanged healthy and
+#: .item() loops of benchmarks/projection_validation.py re-ran 0.4-3.8% apart on a quiet 2-core host.
+PROJECTION_NOISE = 0.05
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
 LOADED_NOISE = 0.15
 #: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
