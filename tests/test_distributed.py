@@ -45,6 +45,25 @@ def test_balanced_ranks_have_no_straggler(tmp_path):
     assert report.metrics.distributed.skew_median_ms == pytest.approx(0.3)
 
 
+def test_balanced_cpu_ranks_waiting_in_the_all_reduce_wait_for_the_collective_not_a_host_sync(tmp_path):
+    """On a CPU run the recorder's sync time is only the gradient all-reduce wait (no .item() hooks
+    without CUDA): balanced ranks that wait half the step are collective_wait, with DDP advice, never
+    'remove .item()'."""
+    report = analyze(_ranks(tmp_path, {0: 0.0, 1: 0.3}))
+    f = report.findings[0]
+    assert (report.bottleneck, f.cause) == ("sync", "collective_wait")
+    assert [e.metric for e in f.supporting] == ["collective_wait_share"]
+    advice = " ".join(f.recommendations)
+    assert "no_sync" in advice and ".item()" not in advice
+
+
+def test_a_straggler_smaller_than_the_collective_is_not_the_cause(tmp_path):
+    """Rank 1 slower by 2 ms of a 30 ms step while both ranks wait ~15 ms in the all-reduce: the
+    collective, not the straggler, is what to fix first."""
+    report = analyze(_ranks(tmp_path, {0: 0.0, 1: 2.0}))
+    assert (report.bottleneck, report.findings[0].cause) == ("sync", "collective_wait")
+
+
 def test_single_rank_has_no_rank_analysis(trace_factory):
     assert rank_analysis(load_trace(trace_factory([make_row(i) for i in range(5)])).frame) is None
 

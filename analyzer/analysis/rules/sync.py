@@ -86,6 +86,7 @@ class Sync(Rule):
     high = T.SYNC_HIGH
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "host_sync": ("sync_share", "gpu_idle_share"),
+        "collective_wait": ("collective_wait_share",),
         "exposed_communication": ("exposed_communication_share",),
         "straggler": ("straggler_slow_step_fraction", "straggler_excess_ms"),
     }
@@ -93,7 +94,14 @@ class Sync(Rule):
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
         d = m.distributed
-        if d is not None and d.stragglers:
+        straggling = d is not None and bool(d.stragglers)
+        if straggling and collective_wait(ctx) and d is not None and d.step_median_ms:
+            # On a CPU run the all-reduce itself may dwarf the straggler's excess. The straggler arrives
+            # last, so its own wait is the collective alone: the bigger of the two is the cause.
+            s = d.stragglers[0]
+            own = next((r.sync_share for r in d.per_rank if r.rank == s.rank), 0.0)
+            straggling = s.excess_ms / d.step_median_ms >= own
+        if straggling and d is not None:
             s = d.stragglers[0]
             return Detection(
                 cause="straggler",
@@ -117,6 +125,15 @@ class Sync(Rule):
             parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
         km = m.kernels
         host_first = host >= comm
+        if collective_wait(ctx) and host_first:
+            return Detection(
+                cause="collective_wait",
+                share=clamp(share),
+                consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value),
+                evidence_steps=m.steps,
+                summary=f"Waiting: the ranks wait for the gradient all-reduce {host:.0%} of the step (no rank is "
+                "a straggler: the collective itself takes the time).",
+            )
         tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
         site = blocking_site(ctx) if host_first else None
         if site:
@@ -173,6 +190,19 @@ class Sync(Rule):
         host = m.share[S.SYNC_MS] or 0.0
         comm = exposed_comm_share(ctx)
         ev = []
+        if d.cause == "collective_wait":
+            threshold = T.SYNC_HIGH if host >= T.SYNC_HIGH.value else T.SYNC_MODERATE
+            return (
+                Evidence(
+                    "collective_wait_share",
+                    host,
+                    threshold.value,
+                    ">=",
+                    "fraction of step time",
+                    f"{threshold.source}; on a CPU run the recorder times only the wait from a rank's last "
+                    "gradient until backward returns (no .item()/.cpu() hooks without CUDA): the all-reduce",
+                ),
+            )
         if d.cause == "host_sync" or host >= T.SYNC_MODERATE.value:
             threshold = T.SYNC_HIGH if host >= T.SYNC_HIGH.value else T.SYNC_MODERATE
             ev.append(Evidence("sync_share", host, threshold.value, ">=", "fraction of step time", threshold.source))
@@ -267,6 +297,15 @@ class Sync(Rule):
                 _STRAGGLER_FIXES.get(s.phase, _STRAGGLER_OTHER).format(r=s.rank, device=device),
                 "Balance work across ranks (bucket samples by length, equal shards) and move rank-0-only work "
                 "out of the step.",
+            )
+        if d.cause == "collective_wait":
+            return (
+                "Fewer all-reduces per sample: a larger batch per rank, or gradient accumulation with "
+                "model.no_sync() on all but the last micro-batch.",
+                "Tune DDP's buckets (bucket_cap_mb, gradient_as_bucket_view=True) and compress gradients "
+                "(register_comm_hook with fp16_compress_hook) to cut the bytes each all-reduce moves.",
+                "Ranks sharing one host's cores compete with their own collectives: fewer processes with more "
+                "threads each (torch.set_num_threads) can be faster than one rank per core.",
             )
         recs = []
         if exposed_comm_share(ctx) >= T.SYNC_MODERATE.value:
@@ -388,3 +427,10 @@ def _device_check(ctx: Context) -> str:
         "check that node's GPU against the others (the system sampler read " + ", ".join(read) + "; a low clock "
         "under load or a high temperature is throttling, a different clock a different GPU model)"
     )
+
+
+def collective_wait(ctx: Context) -> bool:
+    """A multi-rank run with no GPU timings: the recorder's sync time is then only the gradient
+    all-reduce wait (the .item()/.cpu()/synchronize hooks are installed with CUDA only), so a long
+    sync is the collective, not the host blocking on the device."""
+    return not ctx.gpu and ctx.run.world > 1 and ctx.run.source is None
