@@ -92,38 +92,16 @@ class Sync(Rule):
     }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
+        straggler = _straggler(ctx)
+        if straggler is not None:
+            return straggler
         m = ctx.m
-        d = m.distributed
-        straggling = d is not None and bool(d.stragglers)
-        if straggling and collective_wait(ctx) and d is not None and d.step_median_ms:
-            # On a CPU run the all-reduce itself may dwarf the straggler's excess. The straggler arrives
-            # last, so its own wait is the collective alone: the bigger of the two is the cause.
-            s = d.stragglers[0]
-            own = next((r.sync_share for r in d.per_rank if r.rank == s.rank), 0.0)
-            straggling = s.excess_ms / d.step_median_ms >= own
-        if straggling and d is not None:
-            s = d.stragglers[0]
-            return Detection(
-                cause="straggler",
-                share=clamp(s.excess_ms / d.step_median_ms) if d.step_median_ms else 0.0,
-                consistency=s.steps_slow / s.steps if s.steps else 0.0,
-                evidence_steps=s.steps,
-                summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
-                f"{s.excess_ms:.1f} ms, mostly in {s.phase}{_diffs(s.phase_diffs)}; the other ranks wait for it in "
-                + ("gradient all-reduce." if ctx.gpu else "collectives."),
-            )
         floor = T.RELAXED if relaxed else T.SYNC_MODERATE.value
         host = m.share[S.SYNC_MS] or 0.0
         comm = exposed_comm_share(ctx) if ctx.gpu else 0.0
         share = (ctx.wall - _after(ctx)) / ctx.wall if ctx.wall else 0.0
         if max(host, comm) < floor or share < floor:
             return None
-        parts = []
-        if host >= floor:
-            parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
-        if comm >= floor:
-            parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
-        km = m.kernels
         host_first = host >= comm
         if collective_wait(ctx) and host_first:
             return Detection(
@@ -134,10 +112,16 @@ class Sync(Rule):
                 summary=f"Waiting: the ranks wait for the gradient all-reduce {host:.0%} of the step (no rank is "
                 "a straggler: the collective itself takes the time).",
             )
+        parts = []
+        if host >= floor:
+            parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
+        if comm >= floor:
+            parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
         tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
         site = blocking_site(ctx) if host_first else None
         if site:
             tail += f"; most of it: {site}"
+        km = m.kernels
         return Detection(
             cause="host_sync" if host_first else "exposed_communication",
             share=clamp(share),
@@ -434,3 +418,26 @@ def collective_wait(ctx: Context) -> bool:
     all-reduce wait (the .item()/.cpu()/synchronize hooks are installed with CUDA only), so a long
     sync is the collective, not the host blocking on the device."""
     return not ctx.gpu and ctx.run.world > 1 and ctx.run.source is None
+
+
+def _straggler(ctx: Context) -> Detection | None:
+    """The slowest rank, when it is what the others wait for. On a CPU run the all-reduce itself may
+    dwarf the straggler's excess; the straggler arrives last, so its own wait is the collective
+    alone: the bigger of the two is the cause."""
+    d = ctx.m.distributed
+    if d is None or not d.stragglers:
+        return None
+    s = d.stragglers[0]
+    if collective_wait(ctx) and d.step_median_ms:
+        own = next((r.sync_share for r in d.per_rank if r.rank == s.rank), 0.0)
+        if s.excess_ms / d.step_median_ms < own:
+            return None
+    return Detection(
+        cause="straggler",
+        share=clamp(s.excess_ms / d.step_median_ms) if d.step_median_ms else 0.0,
+        consistency=s.steps_slow / s.steps if s.steps else 0.0,
+        evidence_steps=s.steps,
+        summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
+        f"{s.excess_ms:.1f} ms, mostly in {s.phase}{_diffs(s.phase_diffs)}; the other ranks wait for it in "
+        + ("gradient all-reduce." if ctx.gpu else "collectives."),
+    )

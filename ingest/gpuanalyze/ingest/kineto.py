@@ -243,23 +243,8 @@ class KinetoSink:
                 name = e.name if type(e.name) is str else str(e.name)
                 mark = _mark(name, cat)
                 site = sites.role(name, cat)
-                if mark is None and site < 0:
-                    continue
-                t = times(e)
-                if t is None:
-                    continue
-                if site >= 0:
-                    sites.add_cpu(name, site, t[0], t[1], e.tid)
-                if mark is None:
-                    continue
-                if mark == -1:
-                    self._step(name, t)
-                else:
-                    if mark == MARK_LOADER:
-                        self._loader_iter(name)
-                    self.c_ts.append(t[0])
-                    self.c_dur.append(t[1])
-                    self.c_mark.append(mark)
+                if mark is not None or site >= 0:  # most CPU events are neither: skipped without a call
+                    self._cpu_kept(e, name, mark, site)
                 continue
             t = times(e)
             if t is None:
@@ -288,6 +273,25 @@ class KinetoSink:
             )
         if kept + len(sites) > self.limits.max_kept_events:
             sites.drop()  # the CPU ops that name blocking calls count too, but never make a trace fail
+
+    def _cpu_kept(self, e: Any, name: str, mark: int | None, site: int) -> None:
+        """A CPU event the importer keeps: a phase mark (step, loader, optimizer, backward, export) and/or
+        an op that may enclose a blocking runtime call."""
+        t = self._times(e)
+        if t is None:
+            return
+        if site >= 0:
+            self.sites.add_cpu(name, site, t[0], t[1], e.tid)
+        if mark is None:
+            return
+        if mark == -1:
+            self._step(name, t)
+            return
+        if mark == MARK_LOADER:
+            self._loader_iter(name)
+        self.c_ts.append(t[0])
+        self.c_dur.append(t[1])
+        self.c_mark.append(mark)
 
     def _loader_iter(self, name: str) -> None:
         for cls in (MULTI_PROCESS_ITER, SINGLE_PROCESS_ITER):
