@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["analyze", "chart_data_for", "load_compared", "report", "report_parts"]
 
-OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections are less certain"
+OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections have wider ranges and lower confidence"
 
 
 def analyze(
@@ -55,16 +55,22 @@ def analyze(
     process pool of ``workers``, default the cores; 'ray': Ray tasks), docs/large-runs.md;
     ``max_bytes`` caps the decompressed JSON read from a Kineto trace (default: a gzip ratio guard).
     """
+    loaded = _measured(trace, engine=engine, workers=workers, max_bytes=max_bytes, charts=False)
+    return _judged(
+        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
+    )
+
+
+def _measured(
+    trace: str | Path | Trace, *, engine: str, workers: int | None, max_bytes: int | None, charts: bool
+) -> Measured:
+    """Load and measure: a trace in memory in this process, a file or directory (or URL) on ``engine``."""
     from analyzer.scale.measure import measure, measure_trace
     from gpuanalyze.ingest.stream import ReadLimits
 
     if isinstance(trace, Trace):
-        loaded = measure_trace(trace)
-    else:
-        loaded = measure(trace, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes))
-    return _judged(
-        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
-    )
+        return measure_trace(trace, charts=charts)
+    return measure(trace, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes), charts=charts)
 
 
 def _judged(
@@ -139,14 +145,8 @@ def report_parts(
     directory of ranks out of core on ``engine`` (the workers reduce each rank to chart sums too), a
     trace in memory rank by rank in this process."""
     from analyzer.render.chart_data import chart_data_from
-    from analyzer.scale.measure import measure, measure_trace
-    from gpuanalyze.ingest.stream import ReadLimits
 
-    if isinstance(trace, Trace):
-        loaded = measure_trace(trace, charts=True)
-    else:
-        limits = ReadLimits(max_bytes=max_bytes)
-        loaded = measure(trace, engine=engine, workers=workers, limits=limits, charts=True)
+    loaded = _measured(trace, engine=engine, workers=workers, max_bytes=max_bytes, charts=True)
     result = _judged(
         loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
     )

@@ -107,14 +107,7 @@ def _stable(c: Confidence, value: float | None) -> Confidence:
 
 
 def _notes(ctx: Context, steady: SteadyState, left_out: bool) -> tuple[str, ...]:
-    notes = []
-    h = ctx.host
-    if h.oversubscribed:
-        load = f"load average {h.load_avg:.1f}, " if h.load_avg is not None else ""
-        notes.append(
-            f"recorded on an oversubscribed host ({load}{h.cores_free:g} of {h.cores_available:g} core(s) free to "
-            "this job): CPU-side projections have wider ranges and lower confidence"
-        )
+    notes = []  # an oversubscribed host is noted once, by analyzer.api (the report's host line has its numbers)
     if steady.left_out and not left_out:
         notes.append(
             f"{len(steady.settling) + len(steady.outliers)} step(s) far above the median {steady.median_ms:.2f} ms; "
