@@ -89,6 +89,16 @@ class StepSums:
                 out._add_sums(part.steps, part.sums)
         return out
 
+    def absorb(self, other: StepSums) -> None:
+        """Add ``other``'s sums into these (in place where both have the same steps)."""
+        if other.steps.size == 0:
+            return
+        if np.array_equal(self.steps, other.steps):
+            for k in _SUMS:
+                self.sums[k] += other.sums[k]
+        else:
+            self._add_sums(other.steps, other.sums)
+
     def _add_sums(self, steps: np.ndarray, sums: dict[str, np.ndarray]) -> None:
         union = np.union1d(self.steps, steps)
         at_old, at_new = np.searchsorted(union, self.steps), np.searchsorted(union, steps)
@@ -148,6 +158,28 @@ class Combined:
     """(min, max) wall time of the analysed steps (None: none analysed)."""
 
 
+@dataclass(slots=True)
+class Reduced:
+    """Some ranks' partials reduced where they were made (a worker): their per-step sums, their work
+    vectors, and the partials without vectors. It is what a worker sends for a group of files: a
+    third of the bytes of the partials' vectors, and the driver only adds it (Combiner.merge)."""
+
+    partials: list[RankPartial] = dataclasses.field(default_factory=list)
+    main: StepSums = dataclasses.field(default_factory=StepSums)
+    alt: StepSums = dataclasses.field(default_factory=StepSums)
+    """The per-step sums of ranks whose every post-warm-up row is sampled (left out when others are not)."""
+    work: list[tuple[int, int | np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+    """(rank, first step of a run or the steps, work per step) of the ranks with analysed rows."""
+
+    def add(self, p: RankPartial) -> None:
+        (self.alt if p.all_sampled else self.main).add(p.vectors)
+        if p.n:
+            steps = p.vectors.steps
+            run = int(steps[-1]) - int(steps[0]) + 1 == steps.size
+            self.work.append((p.rank, int(steps[0]) if run else steps, p.vectors.work))
+        self.partials.append(dataclasses.replace(p, vectors=_NO_VECTORS))
+
+
 class Combiner:
     """Accepts ranks' partials in any order; ``finish`` returns the Combined metrics."""
 
@@ -166,6 +198,17 @@ class Combiner:
         if p.n:
             self._store.add(p.rank, p.vectors.steps, p.vectors.work)
         self.partials[p.rank] = dataclasses.replace(p, vectors=_NO_VECTORS)
+
+    def merge(self, r: Reduced) -> None:
+        """Add ranks reduced elsewhere (the same as adding each of their partials)."""
+        for p in r.partials:
+            if p.rank in self.partials:
+                raise ValueError(f"rank {p.rank} twice")
+            self.partials[p.rank] = p
+        self._main.absorb(r.main)
+        self._alt.absorb(r.alt)
+        for rank, steps, work in r.work:
+            self._store.add(rank, steps, work)
 
     @property
     def min_rows(self) -> int:

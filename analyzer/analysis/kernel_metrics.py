@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
-import polars as pl
 
 from analyzer.analysis.quantiles import Sketch, sketch
 from gpuanalyze.ingest import schema as S
@@ -73,25 +72,23 @@ class KernelPartial:
     """Per (op, caller, call) over the rank's steps: (total ms, count) from the per-step blocking_ops."""
 
 
-def _stats(rows: pl.DataFrame) -> list[S.KernelStats]:
-    texts = rows.get_column(S.KERNEL_STATS).to_list()
+def _stats(texts: list[str]) -> list[S.KernelStats]:
     return _BATCH.decode("[" + ",".join(texts) + "]")
 
 
-def step_kernel_medians(post: pl.DataFrame) -> np.ndarray:
-    """Each sampled step's median kernel duration (us), where known."""
-    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
-    if rows.height == 0:
+def step_kernel_medians(texts: list[str]) -> np.ndarray:
+    """Each sampled step's median kernel duration (us), where known (``texts``: the steps' KERNEL_STATS)."""
+    if not texts:
         return np.empty(0)
-    return np.array([st.kernel_median_us for st in _stats(rows) if st.kernel_median_us is not None], dtype=np.float64)
+    return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
-def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
-    """The kernel statistics of one rank's post-warm-up rows; None when none has any."""
-    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
-    if rows.height == 0:
+def kernel_partial(texts: list[str], walls: np.ndarray) -> KernelPartial | None:
+    """The kernel statistics of one rank's sampled post-warm-up rows (``texts``: their KERNEL_STATS,
+    ``walls``: their wall times); None when none has any."""
+    if not texts:
         return None
-    stats = _stats(rows)
+    stats = _stats(texts)
     totals = {f: float(sum(getattr(st, f) for st in stats)) for f in S.KERNEL_STAT_FIELDS}
     medians = np.array([st.kernel_median_us for st in stats if st.kernel_median_us is not None], dtype=np.float64)
     top: dict[str, list[float]] = {}
@@ -111,9 +108,9 @@ def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
     return KernelPartial(
-        steps=rows.height,
+        steps=len(texts),
         totals_ms=totals,
-        wall_ms=float(rows.get_column(S.WALL_MS).sum()),
+        wall_ms=float(walls.sum()),
         kernel_count=sum(st.kernel_count for st in stats),
         medians=sketch(medians),
         top={name: (ms, int(count)) for name, (ms, count) in top.items()},

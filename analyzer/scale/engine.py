@@ -45,6 +45,11 @@ class LocalEngine:
         self.workers = workers or cores()
         self._pool: ProcessPoolExecutor | None = None
 
+    @property
+    def parallelism(self) -> int:
+        """Tasks that run at once."""
+        return self.workers
+
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
         if self.workers <= 1 or len(items) <= 1 or not _spawn_works():
             for item in items:
@@ -110,7 +115,9 @@ class RayEngine:
                 except Exception as exc:  # Ray raises many types when it cannot start
                     raise GpuAnalyzeError(f"--engine ray: Ray could not start ({str(exc)[:160]})") from exc
             self._started = True
-        self.window = max(4, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        self.parallelism = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        """Tasks that run at once (the cluster's CPUs)."""
+        self.window = max(4, 2 * self.parallelism)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
         ray = self._ray
