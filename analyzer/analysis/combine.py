@@ -67,6 +67,27 @@ class StepSums:
         if v.steps.size == 0:
             return
         steps = v.steps.astype(np.int64, copy=False)
+        run = self._slice(steps)
+        at = self._place(steps) if run is None else run
+        for k, values in _step_values(v).items():
+            self.sums[k][at] += values
+
+    def _slice(self, steps: np.ndarray) -> slice | None:
+        """Where a rank's steps are, when they are a run inside the known ones and those are a run too
+        (ranks of one run record the same steps): no search. None otherwise."""
+        if self.steps.size == 0:  # the first rank: its steps are the known ones
+            self.steps = steps.copy()
+            self.sums = {k: np.zeros(steps.size) for k in _SUMS}
+        first, n = int(steps[0]), steps.size
+        lo, known = int(self.steps[0]), self.steps.size
+        if int(steps[-1]) - first + 1 != n or int(self.steps[-1]) - lo + 1 != known:
+            return None
+        if first < lo or first + n > lo + known:
+            return None
+        return slice(first - lo, first - lo + n)
+
+    def _place(self, steps: np.ndarray) -> slice | np.ndarray:
+        """Where a rank's (sorted) steps are among the known ones, adding those not yet known."""
         idx = np.searchsorted(self.steps, steps)
         if idx.size and (idx.max() >= self.steps.size or not np.array_equal(self.steps[idx], steps)):
             union = np.union1d(self.steps, steps)
@@ -78,9 +99,7 @@ class StepSums:
             self.steps = union
             idx = np.searchsorted(union, steps)
         run = idx[-1] - idx[0] + 1 == idx.size  # the rank's steps are a run of the known ones: add a slice
-        at = slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
-        for k, values in _step_values(v).items():
-            self.sums[k][at] += values
+        return slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
 
     def merge(self, other: StepSums) -> StepSums:
         out = StepSums()

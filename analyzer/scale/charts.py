@@ -3,7 +3,7 @@
 It runs after the analysis (the grid needs the run's step span, rank count and wall-time
 quartiles), on the analysis's engine, one task per file; each task returns a few bins per rank
 (analysis/chart_sums.py), never rows. Files the reader left untouched are read raw (only the
-columns the charts use, zero-copy), the others through the reader, as for the quantile pass.
+columns the charts use are paged in), the others through the reader, as for the quantile pass.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine
 from analyzer.scale.tasks import by_step
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.columns import Column, raw_columns
 from gpuanalyze.ingest.reader import load_trace
-
-_DURATIONS = (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +37,21 @@ def _frame(job: ChartJob) -> pl.DataFrame:
     if job.fast:
         if storage.stat(job.arrow) != job.stamp:
             raise GpuAnalyzeError(f"{job.arrow}: the file changed during the analysis; run it again")
-        with pa.memory_map(job.arrow) as src:
-            table = pa.ipc.open_stream(src).read_all().select(list(CHART_COLUMNS))
-            frame = pl.from_arrow(table)
+        arrays = {c: _arrow(c, col) for c, col in raw_columns(job.arrow, CHART_COLUMNS).items()}
+        frame = pl.from_arrow(pa.table(arrays))  # a NaN duration null, as the reader makes it
         assert isinstance(frame, pl.DataFrame)
-        return frame.with_columns(pl.col(c).fill_nan(None) for c in _DURATIONS)  # as the reader does
+        return frame
     with storage.local_copy(job.arrow) as local:
         return load_trace(local).frame.select(CHART_COLUMNS)
+
+
+def _arrow(name: str, col: Column) -> pa.Array:
+    """One raw column as Arrow (unknown values null)."""
+    if name == S.KERNEL_STATS:
+        if col.valid is not None and not col.valid.any():
+            return pa.nulls(len(col), pa.string())
+        return pa.array(list(col.values), type=pa.string())
+    return pa.array(col.values, mask=None if col.valid is None else ~col.valid)
 
 
 def chart_file(job: ChartJob) -> list[RankChart]:

@@ -282,21 +282,23 @@ class IpcReader:
         assert batch is not None
         rows = flat.scalar(batch, 0, "<q")
         nodes, n_nodes = flat.vector(batch, 1, 16)
-        for i in range(n_nodes):
-            if flat._u("<q", nodes + 16 * i) < 0:
-                raise _Corrupt
+        if n_nodes and (np.frombuffer(flat.buf, dtype="<i8", count=2 * n_nodes, offset=nodes)[0::2] < 0).any():
+            raise _Corrupt  # a negative length
         start, n = flat.vector(batch, 2, 16)
         compressed = flat.ref(batch, 3) is not None
+        bufs = np.frombuffer(flat.buf, dtype="<i8", count=2 * n, offset=start).reshape(n, 2)
+        offset, length = bufs[:, 0], bufs[:, 1]
+        if ((offset < 0) | (length < 0) | (length > len(body) - offset)).any():  # where offset >= 0 nothing overflows
+            raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
         decoded = 0
-        for i in range(n):
-            offset, length = flat._u("<q", start + 16 * i), flat._u("<q", start + 16 * i + 8)
-            if offset < 0 or length < 0 or offset + length > len(body):
-                raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
-            if compressed and length >= 8:
-                (size,) = struct.unpack_from("<q", body, offset)
-                decoded += length - 8 if size == -1 else max(size, 0)
+        for off, ln in zip(offset.tolist(), length.tolist(), strict=True) if compressed else ():
+            if ln >= 8:
+                (size,) = struct.unpack_from("<q", body, off)
+                decoded += ln - 8 if size == -1 else max(size, 0)
             else:
-                decoded += length
+                decoded += ln
+        if not compressed:
+            decoded = sum(length.tolist())
         if rows < 0:
             raise _Corrupt
         cost = decoded + rows * ROW_COST
