@@ -14,7 +14,7 @@ import pytest
 
 import analyzer.analysis.ranks as ranks
 from analyzer.analysis.combine import Combiner, Reduced
-from analyzer.analysis.partial import partial_of, rank_partial
+from analyzer.analysis.partial import bracket_answers_of, partial_of, rank_partial
 from analyzer.analysis.quantiles import sorted_median
 from analyzer.analysis.ranks import WorkStore, block_matrix, polars_median
 from analyzer.errors import TraceError
@@ -203,3 +203,27 @@ def test_frame_columns_of_an_empty_kernel_column():
     frame = pl.DataFrame({f.name: pl.Series([], dtype=pl.from_arrow(pa.array([], f.type)).dtype) for f in S.FIELDS})
     cols = frame_columns(frame)
     assert all(len(c) == 0 for c in cols.values())
+
+
+def test_a_column_of_one_value_needs_no_second_pass(tmp_path, monkeypatch):
+    """Its bracket is that value: the quantile pass is not asked for it (batch sizes are constant)."""
+    import analyzer.analysis.quantiles as quantiles
+
+    monkeypatch.setattr(quantiles, "SAMPLE", 8)  # sketches that are samples: a second pass for the rest
+    paths = write_ranks(tmp_path, 3, 200)
+    combiner = Combiner(3)
+    rows = {i: load_columns(p).columns for i, p in enumerate(paths)}
+    for i, r in rows.items():
+        combiner.add(partial_of(r, i, 3))
+    asked: list[str] = []
+
+    def answer(wanted, drop):
+        asked.extend(wanted)
+        return [bracket_answers_of(rows[i], 3, drop, wanted) for i in sorted(rows)]
+
+    try:
+        got = combiner.finish(answer)
+    finally:
+        combiner.close()
+    assert S.WALL_MS in asked and S.BATCH_SAMPLES not in asked
+    assert got.quantiles[(S.BATCH_SAMPLES, 0.5)] == 32.0

@@ -129,12 +129,21 @@ class StepSums:
         self.steps = union
 
 
-def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
+def _step_values(v: StepVectors) -> dict[str, np.ndarray | float]:
+    """What one rank adds to each per-step sum (a number: the same on every step). A rank without
+    GPU busy times adds nothing to the busy sums and its whole step to the idle one, without the
+    arrays of zeros (the same sums, bit for bit: wall > 0, so max(wall - 0, 0) is wall)."""
     known = ~np.isnan(v.busy)
-    busy = np.where(known, v.busy, 0.0)
-    idle = np.maximum(v.wall - busy, 0.0)
+    if not known.any():
+        idle = v.wall
+        out: dict[str, np.ndarray | float] = {}
+    else:
+        busy = np.where(known, v.busy, 0.0)
+        idle = np.maximum(v.wall - busy, 0.0)
+        out = {"busy": busy, "busy_wall": np.where(known, v.wall, 0.0), "busy_n": known.astype(np.float64)}
     capped = {p: np.minimum(x, idle) for p, x in (("data", v.data), ("sync", v.sync), ("other", v.other))}
     return {
+        **out,
         "wall": v.wall,
         "data_c": capped["data"],
         "sync_c": capped["sync"],
@@ -142,13 +151,10 @@ def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
         "data_u": v.data,
         "sync_u": v.sync,
         "other_u": v.other,
-        "busy": busy,
-        "busy_wall": np.where(known, v.wall, 0.0),
-        "busy_n": known.astype(np.float64),
         "idle": idle,
         "unexpl_c": np.maximum(idle - capped["data"] - capped["sync"], 0.0),
         "unexpl_u": np.maximum(idle - v.data - v.sync, 0.0),
-        "n": np.ones(v.wall.size),
+        "n": 1.0,
     }
 
 
@@ -336,6 +342,10 @@ def _samples_per_s(t: _Totals, used: list[RankPartial]) -> float | None:
     return 1000.0 * t.total[SAMPLES] / max(p.sums[WALL] for p in used)
 
 
+_Pending = dict[str, list[tuple[float, int, int, float]]]
+"""Per column: (q, first and last order statistic, weight of the last) of each quantile not read yet."""
+
+
 def _quantiles(
     wanted: dict[str, list[float]],
     sketches: dict[str, list[Sketch]],
@@ -343,7 +353,7 @@ def _quantiles(
 ) -> dict[tuple[str, float], float]:
     """Exact quantiles; one extra pass over the ranks (``ask``) for columns whose sketches are samples."""
     out: dict[tuple[str, float], float] = {}
-    pending: dict[str, list[tuple[float, int, int, float]]] = {}
+    pending: _Pending = {}
     for column, qs in wanted.items():
         sk = sketches[column]
         total = sum(s.n for s in sk)
@@ -356,9 +366,9 @@ def _quantiles(
                 out[(column, q)] = _interpolate(column, float(exact[i]), float(exact[j]), frac)
             else:
                 pending.setdefault(column, []).append((q, i, j, frac))
+    pending, requests = _brackets(pending, sketches, out)
     if not pending:
         return out
-    requests = {c: [bracket(sketches[c], i, j) for _, i, j, _ in items] for c, items in pending.items()}
     gathered: dict[str, list[list[Answer]]] = {c: [[] for _ in b] for c, b in requests.items()}
     for answers in ask(requests):
         for c, per_bracket in answers.items():
@@ -369,6 +379,24 @@ def _quantiles(
             got, b = gathered[c][k], requests[c][k]
             out[(c, q)] = _interpolate(c, select(got, b, i), select(got, b, j), frac)
     return out
+
+
+def _brackets(
+    pending: _Pending, sketches: dict[str, list[Sketch]], out: dict[tuple[str, float], float]
+) -> tuple[_Pending, dict[str, list[Bracket]]]:
+    """The brackets the second pass must answer, and their quantiles; a bracket of one value is the
+    quantile itself (into ``out``: no pass for it, e.g. a constant batch size)."""
+    left: _Pending = {}
+    requests: dict[str, list[Bracket]] = {}
+    for c, items in pending.items():
+        for item in items:
+            b = bracket(sketches[c], item[1], item[2])
+            if b.lo == b.hi:
+                out[(c, item[0])] = _interpolate(c, b.lo, b.lo, 0.0)
+            else:
+                left.setdefault(c, []).append(item)
+                requests.setdefault(c, []).append(b)
+    return left, requests
 
 
 def _order(column: str, n: int, q: float) -> tuple[int, int, float]:

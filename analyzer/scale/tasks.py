@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,9 +37,10 @@ from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import TraceColumns, frame_columns, load_columns, raw_columns
+from gpuanalyze.ingest.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
 from gpuanalyze.ingest.kineto import parse_kineto_stream
 from gpuanalyze.ingest.kineto_import import IMPORTER_VERSION, import_kineto, trace_writer
+from gpuanalyze.ingest.read_ahead import read_ahead
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.stream import ReadLimits
@@ -186,15 +188,28 @@ class GroupResult:
 
 
 def run_files(group: FileGroup) -> GroupResult:
-    """run_file of every file of a group; their partials reduced here (Reduced.add, in file order)."""
+    """run_file of every file of a group; their partials reduced here (Reduced.add, in file order).
+    While one file is reduced, a thread asks the disk for what the next one will read (read_ahead)."""
     reduced = Reduced()
     results = []
-    for job in group.jobs:
-        res = run_file(job)
-        for p in res.partials:
-            reduced.add(p)
-        results.append(dataclasses.replace(res, partials=()))
+    plain = [j.source if _plain(j) else None for j in group.jobs]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuanalyze-read-ahead") as thread:
+        ahead = thread.submit(read_ahead, plain[0], READ) if plain and plain[0] else None
+        for i, job in enumerate(group.jobs):
+            if ahead is not None:
+                ahead.result()  # its requests are queued: the rest of the file is read as it is used
+            nxt = plain[i + 1] if i + 1 < len(plain) else None
+            ahead = thread.submit(read_ahead, nxt, READ) if nxt else None
+            res = run_file(job)
+            for p in res.partials:
+                reduced.add(p)
+            results.append(dataclasses.replace(res, partials=()))
     return GroupResult(tuple(results), reduced)
+
+
+def _plain(job: FileJob) -> bool:
+    """A local .arrow trace (what load_columns reads)."""
+    return not job.kineto and not storage.is_url(job.source)
 
 
 def _reduced(

@@ -29,7 +29,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import reader as R
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
-from gpuanalyze.ingest.ipc_guard import first_batch_at, map_file, prefetch
+from gpuanalyze.ingest.read_ahead import map_file, read_ahead
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 
 #: The numeric columns load_columns returns (every one load_trace checks), with their numpy types.
@@ -93,16 +93,22 @@ class TraceColumns:
     """Columns of later minor versions the file does not have (unknown, without a note)."""
 
 
+#: The columns whose values load_columns reads (read_ahead asks the disk for these).
+READ = (*NUMERIC, S.KERNEL_STATS, S.SYSTEM)
+
+
 def load_columns(path: str | Path) -> TraceColumns | None:
     """The columns of a trace the reader would leave as it is; None for every other file (read it
-    with load_trace: it repairs, sorts, or says why it cannot read it)."""
+    with load_trace: it repairs, sorts, or says why it cannot read it). The file is read by page
+    faults without read-around: call ``read_ahead(path, READ)`` first (or have a thread do it) when
+    it may not be in the page cache."""
     path = Path(path)
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
         mm = map_file(path)
         try:
-            return _columns(path, R.read_stream(path, mm, (*NUMERIC, S.KERNEL_STATS, S.SYSTEM)))
+            return _columns(path, R.read_stream(path, mm))
         finally:
             with contextlib.suppress(BufferError):  # a view still alive (a traceback): unmapped with it
                 mm.close()
@@ -129,7 +135,8 @@ def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
     def chunks(c: str) -> list[pa.Array]:
         return [b.column(index[c]) for b in stream.batches]
 
-    cols = {c: _numeric(chunks(c), t) if c in index else _unknown(n, t) for c, t in NUMERIC.items()}
+    arena = _Arena(n, [t for c, t in NUMERIC.items() if c in index])
+    cols = {c: _numeric(chunks(c), t, arena.take(t)) if c in index else _unknown(n, t) for c, t in NUMERIC.items()}
     cols = {c: _nan_unknown(col) if c in _DURATIONS else col for c, col in cols.items()}
     if not (_valid_rows(cols) and _in_order(cols[S.RANK].values, cols[S.STEP].values)):
         return None
@@ -145,18 +152,36 @@ def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
     return TraceColumns(path, n, cols, run, tags, stream.version, stream.end is not None, stream.end, notes, absent)
 
 
+class _Arena:
+    """One allocation for every column of a file: a few large pages (numpy asks for huge pages from
+    4 MiB on) instead of a page fault per 4 KiB of every column."""
+
+    def __init__(self, n: int, dtypes: list[type[np.generic]]) -> None:
+        self.n = n
+        self.buf = np.empty(sum(n * np.dtype(t).itemsize for t in dtypes) + 8 * len(dtypes), dtype=np.uint8)
+        self.at = 0
+
+    def take(self, dtype: type[np.generic]) -> np.ndarray:
+        size = self.n * np.dtype(dtype).itemsize
+        start = -(-self.at // 8) * 8  # aligned for every dtype here
+        self.at = start + size
+        return self.buf[start : start + size].view(dtype)
+
+
 def _unknown(n: int, dtype: type[np.generic]) -> Column:
     return Column(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))
 
 
-def _numeric(chunks: list[pa.Array], dtype: type[np.generic]) -> Column:
-    """One numeric column from its batches' arrays: values copied out of the mapping, except those of
-    an all-null column, which are never read."""
+def _numeric(chunks: list[pa.Array], dtype: type[np.generic], out: np.ndarray | None = None) -> Column:
+    """One numeric column from its batches' arrays: values copied out of the mapping (into ``out``
+    when given), except those of an all-null column, which are never read."""
     n = sum(len(c) for c in chunks)
     nulls = sum(c.null_count for c in chunks)
     if nulls == n:
         return _unknown(n, dtype)
-    values = np.concatenate([_values(c, dtype) for c in chunks]) if chunks else np.empty(0, dtype)
+    values = out if out is not None else np.empty(n, dtype)
+    if chunks:
+        np.concatenate([_values(c, dtype) for c in chunks], out=values)
     if nulls == 0:
         return Column(values)
     return Column(values, np.concatenate([_validity(c) for c in chunks]))
@@ -196,6 +221,8 @@ def _texts(chunks: list[pa.Array], n: int) -> Column | None:
 
 def _nan_unknown(col: Column) -> Column:
     """A NaN duration is unknown (the reader turns it into null)."""
+    if col.valid is not None and not col.valid.any():
+        return col
     nan = np.isnan(col.values)
     if not nan.any():
         return col
@@ -268,6 +295,7 @@ def frame_columns(frame: pl.DataFrame) -> dict[str, Column]:
 def raw_columns(path: str | Path, names: Collection[str]) -> dict[str, Column]:
     """Columns of a file load_columns accepted (and unchanged since: the caller compares its size and
     modification time), read again without checking it again: only ``names`` are paged in."""
+    read_ahead(path, names)
     mm = map_file(Path(path))
     try:
         return _raw(mm, names)
@@ -277,18 +305,17 @@ def raw_columns(path: str | Path, names: Collection[str]) -> dict[str, Column]:
 
 
 def _raw(mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
-    buf = pa.py_buffer(mm)
-    reader = pa.ipc.open_stream(buf)
-    prefetch(mm, reader.schema, first_batch_at(buf), names)
+    reader = pa.ipc.open_stream(pa.py_buffer(mm))
     batches = [b for b in reader if b.num_rows]
     index = {name: i for i, name in enumerate(reader.schema.names)}
     n = sum(b.num_rows for b in batches)
+    arena = _Arena(n, [NUMERIC[c] for c in names if c != S.KERNEL_STATS])
     out = {}
     for c in names:
         chunks = [b.column(index[c]) for b in batches]
         if c == S.KERNEL_STATS:
             out[c] = _texts(chunks, n) or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
         else:
-            col = _numeric(chunks, NUMERIC[c])
+            col = _numeric(chunks, NUMERIC[c], arena.take(NUMERIC[c]))
             out[c] = _nan_unknown(col) if c in _DURATIONS else col
     return out

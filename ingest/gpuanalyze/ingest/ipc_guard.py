@@ -20,11 +20,10 @@ A violation is one TraceError line; a stream that ends inside a message is repor
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -162,7 +161,6 @@ class IpcReader:
         self._map = mapped
         """The whole file, memory-mapped (``mapped``): batches are then views of it, and a column
         nobody reads is never paged in."""
-        self._mm: mmap.mmap | None = None
         try:
             first = self._next()
         except TraceError as exc:
@@ -174,20 +172,10 @@ class IpcReader:
 
     @classmethod
     def mapped(cls, path: Path, mm: mmap.mmap, limits: IpcLimits | None = None) -> IpcReader:
-        """A reader over a memory-mapped file (``map_file``): the same checks, without copying any
-        record batch body."""
+        """A reader over a memory-mapped file (read_ahead.map_file): the same checks, without copying
+        any record batch body."""
         buffer = pa.py_buffer(mm)
-        reader = cls(path, pa.BufferReader(buffer), limits, mapped=buffer)
-        reader._mm = mm
-        return reader
-
-    def prefetch(self, values_of: Collection[str]) -> None:
-        """Ask the kernel to read, in the background, what decoding and validating every record batch
-        will touch, and the values of the columns ``values_of``: every buffer but the values of the
-        other fixed-width columns and of all-null ones, and those of empty child arrays. Only a hint
-        (mapped readers; a malformed stream stops it): what it leaves out is read when touched."""
-        if self._mm is not None:
-            prefetch(self._mm, self.schema, self.fh.tell(), values_of)
+        return cls(path, pa.BufferReader(buffer), limits, mapped=buffer)
 
     def _size(self) -> int:
         """The file's size now (a file being written grows; a mapping is a snapshot)."""
@@ -347,112 +335,3 @@ def check_schema(path: Path, schema: pa.Schema) -> None:
                 raise TraceError(f"{path}: column {field.name} is declared null-typed (it holds no values)")
             if pa.types.is_null(t) and field.name in names and t is not field.type:
                 raise TraceError(f"{path}: column {field.name} holds a null-typed part ({field.type})")
-
-
-def _peek(buf: pa.Buffer, pos: int) -> tuple[_Flat, int, int] | None:
-    """(metadata, body offset, body length) of the record batch message at ``pos``; None at anything else."""
-    if pos + 8 > buf.size:
-        return None
-    (word,) = struct.unpack_from("<I", buf, pos)
-    head = 8 if word == _CONTINUATION else 4
-    (length,) = struct.unpack_from("<i", buf, pos + head - 4)
-    if length <= 0 or length > MAX_METADATA or pos + head + length > buf.size:
-        return None
-    flat = _Flat(buf.slice(pos + head, length).to_pybytes())
-    root = flat.root()
-    if flat.scalar(root, 1, "<B") != _RECORD_BATCH or flat.ref(root, 2) is None:
-        return None
-    return flat, pos + head + length, flat.scalar(root, 3, "<q")
-
-
-class _BufferPlan:
-    """Which buffers of a record batch of ``schema`` are read (IpcReader.prefetch)."""
-
-    def __init__(self, schema: pa.Schema, values_of: Collection[str]) -> None:
-        node, fixed_values, wanted = [], [], []
-        n_nodes = 0
-        for f in schema:
-            for t in _node_types(f.type):
-                for k in range(t.num_buffers):
-                    node.append(n_nodes)
-                    fixed_values.append(k == 1 and pa.types.is_primitive(t))
-                    wanted.append(f.name in values_of)
-                n_nodes += 1
-        self.nodes = n_nodes
-        self.node = np.array(node, dtype=np.int64)
-        self.optional = np.array(fixed_values) & ~np.array(wanted, dtype=bool)
-        self.fixed_values = np.array(fixed_values, dtype=bool)
-
-    def spans(self, flat: _Flat, body_at: int) -> np.ndarray:
-        """(file offset, length) of every buffer to read ahead of one record batch."""
-        batch = flat.ref(flat.root(), 2)
-        assert batch is not None
-        at, n = flat.vector(batch, 1, 16)
-        nodes = np.frombuffer(flat.buf, dtype="<i8", count=2 * n, offset=at).reshape(n, 2)
-        at, m = flat.vector(batch, 2, 16)
-        bufs = np.frombuffer(flat.buf, dtype="<i8", count=2 * m, offset=at).reshape(m, 2)
-        if n != self.nodes or m != self.node.size or flat.ref(batch, 3) is not None:  # compressed: read when decoded
-            raise _Corrupt
-        length, nulls = nodes[self.node, 0], nodes[self.node, 1]
-        skip = (length == 0) | (bufs[:, 1] == 0) | self.optional | (self.fixed_values & (nulls == length))
-        keep = bufs[~skip]
-        return np.column_stack([keep[:, 0] + body_at, keep[:, 1]])
-
-
-def _node_types(t: pa.DataType) -> list[pa.DataType]:
-    """The types of a column's field nodes, depth first (a record batch has one node per type)."""
-    out = [t]
-    for i in range(t.num_fields):
-        out += _node_types(t.field(i).type)
-    return out
-
-
-#: Spans closer than this are read as one.
-_GAP = 16 << 10
-
-
-def _will_need(mm: mmap.mmap, spans: np.ndarray) -> None:
-    """madvise(MADV_WILLNEED) over the spans (offset, length), page-aligned, near ones merged."""
-    page = mmap.PAGESIZE
-    start, end = spans[:, 0] // page * page, spans[:, 0] + spans[:, 1]
-    order = np.argsort(start, kind="stable")
-    start, end = start[order], np.maximum.accumulate(end[order])
-    cut = np.flatnonzero(start[1:] > end[:-1] + _GAP) + 1
-    for a, b in zip(start[np.concatenate([[0], cut])], end[np.concatenate([cut - 1, [end.size - 1]])], strict=True):
-        mm.madvise(mmap.MADV_WILLNEED, int(a), int(min(b, len(mm)) - a))
-
-
-def map_file(path: Path) -> mmap.mmap:
-    """The file memory-mapped read-only, without the kernel's read-around (MADV_RANDOM): it would
-    read megabytes around every touched page, the columns nobody reads included (``prefetch`` asks
-    for exactly what will be touched instead)."""
-    with open(path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    if hasattr(mm, "madvise"):
-        mm.madvise(mmap.MADV_RANDOM)
-    return mm
-
-
-def prefetch(mm: mmap.mmap, schema: pa.Schema, pos: int, values_of: Collection[str]) -> None:
-    """IpcReader.prefetch of the record batches from ``pos`` on of a mapped stream with ``schema``."""
-    if not hasattr(mm, "madvise"):
-        return
-    buf = pa.py_buffer(mm)
-    plan = _BufferPlan(schema, values_of)
-    spans = []
-    with contextlib.suppress(_Corrupt, ValueError, IndexError, struct.error):
-        while (found := _peek(buf, pos)) is not None:
-            flat, body_at, body_length = found
-            spans.append(plan.spans(flat, body_at))
-            pos = body_at + body_length
-    del buf
-    if spans:
-        _will_need(mm, np.concatenate(spans))
-
-
-def first_batch_at(buf: pa.Buffer) -> int:
-    """Where the message after the schema starts (a stream's schema message has no body)."""
-    (word,) = struct.unpack_from("<I", buf, 0)
-    head = 8 if word == _CONTINUATION else 4
-    (length,) = struct.unpack_from("<i", buf, head - 4)
-    return head + length

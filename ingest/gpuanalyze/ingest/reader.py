@@ -6,7 +6,7 @@ import functools
 import math
 import mmap
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -89,18 +89,18 @@ class Stream:
         return sum(b.num_rows for b in self.batches)
 
 
-def read_stream(path: Path, mapped: mmap.mmap | None = None, values_of: Collection[str] = ()) -> Stream:
+def read_stream(path: Path, mapped: mmap.mmap | None = None) -> Stream:
     """The schema, metadata and validated record batches of a trace file; raises TraceError for a
-    non-trace. ``mapped``: the file, memory-mapped: the batches are then views of it, and the parts
-    decoding touches and the values of the columns ``values_of`` are read ahead (IpcReader.prefetch)."""
+    non-trace. ``mapped``: the file, memory-mapped (read_ahead.map_file): the batches are then views
+    of it."""
     live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
     if mapped is not None:
-        return _stream(path, lambda: IpcReader.mapped(path, mapped), live, values_of)
+        return _stream(path, lambda: IpcReader.mapped(path, mapped), live)
     with open(path, "rb") as fh:
-        return _stream(path, lambda: IpcReader(path, fh), live, values_of)
+        return _stream(path, lambda: IpcReader(path, fh), live)
 
 
-def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool, values_of: Collection[str]) -> Stream:
+def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool) -> Stream:
     try:
         reader = open_reader()
     except TraceError:
@@ -110,7 +110,6 @@ def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool, values
     meta = reader.schema.metadata or {}
     version = _check_format(path, meta)
     _check_columns(path, reader.schema)
-    reader.prefetch(values_of)
     batches, end, truncated = _read_batches(path, reader)
     return Stream(meta, reader.schema, version, batches, end, truncated, live)
 
