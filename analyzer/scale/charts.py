@@ -8,19 +8,19 @@ columns the charts use are paged in), the others through the reader, as for the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import polars as pl
-import pyarrow as pa
+import numpy as np
 
-from analyzer.analysis.chart_sums import CHART_COLUMNS, ChartGrid, ChartSums, RankChart, rank_chart
+from analyzer.analysis.chart_sums import CHART_COLUMNS, ChartGrid, ChartSums, RankChart, rank_chart, rank_chart_of
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine
 from analyzer.scale.tasks import by_step
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column, raw_columns
+from gpuanalyze.ingest.columns import raw_columns
 from gpuanalyze.ingest.reader import load_trace
 
 
@@ -33,30 +33,21 @@ class ChartJob:
     stamp: tuple[int, int] = (0, 0)
 
 
-def _frame(job: ChartJob) -> pl.DataFrame:
+def chart_file(job: ChartJob) -> list[RankChart]:
+    """Every rank's chart sums of one .arrow file (the rows run_file reduced)."""
     if job.fast:
         if storage.stat(job.arrow) != job.stamp:
             raise GpuAnalyzeError(f"{job.arrow}: the file changed during the analysis; run it again")
-        arrays = {c: _arrow(c, col) for c, col in raw_columns(job.arrow, CHART_COLUMNS).items()}
-        frame = pl.from_arrow(pa.table(arrays))  # a NaN duration null, as the reader makes it
-        assert isinstance(frame, pl.DataFrame)
-        return frame
+        cols = raw_columns(job.arrow, CHART_COLUMNS)  # a NaN duration unknown, as the reader makes it
+        rank = cols[S.RANK].values
+        bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
+        return [
+            rank_chart_of({c: col.rows(slice(a, b)) for c, col in cols.items()}, int(rank[a]), job.grid)
+            for a, b in itertools.pairwise(bounds)
+        ]
     with storage.local_copy(job.arrow) as local:
-        return load_trace(local).frame.select(CHART_COLUMNS)
-
-
-def _arrow(name: str, col: Column) -> pa.Array:
-    """One raw column as Arrow (unknown values null)."""
-    if name == S.KERNEL_STATS:
-        if col.valid is not None and not col.valid.any():
-            return pa.nulls(len(col), pa.string())
-        return pa.array(list(col.values), type=pa.string())
-    return pa.array(col.values, mask=None if col.valid is None else ~col.valid)
-
-
-def chart_file(job: ChartJob) -> list[RankChart]:
-    """Every rank's chart sums of one .arrow file (the rows run_file reduced)."""
-    parts = _frame(job).partition_by(S.RANK, as_dict=True)
+        frame = load_trace(local).frame.select(CHART_COLUMNS)
+    parts = frame.partition_by(S.RANK, as_dict=True)
     return [rank_chart(by_step(parts[key]), int(key[0]), job.grid) for key in sorted(parts)]
 
 

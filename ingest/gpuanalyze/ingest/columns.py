@@ -273,11 +273,14 @@ def _in_order(rank: np.ndarray, step: np.ndarray) -> bool:
     return bool(((dr > 0) | ((dr == 0) & (np.diff(step) > 0))).all())
 
 
-def frame_columns(frame: pl.DataFrame) -> dict[str, Column]:
-    """NUMERIC's columns and KERNEL_STATS of a reader's frame (the in-memory path's rows, in the form
-    load_columns gives them; the reader's frame holds no NaN duration)."""
+def frame_columns(frame: pl.DataFrame, names: Collection[str] = ()) -> dict[str, Column]:
+    """NUMERIC's columns (those of them in ``names`` when given) and KERNEL_STATS of a reader's frame
+    (the in-memory path's rows, in the form load_columns gives them; the reader's frame holds no NaN
+    duration)."""
     out: dict[str, Column] = {}
     for c, dtype in NUMERIC.items():
+        if names and c not in names:
+            continue
         s = frame.get_column(c)
         nulls = s.null_count()
         values = (
