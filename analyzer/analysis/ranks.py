@@ -43,7 +43,7 @@ PHASE_NAMES: dict[str, str] = {
     REST: REST,
 }
 #: Bytes of work vectors kept in memory before they go to a temporary directory.
-STORE_BUDGET = 256 << 20
+STORE_BUDGET = 128 << 20
 #: Bytes of one block of the step x rank matrix.
 BLOCK_BUDGET = 256 << 20
 

@@ -363,7 +363,8 @@ def _reduce(
     alts: list[RankPartial] | None = []
     jobs = file_jobs(files, cache, how.limits, skip=skip, force=True)
     try:
-        for group in engine.map(run_files, _groups(jobs, engine.parallelism)):
+        groups = _groups(jobs, engine.parallelism)
+        for group in engine.map(run_files, groups, window=2 * engine.parallelism):  # ~25 MB a result
             for res in group.results:
                 book.add(dataclasses.replace(res, alt_partials=()))  # the metadata, not the vectors
                 if res.error is None and res.ranks and alts is not None:
