@@ -174,14 +174,16 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
     if os.geteuid() == 0:  # root reads mode-000 files: make the reader see what a user would
         import analyzer.scale.tasks as tasks
 
-        real = tasks.load_trace
+        def denied(real):
+            def load(path):
+                if str(path) == str(locked):
+                    raise PermissionError(13, "Permission denied", str(path))
+                return real(path)
 
-        def load(path):
-            if str(path) == str(locked):
-                raise PermissionError(13, "Permission denied", str(path))
-            return real(path)
+            return load
 
-        monkeypatch.setattr(tasks, "load_trace", load)
+        for reader in ("load_columns", "load_trace"):  # the fast path and the reader both open the file
+            monkeypatch.setattr(tasks, reader, denied(getattr(tasks, reader)))
     else:
         locked.chmod(0)
     result = runner.invoke(app, [str(tmp_path), "--json"])

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyzer.analysis.partial import used_rows
+from analyzer.analysis.partial import Rows, analysed_columns, used_rows
 from analyzer.analysis.quantiles import combine_linear, order_stats
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.columns import Column, frame_columns
 
 MAX_POINTS = 1500
 """Most bins of the step-time and GPU-busy series."""
@@ -145,70 +146,72 @@ def ranges(steps: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _binned(frame: pl.DataFrame, first: int, width: int, aggs: list[pl.Expr]) -> pl.DataFrame:
-    return frame.lazy().group_by(((pl.col(S.STEP) - first) // width).alias("bin")).agg(*aggs).sort("bin").collect()
-
-
-def _f64(frame: pl.DataFrame, name: str) -> np.ndarray:
-    return frame.get_column(name).cast(pl.Float64).to_numpy()
-
-
 def rank_chart(frame: pl.DataFrame, rank: int, grid: ChartGrid) -> RankChart:
     """The chart sums of one rank's rows (``frame``: that rank only, sorted by step, as the reader gives it)."""
-    busy_known = pl.col(S.GPU_BUSY_MS).is_not_null()
-    series = _binned(
-        frame,
-        grid.first,
-        grid.width,
-        [
-            pl.len().alias("n"),
-            pl.col(S.WALL_MS).sum().alias("wall"),
-            pl.col(S.WALL_MS).count().alias("wall_n"),
-            pl.col(S.GPU_BUSY_MS).sum().alias("busy"),
-            pl.col(S.WALL_MS).filter(busy_known).sum().alias("busy_wall"),
-            *[pl.col(p).fill_null(0.0).sum().alias(p) for p in S.PARTS],
-        ],
-    )
-    heat = _binned(
-        frame,
-        grid.first,
-        grid.heat_width,
-        [
-            pl.col(S.WALL_MS).sum().alias("wall"),
-            pl.col(S.WALL_MS).count().alias("wall_n"),
-            pl.col(S.SYNC_MS).sum().alias("wait"),
-            pl.col(S.SYNC_MS).count().alias("wait_n"),
-        ],
-    )
-    steps = frame.get_column(S.STEP)
-    sampled = frame.filter(pl.col(S.KERNEL_STATS).is_not_null()).get_column(S.STEP).to_list()
-    wall, top = _analysed_wall(used_rows(frame, grid.skip, grid.drop_all_sampled), rank, grid)
-    counts, _ = np.histogram(wall, bins=HIST_BINS, range=(grid.lo, grid.top_edge))
+    return rank_chart_of(frame_columns(frame, CHART_COLUMNS), rank, grid)
+
+
+class _Bins:
+    """Sums over runs of consecutive rows that fall into one bin (a rank's rows are sorted by step)."""
+
+    def __init__(self, steps: np.ndarray, first: int, width: int) -> None:
+        b = (steps - first) // width
+        self.starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]])) if b.size else np.empty(0, np.int64)
+        self.ids = b[self.starts]
+        self.rows = np.diff(np.append(self.starts, b.size)).astype(np.float64)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values, self.starts) if self.starts.size else np.empty(0)
+
+    def count(self, col: Column) -> np.ndarray:
+        return self.rows if col.valid is None else self.sum(col.valid.astype(np.float64))
+
+
+def rank_chart_of(rows: Rows, rank: int, grid: ChartGrid) -> RankChart:
+    """rank_chart of numpy columns (ingest.columns: CHART_COLUMNS; one rank's, sorted by step)."""
+    steps = rows[S.STEP].values
+    n = int(steps.size)
+    wall, busy, sync = rows[S.WALL_MS], rows[S.GPU_BUSY_MS], rows[S.SYNC_MS]
+    series, heat = _Bins(steps, grid.first, grid.width), _Bins(steps, grid.first, grid.heat_width)
+    wall_v = wall.filled(0.0)
+    busy_wall = wall_v if busy.valid is None else np.where(busy.valid, wall_v, 0.0)
+    sampled = steps[rows[S.KERNEL_STATS].valid] if rows[S.KERNEL_STATS].valid is not None else steps
+    _, f, all_sampled = analysed_columns(rows, grid.skip)  # the rows the step metrics use (used_rows)
+    if all_sampled and grid.drop_all_sampled:
+        analysed, used_steps = np.empty(0), np.empty(0, np.int64)
+    else:
+        w = f[S.WALL_MS]
+        analysed = w.known().astype(np.float64, copy=False)
+        used_steps = f[S.STEP].values if w.valid is None else f[S.STEP].values[w.valid]
+    counts, _ = np.histogram(analysed, bins=HIST_BINS, range=(grid.lo, grid.top_edge))
+    out = analysed > grid.fence
+    order = np.lexsort((used_steps[out], -analysed[out]))[:TOP_OUTLIERS]
     return RankChart(
         rank=rank,
-        bins=series.get_column("bin").to_numpy(),
-        series={k: _f64(series, k) for k in _SERIES},
-        heat_bins=heat.get_column("bin").to_numpy(),
-        heat={k: _f64(heat, k) for k in _HEAT},
-        known={c: frame.height - frame.get_column(c).null_count() for c in (*S.PARTS, S.GPU_BUSY_MS)},
-        warmup_last=int(steps[min(grid.skip, frame.height) - 1]) if grid.skip and frame.height else None,
-        sampled=tuple(ranges(sampled)),
+        bins=series.ids,
+        series={
+            "n": series.rows,
+            "wall": series.sum(wall_v),
+            "wall_n": series.count(wall),
+            "busy": series.sum(busy.filled(0.0)),
+            "busy_wall": series.sum(busy_wall),
+            **{p: series.sum(rows[p].filled(0.0)) for p in S.PARTS},
+        },
+        heat_bins=heat.ids,
+        heat={
+            "wall": heat.sum(wall_v),
+            "wall_n": heat.count(wall),
+            "wait": heat.sum(sync.filled(0.0)),
+            "wait_n": heat.count(sync),
+        },
+        known={c: rows[c].count() for c in (*S.PARTS, S.GPU_BUSY_MS)},
+        warmup_last=int(steps[min(grid.skip, n) - 1]) if grid.skip and n else None,
+        sampled=tuple(ranges(sampled.tolist())),
         counts=counts.astype(np.int64),
-        outliers=int((wall > grid.fence).sum()),
-        beyond=int((wall > grid.top_edge).sum()),
-        top=top,
+        outliers=int(out.sum()),
+        beyond=int((analysed > grid.top_edge).sum()),
+        top=tuple((float(w), rank, int(s)) for w, s in zip(analysed[out][order], used_steps[out][order], strict=True)),
     )
-
-
-def _analysed_wall(
-    rows: pl.DataFrame, rank: int, grid: ChartGrid
-) -> tuple[np.ndarray, tuple[tuple[float, int, int], ...]]:
-    """The analysed rows' wall times, and the slowest outliers among them (ms, rank, step)."""
-    wall = rows.get_column(S.WALL_MS).drop_nulls().cast(pl.Float64).to_numpy()
-    out = rows.filter(pl.col(S.WALL_MS) > grid.fence).sort([S.WALL_MS, S.STEP], descending=[True, False])
-    out = out.head(TOP_OUTLIERS)
-    top = zip(out.get_column(S.WALL_MS).to_list(), out.get_column(S.STEP).to_list(), strict=True)
-    return wall, tuple((float(w), rank, int(s)) for w, s in top)
 
 
 @dataclass(slots=True)

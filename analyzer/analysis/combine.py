@@ -67,6 +67,27 @@ class StepSums:
         if v.steps.size == 0:
             return
         steps = v.steps.astype(np.int64, copy=False)
+        run = self._slice(steps)
+        at = self._place(steps) if run is None else run
+        for k, values in _step_values(v).items():
+            self.sums[k][at] += values
+
+    def _slice(self, steps: np.ndarray) -> slice | None:
+        """Where a rank's steps are, when they are a run inside the known ones and those are a run too
+        (ranks of one run record the same steps): no search. None otherwise."""
+        if self.steps.size == 0:  # the first rank: its steps are the known ones
+            self.steps = steps.copy()
+            self.sums = {k: np.zeros(steps.size) for k in _SUMS}
+        first, n = int(steps[0]), steps.size
+        lo, known = int(self.steps[0]), self.steps.size
+        if int(steps[-1]) - first + 1 != n or int(self.steps[-1]) - lo + 1 != known:
+            return None
+        if first < lo or first + n > lo + known:
+            return None
+        return slice(first - lo, first - lo + n)
+
+    def _place(self, steps: np.ndarray) -> slice | np.ndarray:
+        """Where a rank's (sorted) steps are among the known ones, adding those not yet known."""
         idx = np.searchsorted(self.steps, steps)
         if idx.size and (idx.max() >= self.steps.size or not np.array_equal(self.steps[idx], steps)):
             union = np.union1d(self.steps, steps)
@@ -78,9 +99,7 @@ class StepSums:
             self.steps = union
             idx = np.searchsorted(union, steps)
         run = idx[-1] - idx[0] + 1 == idx.size  # the rank's steps are a run of the known ones: add a slice
-        at = slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
-        for k, values in _step_values(v).items():
-            self.sums[k][at] += values
+        return slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
 
     def merge(self, other: StepSums) -> StepSums:
         out = StepSums()
@@ -88,6 +107,16 @@ class StepSums:
             if part.steps.size:
                 out._add_sums(part.steps, part.sums)
         return out
+
+    def absorb(self, other: StepSums) -> None:
+        """Add ``other``'s sums into these (in place where both have the same steps)."""
+        if other.steps.size == 0:
+            return
+        if np.array_equal(self.steps, other.steps):
+            for k in _SUMS:
+                self.sums[k] += other.sums[k]
+        else:
+            self._add_sums(other.steps, other.sums)
 
     def _add_sums(self, steps: np.ndarray, sums: dict[str, np.ndarray]) -> None:
         union = np.union1d(self.steps, steps)
@@ -100,12 +129,21 @@ class StepSums:
         self.steps = union
 
 
-def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
+def _step_values(v: StepVectors) -> dict[str, np.ndarray | float]:
+    """What one rank adds to each per-step sum (a number: the same on every step). A rank without
+    GPU busy times adds nothing to the busy sums and its whole step to the idle one, without the
+    arrays of zeros (the same sums, bit for bit: wall > 0, so max(wall - 0, 0) is wall)."""
     known = ~np.isnan(v.busy)
-    busy = np.where(known, v.busy, 0.0)
-    idle = np.maximum(v.wall - busy, 0.0)
+    if not known.any():
+        idle = v.wall
+        out: dict[str, np.ndarray | float] = {}
+    else:
+        busy = np.where(known, v.busy, 0.0)
+        idle = np.maximum(v.wall - busy, 0.0)
+        out = {"busy": busy, "busy_wall": np.where(known, v.wall, 0.0), "busy_n": known.astype(np.float64)}
     capped = {p: np.minimum(x, idle) for p, x in (("data", v.data), ("sync", v.sync), ("other", v.other))}
     return {
+        **out,
         "wall": v.wall,
         "data_c": capped["data"],
         "sync_c": capped["sync"],
@@ -113,13 +151,10 @@ def _step_values(v: StepVectors) -> dict[str, np.ndarray]:
         "data_u": v.data,
         "sync_u": v.sync,
         "other_u": v.other,
-        "busy": busy,
-        "busy_wall": np.where(known, v.wall, 0.0),
-        "busy_n": known.astype(np.float64),
         "idle": idle,
         "unexpl_c": np.maximum(idle - capped["data"] - capped["sync"], 0.0),
         "unexpl_u": np.maximum(idle - v.data - v.sync, 0.0),
-        "n": np.ones(v.wall.size),
+        "n": 1.0,
     }
 
 
@@ -148,6 +183,28 @@ class Combined:
     """(min, max) wall time of the analysed steps (None: none analysed)."""
 
 
+@dataclass(slots=True)
+class Reduced:
+    """Some ranks' partials reduced where they were made (a worker): their per-step sums, their work
+    vectors, and the partials without vectors. It is what a worker sends for a group of files: a
+    third of the bytes of the partials' vectors, and the driver only adds it (Combiner.merge)."""
+
+    partials: list[RankPartial] = dataclasses.field(default_factory=list)
+    main: StepSums = dataclasses.field(default_factory=StepSums)
+    alt: StepSums = dataclasses.field(default_factory=StepSums)
+    """The per-step sums of ranks whose every post-warm-up row is sampled (left out when others are not)."""
+    work: list[tuple[int, int | np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+    """(rank, first step of a run or the steps, work per step) of the ranks with analysed rows."""
+
+    def add(self, p: RankPartial) -> None:
+        (self.alt if p.all_sampled else self.main).add(p.vectors)
+        if p.n:
+            steps = p.vectors.steps
+            run = int(steps[-1]) - int(steps[0]) + 1 == steps.size
+            self.work.append((p.rank, int(steps[0]) if run else steps, p.vectors.work))
+        self.partials.append(dataclasses.replace(p, vectors=_NO_VECTORS))
+
+
 class Combiner:
     """Accepts ranks' partials in any order; ``finish`` returns the Combined metrics."""
 
@@ -166,6 +223,17 @@ class Combiner:
         if p.n:
             self._store.add(p.rank, p.vectors.steps, p.vectors.work)
         self.partials[p.rank] = dataclasses.replace(p, vectors=_NO_VECTORS)
+
+    def merge(self, r: Reduced) -> None:
+        """Add ranks reduced elsewhere (the same as adding each of their partials)."""
+        for p in r.partials:
+            if p.rank in self.partials:
+                raise ValueError(f"rank {p.rank} twice")
+            self.partials[p.rank] = p
+        self._main.absorb(r.main)
+        self._alt.absorb(r.alt)
+        for rank, steps, work in r.work:
+            self._store.add(rank, steps, work)
 
     @property
     def min_rows(self) -> int:
@@ -274,6 +342,10 @@ def _samples_per_s(t: _Totals, used: list[RankPartial]) -> float | None:
     return 1000.0 * t.total[SAMPLES] / max(p.sums[WALL] for p in used)
 
 
+_Pending = dict[str, list[tuple[float, int, int, float]]]
+"""Per column: (q, first and last order statistic, weight of the last) of each quantile not read yet."""
+
+
 def _quantiles(
     wanted: dict[str, list[float]],
     sketches: dict[str, list[Sketch]],
@@ -281,7 +353,7 @@ def _quantiles(
 ) -> dict[tuple[str, float], float]:
     """Exact quantiles; one extra pass over the ranks (``ask``) for columns whose sketches are samples."""
     out: dict[tuple[str, float], float] = {}
-    pending: dict[str, list[tuple[float, int, int, float]]] = {}
+    pending: _Pending = {}
     for column, qs in wanted.items():
         sk = sketches[column]
         total = sum(s.n for s in sk)
@@ -294,9 +366,9 @@ def _quantiles(
                 out[(column, q)] = _interpolate(column, float(exact[i]), float(exact[j]), frac)
             else:
                 pending.setdefault(column, []).append((q, i, j, frac))
+    pending, requests = _brackets(pending, sketches, out)
     if not pending:
         return out
-    requests = {c: [bracket(sketches[c], i, j) for _, i, j, _ in items] for c, items in pending.items()}
     gathered: dict[str, list[list[Answer]]] = {c: [[] for _ in b] for c, b in requests.items()}
     for answers in ask(requests):
         for c, per_bracket in answers.items():
@@ -307,6 +379,24 @@ def _quantiles(
             got, b = gathered[c][k], requests[c][k]
             out[(c, q)] = _interpolate(c, select(got, b, i), select(got, b, j), frac)
     return out
+
+
+def _brackets(
+    pending: _Pending, sketches: dict[str, list[Sketch]], out: dict[tuple[str, float], float]
+) -> tuple[_Pending, dict[str, list[Bracket]]]:
+    """The brackets the second pass must answer, and their quantiles; a bracket of one value is the
+    quantile itself (into ``out``: no pass for it, e.g. a constant batch size)."""
+    left: _Pending = {}
+    requests: dict[str, list[Bracket]] = {}
+    for c, items in pending.items():
+        for item in items:
+            b = bracket(sketches[c], item[1], item[2])
+            if b.lo == b.hi:
+                out[(c, item[0])] = _interpolate(c, b.lo, b.lo, 0.0)
+            else:
+                left.setdefault(c, []).append(item)
+                requests.setdefault(c, []).append(b)
+    return left, requests
 
 
 def _order(column: str, n: int, q: float) -> tuple[int, int, float]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
-import polars as pl
 
 from analyzer.analysis.quantiles import Sketch, sketch
 from analyzer.analysis.thresholds import FEW_STEPS, WARMUP_STARTUP
@@ -94,36 +93,33 @@ class KernelPartial:
     """The rank's first FEW_STEPS steps made mostly of start-up work."""
 
 
-def _stats(rows: pl.DataFrame) -> list[S.KernelStats]:
-    texts = rows.get_column(S.KERNEL_STATS).to_list()
+def _stats(texts: list[str]) -> list[S.KernelStats]:
     return _BATCH.decode("[" + ",".join(texts) + "]")
 
 
-def step_kernel_medians(post: pl.DataFrame) -> np.ndarray:
-    """Each sampled step's median kernel duration (us), where known."""
-    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
-    if rows.height == 0:
+def step_kernel_medians(texts: list[str]) -> np.ndarray:
+    """Each sampled step's median kernel duration (us), where known (``texts``: the steps' KERNEL_STATS)."""
+    if not texts:
         return np.empty(0)
-    return np.array([st.kernel_median_us for st in _stats(rows) if st.kernel_median_us is not None], dtype=np.float64)
+    return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
-def _startup_steps(rows: pl.DataFrame, stats: list[S.KernelStats]) -> list[StartupStep]:
+def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
     """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
-    columns = (rows.get_column(c).to_list() for c in (S.STEP, S.RANK, S.WALL_MS))
     out = []
-    for step, rank, wall, st in zip(*columns, stats, strict=True):
-        if wall and wall > 0 and st.startup_ms > 0 and st.startup_ms >= WARMUP_STARTUP * wall:
+    for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
+        if wall > 0 and st.startup_ms > 0 and st.startup_ms >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
-            out.append(StartupStep(int(step), int(rank), float(wall), st.startup_ms, ops))
+            out.append(StartupStep(int(step), rank, float(wall), st.startup_ms, ops))
     return out
 
 
-def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
-    """The kernel statistics of one rank's post-warm-up rows; None when none has any."""
-    rows = post.filter(pl.col(S.KERNEL_STATS).is_not_null())
-    if rows.height == 0:
+def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank: int) -> KernelPartial | None:
+    """The kernel statistics of one rank's sampled post-warm-up rows (``texts``: their KERNEL_STATS,
+    ``walls``: their wall times, NaN where unknown, ``steps``: their step numbers); None when none has any."""
+    if not texts:
         return None
-    stats = _stats(rows)
+    stats = _stats(texts)
     totals = {f: float(sum(getattr(st, f) for st in stats)) for f in S.KERNEL_STAT_FIELDS}
     medians = np.array([st.kernel_median_us for st in stats if st.kernel_median_us is not None], dtype=np.float64)
     top: dict[str, list[float]] = {}
@@ -142,11 +138,11 @@ def kernel_partial(post: pl.DataFrame) -> KernelPartial | None:
             t[1] += b.count
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
-    startup = _startup_steps(rows, stats)
+    startup = _startup_steps(steps, rank, walls, stats)
     return KernelPartial(
-        steps=rows.height,
+        steps=len(texts),
         totals_ms=totals,
-        wall_ms=float(rows.get_column(S.WALL_MS).sum()),
+        wall_ms=float(np.nansum(walls)),
         kernel_count=sum(st.kernel_count for st in stats),
         medians=sketch(medians),
         top={name: (ms, int(count)) for name, (ms, count) in top.items()},

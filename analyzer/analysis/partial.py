@@ -16,9 +16,10 @@ import numpy as np
 import polars as pl
 
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
-from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch
-from analyzer.analysis.ranks import RankStats, rank_stats
+from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted
+from analyzer.analysis.ranks import RankStats, rank_stats_of
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.columns import Column, frame_columns
 
 #: Columns whose quantiles StepMetrics reports (wall: median and p90; parts and batch: median).
 #: Key of ``RankPartial.sums``: data wait of the rows that recorded their data CPU time.
@@ -89,57 +90,99 @@ def used_rows(frame: pl.DataFrame, skip: int, drop_all_sampled: bool) -> pl.Data
     return analysed.clear() if all_sampled and drop_all_sampled else analysed
 
 
-def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
-    return frame.get_column(column).drop_nulls().cast(pl.Float64).to_numpy()
+Rows = dict[str, Column]
+"""One rank's rows as numpy columns, sorted by step (ingest.columns: NUMERIC's columns and KERNEL_STATS)."""
 
 
-def _filled(frame: pl.DataFrame, column: str) -> np.ndarray:
-    return frame.get_column(column).fill_null(0.0).cast(pl.Float64).to_numpy()
+def _sampled(rows: Rows) -> np.ndarray:
+    ks = rows[S.KERNEL_STATS]
+    return np.ones(len(ks), dtype=bool) if ks.valid is None else ks.valid
+
+
+def _select(rows: Rows, at: slice | np.ndarray) -> Rows:
+    return {c: col.rows(at) for c, col in rows.items()}
+
+
+def analysed_columns(rows: Rows, skip: int) -> tuple[Rows, Rows, bool]:
+    """analysed_rows of numpy columns: (rows after warm-up, the analysed rows, every post-warm-up row sampled)."""
+    post = _select(rows, slice(skip, None))
+    sampled = _sampled(post)
+    n_post = sampled.size
+    n_sampled = int(np.count_nonzero(sampled))
+    all_sampled = n_sampled == n_post and n_post > 0
+    analysed = post if all_sampled or n_sampled == 0 else _select(post, ~sampled)
+    return post, analysed, all_sampled
+
+
+def _sum(col: Column) -> float:
+    return float(col.known().astype(np.float64, copy=False).sum())
 
 
 def rank_partial(frame: pl.DataFrame, rank: int, skip: int) -> RankPartial:
     """The partial of one rank's rows (``frame``: that rank only, sorted by step, as the reader gives it)."""
-    post, f, all_sampled = analysed_rows(frame, skip)
-    sampled = int(post.get_column(S.KERNEL_STATS).is_not_null().sum())
-    known = {
-        c: f.height - f.get_column(c).null_count() for c in (*S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.PEAK_MEM_BYTES)
-    }
-    sums = {
-        c: float(f.get_column(c).cast(pl.Float64).sum() or 0.0)
-        for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.DATA_CPU_MS)
-    }
-    with_cpu = f.filter(pl.col(S.DATA_CPU_MS).is_not_null())
-    sums[DATA_WAIT_WITH_CPU] = float(with_cpu.get_column(S.DATA_WAIT_MS).cast(pl.Float64).sum() or 0.0)
-    mem = f.get_column(S.PEAK_MEM_BYTES).max() if known[S.PEAK_MEM_BYTES] else None
-    wall = _filled(f, S.WALL_MS)
-    data, sync, other = (_filled(f, c) for c in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS))
-    busy = f.get_column(S.GPU_BUSY_MS).cast(pl.Float64).fill_null(float("nan")).to_numpy()
-    vectors = StepVectors(f.get_column(S.STEP).to_numpy(), wall, data, sync, other, busy)
+    return partial_of(frame_columns(frame), rank, skip)
+
+
+def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
+    """The partial of one rank's rows as numpy columns (sorted by step; load_columns or frame_columns)."""
+    post, f, all_sampled = analysed_columns(rows, skip)
+    known = {c: f[c].count() for c in (*S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.PEAK_MEM_BYTES)}
+    sums = {c: _sum(f[c]) for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.DATA_CPU_MS)}
+    cpu = f[S.DATA_CPU_MS].valid
+    data = f[S.DATA_WAIT_MS]
+    sums[DATA_WAIT_WITH_CPU] = _sum(data) if cpu is None else _sum(data.rows(cpu))
+    mem = int(f[S.PEAK_MEM_BYTES].known().max()) if known[S.PEAK_MEM_BYTES] else None
+    ordered = {c: np.sort(f[c].known().astype(np.float64, copy=False)) for c in QUANTILE_COLUMNS}
+    wall = f[S.WALL_MS].filled(0.0)
+    data_v, sync, other = (f[c].filled(0.0) for c in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS))
+    vectors = StepVectors(f[S.STEP].values, wall, data_v, sync, other, f[S.GPU_BUSY_MS].filled(float("nan")))
+    n_post = len(post[S.STEP])
     return RankPartial(
         rank=rank,
-        rows=frame.height,
-        warmup=frame.height - post.height,
-        sampled=sampled,
+        rows=len(rows[S.STEP]),
+        warmup=len(rows[S.STEP]) - n_post,
+        sampled=int(np.count_nonzero(_sampled(post))),
         all_sampled=all_sampled,
-        n=f.height,
+        n=len(f[S.STEP]),
         known=known,
         sums=sums,
-        peak_mem=None if mem is None else int(mem),  # type: ignore[arg-type]
-        sketches={c: sketch(_values(f, c)) for c in QUANTILE_COLUMNS},
-        stats=rank_stats(f, rank),
+        peak_mem=mem,
+        sketches={c: sketch_sorted(ordered[c]) for c in QUANTILE_COLUMNS},
+        stats=rank_stats_of(f, rank, ordered),
         vectors=vectors,
-        kernels=kernel_partial(post),
+        kernels=kernel_partial(*_kernel_rows(post), rank),
     )
+
+
+def _kernel_rows(post: Rows) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The kernel statistics (JSON) of the sampled post-warm-up rows, those rows' wall times (NaN where
+    unknown) and their step numbers."""
+    sampled = _sampled(post)
+    if not sampled.any():
+        return [], np.empty(0), np.empty(0, dtype=np.int64)
+    walls = post[S.WALL_MS].rows(sampled).filled(float("nan"))
+    return list(post[S.KERNEL_STATS].values[sampled]), walls, post[S.STEP].values[sampled]
 
 
 def bracket_answers(
     frame: pl.DataFrame, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
 ) -> dict[str, list[Answer]]:
     """One rank's answers for the quantile brackets (second pass; same rows as rank_partial)."""
-    post = frame.slice(skip)
-    f = used_rows(frame, skip, drop_all_sampled)
+    return bracket_answers_of(frame_columns(frame), skip, drop_all_sampled, wanted)
+
+
+def bracket_answers_of(
+    rows: Rows, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
+) -> dict[str, list[Answer]]:
+    """bracket_answers of numpy columns."""
+    post, f, all_sampled = analysed_columns(rows, skip)
     out = {}
     for column, brackets in wanted.items():
-        values = step_kernel_medians(post) if column == KERNEL_MEDIAN else _values(f, column)
+        if column == KERNEL_MEDIAN:
+            values = step_kernel_medians(_kernel_rows(post)[0])
+        elif all_sampled and drop_all_sampled:
+            values = np.empty(0)
+        else:
+            values = f[column].known().astype(np.float64, copy=False)
         out[column] = [in_bracket(values, b) for b in brackets]
     return out

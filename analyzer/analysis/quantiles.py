@@ -47,11 +47,16 @@ EMPTY = Sketch(0, 1, np.empty(0))
 
 def sketch(values: np.ndarray, sample: int | None = None) -> Sketch:
     """The sketch of one rank's non-null values (``values`` must hold no NaN); ``sample``: SAMPLE."""
+    # numpy >= 2's SIMD sort: ~5x polars' on 100k floats
+    return sketch_sorted(np.sort(values.astype(np.float64, copy=False)), sample)
+
+
+def sketch_sorted(s: np.ndarray, sample: int | None = None) -> Sketch:
+    """``sketch`` of values already sorted (float64, no NaN)."""
     sample = sample or SAMPLE
-    n = int(values.size)
+    n = int(s.size)
     if n == 0:
         return EMPTY
-    s = np.sort(values.astype(np.float64, copy=False))  # numpy >= 2's SIMD sort: ~5x polars' on 100k floats
     every = max(1, math.ceil(n / sample))
     if every == 1:
         return Sketch(n, 1, s)
@@ -59,6 +64,16 @@ def sketch(values: np.ndarray, sample: int | None = None) -> Sketch:
     if idx[-1] != n - 1:
         idx = np.append(idx, n - 1)
     return Sketch(n, every, s[idx])
+
+
+def sorted_median(s: np.ndarray) -> float:
+    """polars' median of sorted values (NaN for none): the middle one, or a + (b - a) / 2 of the two
+    middle ones, bit for bit (not (a + b) / 2)."""
+    n = int(s.size)
+    if n == 0:
+        return math.nan
+    a, b = float(s[(n - 1) // 2]), float(s[n // 2])
+    return a if n % 2 else a + 0.5 * (b - a)
 
 
 def order_stats(n: int, q: float) -> tuple[int, int, float]:

@@ -18,16 +18,19 @@ blocks of steps: a block of B steps x R ranks, never all steps x all ranks.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import IO
 
 import numpy as np
 import polars as pl
 
+from analyzer.analysis.quantiles import sorted_median
 from analyzer.analysis.thresholds import SLOW_STEP_FRACTION, SLOW_STEP_MIN_MS, STRAGGLER_FRACTION
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.columns import Column, frame_columns
 
 #: Columns whose per-rank medians are compared (null counts as 0).
 RANK_PHASES: tuple[str, ...] = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)
@@ -40,7 +43,7 @@ PHASE_NAMES: dict[str, str] = {
     REST: REST,
 }
 #: Bytes of work vectors kept in memory before they go to a temporary directory.
-STORE_BUDGET = 256 << 20
+STORE_BUDGET = 128 << 20
 #: Bytes of one block of the step x rank matrix.
 BLOCK_BUDGET = 256 << 20
 
@@ -88,63 +91,128 @@ class RankStats:
     """Median per step of each attributed phase (null as 0) and of the rest of the work."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Spilled:
+    first: int | None
+    """The first step number when the steps are a run; None: they are in the file too."""
+    n: int
+    work_at: int
+    """Byte offset of the work values in the spill file (the steps, when kept, follow them)."""
+
+
+def _store_budget() -> int:
+    return STORE_BUDGET
+
+
 @dataclass(slots=True)
 class WorkStore:
-    """Each rank's work per step; in memory up to a budget, then in a temporary directory.
+    """Each rank's work per step; in memory up to a budget, then appended to one temporary file.
 
-    Steps that are a run (n, n+1, ...) are kept as their first number only."""
+    Steps that are a run (n, n+1, ...) are kept as their first number only. Blocks of steps are read
+    back with one positioned read per rank (``fill``): nothing stays mapped, so the resident memory
+    is the budget and one block, whatever the ranks."""
 
-    budget: int = STORE_BUDGET
+    budget: int = field(default_factory=_store_budget)
     _mem: dict[int, tuple[int | np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _files: dict[int, tuple[int | None, Path]] = field(default_factory=dict)
-    _dir: tempfile.TemporaryDirectory[str] | None = None
+    _spilled: dict[int, _Spilled] = field(default_factory=dict)
+    _file: IO[bytes] | None = None
     _bytes: int = 0
 
-    def add(self, rank: int, steps: np.ndarray, work: np.ndarray) -> None:
-        run = steps.size > 0 and int(steps[-1]) - int(steps[0]) + 1 == steps.size
-        first: int | np.ndarray = int(steps[0]) if run else steps
-        size = work.nbytes + (0 if run else steps.nbytes)
+    def add(self, rank: int, steps: int | np.ndarray, work: np.ndarray) -> None:
+        """``steps``: the rank's step numbers, or the first of a run of ``work.size`` ones."""
+        if isinstance(steps, np.ndarray) and steps.size and int(steps[-1]) - int(steps[0]) + 1 == steps.size:
+            steps = int(steps[0])
+        size = work.nbytes + (0 if isinstance(steps, int) else steps.nbytes)
         if self._bytes + size <= self.budget:
-            self._mem[rank] = (first, work)
+            self._mem[rank] = (steps, work)
             self._bytes += size
             return
-        if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="gpuanalyze-work-")
-        path = Path(self._dir.name) / str(rank)
-        np.save(path.with_suffix(".work.npy"), work)
-        if not run:
-            np.save(path.with_suffix(".steps.npy"), steps)
-        self._files[rank] = (int(steps[0]) if run else None, path)
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="gpuanalyze-work-")  # noqa: SIM115 - closed by close()
+        at = self._file.seek(0, os.SEEK_END)
+        self._file.write(np.ascontiguousarray(work, dtype=np.float64).tobytes())
+        if not isinstance(steps, int):
+            self._file.write(np.ascontiguousarray(steps, dtype=np.int64).tobytes())
+        self._spilled[rank] = _Spilled(steps if isinstance(steps, int) else None, int(work.size), at)
 
     def drop(self, ranks: list[int]) -> None:
         for r in ranks:
             self._mem.pop(r, None)
-            self._files.pop(r, None)
+            self._spilled.pop(r, None)
 
-    def window(self, rank: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, work) of ``rank`` for step numbers in [lo, hi] (a copy: nothing stays mapped)."""
+    def _read(self, at: int, out: np.ndarray) -> None:
+        assert self._file is not None and out.flags.c_contiguous
+        self._file.flush()
+        got = os.preadv(self._file.fileno(), [memoryview(out).cast("B")], at)  # type: ignore[arg-type]
+        assert got == out.nbytes, "the work store's file is shorter than written"
+
+    def _steps(self, rank: int) -> tuple[int, int | None, np.ndarray | None]:
+        """(values, first step of a run, the steps otherwise) of a rank."""
         if rank in self._mem:
             first, work = self._mem[rank]
-            steps = None if isinstance(first, int) else first
+            return int(work.size), first if isinstance(first, int) else None, None if isinstance(first, int) else first
+        sp = self._spilled[rank]
+        if sp.first is not None:
+            return sp.n, sp.first, None
+        steps = np.empty(sp.n, dtype=np.int64)
+        self._read(sp.work_at + 8 * sp.n, steps)
+        return sp.n, None, steps
+
+    def _copy(self, rank: int, i0: int, out: np.ndarray) -> None:
+        """Work values i0 .. i0 + out.size of ``rank`` into ``out``."""
+        if rank in self._mem:
+            out[:] = self._mem[rank][1][i0 : i0 + out.size]
         else:
-            start, path = self._files[rank]
-            work = np.load(path.with_suffix(".work.npy"), mmap_mode="r")
-            first = start if start is not None else 0
-            steps = None if start is not None else np.load(path.with_suffix(".steps.npy"), mmap_mode="r")
-        if steps is None:
-            assert isinstance(first, int)
-            i0, i1 = max(0, lo - first), min(work.size, hi - first + 1)
+            self._read(self._spilled[rank].work_at + 8 * i0, out)
+
+    def fill(self, rank: int, block: np.ndarray, out: np.ndarray) -> bool:
+        """``rank``'s work on the (sorted) steps ``block`` into ``out`` (NaN where it has none); True
+        when it has every one of them."""
+        n, first, steps = self._steps(rank)
+        lo, hi = int(block[0]), int(block[-1])
+        if first is not None and hi - lo + 1 == block.size:  # runs on both sides: one slice
+            i0, i1 = max(0, lo - first), min(n, hi - first + 1)
+            j0 = first + i0 - lo
             if i1 <= i0:
-                return np.empty(0, np.int64), np.empty(0)
-            return np.arange(first + i0, first + i1, dtype=np.int64), np.array(work[i0:i1])
-        i0 = int(np.searchsorted(steps, lo, side="left"))
-        i1 = int(np.searchsorted(steps, hi, side="right"))
-        return np.array(steps[i0:i1]), np.array(work[i0:i1])
+                out[:] = np.nan
+                return False
+            self._copy(rank, i0, out[j0 : j0 + i1 - i0])
+            out[:j0] = np.nan
+            out[j0 + i1 - i0 :] = np.nan
+            return j0 == 0 and i1 - i0 == block.size
+        if steps is None:
+            assert first is not None
+            steps = np.arange(first, first + n, dtype=np.int64)
+        s = steps
+        i0, i1 = int(np.searchsorted(s, lo, side="left")), int(np.searchsorted(s, hi, side="right"))
+        w = np.empty(i1 - i0)
+        if w.size:
+            self._copy(rank, i0, w)
+        out[:] = np.nan
+        out[np.searchsorted(block, s[i0:i1])] = w
+        return i1 - i0 == block.size
 
     def close(self) -> None:
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+#: Ranks copied together into a block (a slab of them fits a core's cache, so the transposition is cheap).
+_SLAB = 32
+
+
+def block_matrix(store: WorkStore, ranks: list[int], block: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(steps x ranks matrix of work, NaN where a rank has no such step; whether none is missing)."""
+    m = np.empty((block.size, len(ranks)))
+    slab = np.empty((min(_SLAB, len(ranks)), block.size))
+    full = True
+    for c0 in range(0, len(ranks), _SLAB):
+        group = ranks[c0 : c0 + _SLAB]
+        for k, r in enumerate(group):
+            full &= store.fill(r, block, slab[k])
+        m[:, c0 : c0 + len(group)] = slab[: len(group)].T
+    return m, full
 
 
 def polars_median(values: np.ndarray) -> float:
@@ -153,29 +221,46 @@ def polars_median(values: np.ndarray) -> float:
 
 
 def _blocks(steps: np.ndarray, ranks: int) -> Iterator[tuple[int, int]]:
-    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 4))  # the block, its partition copy, masks
+    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 4))  # the block, its sorted copy, masks
     for a in range(0, steps.size, size):
         yield a, min(a + size, steps.size)
 
 
-def _baselines(m: np.ndarray, count: np.ndarray, ranks: int) -> np.ndarray:
-    """Per row of ``m`` (steps x ranks, NaN where a rank has no such step): the median (polars'
-    definition) of the present values, from a two-element partition where every rank is present."""
-    out = np.empty(m.shape[0])
-    full = count == m.shape[1]
-    if full.any():
-        k_lo, k_hi = (ranks - 1) // 2, ranks // 2
-        part = np.partition(m[full], [k_lo, k_hi], axis=1)
-        a, b = part[:, k_lo], part[:, k_hi]
-        out[full] = a if ranks % 2 else a + 0.5 * (b - a)
-    rest = ~full
-    if rest.any():
-        srt = np.sort(m[rest], axis=1)  # NaN last
-        c = count[rest]
-        idx = np.arange(srt.shape[0])
-        a, b = srt[idx, (c - 1) // 2], srt[idx, c // 2]
-        out[rest] = np.where(c % 2 == 1, a, a + 0.5 * (b - a))
-    return out
+def _baselines(srt: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per row of ``srt`` (each row sorted, NaN last; ``count`` values present): the median of the
+    present values, polars' definition."""
+    idx = np.arange(srt.shape[0])
+    a, b = srt[idx, (count - 1) // 2], srt[idx, count // 2]
+    return np.where(count % 2 == 1, a, a + 0.5 * (b - a))
+
+
+@dataclass(slots=True)
+class _Slow:
+    """Per rank: its slow steps so far and their work beyond the baseline."""
+
+    count: dict[int, int]
+    excess: dict[int, list[np.ndarray]]
+    skews: list[np.ndarray] = field(default_factory=list)
+
+    def block(self, m: np.ndarray, full: bool, ranks: list[int], threshold: float) -> None:
+        """One block of steps x ranks (NaN: no such step on that rank); sorts ``m`` in place."""
+        count = np.full(m.shape[0], m.shape[1]) if full else np.count_nonzero(~np.isnan(m), axis=1)
+        if not full and not (have := count > 0).all():
+            m, count = m[have], count[have]
+        hi = np.fmax.reduce(m, axis=1)
+        rows_, cols_ = np.nonzero(m == hi[:, None])  # where each step's most work is (ties: all of them)
+        m.sort(axis=1)  # NaN last; numpy's SIMD sort beats a partition for the medians
+        lo = m[:, 0]
+        baseline = _baselines(m, count) if len(ranks) >= 3 else lo
+        self.skews.append(hi - lo)
+        gap = hi - baseline  # a rank is slow on a step where it has the most work and that exceeds the baseline
+        keep = (gap > threshold)[rows_]
+        rows_, cols_ = rows_[keep], cols_[keep]
+        for c in np.unique(cols_):
+            r = ranks[int(c)]
+            sel = rows_[cols_ == c]
+            self.count[r] += int(sel.size)
+            self.excess[r].append(gap[sel])
 
 
 def rank_analysis_from(
@@ -187,47 +272,23 @@ def rank_analysis_from(
     if len(ranks) < 2:
         return None
     threshold = max(SLOW_STEP_MIN_MS, SLOW_STEP_FRACTION * step_median)
-    slow_count = dict.fromkeys(ranks, 0)
-    excess: dict[int, list[np.ndarray]] = {r: [] for r in ranks}
-    skews = []
+    slow = _Slow(dict.fromkeys(ranks, 0), {r: [] for r in ranks})
     for a, b in _blocks(steps, len(ranks)):
-        block_steps = steps[a:b]
-        m = np.full((b - a, len(ranks)), np.nan)
-        for c, r in enumerate(ranks):
-            s, w = store.window(r, int(block_steps[0]), int(block_steps[-1]))
-            if s.size:
-                m[np.searchsorted(block_steps, s), c] = w
-        count = np.count_nonzero(~np.isnan(m), axis=1)
-        have = count > 0
-        if not have.all():
-            m, count = m[have], count[have]
-        hi = np.fmax.reduce(m, axis=1)
-        lo = np.fmin.reduce(m, axis=1)
-        baseline = _baselines(m, count, len(ranks)) if len(ranks) >= 3 else lo
-        skews.append(hi - lo)
-        with np.errstate(invalid="ignore"):
-            slow = (m == hi[:, None]) & (m - baseline[:, None] > threshold)
-        rows_, cols_ = np.nonzero(slow)
-        if rows_.size:
-            gap = m[rows_, cols_] - baseline[rows_]
-            for c in np.unique(cols_):
-                r = ranks[int(c)]
-                sel = cols_ == c
-                slow_count[r] += int(sel.sum())
-                excess[r].append(gap[sel])
+        m, full = block_matrix(store, ranks, steps[a:b])
+        slow.block(m, full, ranks, threshold)
+        del m
     summaries = tuple(stats[r].summary for r in ranks)
-    by_slow = sorted((r for r in ranks if slow_count[r]), key=lambda r: (-slow_count[r], r))
+    by_slow = sorted((r for r in ranks if slow.count[r]), key=lambda r: (-slow.count[r], r))
     stragglers = []
     for r in by_slow:
         steps_r = stats[r].summary.steps
-        if slow_count[r] < STRAGGLER_FRACTION * steps_r:
+        if slow.count[r] < STRAGGLER_FRACTION * steps_r:
             continue
         phase, phase_excess = slow_phase(stats, r)
         diffs = phase_differences(stats, r)
-        stragglers.append(
-            Straggler(r, slow_count[r], steps_r, polars_median(np.concatenate(excess[r])), phase, phase_excess, diffs)
-        )
-    skew = polars_median(np.concatenate(skews)) if skews else 0.0
+        excess = polars_median(np.concatenate(slow.excess[r]))
+        stragglers.append(Straggler(r, slow.count[r], steps_r, excess, phase, phase_excess, diffs))
+    skew = polars_median(np.concatenate(slow.skews)) if slow.skews else 0.0
     return RankAnalysis(len(ranks), summaries, tuple(stragglers), skew, step_median)
 
 
@@ -260,29 +321,37 @@ def slow_phase(stats: dict[int, RankStats], rank: int) -> tuple[str, float]:
     return PHASE_NAMES[phase], float(excess[phase])
 
 
-def _median_or_nan(values: np.ndarray) -> float:
-    return polars_median(values) if values.size else math.nan
-
-
 def rank_stats(rows: pl.DataFrame, rank: int) -> RankStats:
     """The statistics of one rank's analysed rows (all of them one rank's)."""
-    wall = rows.get_column(S.WALL_MS).cast(pl.Float64).to_numpy()
-    sync = rows.get_column(S.SYNC_MS).fill_null(0.0).cast(pl.Float64).to_numpy()
+    return rank_stats_of(frame_columns(rows), rank, {})
+
+
+def rank_stats_of(rows: dict[str, Column], rank: int, ordered: dict[str, np.ndarray]) -> RankStats:
+    """rank_stats of numpy columns (ingest.columns); ``ordered``: the sorted known values of any of
+    their columns, when the caller has them (a column without unknown values need not be sorted again)."""
+
+    def median(column: str, values: np.ndarray) -> float:
+        have = ordered.get(column)
+        full = have is not None and have.size == values.size
+        return sorted_median(have if full else np.sort(values))  # type: ignore[arg-type]
+
+    wall = rows[S.WALL_MS].filled(0.0)
+    sync = rows[S.SYNC_MS].filled(0.0)
     work = wall - sync
-    phases = {c: rows.get_column(c).fill_null(0.0).cast(pl.Float64).to_numpy() for c in RANK_PHASES}
-    rest = np.maximum(work - sum(phases.values(), np.zeros(rows.height)), 0.0)
+    phases = {c: rows[c].filled(0.0) for c in RANK_PHASES}
+    rest = np.maximum(work - sum(phases.values(), np.zeros(wall.size)), 0.0)
     wall_sum = float(wall.sum())
-    data = float(rows.get_column(S.DATA_WAIT_MS).fill_null(0.0).sum())
+    data = float(phases[S.DATA_WAIT_MS].sum())
     return RankStats(
         RankSummary(
             rank=rank,
-            steps=rows.height,
-            step_median_ms=_median_or_nan(wall),
-            work_median_ms=_median_or_nan(work),
+            steps=int(wall.size),
+            step_median_ms=median(S.WALL_MS, wall),
+            work_median_ms=sorted_median(np.sort(work)),
             sync_share=float(sync.sum()) / wall_sum if wall_sum else 0.0,
             data_share=data / wall_sum if wall_sum else 0.0,
         ),
-        {**{c: _median_or_nan(v) for c, v in phases.items()}, REST: _median_or_nan(rest)},
+        {**{c: median(c, v) for c, v in phases.items()}, REST: sorted_median(np.sort(rest))},
     )
 
 

@@ -45,7 +45,14 @@ class LocalEngine:
         self.workers = workers or cores()
         self._pool: ProcessPoolExecutor | None = None
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
+    @property
+    def parallelism(self) -> int:
+        """Tasks that run at once."""
+        return self.workers
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, window: int | None = None) -> Iterator[R]:
+        """``window``: most items submitted and not yet yielded (default: four per worker); results
+        that are large (a group of files' sums) want fewer held at once."""
         if self.workers <= 1 or len(items) <= 1 or not _spawn_works():
             for item in items:
                 yield fn(item)
@@ -53,7 +60,7 @@ class LocalEngine:
         if self._pool is None:
             # spawn: the parent runs polars' thread pool, which a fork would copy in a locked state
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
-        window = 4 * self.workers
+        window = window or 4 * self.workers
         pending: list[Future[R]] = []
         it = iter(items)
         for item in it:
@@ -110,16 +117,19 @@ class RayEngine:
                 except Exception as exc:  # Ray raises many types when it cannot start
                     raise GpuAnalyzeError(f"--engine ray: Ray could not start ({str(exc)[:160]})") from exc
             self._started = True
-        self.window = max(4, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        self.parallelism = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        """Tasks that run at once (the cluster's CPUs)."""
+        self.window = max(4, 2 * self.parallelism)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, window: int | None = None) -> Iterator[R]:
         ray = self._ray
+        window = window or self.window
         remote = ray.remote(fn)
         refs: list[Any] = []
         it = iter(items)
         for item in it:
             refs.append(remote.remote(item))
-            if len(refs) >= self.window:
+            if len(refs) >= window:
                 yield _get(ray, refs.pop(0))
         for ref in refs:
             yield _get(ray, ref)

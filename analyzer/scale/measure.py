@@ -32,7 +32,7 @@ from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
 from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
-from analyzer.scale.tasks import BracketJob, FileJob, FileResult, answer_file, run_file
+from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
@@ -361,17 +361,19 @@ def _reduce(
     book = _Files(path)
     alt_skip: int | None = None
     alts: list[RankPartial] | None = []
+    jobs = file_jobs(files, cache, how.limits, skip=skip, force=True)
     try:
-        for res in engine.map(run_file, file_jobs(files, cache, how.limits, skip=skip, force=True)):
-            book.add(dataclasses.replace(res, partials=(), alt_partials=()))  # the metadata, not the vectors
-            for p in res.partials:
-                combiner.add(p)
-            if res.error is None and res.partials and alts is not None:
-                if res.alt_skip is None or (alt_skip is not None and res.alt_skip != alt_skip):
-                    alts = None  # files disagree: a second pass with the common warm-up
-                else:
-                    alt_skip = res.alt_skip
-                    alts.extend(res.alt_partials)
+        groups = _groups(jobs, engine.parallelism)
+        for group in engine.map(run_files, groups, window=2 * engine.parallelism):  # ~25 MB a result
+            for res in group.results:
+                book.add(dataclasses.replace(res, alt_partials=()))  # the metadata, not the vectors
+                if res.error is None and res.ranks and alts is not None:
+                    if res.alt_skip is None or (alt_skip is not None and res.alt_skip != alt_skip):
+                        alts = None  # files disagree: a second pass with the common warm-up
+                    else:
+                        alt_skip = res.alt_skip
+                        alts.extend(res.alt_partials)
+            combiner.merge(group.reduced)
     except BaseException:
         combiner.close()
         raise
@@ -379,6 +381,17 @@ def _reduce(
         first = book.errors[0]
         raise TraceError(first.error or f"{first.source}: unreadable")
     return combiner, book, (None if alts is None or alt_skip is None else (alt_skip, alts))
+
+
+#: Most files one task reduces (tasks.FileGroup): enough that the driver's share (adding a group's
+#: per-step sums) is small beside the workers'; few enough that every worker has several tasks.
+GROUP_FILES = 16
+
+
+def _groups(jobs: list[FileJob], parallelism: int) -> list[FileGroup]:
+    """Consecutive files in groups, at least four per worker when there are that many files."""
+    size = max(1, min(GROUP_FILES, len(jobs) // (4 * max(1, parallelism))))
+    return [FileGroup(tuple(jobs[i : i + size])) for i in range(0, len(jobs), size)]
 
 
 def _run_info(path: str, book: _Files) -> tuple[RunInfo, str | None]:

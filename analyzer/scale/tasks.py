@@ -12,7 +12,10 @@ format version as now; anything else is imported again.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,15 +23,24 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from analyzer.analysis.combine import Answers
+from analyzer.analysis.combine import Answers, Reduced
 from analyzer.analysis.metrics import warmup_steps
-from analyzer.analysis.partial import KERNEL_MEDIAN, RankPartial, bracket_answers, rank_partial
-from analyzer.analysis.quantiles import Bracket, in_bracket
+from analyzer.analysis.partial import (
+    KERNEL_MEDIAN,
+    RankPartial,
+    Rows,
+    bracket_answers,
+    bracket_answers_of,
+    partial_of,
+)
+from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
 from gpuanalyze.ingest.kineto import parse_kineto_stream
 from gpuanalyze.ingest.kineto_import import IMPORTER_VERSION, import_kineto, trace_writer
+from gpuanalyze.ingest.read_ahead import read_ahead
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.stream import ReadLimits
@@ -144,54 +156,141 @@ def run_file(job: FileJob) -> FileResult:
     try:
         if job.kineto:
             trace, reused, imported = _import(job)
-            arrow = job.out
-        else:
-            with storage.local_copy(job.source) as local:
-                trace = load_trace(local)
-            reused, imported, arrow = False, False, job.source
-        partials: tuple[RankPartial, ...] = ()
-        alt_partials: tuple[RankPartial, ...] = ()
-        alt_skip: int | None = None
-        ranks = tuple(int(r) for r in trace.frame.get_column(S.RANK).unique().sort().to_list())
-        fast, stamp = False, (0, 0)
-        if job.reduce and trace.frame.height:
-            parts = trace.frame.partition_by(S.RANK, as_dict=True)
-            partials = tuple(rank_partial(by_step(parts[(r,)]), r, job.skip) for r in ranks)
-            own = warmup_steps(min(parts[(r,)].height for r in ranks))
-            if own < job.skip:
-                alt_skip = own
-                alt_partials = tuple(rank_partial(by_step(parts[(r,)]), r, own) for r in ranks)
-            if arrow is not None and not storage.is_url(arrow):
-                stamp = storage.stat(arrow)
-                # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
-                fast = not trace.notes and _raw_matches(Path(arrow), trace.frame)
-        return FileResult(
-            source=job.source,
-            arrow=arrow,
-            partials=partials,
-            run=trace.run,
-            tags=trace.tags,
-            version=trace.version,
-            complete=trace.complete,
-            end=trace.end,
-            notes=trace.notes,
-            steps=trace.frame.height,
-            first_step=int(trace.frame.get_column(S.STEP).min() or 0),  # type: ignore[arg-type]
-            last_step=int(trace.frame.get_column(S.STEP).max() or 0),  # type: ignore[arg-type]
-            ranks=ranks,
-            reused=reused,
-            imported=imported,
-            fast=fast,
-            stamp=stamp,
-            alt_skip=alt_skip,
-            alt_partials=alt_partials,
-        )
+            return _from_trace(job, trace, job.out, reused=reused, imported=imported)
+        if not storage.is_url(job.source):
+            cols = load_columns(job.source)  # the common case: a file the reader leaves as it is
+            if cols is not None:
+                return _from_columns(job, cols)
+        with storage.local_copy(job.source) as local:
+            trace = load_trace(local)
+        return _from_trace(job, trace, job.source, reused=False, imported=False)
     except GpuAnalyzeError as exc:
         return FileResult(source=job.source, error=str(exc))
     except OSError as exc:  # e.g. PermissionError from the reader's own open()
         return FileResult(source=job.source, error=f"{job.source}: cannot read ({exc.strerror or exc})")
     except MemoryError:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
+
+
+@dataclass(frozen=True, slots=True)
+class FileGroup:
+    """Files one task reduces together (consecutive ranks): its result carries their per-step sums,
+    not every rank's vectors (combine.Reduced)."""
+
+    jobs: tuple[FileJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    results: tuple[FileResult, ...]
+    """Per file, as run_file gives it but without ``partials`` (they are in ``reduced``)."""
+    reduced: Reduced
+
+
+def run_files(group: FileGroup) -> GroupResult:
+    """run_file of every file of a group; their partials reduced here (Reduced.add, in file order).
+    While one file is reduced, a thread asks the disk for what the next one will read (read_ahead)."""
+    reduced = Reduced()
+    results = []
+    plain = [j.source if _plain(j) else None for j in group.jobs]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuanalyze-read-ahead") as thread:
+        ahead = thread.submit(read_ahead, plain[0], READ) if plain and plain[0] else None
+        for i, job in enumerate(group.jobs):
+            if ahead is not None:
+                ahead.result()  # its requests are queued: the rest of the file is read as it is used
+            nxt = plain[i + 1] if i + 1 < len(plain) else None
+            ahead = thread.submit(read_ahead, nxt, READ) if nxt else None
+            res = run_file(job)
+            for p in res.partials:
+                reduced.add(p)
+            results.append(dataclasses.replace(res, partials=()))
+    return GroupResult(tuple(results), reduced)
+
+
+def _plain(job: FileJob) -> bool:
+    """A local .arrow trace (what load_columns reads)."""
+    return not job.kineto and not storage.is_url(job.source)
+
+
+def _reduced(
+    job: FileJob, per_rank: dict[int, Rows]
+) -> tuple[tuple[RankPartial, ...], int | None, tuple[RankPartial, ...]]:
+    """(partials, alt_skip, alt_partials) of one file's ranks (FileResult)."""
+    if not job.reduce or not per_rank:
+        return (), None, ()
+    ranks = sorted(per_rank)
+    partials = tuple(partial_of(per_rank[r], r, job.skip) for r in ranks)
+    own = warmup_steps(min(len(per_rank[r][S.STEP]) for r in ranks))
+    if own >= job.skip:
+        return partials, None, ()
+    return partials, own, tuple(partial_of(per_rank[r], r, own) for r in ranks)
+
+
+def _from_columns(job: FileJob, cols: TraceColumns) -> FileResult:
+    rank, step = cols.columns[S.RANK].values, cols.columns[S.STEP].values
+    bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
+    per_rank = {
+        int(rank[a]): {c: col.rows(slice(a, b)) for c, col in cols.columns.items()}
+        for a, b in itertools.pairwise(bounds)
+    }
+    partials, alt_skip, alt_partials = _reduced(job, per_rank)
+    # the rows are the file's raw rows: the quantile and chart passes may read its columns directly
+    fast = job.reduce and not cols.notes and not (cols.absent & set(_RAW_COLUMNS))
+    return FileResult(
+        source=job.source,
+        arrow=job.source,
+        partials=partials,
+        run=cols.run,
+        tags=cols.tags,
+        version=cols.version,
+        complete=cols.complete,
+        end=cols.end,
+        notes=cols.notes,
+        steps=cols.rows,
+        first_step=int(step.min()),
+        last_step=int(step.max()),
+        ranks=tuple(sorted(per_rank)),
+        fast=fast,
+        stamp=storage.stat(job.source) if job.reduce else (0, 0),
+        alt_skip=alt_skip,
+        alt_partials=alt_partials,
+    )
+
+
+def _from_trace(job: FileJob, trace: Trace, arrow: str | None, *, reused: bool, imported: bool) -> FileResult:
+    frame = trace.frame
+    ranks = tuple(int(r) for r in frame.get_column(S.RANK).unique().sort().to_list())
+    fast, stamp = False, (0, 0)
+    per_rank: dict[int, Rows] = {}
+    if job.reduce and frame.height:
+        parts = frame.partition_by(S.RANK, as_dict=True)
+        per_rank = {r: frame_columns(by_step(parts[(r,)])) for r in ranks}
+        if arrow is not None and not storage.is_url(arrow):
+            stamp = storage.stat(arrow)
+            # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
+            fast = not trace.notes and _raw_matches(Path(arrow), frame)
+    partials, alt_skip, alt_partials = _reduced(job, per_rank)
+    return FileResult(
+        source=job.source,
+        arrow=arrow,
+        partials=partials,
+        run=trace.run,
+        tags=trace.tags,
+        version=trace.version,
+        complete=trace.complete,
+        end=trace.end,
+        notes=trace.notes,
+        steps=frame.height,
+        first_step=int(frame.get_column(S.STEP).min() or 0),  # type: ignore[arg-type]
+        last_step=int(frame.get_column(S.STEP).max() or 0),  # type: ignore[arg-type]
+        ranks=ranks,
+        reused=reused,
+        imported=imported,
+        fast=fast,
+        stamp=stamp,
+        alt_skip=alt_skip,
+        alt_partials=alt_partials,
+    )
 
 
 def by_step(frame: pl.DataFrame) -> pl.DataFrame:
@@ -248,25 +347,14 @@ def answer_file(job: BracketJob) -> list[Answers]:
 
 
 def _answer_raw(job: BracketJob) -> list[Answers]:
-    """answer_file from the raw columns (zero-copy), for files whose raw rows are the analysed rows'
-    source: per rank the same warm-up and sampled-row selection as partial.analysed_rows, NaN as null."""
-    out = []
-    with pa.memory_map(job.arrow) as src:
-        table = pa.ipc.open_stream(src).read_all()
-        ranks = table.column(S.RANK).to_numpy()
-        sampled_all = table.column(S.KERNEL_STATS).is_valid().to_numpy(zero_copy_only=False)
-        bounds = np.flatnonzero(np.diff(ranks)) + 1
-        for a, b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [ranks.size]]), strict=True):
-            post = np.arange(min(a + job.skip, b), b)
-            sampled = sampled_all[post]
-            all_sampled = bool(post.size) and bool(sampled.all())
-            rows = post if all_sampled or not sampled.any() else post[~sampled]
-            if all_sampled and job.drop_all_sampled:
-                rows = rows[:0]
-            answers: Answers = {}
-            for column, brackets in job.wanted.items():
-                values = table.column(column).take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.float64)
-                values = values[~np.isnan(values)]
-                answers[column] = [in_bracket(values, br) for br in brackets]
-            out.append(answers)
-    return out
+    """answer_file from the raw columns (only those read: ingest.columns.raw_columns), for files whose raw
+    rows are the analysed rows' source: per rank the same rows as partial.analysed_columns, NaN as null."""
+    cols = raw_columns(job.arrow, (S.RANK, S.KERNEL_STATS, *job.wanted))
+    rank = cols[S.RANK].values
+    bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
+    return [
+        bracket_answers_of(
+            {c: col.rows(slice(a, b)) for c, col in cols.items()}, job.skip, job.drop_all_sampled, job.wanted
+        )
+        for a, b in itertools.pairwise(bounds)
+    ]

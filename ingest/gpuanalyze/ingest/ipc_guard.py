@@ -20,6 +20,7 @@ A violation is one TraceError line; a stream that ends inside a message is repor
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import TraceError
@@ -126,6 +128,8 @@ class _Message:
     header: int | None
     framed: bytes
     """Continuation, length and metadata (what pyarrow's read_message needs before the body)."""
+    start: int = 0
+    """Where the message starts in the file."""
 
     def custom_metadata(self) -> dict[bytes, bytes]:
         flat = self.flat
@@ -143,10 +147,20 @@ class _Message:
 class IpcReader:
     """The schema and then the record batches of an Arrow IPC stream file, each checked before decoding."""
 
-    def __init__(self, path: Path, fh: BinaryIO, limits: IpcLimits | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fh: BinaryIO | pa.BufferReader,
+        limits: IpcLimits | None = None,
+        *,
+        mapped: pa.Buffer | None = None,
+    ) -> None:
         self.path, self.fh = path, fh
         self.limits = limits or DEFAULT_LIMITS
         self.decoded = 0
+        self._map = mapped
+        """The whole file, memory-mapped (``mapped``): batches are then views of it, and a column
+        nobody reads is never paged in."""
         try:
             first = self._next()
         except TraceError as exc:
@@ -156,11 +170,23 @@ class IpcReader:
         self.schema = pa.ipc.read_schema(pa.ipc.read_message(pa.py_buffer(first.framed)))
         check_schema(path, self.schema)
 
+    @classmethod
+    def mapped(cls, path: Path, mm: mmap.mmap, limits: IpcLimits | None = None) -> IpcReader:
+        """A reader over a memory-mapped file (read_ahead.map_file): the same checks, without copying
+        any record batch body."""
+        buffer = pa.py_buffer(mm)
+        return cls(path, pa.BufferReader(buffer), limits, mapped=buffer)
+
+    def _size(self) -> int:
+        """The file's size now (a file being written grows; a mapping is a snapshot)."""
+        return self._map.size if self._map is not None else os.fstat(self.fh.fileno()).st_size
+
     def _remaining(self) -> int:
-        return os.fstat(self.fh.fileno()).st_size - self.fh.tell()
+        return self._size() - self.fh.tell()
 
     def _next(self) -> _Message | str | None:
         """The next message (body not yet read); None at the end of the stream; 'truncated' when cut."""
+        start = self.fh.tell()
         head = self.fh.read(4)
         if len(head) == 0:
             return None
@@ -194,7 +220,7 @@ class IpcReader:
         if body < 0:
             raise TraceError(f"{self.path}: corrupt trace (a negative Arrow body length)")
         framed = (b"\xff\xff\xff\xff" + struct.pack("<i", length) if word != _CONTINUATION else prefix) + meta
-        return _Message(kind=kind, body_length=body, flat=flat, header=header, framed=framed)
+        return _Message(kind=kind, body_length=body, flat=flat, header=header, framed=framed, start=start)
 
     def batches(self) -> Iterator[tuple[pa.RecordBatch, dict[bytes, bytes]] | None]:
         """(batch, custom metadata) per record batch; a final None when the stream is cut short."""
@@ -216,46 +242,61 @@ class IpcReader:
             if msg.body_length > self._remaining():
                 yield None
                 return
-            body = self.fh.read(msg.body_length)
+            body = self._body(msg.body_length)
             try:
                 self._account(msg, body)
                 custom = msg.custom_metadata()
             except _Corrupt:
                 raise TraceError(f"{self.path}: corrupt trace (an Arrow record batch with bad metadata)") from None
-            message = pa.ipc.read_message(pa.py_buffer(msg.framed + body))
-            yield pa.ipc.read_record_batch(message, self.schema), custom
+            yield pa.ipc.read_record_batch(self._message(msg, body), self.schema), custom
 
-    def _account(self, msg: _Message, body: bytes) -> None:
+    def _body(self, length: int) -> bytes | pa.Buffer:
+        if self._map is None:
+            return self.fh.read(length)
+        at = self.fh.tell()
+        self.fh.seek(at + length)
+        return self._map.slice(at, length)
+
+    def _message(self, msg: _Message, body: bytes | pa.Buffer) -> pa.ipc.Message:
+        """The message for pyarrow: a view of the mapping when the file holds it exactly as framed here."""
+        if self._map is not None and self._map.slice(msg.start, len(msg.framed)).equals(pa.py_buffer(msg.framed)):
+            return pa.ipc.read_message(self._map.slice(msg.start, len(msg.framed) + len(body)))
+        raw = body if isinstance(body, bytes) else body.to_pybytes()
+        return pa.ipc.read_message(pa.py_buffer(msg.framed + raw))
+
+    def _account(self, msg: _Message, body: bytes | pa.Buffer) -> None:
         """Refuse a batch before decoding when what it decodes to breaks a limit."""
         flat, batch = msg.flat, msg.header
         assert batch is not None
         rows = flat.scalar(batch, 0, "<q")
         nodes, n_nodes = flat.vector(batch, 1, 16)
-        for i in range(n_nodes):
-            if flat._u("<q", nodes + 16 * i) < 0:
-                raise _Corrupt
+        if n_nodes and (np.frombuffer(flat.buf, dtype="<i8", count=2 * n_nodes, offset=nodes)[0::2] < 0).any():
+            raise _Corrupt  # a negative length
         start, n = flat.vector(batch, 2, 16)
         compressed = flat.ref(batch, 3) is not None
+        bufs = np.frombuffer(flat.buf, dtype="<i8", count=2 * n, offset=start).reshape(n, 2)
+        offset, length = bufs[:, 0], bufs[:, 1]
+        if ((offset < 0) | (length < 0) | (length > len(body) - offset)).any():  # where offset >= 0 nothing overflows
+            raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
         decoded = 0
-        for i in range(n):
-            offset, length = flat._u("<q", start + 16 * i), flat._u("<q", start + 16 * i + 8)
-            if offset < 0 or length < 0 or offset + length > len(body):
-                raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
-            if compressed and length >= 8:
-                (size,) = struct.unpack_from("<q", body, offset)
-                decoded += length - 8 if size == -1 else max(size, 0)
+        for off, ln in zip(offset.tolist(), length.tolist(), strict=True) if compressed else ():
+            if ln >= 8:
+                (size,) = struct.unpack_from("<q", body, off)
+                decoded += ln - 8 if size == -1 else max(size, 0)
             else:
-                decoded += length
+                decoded += ln
+        if not compressed:
+            decoded = sum(length.tolist())
         if rows < 0:
             raise _Corrupt
         cost = decoded + rows * ROW_COST
-        allowed = self.limits.allowed(os.fstat(self.fh.fileno()).st_size)
+        allowed = self.limits.allowed(self._size())
         self.decoded += cost
         if cost > self.limits.max_batch_bytes or self.decoded > allowed:
             what = "compressed columns that expand" if compressed else "columns that expand"
             raise TraceError(
                 f"{self.path}: {what} to over {min(allowed, self.limits.max_batch_bytes) // MiB} MiB "
-                f"({rows:,} rows in a {os.fstat(self.fh.fileno()).st_size:,}-byte file; a memory bomb?); "
+                f"({rows:,} rows in a {self._size():,}-byte file; a memory bomb?); "
                 "refusing to read it"
             )
 

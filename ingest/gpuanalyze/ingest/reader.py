@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,26 +70,90 @@ def load_trace(path: str | Path) -> Trace:
         ) from exc
 
 
-def _load(path: Path) -> Trace:
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """What a trace file holds before its rows are conformed and checked (load_trace and
+    columns.load_columns read it the same way)."""
+
+    meta: dict[bytes, bytes]
+    schema: pa.Schema
+    version: str
+    batches: list[pa.RecordBatch]
+    end: EndInfo | None
+    truncated: bool
+    live: bool
+    """A writer held the file when reading began (it has no end marker because the run goes on)."""
+
+    @property
+    def rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+def read_stream(path: Path, mapped: mmap.mmap | None = None) -> Stream:
+    """The schema, metadata and validated record batches of a trace file; raises TraceError for a
+    non-trace. ``mapped``: the file, memory-mapped (read_ahead.map_file): the batches are then views
+    of it."""
     live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
+    if mapped is not None:
+        return _stream(path, lambda: IpcReader.mapped(path, mapped), live)
     with open(path, "rb") as fh:
-        try:
-            reader = IpcReader(path, fh)
-        except TraceError:
-            raise
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
-        arrow_schema = reader.schema
-        meta = arrow_schema.metadata or {}
-        version = _check_format(path, meta)
-        _check_columns(path, arrow_schema)
-        batches, end, truncated = _read_batches(path, reader)
+        return _stream(path, lambda: IpcReader(path, fh), live)
+
+
+def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool) -> Stream:
+    try:
+        reader = open_reader()
+    except TraceError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceError(f"{path}: not an Arrow IPC stream, so not a gpuanalyze trace{_hint(path)}") from exc
+    meta = reader.schema.metadata or {}
+    version = _check_format(path, meta)
+    _check_columns(path, reader.schema)
+    batches, end, truncated = _read_batches(path, reader)
+    return Stream(meta, reader.schema, version, batches, end, truncated, live)
+
+
+def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]:
+    """The notes of a loaded trace: a cut-off batch, ``more`` (casts, repairs), how it ended."""
     notes: list[str] = []
-    if truncated:
+    if stream.truncated:
         notes.append(
-            "the file ends inside a record batch (cut off while being written); "
-            f"kept the first {sum(b.num_rows for b in batches)} rows"
+            f"the file ends inside a record batch (cut off while being written); kept the first {stream.rows} rows"
         )
+    notes.extend(more)
+    if stream.end is None:
+        notes.insert(0, LIVE_NOTE if stream.live else DISK_NOTE if _disk_is_full(path) else ENDED_NOTE)
+    elif stream.end.status == DISK_FULL:
+        notes.insert(0, "trace is incomplete: the disk filled while it was written; analysing the steps before that")
+    return tuple(notes)
+
+
+def stream_info(path: Path, stream: Stream) -> tuple[RunInfo, dict[str, str]]:
+    """The run information and user tags of a trace's metadata (TraceError when corrupt)."""
+    return (
+        _meta(path, stream.meta, S.META_RUN, runinfo.decode_run, RunInfo()),
+        _meta(path, stream.meta, S.META_TAGS, runinfo.decode_tags, {}),
+    )
+
+
+def stream_trace(path: Path, stream: Stream, frame: pl.DataFrame, more: list[str]) -> Trace:
+    run, tags = stream_info(path, stream)
+    return Trace(
+        path=path,
+        frame=frame,
+        run=run,
+        tags=tags,
+        version=stream.version,
+        complete=stream.end is not None,
+        end=stream.end,
+        notes=stream_notes(path, stream, more),
+    )
+
+
+def _load(path: Path) -> Trace:
+    stream = read_stream(path)
+    batches, arrow_schema = stream.batches, stream.schema
     try:
         table = pa.Table.from_batches(batches, schema=arrow_schema) if batches else arrow_schema.empty_table()
         table, cast_notes = _conform(path, table)
@@ -100,22 +165,7 @@ def _load(path: Path) -> Trace:
             raise
         raise TraceError(f"{path}: corrupt trace data (the reader could not decode it)") from exc
     _check_kernel_stats(path, frame)
-    notes.extend(cast_notes)
-    notes.extend(repair_notes)
-    if end is None:
-        notes.insert(0, LIVE_NOTE if live else DISK_NOTE if _disk_is_full(path) else ENDED_NOTE)
-    elif end.status == DISK_FULL:
-        notes.insert(0, "trace is incomplete: the disk filled while it was written; analysing the steps before that")
-    return Trace(
-        path=path,
-        frame=frame,
-        run=_meta(path, meta, S.META_RUN, runinfo.decode_run, RunInfo()),
-        tags=_meta(path, meta, S.META_TAGS, runinfo.decode_tags, {}),
-        version=version,
-        complete=end is not None,
-        end=end,
-        notes=tuple(notes),
-    )
+    return stream_trace(path, stream, frame, cast_notes + repair_notes)
 
 
 def _disk_is_full(path: Path) -> bool:

@@ -1,0 +1,324 @@
+"""A trace's columns as numpy arrays, for the files the reader would return as they are.
+
+load_trace conforms, checks, repairs and sorts every file into a polars frame: about 40 ms per
+100,000-row file, most of a many-rank analysis. Most files need none of it: their columns have the
+format's types and every row is valid and in (rank, step) order. ``load_columns`` reads such a file
+memory-mapped, through the same guard (ipc_guard) and the same batch validation as load_trace, checks
+every row in one numpy pass against the same rules, and returns the columns the step metrics read:
+columns nobody reads (and values of all-null columns) are never paged in. Any other file gives None,
+and the caller reads it with load_trace (which says what it repaired, or why it refuses the file).
+
+When it gives columns, they are load_trace's rows exactly (a NaN duration unknown, as there), with the
+same run information, end marker and notes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import reader as R
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.host_sample import decode_host_sample
+from gpuanalyze.ingest.read_ahead import map_file, read_ahead
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+
+#: The numeric columns load_columns returns (every one load_trace checks), with their numpy types.
+NUMERIC: dict[str, type[np.generic]] = {
+    S.STEP: np.int64,
+    S.RANK: np.int32,
+    S.START_UNIX_NS: np.int64,
+    S.WALL_MS: np.float64,
+    **dict.fromkeys(S.PARTS, np.float64),
+    S.GPU_BUSY_MS: np.float64,
+    S.BATCH_SAMPLES: np.int64,
+    S.PEAK_MEM_BYTES: np.int64,
+    S.DATA_CPU_MS: np.float64,
+}
+_DURATIONS = (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS)
+_COUNTS = ((S.BATCH_SAMPLES, R.MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, R.MAX_MEMORY_BYTES))
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column's values and which of them are known (``valid`` None: all of them)."""
+
+    values: np.ndarray
+    valid: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.values.size)
+
+    def known(self) -> np.ndarray:
+        """The known values, in row order."""
+        return self.values if self.valid is None else self.values[self.valid]
+
+    def count(self) -> int:
+        return len(self) if self.valid is None else int(np.count_nonzero(self.valid))
+
+    def filled(self, fill: float) -> np.ndarray:
+        """The values as float64, unknown ones as ``fill``."""
+        v = self.values.astype(np.float64, copy=False)
+        return v if self.valid is None else np.where(self.valid, v, fill)
+
+    def rows(self, at: slice | np.ndarray) -> Column:
+        """The rows ``at`` (a slice is a view, a mask or index array a copy)."""
+        return Column(self.values[at], None if self.valid is None else self.valid[at])
+
+
+@dataclass(frozen=True, slots=True)
+class TraceColumns:
+    """A trace load_trace would return unchanged, as numpy columns (``Trace`` without the frame)."""
+
+    path: Path
+    rows: int
+    columns: dict[str, Column]
+    """NUMERIC's columns, and KERNEL_STATS as an object array of str (None where null)."""
+    run: RunInfo
+    tags: dict[str, str]
+    version: str
+    complete: bool
+    end: EndInfo | None
+    notes: tuple[str, ...]
+    absent: frozenset[str] = frozenset()
+    """Columns of later minor versions the file does not have (unknown, without a note)."""
+
+
+#: The columns whose values load_columns reads (read_ahead asks the disk for these).
+READ = (*NUMERIC, S.KERNEL_STATS, S.SYSTEM)
+
+
+def load_columns(path: str | Path) -> TraceColumns | None:
+    """The columns of a trace the reader would leave as it is; None for every other file (read it
+    with load_trace: it repairs, sorts, or says why it cannot read it). The file is read by page
+    faults without read-around: call ``read_ahead(path, READ)`` first (or have a thread do it) when
+    it may not be in the page cache."""
+    path = Path(path)
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        mm = map_file(path)
+        try:
+            return _columns(path, R.read_stream(path, mm))
+        finally:
+            with contextlib.suppress(BufferError):  # a view still alive (a traceback): unmapped with it
+                mm.close()
+    except (TraceError, pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError):
+        return None
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+
+
+def _exact(schema: pa.Schema) -> bool:
+    """The format's columns with its types exactly: nothing to cast, nothing absent to note."""
+    names = schema.names
+    if len(set(names)) != len(names):
+        return False
+    return all(schema.field(f.name).type == f.type if f.name in names else f.name in S.ADDED_IN_MINOR for f in S.FIELDS)
+
+
+def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
+    n = stream.rows
+    if n == 0 or not _exact(stream.schema):
+        return None
+    index = {name: i for i, name in enumerate(stream.schema.names)}
+
+    def chunks(c: str) -> list[pa.Array]:
+        return [b.column(index[c]) for b in stream.batches]
+
+    arena = _Arena(n, [t for c, t in NUMERIC.items() if c in index])
+    cols = {c: _numeric(chunks(c), t, arena.take(t)) if c in index else _unknown(n, t) for c, t in NUMERIC.items()}
+    cols = {c: _nan_unknown(col) if c in _DURATIONS else col for c, col in cols.items()}
+    if not (_valid_rows(cols) and _in_order(cols[S.RANK].values, cols[S.STEP].values)):
+        return None
+    kernel = _texts(chunks(S.KERNEL_STATS), n) if S.KERNEL_STATS in index else None
+    system = _texts(chunks(S.SYSTEM), n) if S.SYSTEM in index else None
+    for texts, decode in ((kernel, S.decode_kernel_stats), (system, decode_host_sample)):
+        for text in texts.known() if texts is not None else ():
+            decode(text)  # raises on a malformed value: load_trace names it
+    cols[S.KERNEL_STATS] = kernel or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
+    run, tags = R.stream_info(path, stream)
+    notes = R.stream_notes(path, stream, [])
+    absent = frozenset(f.name for f in S.FIELDS if f.name not in index)
+    return TraceColumns(path, n, cols, run, tags, stream.version, stream.end is not None, stream.end, notes, absent)
+
+
+class _Arena:
+    """One allocation for every column of a file: a few large pages (numpy asks for huge pages from
+    4 MiB on) instead of a page fault per 4 KiB of every column."""
+
+    def __init__(self, n: int, dtypes: list[type[np.generic]]) -> None:
+        self.n = n
+        self.buf = np.empty(sum(n * np.dtype(t).itemsize for t in dtypes) + 8 * len(dtypes), dtype=np.uint8)
+        self.at = 0
+
+    def take(self, dtype: type[np.generic]) -> np.ndarray:
+        size = self.n * np.dtype(dtype).itemsize
+        start = -(-self.at // 8) * 8  # aligned for every dtype here
+        self.at = start + size
+        return self.buf[start : start + size].view(dtype)
+
+
+def _unknown(n: int, dtype: type[np.generic]) -> Column:
+    return Column(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))
+
+
+def _numeric(chunks: list[pa.Array], dtype: type[np.generic], out: np.ndarray | None = None) -> Column:
+    """One numeric column from its batches' arrays: values copied out of the mapping (into ``out``
+    when given), except those of an all-null column, which are never read."""
+    n = sum(len(c) for c in chunks)
+    nulls = sum(c.null_count for c in chunks)
+    if nulls == n:
+        return _unknown(n, dtype)
+    values = out if out is not None else np.empty(n, dtype)
+    if chunks:
+        np.concatenate([_values(c, dtype) for c in chunks], out=values)
+    if nulls == 0:
+        return Column(values)
+    return Column(values, np.concatenate([_validity(c) for c in chunks]))
+
+
+def _values(c: pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    """The values buffer of one array (whatever it holds at null positions)."""
+    if len(c) == 0:
+        return np.empty(0, dtype)
+    if c.null_count == 0:
+        out: np.ndarray = c.to_numpy(zero_copy_only=True)
+        return out
+    buf = c.buffers()[1]
+    assert buf is not None
+    width = np.dtype(dtype).itemsize
+    return np.frombuffer(buf, dtype=dtype, count=len(c), offset=c.offset * width)
+
+
+def _validity(c: pa.Array) -> np.ndarray:
+    if c.null_count == 0:
+        return np.ones(len(c), dtype=bool)
+    if c.null_count == len(c):
+        return np.zeros(len(c), dtype=bool)
+    out: np.ndarray = c.is_valid().to_numpy(zero_copy_only=False)
+    return out
+
+
+def _texts(chunks: list[pa.Array], n: int) -> Column | None:
+    """A string column as an object array with its validity; None when every value is null."""
+    if sum(c.null_count for c in chunks) == n:
+        return None
+    values = np.empty(n, dtype=object)
+    values[:] = pa.chunked_array(chunks, type=pa.string()).to_pylist()
+    valid = np.concatenate([_validity(c) for c in chunks])
+    return Column(values, valid)
+
+
+def _nan_unknown(col: Column) -> Column:
+    """A NaN duration is unknown (the reader turns it into null)."""
+    if col.valid is not None and not col.valid.any():
+        return col
+    nan = np.isnan(col.values)
+    if not nan.any():
+        return col
+    return Column(col.values, ~nan if col.valid is None else col.valid & ~nan)
+
+
+def _all_known(col: Column) -> bool:
+    return col.valid is None or bool(col.valid.all())
+
+
+def _valid_rows(cols: dict[str, Column]) -> bool:
+    """Every row passes the reader's checks (reader._checks): nothing to drop, clamp or make unknown."""
+    wall, start, step, rank = (cols[c] for c in (S.WALL_MS, S.START_UNIX_NS, S.STEP, S.RANK))
+    if not all(_all_known(c) for c in (wall, start, step, rank)):
+        return False
+    w, st = wall.values, start.values
+    if not (
+        bool((w > 0).all())
+        and bool((w <= R.MAX_STEP_MS).all())
+        and bool(((st >= -R.MAX_START_NS) & (st <= R.MAX_START_NS)).all())
+        and bool((step.values >= 0).all())
+        and bool(((rank.values >= 0) & (rank.values <= R.MAX_RANK)).all())
+    ):
+        return False
+    ceiling = w * 1.001
+    for c in _DURATIONS[1:]:
+        col = cols[c]
+        if col.valid is not None and not col.valid.any():
+            continue
+        ok = (col.values >= 0) & (col.values <= ceiling)
+        if not bool(ok.all() if col.valid is None else (ok | ~col.valid).all()):
+            return False
+    for c, limit in _COUNTS:
+        col = cols[c]
+        if col.valid is not None and not col.valid.any():
+            continue
+        ok = (col.values >= 0) & (col.values <= limit)
+        if not bool(ok.all() if col.valid is None else (ok | ~col.valid).all()):
+            return False
+    return True
+
+
+def _in_order(rank: np.ndarray, step: np.ndarray) -> bool:
+    """Rows strictly increasing in (rank, step): nothing duplicated, nothing to sort."""
+    if rank.size < 2:
+        return True
+    dr = np.diff(rank.astype(np.int64))
+    return bool(((dr > 0) | ((dr == 0) & (np.diff(step) > 0))).all())
+
+
+def frame_columns(frame: pl.DataFrame, names: Collection[str] = ()) -> dict[str, Column]:
+    """NUMERIC's columns (those of them in ``names`` when given) and KERNEL_STATS of a reader's frame
+    (the in-memory path's rows, in the form load_columns gives them; the reader's frame holds no NaN
+    duration)."""
+    out: dict[str, Column] = {}
+    for c, dtype in NUMERIC.items():
+        if names and c not in names:
+            continue
+        s = frame.get_column(c)
+        nulls = s.null_count()
+        values = (
+            s.fill_null(0).to_numpy().astype(dtype, copy=False) if nulls else s.to_numpy().astype(dtype, copy=False)
+        )
+        out[c] = Column(values, s.is_not_null().to_numpy() if nulls else None)
+    ks = frame.get_column(S.KERNEL_STATS)
+    values = np.full(frame.height, None, dtype=object)
+    if ks.null_count() < frame.height:
+        values[:] = ks.to_list()
+    out[S.KERNEL_STATS] = Column(values, ks.is_not_null().to_numpy())
+    return out
+
+
+def raw_columns(path: str | Path, names: Collection[str]) -> dict[str, Column]:
+    """Columns of a file load_columns accepted (and unchanged since: the caller compares its size and
+    modification time), read again without checking it again: only ``names`` are paged in."""
+    read_ahead(path, names)
+    mm = map_file(Path(path))
+    try:
+        return _raw(mm, names)
+    finally:
+        with contextlib.suppress(BufferError):
+            mm.close()
+
+
+def _raw(mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
+    reader = pa.ipc.open_stream(pa.py_buffer(mm))
+    batches = [b for b in reader if b.num_rows]
+    index = {name: i for i, name in enumerate(reader.schema.names)}
+    n = sum(b.num_rows for b in batches)
+    arena = _Arena(n, [NUMERIC[c] for c in names if c != S.KERNEL_STATS])
+    out = {}
+    for c in names:
+        chunks = [b.column(index[c]) for b in batches]
+        if c == S.KERNEL_STATS:
+            out[c] = _texts(chunks, n) or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
+        else:
+            col = _numeric(chunks, NUMERIC[c], arena.take(NUMERIC[c]))
+            out[c] = _nan_unknown(col) if c in _DURATIONS else col
+    return out
