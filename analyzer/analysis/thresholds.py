@@ -165,6 +165,8 @@ STABLE_VERDICT = Threshold(
 #: .item() loops of benchmarks/projection_validation.py re-ran 0.4-3.8% apart on a quiet 2-core host.
 PROJECTION_NOISE = 0.05
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
+#: The floor: where the sampler read the run queue, judge.loaded_noise uses its measured excess over the
+#: CPUs (excess / run queue: other work gone or doubled), which is wider on a host queued 2x or more.
 LOADED_NOISE = 0.15
 #: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
 OVERSUBSCRIBED_SCALE = 0.7
