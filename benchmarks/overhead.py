@@ -2,6 +2,7 @@
 
     python benchmarks/overhead.py [--rounds 7] [--steps 40] [--tiny-rounds 15] [--tiny-only]
     python benchmarks/overhead.py --flush-every 50 1000   # the writer's row trigger, side by side
+    python benchmarks/overhead.py --against /work/main    # this checkout's recorder against another's
 
 Times the steps inside the context (one-time start/stop costs are excluded and do not grow
 with run length). Runs the same loop unprofiled, under ``analyzer.profile`` (default mode: its first kernel
@@ -19,12 +20,18 @@ the noisier one (it includes waiting for the GIL and for a core). The recorder's
 timed alone: its hooks and wrappers called as one DataLoader-loop step calls them (fetch,
 forward, backward, optimizer step, the row), in training-thread CPU time, fastest of the rounds:
 hot in the caches, it costs a fraction of what the same calls cost between torch's work.
+``--against DIR`` measures the tiny loop's cost with this checkout's recorder and with the one in
+another checkout (the code before a change), side by side: child processes, each importing one of
+the two (PYTHONPATH), alternate in every round; each runs the loop unprofiled and profiled in turn.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -133,6 +140,48 @@ def flush_cost_us(
     }
 
 
+def tiny_child(pairs: int) -> None:
+    """``--tiny-child``: the tiny loop unprofiled and profiled, ``pairs`` times in turn; prints the
+    timings and the files the recorder came from as JSON (for ``--against``)."""
+    import gpuanalyze.ingest.writer
+
+    tiny = LoopConfig(steps=400, batch=8, features=16)
+    runs: dict[str, list[Timing]] = {"plain": [], "gpuanalyze": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(pairs):
+            for mode in ("plain", "gpuanalyze") if r % 2 == 0 else ("gpuanalyze", "plain"):
+                runs[mode].append(run_timed(mode, tiny, Path(tmp), skip=10)[1])
+    print(json.dumps({"files": [analyzer.__file__, gpuanalyze.ingest.writer.__file__], **runs}))
+
+
+def against(other: Path, rounds: int, pairs: int) -> None:
+    """The tiny loop's cost per step with this checkout's recorder and with ``other``'s, in child
+    processes alternating each round (steps 10-399; medians; training-thread CPU and wall-clock)."""
+    trees = {"this checkout": Path(__file__).resolve().parents[1], str(other): other.resolve()}
+    runs: dict[str, dict[str, list[Timing]]] = {t: {"plain": [], "gpuanalyze": []} for t in trees}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for r in range(rounds):
+        for name in list(trees) if r % 2 == 0 else list(trees)[::-1]:
+            root = trees[name]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(root / d) for d in ("", "ingest", "kernels"))}
+            child = [sys.executable, __file__, "--tiny-child", str(pairs)]
+            done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+            got = json.loads(done.stdout.splitlines()[-1])
+            if not all(Path(f).resolve().is_relative_to(root) for f in got["files"]):
+                raise SystemExit(f"{name}: the recorder came from {got['files']}, not from {root}")
+            for mode in ("plain", "gpuanalyze"):
+                runs[name][mode] += [tuple(t) for t in got[mode]]
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for name, by_mode in runs.items():
+        med = {m: [statistics.median(t[c] for t in by_mode[m]) for c in (0, 1)] for m in by_mode}
+        cpu, wall = ((med["gpuanalyze"][c] - med["plain"][c]) * 1e3 for c in (1, 0))
+        print(
+            f"{name}: {cpu:.1f} us/step training-thread CPU, {wall:.1f} us/step wall-clock "
+            f"(profiled {med['gpuanalyze'][1] * 1e3:.1f} us CPU, unprofiled {med['plain'][1] * 1e3:.1f}; "
+            f"{len(by_mode['gpuanalyze'])} runs each)"
+        )
+
+
 def hot_path_us(rounds: int, steps: int = 2000) -> float:
     """Training-thread CPU microseconds per step of the recorder's own code, hooks called directly."""
     from analyzer.record.patches import Patches
@@ -161,8 +210,8 @@ def hot_path_us(rounds: int, steps: int = 2000) -> float:
                 t0 = time.thread_time_ns()
                 for _ in range(steps):
                     src.fetch()
-                    prof._on_forward_pre(name, model, (x,), {})
-                    prof._on_forward(name, model, (x,), {}, x)
+                    prof._on_forward_pre(name, (x,), {})
+                    prof._on_forward(name)
                     src.backward()
                     prof._on_optimizer_pre(opt, (), {})
                     prof._on_optimizer_post(opt, (), {})
@@ -187,7 +236,22 @@ def main() -> None:
         metavar="N",
         help="only the tiny loop's cost with these writer row triggers (flush_every_steps), side by side",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="only the tiny loop's cost with this checkout's recorder and with the one in DIR (another "
+        "checkout), side by side; --tiny-rounds rounds of --against-runs runs each",
+    )
+    parser.add_argument("--against-runs", type=int, default=3, help="profiled runs per child process")
+    parser.add_argument("--tiny-child", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tiny_child:
+        tiny_child(args.tiny_child)
+        return
+    if args.against:
+        against(args.against, args.tiny_rounds, args.against_runs)
+        return
     if args.flush_every:
         with tempfile.TemporaryDirectory() as tmp:
             costs = flush_cost_us(args.tiny_rounds, Path(tmp), tuple(args.flush_every))

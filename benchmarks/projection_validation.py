@@ -75,6 +75,10 @@ class Pair:
     recommendation: bool
     """A finding's fix was applied (False for a healthy verdict's 'change nothing')."""
     note: str = ""
+    host: dict[str, Any] | None = None
+    """The BEFORE run's host facts the rules saw (HostFacts: run queue, free cores, oversubscribed)."""
+    rule: str = ""
+    """What the projection was built from (Projection.rule)."""
 
 
 def _cores() -> int:
@@ -134,6 +138,8 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
         inside=None,
         slower=None,
         recommendation=top is not None,
+        host=_host(before),
+        rule=top.projection.rule if top else "",
     )
     variant = case.apply(fix) if fix else None
     if fix is None or variant is None:
@@ -159,6 +165,16 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
             "after: the would-be fix applied (" + ", ".join(f"{k}={v}" for k, v in case.none_check.items()) + ")"
         )
     return pair
+
+
+def _host(report: Any) -> dict[str, Any] | None:
+    """The host facts that bear on a CPU-side projection, rounded for the JSON."""
+    h = report.host
+    if h is None:
+        return None
+    keys = ("cores_available", "cores_free", "run_queue", "load_avg", "oversubscribed", "oversubscribed_share")
+    keys += ("process_cpu_cores", "workers_cpu_cores", "samples")
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in ((k, getattr(h, k)) for k in keys)}
 
 
 HEADER = (

@@ -183,3 +183,47 @@ def preprocessing_trace(*, steps: int = 12) -> dict[str, Any]:
                 ]
                 t += dur
     return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
+
+
+#: Start-up work of a warm-up step in startup_trace (80 ms of its 100 ms): the events that make it, by kind.
+STARTUP_WORK: dict[str, list[tuple[str, str, float, float]]] = {
+    # torch.compile: nested dynamo_timed phases (they count once)
+    "compile": [
+        ("cpu_op", "_compile.compile_inner (dynamo_timed)", 0, 80_000),
+        ("cpu_op", "OutputGraph.call_user_compiler (dynamo_timed)", 5_000, 70_000),
+        ("cpu_op", "PyCodeCache.load_by_key_path (dynamo_timed)", 10_000, 40_000),
+    ],
+    # first allocations: the caching allocator growing
+    "malloc": [("cuda_runtime", "cudaMalloc", j * 10_000.0, 10_000) for j in range(8)],
+    # module loading on first launch: the driver call and CUPTI's overhead record
+    "module": [("cuda_driver", "cuModuleLoadData", j * 20_000.0, 10_000) for j in range(4)]
+    + [("overhead", "Lazy Function Loading", j * 20_000.0 + 10_000, 10_000) for j in range(4)],
+}
+
+
+def startup_trace(work: list[str], *, first: int = 0) -> dict[str, Any]:
+    """Item 6: one step per entry of ``work`` from ProfilerStep#``first``: a STARTUP_WORK kind is a 100 ms warm-up
+    step, 80 ms of that start-up work and then the steady body; '' is a steady 10 ms step, the body alone: three
+    1 ms kernels launched 2 ms apart (GPU busy 30%, the idle is host wait). Every step runs under a
+    "Torch-Compiled Region" with a "TorchDynamo Cache Lookup", as every step of a compiled model does: not start-up."""
+    events = []
+    corr, lo = 0, 0.0
+    for i, kind in enumerate(work):
+        length = 100_000.0 if kind else 10_000.0
+        body = lo + length - 10_000.0
+        events += [
+            ev("user_annotation", f"ProfilerStep#{first + i}", lo, length),
+            ev("cpu_op", "TorchDynamo Cache Lookup", body + 10, 20),
+            ev("cpu_op", "Torch-Compiled Region: 0/0", body + 50, 9_000),
+            ev("cpu_op", "CompiledFunction", body + 60, 8_900),
+        ]
+        events += [ev(cat, name, lo + 100 + at, dur) for cat, name, at, dur in STARTUP_WORK.get(kind, [])]
+        for j in range(3):
+            corr += 1
+            t = body + 1000 + j * 2000
+            events += [
+                ev("cuda_runtime", "cudaLaunchKernel", t - 20, 5, correlation=corr),
+                ev("kernel", "void at::native::vectorized_elementwise_kernel<4>", t, 1000, stream=7, correlation=corr),
+            ]
+        lo += length
+    return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))

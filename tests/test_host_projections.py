@@ -172,3 +172,50 @@ def test_a_measured_smaller_batch_sets_the_batch_projection(trace_factory):
     f = next(f for f in r.findings if f.bottleneck == "batch_size")
     assert f.projection.low_ms <= f.projection.step_ms <= f.projection.high_ms
     assert "fixed" in f.projection.rule and f"{T.BATCH_SPLIT_MAX}" not in f.projection.rule
+
+
+def _with_left_out_steps(trace_factory):
+    # CPU-bound loading in the training process; 5 steps at random places 3x the others (preempted)
+    slow = (3, 17, 22, 41, 50)
+    rows = [
+        make_row(i, wall=60.0 if i in slow else 20.0, data=10.0, fwd=4.0, bwd=5.0, opt=0.5, data_cpu=8.0)
+        for i in range(60)
+    ]
+    t = load_trace(trace_factory(rows, run={"host": "t", "cpu_count": 2, "host_cpus": 2}, end=END0))
+    full = step_metrics(t)
+    steady = steady_state(full)
+    assert steady.left_out  # the rules see the steady steps, as analyzer.api gives them
+    return t, full, steady, step_metrics(t, without=steady.left_out)
+
+
+def _loading(trace_factory, host):
+    t, full, steady, m = _with_left_out_steps(trace_factory)
+    ctx = Context(m=m, run=t.run, end=t.end, ceilings=None, host=host)
+    v = judge(ctx, full, steady).verdict
+    f = next(f for f in v.findings if f.bottleneck == "data_loading")
+    return f.projection, full.step_mean_ms - m.step_mean_ms
+
+
+def test_an_oversubscribed_host_does_not_carry_the_left_out_steps_into_the_low_end(trace_factory):
+    # the left-out steps' excess is time the scheduler gave other work: the next run may not meet it
+    loaded = HostFacts(cores_available=2, cores_free=1, load_avg=6.0, oversubscribed=True, sampled=True)
+    p, excess = _loading(trace_factory, loaded)
+    assert excess > 0
+    assert p.low_ms <= p.step_ms - excess < p.step_ms  # covers the step without the excess
+    q, _ = _loading(trace_factory, HostFacts(cores_available=2, cores_free=2))
+    assert q.low_ms > q.step_ms - excess  # a quiet host's slow steps are the job's own: they recur
+
+
+def test_the_loaded_range_spans_the_measured_run_queue_excess(trace_factory):
+    # 2 CPUs, 6 runnable threads: the job gets 2/6 of the CPUs; the other 4 threads gone or doubled
+    # move a CPU-side step by 4/6 either way
+    rows = [make_row(i, wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=0.5, data_cpu=8.0) for i in range(60)]
+    path = trace_factory(rows, run={"host": "t", "cpu_count": 2, "host_cpus": 2}, end=END0)
+    base = HostFacts(cores_available=2, cores_free=1, load_avg=6.0, oversubscribed=True, sampled=True)
+    queued = _judged(path, dataclasses.replace(base, run_queue=6.0)).findings[0].projection
+    assert queued.high_ms >= queued.step_ms * (1 + 4 / 6)
+    assert queued.low_ms <= queued.step_ms * (1 - 4 / 6)
+    unread = _judged(path, base).findings[0].projection  # no run queue read: LOADED_NOISE
+    assert unread.high_ms < queued.step_ms * (1 + 4 / 6)
+    barely = _judged(path, dataclasses.replace(base, run_queue=2.1)).findings[0].projection
+    assert barely.high_ms == pytest.approx(unread.high_ms)  # an excess below LOADED_NOISE: the floor

@@ -25,6 +25,7 @@ def patched():
 
 def assert_no_hooks_left(model, before):
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    assert not any("_compiled_call_impl" in vars(m) for m in model.modules())
     assert not optim_mod._global_optimizer_pre_hooks and not optim_mod._global_optimizer_post_hooks
     assert patched() == before
 

@@ -1,3 +1,4 @@
+import functools
 import time
 import warnings
 
@@ -21,6 +22,7 @@ ORIGINALS = (DataLoader.__iter__, _BaseDataLoaderIter.__next__, torch.Tensor.ite
 
 def assert_no_hooks_left(model):
     assert not model._forward_hooks and not model._forward_pre_hooks
+    assert "_compiled_call_impl" not in vars(model)  # where the profile times the model's calls
     assert not optim_mod._global_optimizer_pre_hooks and not optim_mod._global_optimizer_post_hooks
     assert (DataLoader.__iter__, _BaseDataLoaderIter.__next__, torch.Tensor.item, torch.cuda.synchronize) == ORIGINALS
 
@@ -137,6 +139,77 @@ def test_internal_fault_warns_once_and_training_continues(tmp_path, monkeypatch)
         analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof,
     ):
         losses = train(model, opt, loader)
+    assert len(record) == 1
+    assert losses == plain
+    assert not prof.enabled and isinstance(prof.error, RuntimeError)
+    assert_no_hooks_left(model)
+    trace = load_trace(prof.path)
+    assert trace.frame.height == 2 and trace.end.status == "profiler_error"
+
+
+@pytest.mark.parametrize(
+    "event", ["data", "forward_begin", "forward_end", "backward", "optimizer_begin", "optimizer_end"]
+)
+def test_a_fault_in_any_per_step_hook_warns_once_and_training_continues(tmp_path, monkeypatch, event):
+    """The per-step hooks (fetch, forward, backward, optimizer step) guard themselves inline."""
+    from analyzer.record.boundaries import StepBoundaries
+
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    calls = {"n": 0}
+    original = getattr(StepBoundaries, event)
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("injected")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(StepBoundaries, event, flaky)
+    model, opt, loader = make_loop(cfg)
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="switched off.*injected") as record,
+        analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof,
+    ):
+        losses = train(model, opt, loader)
+    assert len(record) == 1 and calls["n"] == 4  # never called again once switched off
+    assert losses == plain
+    assert not prof.enabled and isinstance(prof.error, RuntimeError)
+    assert_no_hooks_left(model)
+    trace = load_trace(prof.path)
+    closed = 2 if event == "data" else 3  # iter(loader) is the first data call
+    assert trace.frame.height == closed and trace.end.status == "profiler_error"
+
+
+def test_a_row_failing_on_the_writers_thread_mid_run_switches_profiling_off(tmp_path, monkeypatch):
+    """Rows are built on the writer's thread: a fault there is noticed at the next step, and the
+    trace ends as a profiler error with the rows before the fault."""
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    original = StepTimes.row
+
+    def flaky(self, *args, **kwargs):
+        if self.index == 2:
+            raise RuntimeError("injected")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(StepTimes, "row", flaky)
+    model, opt, loader = make_loop(cfg)
+
+    writers = []
+
+    def row_failed():
+        """Let the writer's thread meet the fault before step 5 ends (it may already have been noticed)."""
+        deadline = time.monotonic() + 10
+        while writers[0].row_error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writers[0].row_error is not None
+
+    with (
+        pytest.warns(GpuAnalyzeWarning, match="switched off.*injected") as record,
+        analyzer.profile(model, out=str(tmp_path / "t.arrow"), flush_every_steps=1) as prof,
+    ):
+        losses = train_with_fault(model, opt, loader, {1: lambda: writers.append(prof._writer), 5: row_failed})
     assert len(record) == 1
     assert losses == plain
     assert not prof.enabled and isinstance(prof.error, RuntimeError)
@@ -476,6 +549,51 @@ def test_each_model_forward_is_timed_under_its_own_name(tmp_path, wrap):
     assert all(set(m) == set(names) and all(v > 0 for v in m.values()) for m in per_model)
     for row, m in zip(f.get_column(S.FORWARD_MS).to_list(), per_model, strict=True):
         assert row == pytest.approx(sum(m.values()), rel=1e-6)  # G and D run one after the other
+
+
+def _count_batch(seen: list[int], module: object, args: object, output: torch.Tensor) -> None:
+    seen.append(output.shape[0])
+
+
+def test_the_model_can_be_copied_and_saved_during_the_profile(tmp_path):
+    """An EMA model made with deepcopy, a whole-model torch.save: the copies are plain modules,
+    and the profiled model's own hooks still run (inside the timed call)."""
+    import copy
+    import io
+
+    cfg = small()
+    plain = train(*make_loop(cfg))
+    model, opt, loader = make_loop(cfg)
+    seen: list[int] = []
+    model.register_forward_hook(functools.partial(_count_batch, seen))  # picklable, as torch.save needs
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        losses = train(model, opt, loader)
+        ema = copy.deepcopy(model)
+        torch.save(model, io.BytesIO())
+    assert losses == plain and len(seen) == 12
+    assert "_compiled_call_impl" not in vars(ema)
+    x = torch.ones(2, 32)
+    assert torch.equal(ema(x), model(x)) and len(seen) == 13  # the copy's hook has its own list
+    with torch.no_grad():
+        ema[0].weight.zero_()
+    assert not torch.equal(ema(x), model(x))  # the copy runs its own weights, not the profiled model's
+    model._forward_hooks.clear()
+    assert_no_hooks_left(model)
+    assert (load_trace(prof.path).frame.get_column(S.FORWARD_MS) > 0).all()
+
+
+@pytest.mark.slow
+def test_a_model_compiled_in_place_during_the_profile_keeps_its_compiled_call(tmp_path):
+    model, opt, loader = make_loop(small())
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for i, (x, y) in enumerate(loader):
+            if i == 6:
+                model.compile(backend="aot_eager")
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    assert vars(model)["_compiled_call_impl"] is not None  # torch's, left in place
+    forward = load_trace(prof.path).frame.get_column(S.FORWARD_MS).to_list()
+    assert all(v > 0 for v in forward[:6]) and forward[6:] == [0.0] * 6  # compiled: no longer timed
 
 
 @pytest.mark.parametrize("bad", [3, "model", [torch.nn.Linear(2, 2), "x"], [], torch.nn.ModuleDict()])

@@ -91,6 +91,36 @@ def test_a_failing_disk_is_reported_once_and_never_raised(tmp_path):
     assert isinstance(first, ValueError) and w.error is first
 
 
+def test_items_queued_for_later_become_rows_on_the_writers_thread(tmp_path):
+    w = TraceWriter(path=tmp_path / "t.arrow", run=RunInfo(), to_row=lambda i: make_row(i))
+    w.open()
+    w.add_later(0)
+    w.add(make_row(1))  # a ready row between two items keeps its place
+    w.add_later(2)
+    w.close(EndInfo(status="ok"))
+    trace = load_trace(tmp_path / "t.arrow")
+    assert trace.complete and trace.frame.get_column(S.STEP).to_list() == [0, 1, 2]
+
+
+def test_a_row_that_cannot_be_built_stops_the_rows_but_not_the_file(tmp_path):
+    def to_row(i: int) -> dict:
+        if i == 2:
+            raise RuntimeError("bad row")
+        return make_row(i)
+
+    w = TraceWriter(path=tmp_path / "t.arrow", run=RunInfo(), to_row=to_row)
+    w.open()
+    for i in range(4):
+        w.add_later(i)
+    w.flush()
+    w.add_later(4)
+    w.close(EndInfo(status="profiler_error", error="RuntimeError: bad row"))
+    assert isinstance(w.row_error, RuntimeError) and w.error is None
+    trace = load_trace(tmp_path / "t.arrow")
+    assert trace.frame.get_column(S.STEP).to_list() == [0, 1]  # none from the bad one on
+    assert trace.complete and trace.end.status == "profiler_error"
+
+
 def test_options_are_validated():
     with pytest.raises(GpuAnalyzeError, match="flush_interval_s"):
         WriterOptions(flush_interval_s=0)

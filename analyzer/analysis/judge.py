@@ -63,9 +63,11 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
     p = f.projection
     point = p.step_ms + delta
     loaded = ctx.host.oversubscribed and cpu_side(f, ctx.gpu)
-    noise = point * max(T.LOADED_NOISE if loaded else T.PROJECTION_NOISE, spread)
+    noise = point * max(loaded_noise(ctx) if loaded else T.PROJECTION_NOISE, spread)
     lo_b, hi_b = stab.projected.get((f.bottleneck, f.cause), (p.step_ms, p.step_ms))
-    model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + delta
+    # On an oversubscribed host the left-out steps (far above the median) are steps the scheduler gave
+    # to other work: the next run may not meet it, so the low end does not carry their excess.
+    model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + (min(delta, 0.0) if loaded else delta)
     model_hi = (p.high_ms if p.high_ms is not None else p.step_ms) + delta
     low = max(0.0, model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise))
     high = model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise)
@@ -83,6 +85,18 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
         conf = _capped(conf, math.nextafter(T.CONFIDENCE_MEDIUM, 0.0), "its range reaches the current step time")
     share = max(f.share, min(1.0, projection.saved_ms / current)) if current > 0 else f.share
     return dataclasses.replace(f, projection=projection, confidence=conf, share=share)
+
+
+def loaded_noise(ctx: Context) -> float:
+    """Run-to-run variation of a CPU-side step on an oversubscribed host: the job's threads get their fair
+    share of the CPUs among the runnable threads (CPUs / run queue), and the run queue's excess over the
+    CPUs is other work that the next run may meet gone or doubled, moving the step by excess / run queue
+    either way. LOADED_NOISE at least, and when the sampler did not read the run queue."""
+    rq = ctx.host.run_queue
+    cpus = ctx.run.host_cpus or ctx.run.cpu_count
+    if rq is None or not cpus or rq <= cpus:
+        return T.LOADED_NOISE
+    return max(T.LOADED_NOISE, (rq - cpus) / rq)
 
 
 def _scaled(c: Confidence, scale: float, why: str) -> Confidence:

@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from analyzer.analysis.quantiles import Sketch, sketch
+from analyzer.analysis.thresholds import FEW_STEPS, WARMUP_STARTUP
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
@@ -34,6 +35,19 @@ class BlockingGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class StartupStep:
+    """A step whose start-up work takes WARMUP_STARTUP or more of it (KernelStats.startup_ms): warm-up, whatever
+    its number; what the warm-up verdict quotes."""
+
+    step: int
+    rank: int
+    wall_ms: float
+    startup_ms: float
+    ops: tuple[tuple[str, float, int], ...]
+    """(name, ms, count) of its start-up work, most first (KernelStats.startup_ops)."""
+
+
+@dataclass(frozen=True, slots=True)
 class KernelMetrics:
     steps: int
     """Analysed steps with kernel statistics (sampled windows or an imported trace)."""
@@ -47,6 +61,10 @@ class KernelMetrics:
     """(name, total ms, count), most time first."""
     blocking_ops: tuple[BlockingGroup, ...] = ()
     """Blocked host time by (op, caller, call) over those steps, most first (KernelStats.blocking_ops)."""
+    startup_steps: int = 0
+    """Those steps made mostly of start-up work (StartupStep)."""
+    startup_detail: tuple[StartupStep, ...] = ()
+    """The first FEW_STEPS of them by step number, then rank."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -70,6 +88,9 @@ class KernelPartial:
     """Per kernel name over the rank's steps: (total ms, count) from the per-step top lists."""
     blocking: dict[tuple[str, str, str], tuple[float, int]] = field(default_factory=dict)
     """Per (op, caller, call) over the rank's steps: (total ms, count) from the per-step blocking_ops."""
+    startup_steps: int = 0
+    startup_detail: tuple[StartupStep, ...] = ()
+    """The rank's first FEW_STEPS steps made mostly of start-up work."""
 
 
 def _stats(texts: list[str]) -> list[S.KernelStats]:
@@ -83,9 +104,19 @@ def step_kernel_medians(texts: list[str]) -> np.ndarray:
     return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
-def kernel_partial(texts: list[str], walls: np.ndarray) -> KernelPartial | None:
+def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
+    """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
+    out = []
+    for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
+        if wall > 0 and st.startup_ms > 0 and st.startup_ms >= WARMUP_STARTUP * wall:
+            ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
+            out.append(StartupStep(int(step), rank, float(wall), st.startup_ms, ops))
+    return out
+
+
+def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank: int) -> KernelPartial | None:
     """The kernel statistics of one rank's sampled post-warm-up rows (``texts``: their KERNEL_STATS,
-    ``walls``: their wall times); None when none has any."""
+    ``walls``: their wall times, NaN where unknown, ``steps``: their step numbers); None when none has any."""
     if not texts:
         return None
     stats = _stats(texts)
@@ -107,14 +138,17 @@ def kernel_partial(texts: list[str], walls: np.ndarray) -> KernelPartial | None:
             t[1] += b.count
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
+    startup = _startup_steps(steps, rank, walls, stats)
     return KernelPartial(
         steps=len(texts),
         totals_ms=totals,
-        wall_ms=float(walls.sum()),
+        wall_ms=float(np.nansum(walls)),
         kernel_count=sum(st.kernel_count for st in stats),
         medians=sketch(medians),
         top={name: (ms, int(count)) for name, (ms, count) in top.items()},
         blocking={key: (ms, int(count)) for key, (ms, count) in blocking.items()},
+        startup_steps=len(startup),
+        startup_detail=tuple(startup[:FEW_STEPS]),
     )
 
 
@@ -132,6 +166,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
             t[0] += ms
             t[1] += count
     blocking = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_BLOCKING]
+    startup = sorted((s for p in parts for s in p.startup_detail), key=lambda s: (s.step, s.rank))[:FEW_STEPS]
     return KernelMetrics(
         steps=sum(p.steps for p in parts),
         totals_ms=totals,
@@ -140,6 +175,8 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         kernel_median_us=median_us,
         top_kernels=tuple(ranked),
         blocking_ops=tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in blocking),
+        startup_steps=sum(p.startup_steps for p in parts),
+        startup_detail=tuple(startup),
     )
 
 

@@ -150,16 +150,18 @@ def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
         sketches={c: sketch_sorted(ordered[c]) for c in QUANTILE_COLUMNS},
         stats=rank_stats_of(f, rank, ordered),
         vectors=vectors,
-        kernels=kernel_partial(*_kernel_rows(post)),
+        kernels=kernel_partial(*_kernel_rows(post), rank),
     )
 
 
-def _kernel_rows(post: Rows) -> tuple[list[str], np.ndarray]:
-    """The kernel statistics (JSON) of the sampled post-warm-up rows, and those rows' wall times."""
+def _kernel_rows(post: Rows) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The kernel statistics (JSON) of the sampled post-warm-up rows, those rows' wall times (NaN where
+    unknown) and their step numbers."""
     sampled = _sampled(post)
     if not sampled.any():
-        return [], np.empty(0)
-    return list(post[S.KERNEL_STATS].values[sampled]), post[S.WALL_MS].rows(sampled).known()
+        return [], np.empty(0), np.empty(0, dtype=np.int64)
+    walls = post[S.WALL_MS].rows(sampled).filled(float("nan"))
+    return list(post[S.KERNEL_STATS].values[sampled]), walls, post[S.STEP].values[sampled]
 
 
 def bracket_answers(

@@ -29,7 +29,8 @@ class SteadyState:
     median_ms: float
     """Median step time (per rank) of the analysed steps."""
     settling: tuple[int, ...] = ()
-    """Leading step numbers still far above the median: warm-up beyond the fixed one."""
+    """Leading step numbers still far above the median, or made of start-up work the trace names: warm-up
+    beyond the fixed one."""
     outliers: tuple[int, ...] = ()
     """Later step numbers far above the median (stalls, spikes)."""
     period: int | None = None
@@ -65,10 +66,20 @@ def steady_state(m: StepMetrics) -> SteadyState:
     steps = ps.get_column(S.STEP).to_numpy()
     wall = ps.get_column(STEP_WALL).to_numpy() / np.maximum(ps.get_column(STEP_RANKS).to_numpy(), 1)
     med = float(np.median(wall))
+    startup = _startup_lead(m, steps)
     if ps.height < T.FEW_STEPS:
-        return SteadyState(steps=ps.height, median_ms=med)
+        if not startup:
+            return SteadyState(steps=ps.height, median_ms=med)
+        med = float(np.median(wall[startup:]))
+        return SteadyState(
+            steps=ps.height,
+            median_ms=med,
+            settling=tuple(int(s) for s in steps[:startup]),
+            left_out_ms=float(np.sum(wall[:startup] - med)),
+            spread=_spread(wall[startup:]),
+        )
     flagged = _outliers(wall, med)
-    lead = int(np.argmin(flagged)) if not flagged.all() else flagged.size
+    lead = max(int(np.argmin(flagged)) if not flagged.all() else flagged.size, startup)
     settling = steps[:lead]
     later = np.flatnonzero(flagged[lead:]) + lead
     outliers = steps[later]
@@ -88,6 +99,20 @@ def steady_state(m: StepMetrics) -> SteadyState:
         drift=_drift(wall[kept]),
         spread=_spread(wall[kept]),
     )
+
+
+def _startup_lead(m: StepMetrics, steps: np.ndarray) -> int:
+    """How many leading analysed steps are made of start-up work the trace names (compilation, first
+    allocations, module loading: KernelMetrics.startup_detail), when steps without it follow; 0 otherwise
+    (every step start-up is the warm-up-only verdict's case, rules/warmup.py)."""
+    km = m.kernels
+    if km is None or not km.startup_detail or km.startup_steps >= km.steps:
+        return 0  # none, or every step: start-up work repeated each step is judged, not left out
+    marked = {s.step for s in km.startup_detail}
+    lead = 0
+    while lead < steps.size and int(steps[lead]) in marked:
+        lead += 1
+    return lead if lead < steps.size else 0
 
 
 def _outliers(wall: np.ndarray, med: float) -> np.ndarray:

@@ -118,6 +118,12 @@ CONFIDENCE_MEDIUM = 0.4
 #: A trace of one step (or one window without ProfilerStep) whose first kernel launches after at least this share
 #: of it is start-up (lazy initialisation, cudnn autotune, compilation), not a training step. Ours (issue 19).
 WARMUP_LEAD = 0.5
+#: A step whose start-up work (compilation, cudaMalloc/cudaFree, module loading, device set-up: KernelStats.startup_ms)
+#: takes at least this share of it is warm-up: a steady step makes none of those calls (the caching allocator and the
+#: loaded modules are kept). Ours (issue 19): the real traces' steady steps show at most 0.5%, a 16 s window that
+#: includes a run's start-up 9%, a 43 s benchmark start-up 91%; at a quarter the step is a third slower than without.
+#: Every analysed step (fewer than FEW_STEPS of them) at or above it: `unknown`, record more steps.
+WARMUP_STARTUP = 0.25
 #: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3
@@ -159,6 +165,8 @@ STABLE_VERDICT = Threshold(
 #: .item() loops of benchmarks/projection_validation.py re-ran 0.4-3.8% apart on a quiet 2-core host.
 PROJECTION_NOISE = 0.05
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
+#: The floor: where the sampler read the run queue, judge.loaded_noise uses its measured excess over the
+#: CPUs (excess / run queue: other work gone or doubled), which is wider on a host queued 2x or more.
 LOADED_NOISE = 0.15
 #: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
 OVERSUBSCRIBED_SCALE = 0.7

@@ -20,6 +20,7 @@ one when it has no fingerprint (files written before fingerprints existed).
 
 The lock is an flock on the file's directory, not filelock's lock file: a lock file would be left
 beside a ceilings file at a user-chosen path, and the directory lock needs none.
+``benchmarks/file_lock.py``: 2.2 us per acquire+release vs filelock's 109-111 us; neither loses an update.
 """
 
 from __future__ import annotations

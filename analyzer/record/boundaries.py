@@ -119,7 +119,7 @@ class StepBoundaries:
         step.optimizer_nested_ns = phase_ns + (now - step.forward_start if step.forward_start is not None else 0)
         step.optimizer_start = now
 
-    def optimizer_end(self, now: int, *, ends_step: bool) -> None:
+    def optimizer_end(self, now: int, ends_step: bool) -> None:
         """An optimizer step returned; ``ends_step`` when it is the optimizer that delimits steps."""
         step = self.step
         if step.optimizer_start is not None:
@@ -193,7 +193,7 @@ class StepBoundaries:
     def close(self, end_ns: int) -> bool:
         """End the current step at ``end_ns``; the next one starts there."""
         closed = self.step
-        self.step = StepTimes(index=closed.index + 1, start_ns=end_ns)
+        self.step = StepTimes(closed.index + 1, end_ns)
         return self._close_step(closed, end_ns)
 
     def drop_held(self) -> None:

@@ -2,7 +2,8 @@
 
 Every profiler hook runs through ``guarded``: nothing while torch.compile traces it (no graph
 break), nothing once profiling is off, and any exception becomes a clean shutdown (``_fail``)
-instead of reaching the user's loop.
+instead of reaching the user's loop. The hooks that run at every step (forward, backward, fetch,
+optimizer step) check and catch the same way inline, without the decorator's call.
 """
 
 from __future__ import annotations

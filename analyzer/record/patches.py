@@ -61,7 +61,7 @@ class Patches:
 
     def install_compile(self, compiled: Callable[[Any, Any], None]) -> None:
         """``torch.compile(module)`` calls ``compiled(module, result)`` so that the returned wrapper,
-        which runs eagerly, carries the forward hooks instead of the module it compiles."""
+        which runs eagerly, carries the forward timing instead of the module it compiles."""
         import torch
 
         original = torch.compile

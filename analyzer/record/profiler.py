@@ -4,8 +4,9 @@ This module holds the hooks and their wiring. Which events end a step (optimizer
 ``prof.step()``, forwards; gradient accumulation) is the torch-free state machine in
 ``boundaries``; the trace file's lifecycle (created at the first step boundary, when
 ``torch.distributed`` knows the rank; rows held during kernel windows; the end marker) is
-``trace_output``. Every hook is guarded (``guard``): an internal failure warns once, removes all
-hooks and lets the training loop run on. Hooks only observe; they never change tensors.
+``trace_output``. Every hook is guarded (``guard``; inline in those that run at every step): an
+internal failure warns once, removes all hooks and lets the training loop run on. Hooks only
+observe; they never change tensors. Rows are built on the writer's thread (``closed_row``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analyzer.record.batch import batch_bytes_of, batch_size_of
+from analyzer.record.batch import batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
+from analyzer.record.loaders import LoaderWatch
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
@@ -56,8 +58,6 @@ class Profiler:
         forward_hooks: bool = True,
         samples_from_loader: bool = True,
     ) -> None:
-        import weakref
-
         import torch
 
         self._models: Named | None = named_models(model)
@@ -69,11 +69,8 @@ class Profiler:
         self._grad_enabled: Callable[[], bool] = torch.is_grad_enabled
         self._recorder = recorder
         self._forward_hooks = forward_hooks
-        self._samples_from_loader = samples_from_loader
         self._optimizer = optimizer
-        self._loader = dataloader
-        self._loader_iters: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._loader_workers: int | None = None
+        self._loaders = LoaderWatch(dataloader, samples_from_loader=samples_from_loader)
         self._steps = StepBoundaries(
             self._closed,
             clock=_clock,
@@ -91,13 +88,11 @@ class Profiler:
         self._cuda_on = False
         self._timer: CudaPhaseTimer | None = None
         self._resolver: LazyResolver | None = None
-        self._rank = 0
         self._depth = 0
         self._model_stack: list[tuple[str, int]] = []
         self._data_depth = 0
         self._data_start = 0
         self._data_cpu_start = 0
-        self._batch_bytes: int | None = None
         self._data_block = DataBlock(self)
         self._cuda: Any = None
         self._windows: KernelWindows | None = None
@@ -146,6 +141,9 @@ class Profiler:
                     self._resolver.drain(force=True)
                 if self._windows is not None and self._windows.active:
                     self._output.window_ended(self._windows.finish())
+                failed = self._output.flush()  # rows are built on the writer's thread: one that fails is ours
+                if failed is not None:
+                    self._fail(failed)
             except Exception as exc2:  # noqa: BLE001
                 self._fail(exc2)
         self._teardown(
@@ -154,8 +152,8 @@ class Profiler:
                 exception=described,
                 end_unix_ns=time.time_ns(),
                 steps=self.steps_recorded,
-                loader_workers=self._loader_workers,
-                batch_bytes=self._batch_bytes,
+                loader_workers=self._loaders.workers,
+                batch_bytes=self._loaders.batch_bytes,
             )
         )
 
@@ -222,7 +220,6 @@ class Profiler:
     def _open_writer(self) -> None:
         """Create the trace file (first step boundary): rank, run id and models are known now."""
         where = placement()
-        self._rank = where.rank
         models = self._models or []
         run = collect_run_info(
             [m for _, m in models],
@@ -244,71 +241,91 @@ class Profiler:
             self._handles.append(trainable[0].register_post_accumulate_grad_hook(self._on_last_grad))
 
     # -- hooks ------------------------------------------------------------------------------
-    @guarded
-    def _on_forward_pre(self, name: str, module: Any, args: Any, kwargs: Any) -> None:
-        now = _clock()
-        if self._depth == 0:
-            step = self._steps.forward_begin(now, self._grad_enabled)
-            if step.loader_samples is None:  # the DataLoader's batch, when seen, is the better count
-                step.add_samples(batch_size_of(args) if args else batch_size_of(kwargs), from_loader=False)
-            if self._timer is not None:
-                self._timer.begin(S.FORWARD_MS)
-        self._depth += 1
-        if self._per_model:
-            self._model_stack.append((name, now))
+    # The hooks that run at every step check and catch what ``guarded`` does, inline: its call
+    # would be one more between torch's work (docs/robustness.md, "Overhead").
+    def _on_forward_pre(self, name: str, args: Any, kwargs: Any) -> bool:
+        """Before a profiled model's call; True when it is timed (``_on_forward`` follows)."""
+        if not self.enabled or self._compiling() or self._compile_flags._is_compiling_flag:
+            return False
+        try:
+            now = _clock()
+            if self._depth == 0:
+                step = self._steps.forward_begin(now, self._grad_enabled)
+                if step.loader_samples is None:  # the DataLoader's batch, when seen, is the better count
+                    step.add_samples(batch_size_of(args) if args else batch_size_of(kwargs), from_loader=False)
+                if self._timer is not None:
+                    self._timer.begin(S.FORWARD_MS)
+            self._depth += 1
+            if self._per_model:
+                self._model_stack.append((name, now))
+        except Exception as exc:  # noqa: BLE001 - the training loop must never see it
+            self._fail(exc)
+            return False
+        return True
 
-    @guarded
-    def _on_forward(self, name: str, module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        if self._depth == 0:  # began before the profile did
+    def _on_forward(self, name: str) -> None:
+        """After a call that ``_on_forward_pre`` timed (not being traced then, nor now)."""
+        if not self.enabled or self._depth == 0:  # switched off meanwhile, or began before the profile did
             return
-        now = _clock()
-        self._depth -= 1
-        if self._model_stack:
-            step = self._steps.step
-            model, start = self._model_stack.pop()
-            times = step.model_ns if step.model_ns is not None else {}
-            times[model] = times.get(model, 0) + now - start
-            step.model_ns = times
-        if self._depth == 0:
-            self._steps.forward_end(now)
-            if self._timer is not None:
-                self._timer.end(S.FORWARD_MS)
+        try:
+            now = _clock()
+            self._depth -= 1
+            if self._model_stack:
+                step = self._steps.step
+                model, start = self._model_stack.pop()
+                times = step.model_ns if step.model_ns is not None else {}
+                times[model] = times.get(model, 0) + now - start
+                step.model_ns = times
+            if self._depth == 0:
+                self._steps.forward_end(now)
+                if self._timer is not None:
+                    self._timer.end(S.FORWARD_MS)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
     def _forward_begin(self) -> None:
         """Framework integrations: the training step's forward begins (Lightning's batch start)."""
         name = self._models[0][0] if self._models else "model"
-        self._on_forward_pre(name, None, (), {})
+        self._on_forward_pre(name, (), {})
 
     def _forward_end(self) -> None:
         """Framework integrations: the training step's forward has ended (before backward)."""
         if self._depth:
             name = self._models[0][0] if self._models else "model"
-            self._on_forward(name, None, (), {}, None)
+            self._on_forward(name)
 
     @guarded
     def _on_last_grad(self, param: Any) -> None:
         self._steps.step.last_grad_ns = _clock()
 
-    @guarded
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._optimizer is None:
-            self._optimizer = optimizer
-        if self._models is None:
-            self._use_models(discover(optimizer))
-        self._steps.optimizer_begin(_clock())
-        if self._timer is not None:
-            self._timer.begin(S.OPTIMIZER_MS)
+        if not self.enabled or self._compiling() or self._compile_flags._is_compiling_flag:
+            return
+        try:
+            if self._optimizer is None:
+                self._optimizer = optimizer
+            if self._models is None:
+                self._use_models(discover(optimizer))
+            self._steps.optimizer_begin(_clock())
+            if self._timer is not None:
+                self._timer.begin(S.OPTIMIZER_MS)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
-    @guarded
     def _on_optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        now = _clock()
-        if self._timer is not None:
-            self._timer.end(S.OPTIMIZER_MS)
-        steps = self._steps
-        by_optimizer = steps.by_optimizer
-        steps.optimizer_end(now, ends_step=optimizer is self._optimizer)
-        if steps.by_optimizer and not by_optimizer:  # from now on fetches cannot end steps
-            self._patches.fetches_end_no_step()
+        if not self.enabled or self._compiling() or self._compile_flags._is_compiling_flag:
+            return
+        try:
+            now = _clock()
+            if self._timer is not None:
+                self._timer.end(S.OPTIMIZER_MS)
+            steps = self._steps
+            by_optimizer = steps.by_optimizer
+            steps.optimizer_end(now, optimizer is self._optimizer)
+            if steps.by_optimizer and not by_optimizer:  # from now on fetches cannot end steps
+                self._patches.fetches_end_no_step()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
     @guarded
     def _before_call(self, kind: str) -> None:
@@ -322,42 +339,26 @@ class Profiler:
         if not steps.by_optimizer and steps.forward_ends_step:
             steps.boundary(_clock())
 
-    @guarded
     def _on_patched_call(self, kind: str, elapsed_ns: int, owner: Any, result: Any, cpu_ns: int = 0) -> None:
-        if kind == "fetch" and self._loader is None and not self._data_depth:  # every fetch of a plain loop
-            self._steps.data(elapsed_ns, cpu_ns)
-            if result is not None:
-                self._saw_batch(result)
-        elif kind == "sync":
-            self._steps.step.sync_ns += elapsed_ns
-        elif kind == "backward":
-            self._steps.backward(elapsed_ns)
-            if self._timer is not None:
-                self._timer.end(S.BACKWARD_MS)
-        elif self._is_training_data(kind, owner, result):
-            self._steps.data(elapsed_ns, cpu_ns)
-            if kind == "fetch" and result is not None:
-                self._saw_batch(result)
-
-    def _is_training_data(self, kind: str, owner: Any, result: Any) -> bool:
-        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (the block counts), and
-        from the profile's own loader when one was given."""
-        if kind == "iter" and hasattr(owner, "num_workers"):
-            self._loader_workers = max(self._loader_workers or 0, int(owner.num_workers))
-        if self._data_depth:
-            return False
-        loader = self._loader
-        if loader is None:
-            return True
-        if kind == "iter" and owner is loader and result is not None:
-            self._loader_iters.add(result)
-        return owner is loader or owner in self._loader_iters
-
-    def _saw_batch(self, batch: Any) -> None:
-        if self._batch_bytes is None:
-            self._batch_bytes = batch_bytes_of(batch)
-        if self._samples_from_loader:
-            self._steps.step.add_samples(batch_size_of(batch), from_loader=True)
+        if not self.enabled or self._compiling() or self._compile_flags._is_compiling_flag:
+            return
+        try:
+            if kind == "backward":
+                self._steps.backward(elapsed_ns)
+                if self._timer is not None:
+                    self._timer.end(S.BACKWARD_MS)
+            elif kind == "fetch" and self._loaders.loader is None and not self._data_depth:  # a plain loop's fetch
+                self._steps.data(elapsed_ns, cpu_ns)
+                if result is not None:
+                    self._loaders.saw_batch(result, self._steps.step)
+            elif kind == "sync":
+                self._steps.step.sync_ns += elapsed_ns
+            elif self._loaders.is_training_data(kind, owner, result, in_block=self._data_depth > 0):
+                self._steps.data(elapsed_ns, cpu_ns)
+                if kind == "fetch" and result is not None:
+                    self._loaders.saw_batch(result, self._steps.step)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
     @guarded
     def _data_enter(self) -> None:
@@ -392,13 +393,16 @@ class Profiler:
             peak = int(self._cuda.max_memory_allocated())
             self._cuda.reset_peak_memory_stats()
             self._resolver.push((step, end_ns, peak), self._timer.take())
-        else:
-            self._emit((step, end_ns, None), None)
+        else:  # _emit, inline
+            windows = self._windows
+            hold = windows is not None and windows.active and step.index >= windows.start_step
+            self._output.emit(step, end_ns, None, None, hold=hold)
         if self._windows is not None:
             self._advance_windows(self._windows, step.index)
         writer = self._output.writer
-        if writer is not None and writer.error is not None:  # TraceOutput.error, read inline (every step)
-            self._fail(writer.error)
+        failed = None if writer is None else writer.error or writer.row_error  # TraceOutput.error, inline
+        if failed is not None:
+            self._fail(failed)
         elif opened_now:  # creating the file is not part of the next step
             self._restart_step()
         return self.enabled
@@ -432,10 +436,9 @@ class Profiler:
 
     def _emit(self, closed: tuple[StepTimes, int, int | None], device_ms: dict[str, float] | None) -> None:
         step, end_ns, peak = closed
-        row = step.row(end_ns, self._rank, device_ms)
-        row[S.PEAK_MEM_BYTES] = peak
         windows = self._windows
-        self._output.emit(row, hold=windows is not None and windows.active and step.index >= windows.start_step)
+        hold = windows is not None and windows.active and step.index >= windows.start_step
+        self._output.emit(step, end_ns, device_ms, peak, hold=hold)
 
     # -- shutdown -------------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:

@@ -91,7 +91,7 @@ class StepTimes:
 
     def row(self, end_ns: int, rank: int, device_ms: dict[str, float] | None) -> dict[str, Any]:
         """The trace row: host phases, or device phase times when CUDA events measured them.
-        Built on the training thread at every step, so it fills a copy of a prepared row."""
+        Built at every step (on the writer's thread, ``closed_row``), so it fills a copy of a prepared row."""
         wall = (end_ns - self.start_ns) / _NS_PER_MS
         data = self.data_ns / _NS_PER_MS
         sync = self.sync_ns / _NS_PER_MS
@@ -127,3 +127,17 @@ class StepTimes:
 
 
 _EMPTY_ROW = S.empty_row()
+
+ClosedStep = tuple[StepTimes, int, int, dict[str, float] | None, int | None, str | None]
+"""(step, end_ns, rank, device_ms, peak_mem_bytes, system): a closed step as the training thread
+queues it for the writer. Nothing changes a step once it is closed."""
+
+
+def closed_row(closed: ClosedStep) -> dict[str, Any]:
+    """The trace row of a closed step: built on the writer's thread (``TraceWriter.to_row``), so
+    that the training thread only queues a tuple."""
+    step, end_ns, rank, device_ms, peak, system = closed
+    row = step.row(end_ns, rank, device_ms)
+    row[S.PEAK_MEM_BYTES] = peak
+    row[S.SYSTEM] = system
+    return row

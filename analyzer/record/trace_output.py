@@ -13,6 +13,7 @@ from typing import Any
 
 from analyzer.record.notify import warn
 from analyzer.record.paths import create_new, rank_path
+from analyzer.record.steps import StepTimes, closed_row
 from analyzer.record.system_sampler import SystemSampler
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -35,21 +36,33 @@ class TraceOutput:
         self.sampler: SystemSampler | None = None
         self.rows = 0
         """Rows emitted (written or held)."""
+        self._rank = 0
         self._held: dict[int, dict[str, Any]] = {}
         self._window_stats: dict[int, KernelStats] = {}
 
     @property
     def error(self) -> BaseException | None:
-        """The writer's first failure (writing then stopped)."""
-        return self.writer.error if self.writer is not None else None
+        """The writer's first failure to write or to build a row (writing then stopped)."""
+        writer = self.writer
+        return None if writer is None else writer.error or writer.row_error
+
+    def flush(self) -> BaseException | None:
+        """Build and write the queued rows now; the error of a row that could not be built, if any."""
+        if self.writer is None:
+            return None
+        self.writer.flush()
+        return self.writer.row_error
 
     def open(self, run: RunInfo, *, rank: int, world_size: int, sampler: SystemSampler | None) -> None:
         """Create the rank's trace file and start the sampler; raises OSError when it cannot."""
         self.opened = True
+        self._rank = rank
         target = rank_path(self._out, rank, world_size)
 
         def create(path: Path) -> None:
-            writer = TraceWriter(path=path, run=run, tags=dict(self._tags), options=self._writer_options)
+            writer = TraceWriter(
+                path=path, run=run, tags=dict(self._tags), options=self._writer_options, to_row=closed_row
+            )
             writer.open()
             self.writer = writer
 
@@ -61,16 +74,20 @@ class TraceOutput:
             self.sampler = sampler
             sampler.start()
 
-    def emit(self, row: dict[str, Any], *, hold: bool) -> None:
+    def emit(
+        self, step: StepTimes, end_ns: int, device_ms: dict[str, float] | None, peak: int | None, *, hold: bool
+    ) -> None:
         """A closed step's row: written now, or held until the kernel window it ran in ends."""
         self.rows += 1
+        writer = self.writer
+        if not hold and not self._window_stats and writer is not None:  # every step: _write's common case
+            sampler = self.sampler  # the row itself is built on the writer's thread (closed_row)
+            system = sampler.take() if sampler is not None else None
+            writer.add_later((step, end_ns, self._rank, device_ms, peak, system))
+            return
+        row = closed_row((step, end_ns, self._rank, device_ms, peak, None))
         if hold:
-            self._held[row[S.STEP]] = row
-        elif not self._window_stats and self.writer is not None:  # every step: _write's common case, inline
-            sampler = self.sampler
-            if sampler is not None:
-                row[S.SYSTEM] = sampler.take()
-            self.writer.add(row)
+            self._held[step.index] = row
         else:
             self._write(row)
 

@@ -16,10 +16,11 @@ from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
-from analyzer.analysis.rules.host import Host, before_gpu_share
+from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, exposed_comm_share
+from analyzer.analysis.rules.warmup import warmup_why
 from gpuanalyze.ingest import schema as S
 
 RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
@@ -115,32 +116,8 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     return Confidence(value, confidence_level(value), why)
 
 
-def warmup_only(ctx: Context) -> str | None:
-    """Why a one-step trace says nothing about the steady state, or None. One step among the run's first
-    WARMUP_MAX_STEPS, or one step (or one window of a trace without ProfilerStep annotations) whose first kernel
-    launches WARMUP_LEAD or more into it: lazy initialisation, compilation, cudnn autotune, first allocations.
-    A single later step that starts its GPU work promptly is judged (at low confidence: one step of evidence)."""
-    if ctx.m.per_step.height != 1:
-        return None
-    number = int(ctx.m.per_step.get_column(S.STEP)[0])
-    lead = before_gpu_share(ctx.m.kernels)
-    wall = f"{ctx.wall / 1e3:,.3g} s"
-    if ctx.run.profiler_steps != 0 and number < T.WARMUP_MAX_STEPS:
-        why = f"one step (#{number}, {wall}), among the run's first {T.WARMUP_MAX_STEPS}"
-    elif lead >= T.WARMUP_LEAD:
-        what = "one window (no ProfilerStep annotations)" if ctx.run.profiler_steps == 0 else f"one step (#{number})"
-        why = f"{what} of {wall} whose first kernel launches {lead:.0%} into it"
-    else:
-        return None
-    return (
-        f"the trace holds {why}: warm-up (compilation, autotuning, first allocations), not the steady state; "
-        "no projection from it; record more steps (e.g. torch.profiler schedule(wait=1, warmup=1, active=3) after "
-        "a few steps)"
-    )
-
-
 def classify(ctx: Context) -> Verdict:
-    warmup = warmup_only(ctx)
+    warmup = warmup_why(ctx)
     if warmup is not None:
         return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))
     findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]

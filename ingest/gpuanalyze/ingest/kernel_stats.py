@@ -25,11 +25,12 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import merge, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.runinfo import GpuSummary
-from gpuanalyze.ingest.schema import BlockingOp, KernelStats, TopKernel
+from gpuanalyze.ingest.schema import BlockingOp, KernelStats, StartupOp, TopKernel
 
 LAUNCH_GAP_US = 30.0
 TOP_KERNELS = 5
 TOP_BLOCKING = 5
+TOP_STARTUP = 5
 _CATEGORY_CODE = {c: i for i, c in enumerate(S.KERNEL_CATEGORIES)}
 _MEMCPY_CODE = {"h2d": 0, "d2h": 1, "d2d": 2}
 _NON_COMPUTE = np.array([c in ("communication", "memcpy", "memset") for c in S.KERNEL_CATEGORIES])
@@ -156,6 +157,25 @@ class StepKernels:
             out.append(BlockingOp(op=op, caller=caller, call=call, total_ms=float(total[g]) / 1e3, count=int(count[g])))
         return tuple(out)
 
+    def startup(self, lo: float, hi: float) -> tuple[float, tuple[StartupOp, ...]]:
+        """Host time (us) in the start-up work that started in [lo, hi), up to hi (the union: compile phases nest,
+        a cudaMalloc runs inside one), and the TOP_STARTUP names of the outermost of it with the most time."""
+        w = self.k.startup
+        i, j = (int(x) for x in np.searchsorted(w.start, (lo, hi), side="left"))
+        if i == j:
+            return 0.0, ()
+        end = np.minimum(w.end[i:j], hi)
+        outer = np.flatnonzero(w.outermost[i:j])
+        names, inverse = np.unique(w.name[i:j][outer], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        total = np.bincount(inverse, weights=end[outer] - w.start[i:j][outer])
+        count = np.bincount(inverse)
+        ops = tuple(
+            StartupOp(name=w.names[int(names[g])][:300], total_ms=float(total[g]) / 1e3, count=int(count[g]))
+            for g in np.argsort(-total, kind="stable")[:TOP_STARTUP]
+        )
+        return union_length(w.start[i:j], end), ops
+
     def sync_us(self, lo: float, hi: float) -> float:
         """Host time in blocking sync calls that started in [lo, hi): synchronize calls, blocking copies and
         asynchronous copies to or from pageable memory (the host waits in them: CUDA runtime API, 'API
@@ -184,7 +204,12 @@ class StepKernels:
         idx = self.indices(lo, hi)
         stats = self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
         blocking = self.blocking_ops(lo, hi)
-        return msgspec.structs.replace(stats, blocking_ops=blocking) if blocking else stats
+        startup_us, startup_ops = self.startup(lo, hi)
+        if not blocking and not startup_us:
+            return stats
+        return msgspec.structs.replace(
+            stats, blocking_ops=blocking, startup_ms=startup_us / 1e3, startup_ops=startup_ops
+        )
 
     def _window(self, idx: np.ndarray, idle: tuple[float, float, float], sync_api_us: float) -> KernelStats:
         if idx.size == 0:

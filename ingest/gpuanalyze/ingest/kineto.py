@@ -3,10 +3,11 @@
 The file is read by ``stream.EventStream`` (chunked decompression, events decoded in batches); each
 batch goes through ``KinetoSink``, which keeps only what the importer uses, as flat arrays:
 device activity (kernels, memcpy, memset on CUDA, ROCm, MTIA, HPU, XPU and other Kineto
-backends), runtime/driver calls, the CPU annotations that mark step phases, and ProfilerStep
-windows. Names are interned (one string per distinct kernel), so memory is about 40 bytes per
-kept event, whatever the JSON spends on it, and events the importer does not use (most CPU ops,
-flows, instant events) cost nothing.
+backends), runtime/driver calls, the CPU annotations that mark step phases, ProfilerStep
+windows, and start-up work (compile phases, allocation and module-loading calls: startup_work.py).
+Names are interned (one string per distinct kernel), so memory is about 40 bytes per kept event,
+whatever the JSON spends on it, and events the importer does not use (most CPU ops, flows, instant
+events) cost nothing.
 
 Handles old capitalised categories (``Kernel``, ``Runtime``, ``Memcpy``), ``gpu_memcpy``/
 ``gpu_memset``, CPU-only traces, traces without ``ProfilerStep``, exporters that write numbers as
@@ -44,6 +45,7 @@ from gpuanalyze.ingest.kineto_events import (
     MAX_STEP,
     MAX_TS_US,
     MULTI_PROCESS_ITER,
+    OVERHEAD_CATS,
     RUNTIME_CATS,
     SINGLE_PROCESS_ITER,
     SYNC_APIS,
@@ -53,6 +55,7 @@ from gpuanalyze.ingest.kineto_events import (
     decode_events,
 )
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
+from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
 __all__ = [
@@ -142,6 +145,8 @@ class KinetoTrace:
     """'major.minor' per deviceProperties entry (device_props.py)."""
     blocking: BlockingCalls = field(default_factory=BlockingCalls.empty)
     """Runtime calls that may block the host, with the CPU op and caller around each (blocking_calls.py)."""
+    startup: StartupWork = field(default_factory=StartupWork.empty)
+    """Compilation, allocation, module loading and device set-up events (startup_work.py)."""
 
 
 class KinetoSink:
@@ -166,9 +171,11 @@ class KinetoSink:
         self.loader_iters: set[str] = set()
         self.long_names = 0
         self.sites = CallSites()
+        self.startup = StartupSink()
 
     def _cat(self, raw: str) -> tuple[int, str]:
-        """(0 skip, 1 device, 2 runtime, 3 cpu), normalised category; cached per distinct string."""
+        """(0 skip, 1 device, 2 runtime, 3 cpu or profiler overhead), normalised category; cached per distinct
+        string."""
         got = self._cats.get(raw)
         if got is None:
             lower = raw.lower()
@@ -176,7 +183,7 @@ class KinetoSink:
                 got = (1, GPU_CATS[lower])
             elif lower in RUNTIME_CATS:
                 got = (2, lower)
-            elif lower in CPU_CATS:
+            elif lower in CPU_CATS or lower in OVERHEAD_CATS:
                 got = (3, lower)
             else:
                 got = (0, lower)
@@ -231,6 +238,7 @@ class KinetoSink:
         times = self._times
         ident = self._id
         sites = self.sites
+        startup = self.startup
         self.events += len(events)
         for e in events:
             if e.ph != "X" or e.cat is None:
@@ -243,8 +251,9 @@ class KinetoSink:
                 name = e.name if type(e.name) is str else str(e.name)
                 mark = _mark(name, cat)
                 site = sites.role(name, cat)
-                if mark is not None or site >= 0:  # most CPU events are neither: skipped without a call
-                    self._cpu_kept(e, name, mark, site)
+                startup_work = name.endswith(COMPILE_SUFFIX) or name in OVERHEAD_KINDS
+                if mark is not None or site >= 0 or startup_work:  # most CPU events are none: skipped without a call
+                    self._cpu_kept(e, name, mark, site, startup_work)
                 continue
             t = times(e)
             if t is None:
@@ -261,11 +270,18 @@ class KinetoSink:
                 sync = name.startswith(SYNC_APIS)
                 if sync or name.startswith(MEMCPY_PREFIXES):
                     sites.add_call(len(self.r_ts), name, e.tid)
+                startup.call(name, t[0], t[1])
                 self.r_ts.append(t[0])
                 self.r_dur.append(t[1])
                 self.r_sync.append(sync or name in BLOCKING_COPIES)
                 self.r_corr.append(ident(args.correlation) if args else -1)
-        kept = len(self.g_ts) + len(self.r_ts) + len(self.c_ts) + len(self.steps)
+        self._bounded()
+
+    def _bounded(self) -> None:
+        """Fail a trace with more kept events than ReadLimits.max_kept_events; past it with the CPU ops kept to name
+        blocking calls, stop keeping those."""
+        sites = self.sites
+        kept = len(self.g_ts) + len(self.r_ts) + len(self.c_ts) + len(self.steps) + len(self.startup)
         if kept > self.limits.max_kept_events:
             raise TraceError(
                 f"{self.path}: more than {self.limits.max_kept_events:,} device, runtime and phase events; "
@@ -274,12 +290,14 @@ class KinetoSink:
         if kept + len(sites) > self.limits.max_kept_events:
             sites.drop()  # the CPU ops that name blocking calls count too, but never make a trace fail
 
-    def _cpu_kept(self, e: Any, name: str, mark: int | None, site: int) -> None:
-        """A CPU event the importer keeps: a phase mark (step, loader, optimizer, backward, export) and/or
-        an op that may enclose a blocking runtime call."""
+    def _cpu_kept(self, e: Any, name: str, mark: int | None, site: int, startup_work: bool) -> None:
+        """A CPU event the importer keeps: a phase mark (step, loader, optimizer, backward, export), an op
+        that may enclose a blocking runtime call and/or start-up work (a compile phase, module loading)."""
         t = self._times(e)
         if t is None:
             return
+        if startup_work:
+            self.startup.add(name, t[0], t[1])
         if site >= 0:
             self.sites.add_cpu(name, site, t[0], t[1], e.tid)
         if mark is None:
@@ -359,6 +377,7 @@ class KinetoSink:
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
             compute_capabilities=capabilities_of(meta.get("deviceProperties")),
             blocking=self.sites.attribute(runtime.start, runtime.end),
+            startup=self.startup.finish(),
         )
 
 

@@ -59,6 +59,8 @@ DEVICE_OF_CAT: dict[str, str] = {
     "gcu_memset": "gcu",
 }
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "operator"})
+#: CUPTI overhead activities (module loading on a kernel's first launch, profiler buffers): startup_work.py.
+OVERHEAD_CATS = frozenset({"overhead"})
 SYNC_APIS = (
     "cudaDeviceSynchronize",
     "cudaStreamSynchronize",

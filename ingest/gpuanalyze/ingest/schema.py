@@ -84,6 +84,15 @@ class BlockingOp(msgspec.Struct, frozen=True, kw_only=True):
     count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
 
 
+class StartupOp(msgspec.Struct, frozen=True, kw_only=True):
+    """Host time in one kind of start-up work (a compile phase, cudaMalloc, module loading: ingest/startup_work.py)
+    that started in a step, outside any other start-up work."""
+
+    name: Annotated[str, msgspec.Meta(max_length=1024)]
+    total_ms: _Ms
+    count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
+
+
 class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """Kernel-level statistics of one sampled step (ingest/kernel_stats.py says how each is measured).
 
@@ -129,6 +138,12 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     blocking_ops: Annotated[tuple[BlockingOp, ...], msgspec.Meta(max_length=64)] = ()
     """The (op, caller, call) groups with the most blocked host time in sync_api_ms, most first (imported
     Kineto traces with CPU ops; older traces lack it)."""
+    startup_ms: _Ms = 0.0
+    """Host time in start-up work that started in the step (the union of its intervals, up to the step's end):
+    compilation, device memory allocation, module loading, device set-up (ingest/startup_work.py). A step
+    made mostly of it is warm-up, whatever its number (imported traces and sampled windows; older ones lack it)."""
+    startup_ops: Annotated[tuple[StartupOp, ...], msgspec.Meta(max_length=64)] = ()
+    """The start-up work with the most host time in startup_ms, by name, most first."""
 
 
 #: The summable time fields of KernelStats (everything but the count, the median and the top list).

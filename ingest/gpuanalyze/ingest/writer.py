@@ -3,7 +3,9 @@
 Rows are buffered in memory and written as Arrow record batches by a background thread at
 least every ``flush_interval_s`` and whenever ``flush_every_steps`` rows are pending, so a
 process killed with SIGKILL loses at most the last interval. The writer never raises into
-the caller after ``open``: the first failure is stored in ``error`` and writing stops.
+the caller after ``open``: the first failure is stored in ``error`` and writing stops. Rows may be
+queued as items that ``to_row`` turns into rows on the writer's thread (``add_later``), so that the
+training thread only appends; a failure there is ``row_error``.
 
 While it writes, the writer holds an exclusive ``flock`` on the file. The kernel drops the lock
 when the file is closed or the process dies (SIGKILL and OOM included), so a reader that finds
@@ -18,6 +20,8 @@ import errno
 import os
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -62,11 +66,18 @@ class TraceWriter:
     tags: dict[str, str] = field(default_factory=dict)
     options: WriterOptions = field(default_factory=WriterOptions)
     error: BaseException | None = None
+    """The first failure to write (writing then stopped)."""
+    row_error: BaseException | None = None
+    """The first failure of ``to_row``: no row from that one on is written, but the file stays
+    whole, so that the end marker can still say how the run ended."""
+    to_row: Callable[[Any], dict[str, Any]] | None = None
+    """Turns what ``add_later`` queued into a row, on the writer's thread."""
     _file: BinaryIO | None = None
     _stream: Any = None
     _schema: pa.Schema | None = None
-    _pending: list[dict[str, Any]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pending: deque[Any] = field(default_factory=deque)
+    """Rows (dicts) and ``add_later`` items. Appended by the training thread and popped under the I/O
+    lock, both single deque operations (atomic), so ``add`` takes no lock."""
     _io_lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -89,13 +100,17 @@ class TraceWriter:
 
     def add(self, row: dict[str, Any]) -> None:
         """Queue one finished step; cheap, never blocks on I/O, never raises."""
+        self.add_later(row)
+
+    def add_later(self, item: Any) -> None:
+        """Queue one finished step as ``item``, turned into its row by ``to_row`` on the writer's
+        thread (a dict is a row already): the training thread only appends. Never raises."""
         if self.error is not None:
             return
-        with self._lock:
-            self._pending.append(row)
-            due = len(self._pending) >= self.options.flush_every_steps
-        if due and not self._wake.is_set():  # once woken, the thread takes every pending row
-            self._wake.set()
+        pending = self._pending
+        pending.append(item)
+        if len(pending) >= self.options.flush_every_steps and not self._wake.is_set():
+            self._wake.set()  # once woken, the thread takes every pending row
 
     def close(self, end: EndInfo) -> None:
         """Write what is pending and the end marker; the trace is then complete.
@@ -145,11 +160,15 @@ class TraceWriter:
 
         The rows are taken under the I/O lock, so when ``flush`` returns every row queued before
         the call is on disk, in order, even if the background thread was writing at that moment;
-        ``add`` takes only the short row lock and never waits for the disk."""
+        ``add`` takes no lock and never waits for the disk. A row that ``to_row`` fails to build
+        fails the writer like a failed write."""
         with self._io_lock:
-            with self._lock:
-                rows, self._pending = self._pending, []
-            if not rows or self.error is not None:
+            pending = self._pending
+            items = [pending.popleft() for _ in range(len(pending))]
+            if not items or self.error is not None or self.row_error is not None:
+                return
+            rows = self._rows(items)
+            if not rows:
                 return
             try:
                 assert self._file is not None and self._stream is not None  # open() ran before add()
@@ -162,6 +181,19 @@ class TraceWriter:
                 self._good_offset = self._file.tell()
             except Exception as exc:  # noqa: BLE001 - kept in self.error for the caller
                 self._fail(exc)
+
+    def _rows(self, items: list[Any]) -> list[dict[str, Any]]:
+        """The rows of the queued items, up to the first one ``to_row`` fails on (kept in ``row_error``)."""
+        to_row = self.to_row
+        if to_row is None:
+            return items
+        rows = []
+        try:
+            for item in items:
+                rows.append(item if type(item) is dict else to_row(item))
+        except Exception as exc:  # noqa: BLE001 - kept in self.row_error for the caller
+            self.row_error = exc
+        return rows
 
     def _loop(self) -> None:
         while not self._stop.is_set():

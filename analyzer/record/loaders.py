@@ -1,0 +1,48 @@
+"""Which DataLoader calls are the training loop's data wait, and what their batches hold."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from analyzer.record.batch import batch_bytes_of, batch_size_of
+from analyzer.record.steps import StepTimes
+
+
+class LoaderWatch:
+    """The profile's DataLoader (None: every one), the iterators it made, and its batches' facts."""
+
+    __slots__ = ("_iters", "batch_bytes", "loader", "samples_from_loader", "workers")
+
+    def __init__(self, loader: Any, *, samples_from_loader: bool) -> None:
+        self.loader = loader
+        self.samples_from_loader = samples_from_loader
+        """Count the batches' samples (a framework that counts them itself says no)."""
+        self._iters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.workers: int | None = None
+        """The most worker processes of any loader iterated."""
+        self.batch_bytes: int | None = None
+        """Bytes of the first batch seen."""
+
+    def is_training_data(self, kind: str, owner: Any, result: Any, *, in_block: bool) -> bool:
+        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
+        block counts), and from the profile's own loader when one was given."""
+        if kind == "iter" and hasattr(owner, "num_workers"):
+            self.workers = max(self.workers or 0, int(owner.num_workers))
+        if in_block:
+            return False
+        loader = self.loader
+        if loader is None:
+            return True
+        if kind == "iter" and owner is loader and result is not None:
+            self._iters.add(result)
+        return owner is loader or owner in self._iters
+
+    def saw_batch(self, batch: Any, step: StepTimes) -> None:
+        """A fetched batch: its bytes (the first one) and its samples, counted in ``step``."""
+        if self.batch_bytes is None:
+            self.batch_bytes = batch_bytes_of(batch)
+        if self.samples_from_loader:
+            n = batch_size_of(batch)
+            if n is not None:  # step.add_samples(n, from_loader=True), inline
+                step.loader_samples = n if step.loader_samples is None else step.loader_samples + n

@@ -1,0 +1,165 @@
+"""Start-up work in a Kineto trace: what a run does in its first steps and (almost) never again.
+
+A step made mostly of this is warm-up, not the steady state, whatever its number. Recognised by name:
+
+- compilation: torch.compile's phases, which PyTorch wraps in ``record_function("<phase> (dynamo_timed)")``
+  (since 2.1; seen in torch 2.13's CPU-op events as ``_compile.compile_inner (dynamo_timed)``,
+  ``OutputGraph.call_user_compiler (dynamo_timed)``, ``PyCodeCache.load_by_key_path (dynamo_timed)``, ...),
+  and CUPTI's "Driver Compiler" overhead (PTX JIT). Not "Torch-Compiled Region", "TorchDynamo Cache
+  Lookup" or "CompiledFunction": every step of a compiled model runs those;
+- device memory: ``cudaMalloc``/``cudaFree``/``cudaHostAlloc`` and their driver and HIP kin (the caching
+  allocators keep what they got: a steady step calls none of them); the stream-ordered ``*Async``
+  variants are pooled, routine, and left out;
+- module loading: ``cuModuleLoad*``, ``cuLibraryLoad*``, ``hipModuleLoad*``, and CUPTI's "Runtime
+  Triggered Module Loading" / "Lazy Function Loading" overhead events (a kernel's first launch);
+- device set-up: ``cudaGetDeviceProperties``, stream creation, ``cudaDeviceGetStreamPriorityRange`` (the
+  first CUDA call made creates the context inside it).
+
+cudnn autotuning (``torch.backends.cudnn.benchmark``) leaves no event of its own in Kineto (cuDNN's API
+is not traced): only its workspace allocations show, under allocation.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+
+COMPILATION, ALLOCATION, MODULE_LOADING, DEVICE_SETUP = "compilation", "allocation", "module loading", "device set-up"
+#: torch._dynamo.utils.dynamo_timed's record_function suffix.
+COMPILE_SUFFIX = " (dynamo_timed)"
+_CALL_PREFIXES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        ALLOCATION,
+        (
+            "cudaMalloc",
+            "cudaFree",
+            "cudaHostAlloc",
+            "cudaHostRegister",
+            "cudaHostUnregister",
+            "cuMemAlloc",
+            "cuMemFree",
+            "cuMemHostAlloc",
+            "cuMemCreate",
+            "cuMemMap",
+            "cuMemUnmap",
+            "cuMemRelease",
+            "cuMemAddressReserve",
+            "cuMemSetAccess",
+            "hipMalloc",
+            "hipFree",
+            "hipHostMalloc",
+            "hipHostFree",
+            "hipHostRegister",
+            "hipExtMallocWithFlags",
+        ),
+    ),
+    (MODULE_LOADING, ("cuModuleLoad", "cuLibraryLoad", "hipModuleLoad")),
+    (
+        DEVICE_SETUP,
+        (
+            "cudaGetDeviceProperties",
+            "hipGetDeviceProperties",
+            "cudaStreamCreate",
+            "hipStreamCreate",
+            "cudaDeviceGetStreamPriorityRange",
+            "hipDeviceGetStreamPriorityRange",
+            "cuCtxCreate",
+            "cuDevicePrimaryCtxRetain",
+        ),
+    ),
+)
+#: CUPTI overhead activities (Kineto category ``overhead``) that are start-up work.
+OVERHEAD_KINDS: dict[str, str] = {
+    "Runtime Triggered Module Loading": MODULE_LOADING,
+    "Lazy Function Loading": MODULE_LOADING,
+    "Driver Compiler": COMPILATION,
+}
+#: Distinct names kept (hostile traces: every compile phase named differently); the rest share OTHER_NAME.
+MAX_NAMES = 1 << 12
+OTHER_NAME = "(other start-up work)"
+
+
+def call_kind(name: str) -> str | None:
+    """What start-up work a runtime/driver call is, or None for a call a steady step makes too."""
+    if name.endswith("Async"):
+        return None  # cudaMallocAsync, cudaFreeAsync: stream-ordered pools, routine in a steady step
+    for kind, prefixes in _CALL_PREFIXES:
+        if name.startswith(prefixes):
+            return kind
+    return None
+
+
+def kind_of(name: str) -> str:
+    """The kind of start-up work a name recorded by ``StartupSink`` is, in words."""
+    if name.endswith(COMPILE_SUFFIX):
+        return COMPILATION
+    return OVERHEAD_KINDS.get(name) or call_kind(name) or "start-up"
+
+
+@dataclass(frozen=True, slots=True)
+class StartupWork:
+    """Start-up events (host intervals, microseconds), sorted by start, with the index of their name and
+    whether they are outermost (inside no earlier-starting start-up event: what a step's list names)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+    outermost: np.ndarray
+    names: tuple[str, ...]
+
+    @classmethod
+    def empty(cls) -> StartupWork:
+        none = np.empty(0)
+        return cls(none, none, np.empty(0, np.int32), np.empty(0, bool), ())
+
+
+class StartupSink:
+    """Collects start-up events while a trace is parsed; ``len`` counts them."""
+
+    def __init__(self) -> None:
+        self.ts, self.end, self.name = array("d"), array("d"), array("i")
+        self.names: list[str] = []
+        self._name_id: dict[str, int] = {}
+        self._calls: dict[str, bool] = {}
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def call(self, name: str, ts: float, dur: float) -> None:
+        """A runtime/driver call: kept if it is start-up work (the answer cached per name: a trace has few)."""
+        got = self._calls.get(name)
+        if got is None:
+            got = call_kind(name) is not None
+            if len(self._calls) < 4096:
+                self._calls[name] = got
+        if got:
+            self.add(name, ts, dur)
+
+    def add(self, name: str, ts: float, dur: float) -> None:
+        name = name[:MAX_NAME_CHARS]
+        got = self._name_id.get(name)
+        if got is None and len(self.names) >= MAX_NAMES:
+            name = OTHER_NAME
+            got = self._name_id.get(name)
+        if got is None:
+            got = self._name_id[name] = len(self.names)
+            self.names.append(name)
+        self.ts.append(ts)
+        self.end.append(ts + dur)
+        self.name.append(got)
+
+    def finish(self) -> StartupWork:
+        if not self.ts:
+            return StartupWork.empty()
+        start = np.frombuffer(self.ts, dtype=np.float64)
+        end = np.frombuffer(self.end, dtype=np.float64)
+        order = np.lexsort((-end, start))  # by start, the longer of two starting together first
+        start, end = start[order], end[order]
+        before = np.maximum.accumulate(end)
+        outermost = np.ones(start.size, dtype=bool)
+        outermost[1:] = end[1:] > before[:-1]
+        return StartupWork(start, end, np.frombuffer(self.name, dtype=np.int32)[order], outermost, tuple(self.names))
