@@ -233,25 +233,32 @@ def _from_columns(job: FileJob, cols: TraceColumns) -> FileResult:
         int(rank[a]): {c: col.rows(slice(a, b)) for c, col in cols.columns.items()}
         for a, b in itertools.pairwise(bounds)
     }
-    partials, alt_skip, alt_partials = _reduced(job, per_rank)
     # the rows are the file's raw rows: the quantile and chart passes may read its columns directly
     fast = job.reduce and not cols.notes and not (cols.absent & set(_RAW_COLUMNS))
-    return FileResult(
-        source=job.source,
+    return dataclasses.replace(
+        _result(job, cols, per_rank),
         arrow=job.source,
-        partials=partials,
-        run=cols.run,
-        tags=cols.tags,
-        version=cols.version,
-        complete=cols.complete,
-        end=cols.end,
-        notes=cols.notes,
         steps=cols.rows,
         first_step=int(step.min()),
         last_step=int(step.max()),
         ranks=tuple(sorted(per_rank)),
         fast=fast,
         stamp=storage.stat(job.source) if job.reduce else (0, 0),
+    )
+
+
+def _result(job: FileJob, src: Trace | TraceColumns, per_rank: dict[int, Rows]) -> FileResult:
+    """The FileResult fields both readers fill alike: the file's metadata and its ranks' partials."""
+    partials, alt_skip, alt_partials = _reduced(job, per_rank)
+    return FileResult(
+        source=job.source,
+        partials=partials,
+        run=src.run,
+        tags=src.tags,
+        version=src.version,
+        complete=src.complete,
+        end=src.end,
+        notes=src.notes,
         alt_skip=alt_skip,
         alt_partials=alt_partials,
     )
@@ -269,17 +276,9 @@ def _from_trace(job: FileJob, trace: Trace, arrow: str | None, *, reused: bool, 
             stamp = storage.stat(arrow)
             # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
             fast = not trace.notes and _raw_matches(Path(arrow), frame)
-    partials, alt_skip, alt_partials = _reduced(job, per_rank)
-    return FileResult(
-        source=job.source,
+    return dataclasses.replace(
+        _result(job, trace, per_rank),
         arrow=arrow,
-        partials=partials,
-        run=trace.run,
-        tags=trace.tags,
-        version=trace.version,
-        complete=trace.complete,
-        end=trace.end,
-        notes=trace.notes,
         steps=frame.height,
         first_step=int(frame.get_column(S.STEP).min() or 0),  # type: ignore[arg-type]
         last_step=int(frame.get_column(S.STEP).max() or 0),  # type: ignore[arg-type]
@@ -288,8 +287,6 @@ def _from_trace(job: FileJob, trace: Trace, arrow: str | None, *, reused: bool, 
         imported=imported,
         fast=fast,
         stamp=stamp,
-        alt_skip=alt_skip,
-        alt_partials=alt_partials,
     )
 
 
