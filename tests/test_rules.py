@@ -71,10 +71,10 @@ def test_few_steps_give_low_confidence_whatever_the_consistency(trace_factory, s
         assert "step" in r.confidence.reason
 
 
-def test_a_single_first_step_is_unknown_with_what_to_record(trace_factory):
-    """Issue 19 item 6: one step among the run's first is warm-up, not the steady state: no projection."""
+def test_a_single_first_step_is_judged_by_what_it_shows_at_low_confidence(trace_factory):
+    """Warm-up is evidence, never position: one step with nothing of start-up in it is judged, sure of nothing."""
     r = analyze(trace_factory(_rows(1, wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)))
-    assert r.bottleneck == "unknown" and not r.findings and "record more steps" in r.confidence.reason
+    assert r.bottleneck == "data_loading" and r.confidence.level == "low" and "step" in r.confidence.reason
 
 
 def test_blocking_sync_on_cpu_is_sync(trace_factory):

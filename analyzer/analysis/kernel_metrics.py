@@ -65,6 +65,8 @@ class KernelMetrics:
     """Those steps made mostly of start-up work (StartupStep)."""
     startup_detail: tuple[StartupStep, ...] = ()
     """The first FEW_STEPS of them by step number, then rank."""
+    owned_steps: int = 0
+    """Those steps whose idle owners were measured (KernelStats.owners)."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -91,6 +93,7 @@ class KernelPartial:
     startup_steps: int = 0
     startup_detail: tuple[StartupStep, ...] = ()
     """The rank's first FEW_STEPS steps made mostly of start-up work."""
+    owned_steps: int = 0
 
 
 def _stats(texts: list[str]) -> list[S.KernelStats]:
@@ -104,13 +107,22 @@ def step_kernel_medians(texts: list[str]) -> np.ndarray:
     return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
+def startup_owned_ms(st: S.KernelStats) -> float:
+    """The step's start-up time: GPU idle owned by start-up work where the owners were measured (a host busy
+    compiling while the GPU runs is not warm-up), else the host time in start-up work (older imports)."""
+    if st.owners:
+        return sum(getattr(st, S.owner_field(o)) for o in S.STARTUP_OWNERS)
+    return st.startup_ms
+
+
 def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
     """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
     out = []
     for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
-        if wall > 0 and st.startup_ms > 0 and st.startup_ms >= WARMUP_STARTUP * wall:
+        startup = startup_owned_ms(st)
+        if wall > 0 and startup > 0 and startup >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
-            out.append(StartupStep(int(step), rank, float(wall), st.startup_ms, ops))
+            out.append(StartupStep(int(step), rank, float(wall), startup, ops))
     return out
 
 
@@ -149,6 +161,7 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
         blocking={key: (ms, int(count)) for key, (ms, count) in blocking.items()},
         startup_steps=len(startup),
         startup_detail=tuple(startup[:FEW_STEPS]),
+        owned_steps=sum(1 for st in stats if st.owners),
     )
 
 
@@ -177,6 +190,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         blocking_ops=tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in blocking),
         startup_steps=sum(p.startup_steps for p in parts),
         startup_detail=tuple(startup),
+        owned_steps=sum(p.owned_steps for p in parts),
     )
 
 

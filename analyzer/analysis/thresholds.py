@@ -115,9 +115,6 @@ SOME_STEPS_SCALE = 0.7
 CONFIDENCE_HIGH = 0.75
 CONFIDENCE_MEDIUM = 0.4
 
-#: A trace of one step (or one window without ProfilerStep) whose first kernel launches after at least this share
-#: of it is start-up (lazy initialisation, cudnn autotune, compilation), not a training step. Ours (issue 19).
-WARMUP_LEAD = 0.5
 #: A step whose start-up work (compilation, cudaMalloc/cudaFree, module loading, device set-up: KernelStats.startup_ms)
 #: takes at least this share of it is warm-up: a steady step makes none of those calls (the caching allocator and the
 #: loaded modules are kept). Ours (issue 19): the real traces' steady steps show at most 0.5%, a 16 s window that

@@ -11,8 +11,10 @@ import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.outcome import Report
 from analyzer.render.words import range_width, run_state
+from gpuanalyze.ingest import schema as S
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -70,6 +72,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             for r in (m.distributed.per_rank if m.distributed else ())
         ],
         "kernels": _kernels(report),
+        "idle_owners": _idle_owners(report),
         "findings": [_finding(f) for f in report.findings],
         "health": [_evidence(e) for e in report.health],
         "step_time_mean_ms": _num(m.step_mean_ms),
@@ -171,6 +174,27 @@ def _kernels(report: Report) -> dict[str, Any] | None:
         "blocking_ops": [
             {"op": b.op, "caller": b.caller, "call": b.call, "total_ms": _num(b.total_ms, 3), "count": b.count}
             for b in km.blocking_ops
+        ],
+    }
+
+
+def _idle_owners(report: Report) -> dict[str, Any] | None:
+    """Who owned the GPU's idle time over the analysed steps, in precedence order (docs/idle-owners.md)."""
+    owners = ownership(report.metrics.kernels)
+    if owners is None:
+        return None
+    return {
+        "steps": owners.steps,
+        "idle_ms_per_step": _num(owners.idle_ms / owners.steps if owners.steps else 0.0, 4),
+        "owners": [
+            {
+                "owner": o,
+                "ms_per_step": _num(owners.per_step(o), 4),
+                "share_of_step": _num(owners.share(o)),
+                "share_of_idle": _num(owners.ms[o] / owners.idle_ms if owners.idle_ms > 0 else 0.0),
+                "what": OWNER_WORDS[o],
+            }
+            for o in S.IDLE_OWNERS
         ],
     }
 

@@ -15,6 +15,7 @@ from rich.text import Text
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.analysis.owners import ownership
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
@@ -229,6 +230,9 @@ def _kernel_section(report: Report) -> RenderableType | None:
             "idle: host wait / launch / other",
             f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms",
         )
+        owners = ownership(km)
+        if owners is not None:
+            table.add_row("idle owners (ms per step)", owners.words(4))
         table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
         shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))

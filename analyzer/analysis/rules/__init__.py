@@ -14,12 +14,13 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.owners import OWNER_CLASS
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
-from analyzer.analysis.rules.sync import Sync, exposed_comm_share
+from analyzer.analysis.rules.sync import Sync, blocked_share, exposed_comm_share
 from analyzer.analysis.rules.warmup import warmup_why
 from gpuanalyze.ingest import schema as S
 
@@ -50,7 +51,7 @@ def health(ctx: Context) -> tuple[Evidence, ...]:
         ),
         Evidence(
             "sync_share",
-            m.effective[S.SYNC_MS],
+            blocked_share(ctx) if ctx.owners is not None else m.effective[S.SYNC_MS],
             T.SYNC_MODERATE.value,
             "<",
             "fraction of step time",
@@ -116,6 +117,34 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     return Confidence(value, confidence_level(value), why)
 
 
+#: What idle time no bottleneck class owns means, and what settles it.
+_UNOWNED_WHY: dict[str, str] = {
+    "queued": "the GPU waits with work already launched (on events, other streams or a graph's own edges, or on "
+    "another rank's collective): record all streams and ranks, with_stack=True, to see what it waits on",
+    "host_idle": "the host records nothing while the GPU waits (Python between ops, or a wait the profiler does "
+    "not see): record with with_stack=True, or wrap the code in record_function / prof.data()",
+    "graph_capture": "CUDA graph capture: launches recorded, nothing run",
+    "compilation": "compilation",
+    "module_loading": "module loading on first launches",
+    "device_setup": "device set-up",
+}
+
+
+def _unowned(ctx: Context) -> str | None:
+    """On a measured GPU timeline, when the idle time's largest owner is one no bottleneck class owns (work queued
+    on a dependency, a host that records nothing, start-up work), why the verdict is unknown; None otherwise."""
+    owners = ctx.owners
+    if owners is None or owners.idle_ms <= 0:
+        return None
+    top = max(S.IDLE_OWNERS, key=lambda o: owners.ms[o])
+    if OWNER_CLASS[top] is not None:
+        return None
+    return (
+        f"not healthy: the GPU idles {1.0 - (ctx.m.gpu_util or 0.0):.0%} of the step and no bottleneck class owns "
+        f"most of it; idle owners: {owners.words()}; {_UNOWNED_WHY.get(top, top)}"
+    )
+
+
 def classify(ctx: Context) -> Verdict:
     warmup = warmup_why(ctx)
     if warmup is not None:
@@ -124,6 +153,9 @@ def classify(ctx: Context) -> Verdict:
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
     if not findings and not healthy:
+        unowned = _unowned(ctx)
+        if unowned is not None:
+            return Verdict("unknown", Confidence(0.0, "low", unowned), (), tests)
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
     ranked = tuple(sorted(findings, key=ranking_key, reverse=True))

@@ -57,7 +57,12 @@ def others_ms(ctx: Context) -> float:
 
 
 def unexplained_idle(ctx: Context) -> float:
-    """GPU idle share that data wait, sync and input preprocessing (host.preprocessing_share) do not explain."""
+    """The per-step idle a larger batch spreads: on a measured GPU timeline the idle the host's dispatch owns
+    (``launch``: in launch calls and the ops that make them); otherwise the GPU idle share that data wait, sync
+    and input preprocessing (host.preprocessing_share) do not explain."""
+    owners = ctx.owners
+    if owners is not None:
+        return owners.share("launch")
     return max(0.0, (ctx.m.idle_unexplained or 0.0) - preprocessing_share(ctx))
 
 
@@ -121,12 +126,27 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     )
 
 
+def inference_advice(k: float) -> list[str | tuple[str, bool]]:
+    """A forward-only trace (serving, evaluation): more requests per forward, not a training batch and its
+    learning rate."""
+    return [
+        f"Batch more requests per forward (about {k:g}x as many, or continuous batching in a serving engine such "
+        "as vLLM or TGI): each launch then does more work.",
+        (
+            "Capture the forward in CUDA graphs (torch.compile(model, mode='reduce-overhead'), or "
+            "torch.cuda.CUDAGraph for a fixed shape) so the host launches it once.",
+            True,
+        ),
+        ("Keep per-request Python (tokenisation, post-processing) off the forward's path.", True),
+    ]
+
+
 class BatchSize(Rule):
     bottleneck = "batch_size"
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
-        "launch_overhead": ("kernel_median_us", "idle_from_launch_or_host_wait"),
-        "host_overhead": ("idle_from_launch_or_host_wait",),
+        "launch_overhead": ("kernel_median_us", "idle_from_launch_or_host_wait", "idle_owned_by_launch"),
+        "host_overhead": ("idle_from_launch_or_host_wait", "idle_owned_by_launch"),
     }
     fallback: ClassVar[dict[str, str]] = {"launch_overhead": "host_overhead"}
     record: ClassVar[str] = (
@@ -143,8 +163,10 @@ class BatchSize(Rule):
             if (m.gpu_util or 0.0) >= T.GPU_HEALTHY.value or idle < floor:
                 return None
             km = m.kernels
-            # Launch overhead only when short launch gaps are most of the idle time (HTA's kernel-launch idle).
-            launch = km is not None and km.totals_ms["idle_launch_ms"] >= T.LAUNCH_BOUND.value * km.idle_ms > 0
+            if ctx.owners is not None:  # dispatch owns the idle: launch-bound when the kernels are short
+                launch = km is not None and (km.kernel_median_us or 0.0) < T.SHORT_KERNEL_US.value
+            else:  # Launch overhead only when short launch gaps are most of the idle time (HTA's kernel-launch idle).
+                launch = km is not None and km.totals_ms["idle_launch_ms"] >= T.LAUNCH_BOUND.value * km.idle_ms > 0
             return Detection(
                 cause="launch_overhead" if launch else "host_overhead",
                 share=idle,
@@ -200,7 +222,20 @@ class BatchSize(Rule):
                         T.SHORT_KERNEL_US.source,
                     )
                 )
-            if km is not None and km.idle_ms > 0:
+            owners = ctx.owners
+            if owners is not None and owners.idle_ms > 0:
+                ev.append(
+                    Evidence(
+                        "idle_owned_by_launch",
+                        owners.ms["launch"] / owners.idle_ms,
+                        T.LAUNCH_BOUND.value,
+                        ">=",
+                        "fraction of GPU idle time",
+                        "idle owners (docs/idle-owners.md): the host dispatching and launching kernels owns most "
+                        "of the idle time",
+                    )
+                )
+            elif km is not None and km.idle_ms > 0:
                 launch = (km.totals_ms["idle_launch_ms"] + km.totals_ms["idle_host_wait_ms"]) / km.idle_ms
                 ev.append(
                     Evidence(
@@ -250,6 +285,8 @@ class BatchSize(Rule):
         k = dict(p.params).get("batch_multiplier", 2)
         m = ctx.m
         recs: list[str | tuple[str, bool]] = []
+        if ctx.forward_only:
+            return gpu_only(ctx, inference_advice(float(k)))
         if m.batch_samples:
             recs.append(
                 f"Raise the batch size about {k}x (from {m.batch_samples:.0f}) and scale the learning rate "

@@ -39,6 +39,18 @@ class Host(Rule):
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        if d.cause == "cpu_work":
+            return (
+                Evidence(
+                    "idle_owned_by_cpu_ops",
+                    d.share,
+                    T.PREPROCESSING.value,
+                    ">=",
+                    "fraction of step time",
+                    "idle owners (docs/idle-owners.md): the GPU idles while the host is inside CPU ops that launch "
+                    "no device work",
+                ),
+            )
         if d.cause == "input_preprocessing":
             return (
                 Evidence(
@@ -66,6 +78,16 @@ class Host(Rule):
         )
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
+        if d.cause == "cpu_work":
+            cpu = ctx.ms(d.share)
+            return bounded(
+                ctx,
+                ctx.wall - cpu,
+                "CPU work off the GPU's path",
+                {"GPU-busy time": ctx.busy},
+                f"step {ctx.wall:.2f} ms minus {cpu:.2f} ms of GPU idle owned by CPU ops, if that work ran on the "
+                "GPU, in DataLoader workers, or overlapped with queued GPU work",
+            )
         if d.cause == "input_preprocessing":
             pre = ctx.ms(d.share)
             return bounded(
@@ -90,6 +112,13 @@ class Host(Rule):
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause == "cpu_work":
+            return (
+                "The GPU waits while the host runs CPU ops that launch nothing: move that work onto the GPU (keep "
+                "tensors on the device), into DataLoader workers, or after the next step's kernels are queued.",
+                "Open the trace at those gaps to name the ops, or wrap the code in "
+                "torch.profiler.record_function('...').",
+            )
         if d.cause == "input_preprocessing":
             return (
                 "Move the preprocessing (video/image decode, a tokenizer or Hugging Face processor, augmentation) "
@@ -142,10 +171,26 @@ def preprocessing_share(ctx: Context) -> float:
 
 
 def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
+    """Host work while the GPU waits for it: before each step's first kernel (input preprocessing), or, on a
+    measured GPU timeline, CPU ops that launch nothing anywhere in the step (idle owner ``cpu_ops``)."""
+    floor = T.RELAXED if relaxed else T.PREPROCESSING.value
     share = preprocessing_share(ctx)
-    if share < (T.RELAXED if relaxed else T.PREPROCESSING.value):
-        return None
+    owners = ctx.owners
     km = ctx.m.kernels
+    if owners is not None:
+        share = min(share, owners.shares(("cpu_ops", "host_idle")))
+        cpu = owners.share("cpu_ops")
+        if share < floor <= cpu:
+            return Detection(
+                cause="cpu_work",
+                share=cpu,
+                consistency=1.0,
+                evidence_steps=owners.steps,
+                summary=f"{cpu:.0%} of each step ({ctx.ms(cpu):.2f} ms) the GPU idles while the host runs CPU ops "
+                "that launch no GPU work (CPU-side preprocessing, metrics, an optimizer on the CPU).",
+            )
+    if share < floor:
+        return None
     assert km is not None
     return Detection(
         cause="input_preprocessing",

@@ -26,7 +26,9 @@ from analyzer.analysis.findings import (
 )
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.owners import IdleOwnership, ownership
 from analyzer.machine.ceilings import Ceilings
+from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 
 
@@ -51,6 +53,20 @@ class Context:
     def gpu(self) -> bool:
         """The trace has GPU timings (GPU rules apply, GPU-only advice is given)."""
         return self.m.gpu_util is not None
+
+    @property
+    def owners(self) -> IdleOwnership | None:
+        """Who owned the GPU's idle time over the steps (analysis.owners); None without a measured GPU timeline."""
+        return ownership(self.m.kernels) if self.gpu else None
+
+    @property
+    def forward_only(self) -> bool:
+        """An imported trace with no backward and no optimizer step: inference (serving, evaluation, a benchmark
+        of a forward), judged and worded as such."""
+        m = self.m
+        backward = m.share.get(S.BACKWARD_MS)
+        optimizer = m.share.get(S.OPTIMIZER_MS)
+        return self.run.source is not None and not backward and not optimizer
 
     @property
     def busy(self) -> float:

@@ -22,7 +22,7 @@ from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, clam
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
 
-#: Runtime calls that copy (blocking_calls.MEMCPY_PREFIXES): the others the rule names are synchronize calls.
+#: Runtime calls that copy: the others the rule names are synchronize calls (runtime_calls.py).
 BLOCKING_COPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
 #: CPU ops that read a tensor back to the host: a synchronize under them waits for that copy.
 _READ_OPS = frozenset(
@@ -72,9 +72,31 @@ def exposed_comm_share(ctx: Context) -> float:
     return clamp(km.totals_ms["comm_exposed_ms"] / km.totals_ms["gpu_span_ms"])
 
 
+#: Idle owners the sync rule answers for (analysis.owners.OWNER_CLASS), and the cause of each.
+SYNC_OWNERS: dict[str, str] = {"sync": "host_sync", "collective": "collective_wait", "allocator": "allocator_churn"}
+
+
+def blocked_share(ctx: Context) -> float:
+    """Share of the step the host's blocking costs: on a measured GPU timeline the GPU idle that blocking calls,
+    collectives and allocator calls own (a host waiting on a busy GPU costs nothing); else the host time in
+    blocking calls."""
+    owners = ctx.owners
+    if owners is not None:
+        return owners.shares(tuple(SYNC_OWNERS))
+    return ctx.m.share[S.SYNC_MS] or 0.0
+
+
+def _owner_cause(ctx: Context) -> str | None:
+    """The sync cause whose owner holds the most idle time (measured GPU timelines only)."""
+    owners = ctx.owners
+    if owners is None:
+        return None
+    return SYNC_OWNERS[max(SYNC_OWNERS, key=lambda o: owners.ms[o])]
+
+
 def _after(ctx: Context) -> float:
     """Mean step time without blocking syncs and exposed communication (see the module docstring)."""
-    host = ctx.ms(ctx.m.share[S.SYNC_MS] or 0.0)
+    host = ctx.ms(blocked_share(ctx))
     if not ctx.gpu:
         return ctx.wall - host
     comm = ctx.ms(exposed_comm_share(ctx))
@@ -86,6 +108,7 @@ class Sync(Rule):
     high = T.SYNC_HIGH
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "host_sync": ("sync_share", "gpu_idle_share"),
+        "allocator_churn": ("sync_share",),
         "collective_wait": ("collective_wait_share",),
         "exposed_communication": ("exposed_communication_share",),
         "straggler": ("straggler_slow_step_fraction", "straggler_excess_ms"),
@@ -97,7 +120,7 @@ class Sync(Rule):
             return straggler
         m = ctx.m
         floor = T.RELAXED if relaxed else T.SYNC_MODERATE.value
-        host = m.share[S.SYNC_MS] or 0.0
+        host = blocked_share(ctx)
         comm = exposed_comm_share(ctx) if ctx.gpu else 0.0
         share = (ctx.wall - _after(ctx)) / ctx.wall if ctx.wall else 0.0
         if max(host, comm) < floor or share < floor:
@@ -112,8 +135,14 @@ class Sync(Rule):
                 summary=f"Waiting: the ranks wait for the gradient all-reduce {host:.0%} of the step (no rank is "
                 "a straggler: the collective itself takes the time).",
             )
+        owned = _owner_cause(ctx)
         parts = []
-        if host >= floor:
+        if host >= floor and owned is not None:
+            parts.append(
+                f"the GPU idles {host:.0%} of the step while the host is blocked (in syncs, blocking copies, "
+                "collectives or allocator calls, or just after one drained the GPU's queue)"
+            )
+        elif host >= floor:
             parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
         if comm >= floor:
             parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
@@ -122,8 +151,11 @@ class Sync(Rule):
         if site:
             tail += f"; most of it: {site}"
         km = m.kernels
+        cause = (owned or "host_sync") if host_first else "exposed_communication"
+        if cause == "collective_wait":
+            cause = "host_sync"  # a GPU trace's collective wait is named by the op; its advice is the sync one's
         return Detection(
-            cause="host_sync" if host_first else "exposed_communication",
+            cause=cause,
             share=clamp(share),
             consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value) if host_first else 1.0,
             evidence_steps=m.steps if host_first or km is None else km.steps,
@@ -171,7 +203,7 @@ class Sync(Rule):
                     "time the other ranks wait in collectives for it",
                 ),
             )
-        host = m.share[S.SYNC_MS] or 0.0
+        host = blocked_share(ctx)
         comm = exposed_comm_share(ctx)
         ev = []
         if d.cause == "collective_wait":
@@ -187,9 +219,10 @@ class Sync(Rule):
                     "gradient until backward returns (no .item()/.cpu() hooks without CUDA): the all-reduce",
                 ),
             )
-        if d.cause == "host_sync" or host >= T.SYNC_MODERATE.value:
+        if d.cause in ("host_sync", "allocator_churn") or host >= T.SYNC_MODERATE.value:
             threshold = T.SYNC_HIGH if host >= T.SYNC_HIGH.value else T.SYNC_MODERATE
-            ev.append(Evidence("sync_share", host, threshold.value, ">=", "fraction of step time", threshold.source))
+            unit = "fraction of step time" + (" (GPU idle owned by blocking calls)" if ctx.owners else "")
+            ev.append(Evidence("sync_share", host, threshold.value, ">=", unit, threshold.source))
             if ctx.gpu:
                 ev.append(
                     Evidence(
@@ -260,7 +293,7 @@ class Sync(Rule):
                     "only for the others' normal pace)"
                 ),
             )
-        host = ctx.ms(m.share[S.SYNC_MS] or 0.0)
+        host = ctx.ms(blocked_share(ctx))
         comm = ctx.ms(exposed_comm_share(ctx)) if ctx.gpu else 0.0
         rule = f"the host's path without waiting: step {wall:.2f} ms minus blocked {host:.2f} ms"
         if comm > 0:
@@ -292,13 +325,19 @@ class Sync(Rule):
                 "threads each (torch.set_num_threads) can be faster than one rank per core.",
             )
         recs = []
+        if d.cause == "allocator_churn":
+            recs.append(
+                "cudaMalloc/cudaFree run during the steps (cudaFree synchronises the device): keep the caching "
+                "allocator's memory (no torch.cuda.empty_cache() in the loop), keep shapes steady (pad or bucket "
+                "variable lengths), and try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+            )
         if exposed_comm_share(ctx) >= T.SYNC_MODERATE.value:
             recs.append(
                 "Communication is exposed: let DDP/FSDP overlap it with backward (smaller buckets, "
                 "gradient_as_bucket_view=True, FSDP backward_prefetch), and use no_sync() during gradient "
                 "accumulation."
             )
-        if (ctx.m.share[S.SYNC_MS] or 0.0) >= T.RELAXED:
+        if blocked_share(ctx) >= T.RELAXED and d.cause != "allocator_churn":
             recs += blocking_site_advice(ctx)
             recs += pageable_copy_advice(ctx)
             recs += [

@@ -1,18 +1,17 @@
 """Warm-up only: a trace whose analysed steps say nothing about the steady state gets no verdict and no
 projection, only what to record.
 
-Two ways to tell (docs/thresholds.md, 'Warm-up only'): by position, one step among the run's first
-WARMUP_MAX_STEPS or one step/window whose first kernel launches WARMUP_LEAD or more into it; by evidence,
-every analysed step (fewer than FEW_STEPS) made WARMUP_STARTUP or more of start-up work the trace names
-(compilation, cudaMalloc/cudaFree, module loading, device set-up: ingest/startup_work.py). A run with steady
-steps after its start-up ones is judged as before (the fixed warm-up skip drops leading steps).
+By evidence, never by position (docs/idle-owners.md): every analysed step (fewer than FEW_STEPS) whose GPU idle
+is WARMUP_STARTUP or more of its time owned by start-up work (compilation, module loading, device set-up:
+schema.STARTUP_OWNERS; traces without idle owners: host time in start-up work, ingest/startup_work.py); or a
+window whose idle is mostly CUDA graph capture. A step's number or where its first kernel falls decides
+nothing. A run with steady steps after its start-up ones is judged on the steady ones (analysis.steady).
 """
 
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.kernel_metrics import StartupStep
-from analyzer.analysis.rules.host import before_gpu_share
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -30,28 +29,32 @@ RECORD = (
 def warmup_why(ctx: Context) -> str | None:
     """Why the analysed steps are warm-up, not the steady state, with what to record; None when they may be
     judged. The evidence, where the trace has it, is the better answer: it says what the steps did."""
-    return _by_evidence(ctx) or _by_position(ctx)
+    return _by_evidence(ctx) or _capture(ctx) or _no_device_work(ctx)
 
 
-def _by_position(ctx: Context) -> str | None:
-    """One step among the run's first WARMUP_MAX_STEPS, or one step (or one window of a trace without
-    ProfilerStep annotations) whose first kernel launches WARMUP_LEAD or more into it. A single later step that
-    starts its GPU work promptly is judged (at low confidence: one step of evidence)."""
-    if ctx.m.per_step.height != 1:
+def _no_device_work(ctx: Context) -> str | None:
+    """The judged steps launch no device work at all, in a trace that has some (a partial last step after
+    start-up ones): nothing in them is the steady state of the GPU work."""
+    m = ctx.m
+    km = m.kernels
+    if not ctx.gpu or ctx.run.gpu_summary is None or (km is not None and km.kernel_count > 0):
         return None
-    number = int(ctx.m.per_step.get_column(S.STEP)[0])
-    lead = before_gpu_share(ctx.m.kernels)
-    wall = f"{ctx.wall / 1e3:,.3g} s"
-    if ctx.run.profiler_steps != 0 and number < T.WARMUP_MAX_STEPS:
-        why = f"one step (#{number}, {wall}), among the run's first {T.WARMUP_MAX_STEPS}"
-    elif lead >= T.WARMUP_LEAD:
-        what = "one window (no ProfilerStep annotations)" if ctx.run.profiler_steps == 0 else f"one step (#{number})"
-        why = f"{what} of {wall} whose first kernel launches {lead:.0%} into it"
-    else:
+    steps = ", ".join(f"#{int(s)}" for s in m.per_step.get_column(S.STEP).to_list()[:QUOTED_STEPS])
+    return (
+        f"the judged step(s) ({steps}, {ctx.wall:.3g} ms on average) launch no device work, though the trace has "
+        f"some: the others are start-up work or left out (analysis.steady); no projection from them; {RECORD}"
+    )
+
+
+def _capture(ctx: Context) -> str | None:
+    """The GPU's idle time is mostly CUDA graph capture: launches recorded into a graph, nothing run (a capture
+    window is set-up, not a training step)."""
+    owners = ctx.owners
+    if owners is None or owners.idle_ms <= 0 or owners.ms["graph_capture"] < 0.5 * owners.idle_ms:
         return None
     return (
-        f"the trace holds {why}: warm-up (compilation, autotuning, first allocations), not the steady state; "
-        f"no projection from it; {RECORD}"
+        f"the GPU idles during CUDA graph capture ({owners.per_step('graph_capture'):.3g} ms per step: kernels "
+        f"launched into a graph, not run): a capture window, not a step that trains; no projection from it; {RECORD}"
     )
 
 

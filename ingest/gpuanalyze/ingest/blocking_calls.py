@@ -25,8 +25,6 @@ from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
 _PROBE = 8
 #: Timestamps are microseconds written with limited precision: a call may start or end this much outside its op.
 _EPS_US = 1e-3
-#: Runtime calls that may block the host: the synchronize calls (kineto_events.SYNC_APIS) and memcpy calls.
-MEMCPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
 _TID_LIMIT = 1 << 62
 #: Distinct names kept (hostile traces: every op named differently); the rest share OTHER_NAME.
 MAX_NAMES = 1 << 16
@@ -52,6 +50,22 @@ class BlockingCalls:
     def empty(cls) -> BlockingCalls:
         none = np.empty(0, np.int32)
         return cls(np.empty(0, np.int64), none, none, none, ())
+
+
+@dataclass(frozen=True, slots=True)
+class HostOps:
+    """CPU ops (``cpu_op`` events, nested ones too) with their thread and interned name."""
+
+    start: np.ndarray
+    end: np.ndarray
+    tid: np.ndarray
+    name: np.ndarray
+    names: tuple[str, ...]
+
+    @classmethod
+    def empty(cls) -> HostOps:
+        none = np.empty(0)
+        return cls(none, none, np.empty(0, np.int64), np.empty(0, np.int32), ())
 
 
 class CallSites:
@@ -83,7 +97,7 @@ class CallSites:
             self.names.append(name)
         return got
 
-    def _tid(self, tid: object) -> int:
+    def thread_id(self, tid: object) -> int:
         if type(tid) is int and -_TID_LIMIT <= tid < _TID_LIMIT:
             return tid
         got = self._tid_id.get(tid)
@@ -105,22 +119,35 @@ class CallSites:
         """A CPU event whose ``role`` is 0 or 1."""
         self.e_ts.append(ts)
         self.e_end.append(ts + dur)
-        self.e_tid.append(self._tid(tid))
+        self.e_tid.append(self.thread_id(tid))
         self.e_name.append(self._name(name))
         self.e_caller.append(role)
 
     def add_call(self, index: int, name: str, tid: object) -> None:
-        """Runtime call number ``index``, if it may block (kineto_events.SYNC_APIS or a memcpy)."""
+        """Runtime call number ``index``, if it may block (runtime_calls.may_block)."""
         if self.dropped:
             return
         self.c_index.append(index)
-        self.c_tid.append(self._tid(tid))
+        self.c_tid.append(self.thread_id(tid))
         self.c_name.append(self._name(name))
 
     def drop(self) -> None:
         """Keep nothing more (the trace has too many events to name its blocking calls)."""
         self._reset()
         self.dropped = True
+
+    def ops(self) -> HostOps:
+        """The kept CPU ops (role 0), for the idle-owner pass."""
+        if not self.e_ts:
+            return HostOps.empty()
+        op = np.frombuffer(self.e_caller, dtype=np.int8) == 0
+        return HostOps(
+            np.frombuffer(self.e_ts, dtype=np.float64)[op],
+            np.frombuffer(self.e_end, dtype=np.float64)[op],
+            np.frombuffer(self.e_tid, dtype=np.int64)[op],
+            np.frombuffer(self.e_name, dtype=np.int32)[op],
+            tuple(self.names),
+        )
 
     def attribute(self, r_start: np.ndarray, r_end: np.ndarray) -> BlockingCalls:
         """Each kept call with the outermost CPU op and the innermost caller around it."""

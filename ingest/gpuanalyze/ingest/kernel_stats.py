@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.idle_owners import IdleOwners
 from gpuanalyze.ingest.intervals import merge, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.runinfo import GpuSummary
@@ -100,6 +101,7 @@ class StepKernels:
         self._sync_dur = rt.end[order] - rt.start[order]
         self._blocking(is_sync)
         self._gaps(start, end)
+        self.owners = IdleOwners(k, _launch_times(k, end=True), np.flatnonzero(is_sync)) if start.size else None
 
     def _gaps(self, start: np.ndarray, end: np.ndarray) -> None:
         """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
@@ -205,10 +207,11 @@ class StepKernels:
         stats = self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
         blocking = self.blocking_ops(lo, hi)
         startup_us, startup_ops = self.startup(lo, hi)
-        if not blocking and not startup_us:
+        owners = self.owners.fields(lo, hi) if self.owners is not None else {}
+        if not blocking and not startup_us and not owners:
             return stats
         return msgspec.structs.replace(
-            stats, blocking_ops=blocking, startup_ms=startup_us / 1e3, startup_ops=startup_ops
+            stats, blocking_ops=blocking, startup_ms=startup_us / 1e3, startup_ops=startup_ops, **owners
         )
 
     def _window(self, idx: np.ndarray, idle: tuple[float, float, float], sync_api_us: float) -> KernelStats:
@@ -265,8 +268,9 @@ def _pageable_copy_calls(k: KinetoTrace, pageable: np.ndarray) -> np.ndarray:
     return (corr[at] == k.runtime_correlation) & (k.runtime_correlation >= 0)
 
 
-def _launch_times(k: KinetoTrace) -> np.ndarray:
-    """Start of each kernel's launch call (the last runtime call with its correlation id); -1 without one."""
+def _launch_times(k: KinetoTrace, *, end: bool = False) -> np.ndarray:
+    """Start (or ``end``) of each kernel's launch call (the last runtime call with its correlation id); -1 without
+    one."""
     corr = k.gpu_correlation
     out = np.full(corr.size, -1.0)
     rt_corr = k.runtime_correlation
@@ -277,5 +281,5 @@ def _launch_times(k: KinetoTrace) -> np.ndarray:
     pos = np.searchsorted(sorted_corr, corr, side="right") - 1
     found = (pos >= 0) & (corr >= 0)
     found[found] = sorted_corr[pos[found]] == corr[found]
-    out[found] = k.runtime.start[order[pos[found]]]
+    out[found] = (k.runtime.end if end else k.runtime.start)[order[pos[found]]]
     return out

@@ -27,12 +27,11 @@ from typing import IO, Any
 import numpy as np
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.blocking_calls import MEMCPY_PREFIXES, BlockingCalls, CallSites
+from gpuanalyze.ingest.blocking_calls import BlockingCalls, CallSites, HostOps
 from gpuanalyze.ingest.device_props import capabilities_of
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.kineto_events import (
     _INT64,
-    BLOCKING_COPIES,
     CPU_CATS,
     DEVICE_OF_CAT,
     EXPORT_PART_OF_MARK,
@@ -48,13 +47,13 @@ from gpuanalyze.ingest.kineto_events import (
     OVERHEAD_CATS,
     RUNTIME_CATS,
     SINGLE_PROCESS_ITER,
-    SYNC_APIS,
     _Event,
     _LooseEvent,
     _mark,
     decode_events,
 )
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
+from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
@@ -123,7 +122,8 @@ class KinetoTrace:
     runtime: Intervals
     """Runtime/driver API calls."""
     runtime_sync: np.ndarray
-    """True for blocking synchronisation calls (cudaDeviceSynchronize, blocking cudaMemcpy, ...)."""
+    """True for blocking calls by API family (runtime_calls.py: every ``*Synchronize``, every memcpy without
+    ``Async``)."""
     runtime_correlation: np.ndarray
     cpu: Intervals
     """CPU annotations that mark step phases (``cpu_mark`` says which)."""
@@ -147,6 +147,12 @@ class KinetoTrace:
     """Runtime calls that may block the host, with the CPU op and caller around each (blocking_calls.py)."""
     startup: StartupWork = field(default_factory=StartupWork.empty)
     """Compilation, allocation, module loading and device set-up events (startup_work.py)."""
+    runtime_class: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
+    """runtime_calls.call_class of every runtime call (empty: all OTHER)."""
+    runtime_tid: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    """The host thread of every runtime call (blocking_calls.CallSites' ids; empty: unknown)."""
+    host_ops: HostOps = field(default_factory=HostOps.empty)
+    """CPU ops (``cpu_op`` events) with their threads and names: what the host did while the GPU idled."""
 
 
 class KinetoSink:
@@ -157,6 +163,7 @@ class KinetoSink:
         self.g_ts, self.g_dur, self.g_kind = array("d"), array("d"), array("i")
         self.g_stream, self.g_corr = array("q"), array("q")
         self.r_ts, self.r_dur, self.r_sync, self.r_corr = array("d"), array("d"), array("b"), array("q")
+        self.r_class, self.r_tid = array("b"), array("q")
         self.c_ts, self.c_dur, self.c_mark = array("d"), array("d"), array("b")
         self.steps: list[tuple[int, float, float]] = []
         self.kinds: list[GpuKind] = []
@@ -267,13 +274,15 @@ class KinetoSink:
                 self.g_stream.append(ident(args.stream) if args else -1)
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
-                sync = name.startswith(SYNC_APIS)
-                if sync or name.startswith(MEMCPY_PREFIXES):
+                klass = call_class(name)
+                if may_block(name):
                     sites.add_call(len(self.r_ts), name, e.tid)
                 startup.call(name, t[0], t[1])
                 self.r_ts.append(t[0])
                 self.r_dur.append(t[1])
-                self.r_sync.append(sync or name in BLOCKING_COPIES)
+                self.r_sync.append(klass == BLOCKING)
+                self.r_class.append(klass)
+                self.r_tid.append(sites.thread_id(e.tid))
                 self.r_corr.append(ident(args.correlation) if args else -1)
         self._bounded()
 
@@ -378,6 +387,9 @@ class KinetoSink:
             compute_capabilities=capabilities_of(meta.get("deviceProperties")),
             blocking=self.sites.attribute(runtime.start, runtime.end),
             startup=self.startup.finish(),
+            runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
+            runtime_tid=_ints(self.r_tid),
+            host_ops=self.sites.ops(),
         )
 
 

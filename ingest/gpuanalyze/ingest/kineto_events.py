@@ -61,15 +61,6 @@ DEVICE_OF_CAT: dict[str, str] = {
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "operator"})
 #: CUPTI overhead activities (module loading on a kernel's first launch, profiler buffers): startup_work.py.
 OVERHEAD_CATS = frozenset({"overhead"})
-SYNC_APIS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-)
-BLOCKING_COPIES = ("cudaMemcpy", "hipMemcpy")
 
 #: The TensorBoard plugin's DataLoader annotations (``enumerate(DataLoader)#...__next__``, DataPipe).
 DATALOADER_PREFIX = "enumerate(DataLoader)#"

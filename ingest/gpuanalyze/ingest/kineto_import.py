@@ -59,7 +59,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "6"
+IMPORTER_VERSION = "7"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:

@@ -66,6 +66,30 @@ KERNEL_CATEGORIES: tuple[str, ...] = (
 )
 _Ms = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
 
+#: Who owned the GPU's idle time, in the order of precedence an idle instant is given by
+#: (ingest/idle_owners.py; docs/idle-owners.md). Each is a KernelStats field ``idle_owner_<name>_ms``.
+IDLE_OWNERS: tuple[str, ...] = (
+    "graph_capture",
+    "compilation",
+    "module_loading",
+    "device_setup",
+    "allocator",
+    "data_loader",
+    "sync",
+    "collective",
+    "launch",
+    "cpu_ops",
+    "host_idle",
+    "queued",
+)
+#: Owners that are start-up work (first allocations too): a step whose idle they own is warm-up, whatever its number.
+STARTUP_OWNERS: tuple[str, ...] = ("compilation", "module_loading", "device_setup", "allocator")
+
+
+def owner_field(owner: str) -> str:
+    """The KernelStats field of an idle owner's milliseconds."""
+    return f"idle_owner_{owner}_ms"
+
 
 class TopKernel(msgspec.Struct, frozen=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(max_length=1024)]
@@ -144,6 +168,23 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     made mostly of it is warm-up, whatever its number (imported traces and sampled windows; older ones lack it)."""
     startup_ops: Annotated[tuple[StartupOp, ...], msgspec.Meta(max_length=64)] = ()
     """The start-up work with the most host time in startup_ms, by name, most first."""
+    window_idle_ms: _Ms = 0.0
+    """GPU idle time inside the step's window (its length less the union of device activity in it): what the
+    idle owners add up to."""
+    idle_owner_graph_capture_ms: _Ms = 0.0
+    idle_owner_compilation_ms: _Ms = 0.0
+    idle_owner_module_loading_ms: _Ms = 0.0
+    idle_owner_device_setup_ms: _Ms = 0.0
+    idle_owner_allocator_ms: _Ms = 0.0
+    idle_owner_data_loader_ms: _Ms = 0.0
+    idle_owner_sync_ms: _Ms = 0.0
+    idle_owner_collective_ms: _Ms = 0.0
+    idle_owner_launch_ms: _Ms = 0.0
+    idle_owner_cpu_ops_ms: _Ms = 0.0
+    idle_owner_host_idle_ms: _Ms = 0.0
+    idle_owner_queued_ms: _Ms = 0.0
+    owners: bool = False
+    """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
 
 #: The summable time fields of KernelStats (everything but the count, the median and the top list).
