@@ -250,7 +250,7 @@ def polars_median(values: np.ndarray) -> float:
 
 
 def _blocks(steps: np.ndarray, ranks: int) -> Iterator[tuple[int, int]]:
-    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 8))  # work, starts, arrivals, sorted copies, masks
+    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 16))  # work, starts, arrivals, waits, sorted copies, masks
     for a in range(0, steps.size, size):
         yield a, min(a + size, steps.size)
 
