@@ -91,3 +91,29 @@ def test_starts_on_different_clocks_count_as_equal(tmp_path):
     d = analyze(_run(tmp_path, 4, {}, clock={3: 3_600_000.0})).metrics.distributed
     assert d.stragglers == ()
     assert d.skew_median_ms == pytest.approx(0.2, abs=0.2)
+
+
+def test_a_late_rank_in_imported_kineto_traces_is_named(tmp_path):
+    """A directory of 4 Kineto rank traces: rank 2 starts every 20 ms step 6 ms late; the others block in
+    cudaStreamSynchronize until it arrives."""
+    from tests.kineto_fixtures import ev, write
+
+    late = {2: 6000}
+    for rank in range(4):
+        events = []
+        for i in range(12):
+            t = i * 20_000 + late.get(rank, 0)
+            wait = max(late.values()) - late.get(rank, 0) + 500
+            events += [
+                ev("user_annotation", f"ProfilerStep#{i}", t, 10_000 + wait),
+                ev("cpu_op", "aten::mm", t + 10, 9_900),
+                ev("cuda_runtime", "cudaStreamSynchronize", t + 10_000, wait),
+            ]
+        write(tmp_path / f"r{rank}.json", {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 4}})
+    report = analyze(tmp_path)
+    d = report.metrics.distributed
+    assert [(s.rank, s.phase) for s in d.stragglers] == [(2, "start")]
+    assert d.stragglers[0].start_late_ms == pytest.approx(6.0, abs=0.1)
+    assert sorted(v.rank for v in d.victims) == [0, 1, 3] and all(
+        v.waits_ms == pytest.approx(6.0, abs=0.1) for v in d.victims
+    )
