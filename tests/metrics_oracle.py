@@ -10,7 +10,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer.analysis.thresholds import SLOW_STEP_FRACTION, SLOW_STEP_MIN_MS, STRAGGLER_FRACTION
+from analyzer.analysis.thresholds import (
+    SLOW_STEP_FRACTION,
+    SLOW_STEP_MIN_MS,
+    START_SPREAD_MAX_STEPS,
+    STRAGGLER_FRACTION,
+)
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
 
@@ -130,24 +135,38 @@ def _kernels(frame: pl.DataFrame) -> dict | None:
 def _ranks(frame: pl.DataFrame):
     if frame.get_column(S.RANK).n_unique() < 2:
         return [], [], None
-    lf = frame.lazy().with_columns(work=pl.col(S.WALL_MS) - pl.col(S.SYNC_MS).fill_null(0.0))
+    step_median = frame.get_column(S.WALL_MS).median()
+    lf = frame.lazy().with_columns(
+        work=pl.col(S.WALL_MS) - pl.col(S.SYNC_MS).fill_null(0.0), t=pl.col(S.START_UNIX_NS).cast(pl.Float64) / 1e6
+    )
+    lf = lf.with_columns(
+        st=pl.when((pl.col("t").max() - pl.col("t").min()).over(S.STEP) <= START_SPREAD_MAX_STEPS * step_median)
+        .then(pl.col("t") - pl.col("t").min().over(S.STEP))
+        .otherwise(0.0)
+    ).with_columns(arrival=pl.col("work") + pl.col("st"))
     lf = lf.with_columns(
         rest=(pl.col("work") - pl.sum_horizontal([pl.col(p).fill_null(0.0) for p in PHASES])).clip(lower_bound=0.0)
     )
     n_ranks = frame.get_column(S.RANK).n_unique()
-    baseline = pl.col("work").median() if n_ranks >= 3 else pl.col("work").min()
+    a, st = pl.col("arrival"), pl.col("st")
+    baseline = a.median() if n_ranks >= 3 else a.min()
+    st_base = st.median() if n_ranks >= 3 else st.min()
     per_step = lf.group_by(S.STEP).agg(
         baseline.alias("baseline"),
-        pl.col("work").max().alias("max_work"),
-        (pl.col("work").max() - pl.col("work").min()).alias("skew"),
+        st_base.alias("st_base"),
+        a.max().alias("last"),
+        (a.max() - a.min()).alias("skew"),
     )
-    step_median = frame.get_column(S.WALL_MS).median()
     threshold = max(SLOW_STEP_MIN_MS, SLOW_STEP_FRACTION * step_median)
     slow = (
         lf.join(per_step, on=S.STEP)
-        .filter((pl.col("work") == pl.col("max_work")) & (pl.col("work") - pl.col("baseline") > threshold))
+        .filter((pl.col("last") - a <= threshold) & (a - pl.col("baseline") > threshold))
         .group_by(S.RANK)
-        .agg(pl.len().alias("steps_slow"), (pl.col("work") - pl.col("baseline")).median().alias("excess"))
+        .agg(
+            pl.len().alias("steps_slow"),
+            (a - pl.col("baseline")).median().alias("excess"),
+            (st - pl.col("st_base")).median().alias("start"),
+        )
     )
     per_rank = lf.group_by(S.RANK).agg(
         pl.len().alias("steps"),
@@ -164,13 +183,14 @@ def _ranks(frame: pl.DataFrame):
         for r in per_rank_df.iter_rows(named=True)
     ]
     out = []
-    for row in slow_df.sort(["steps_slow", S.RANK], descending=[True, False]).iter_rows(named=True):
+    for row in slow_df.sort(["steps_slow", "excess", S.RANK], descending=[True, True, False]).iter_rows(named=True):
         steps = per_rank_df.filter(pl.col(S.RANK) == row[S.RANK]).get_column("steps").item()
         if row["steps_slow"] < STRAGGLER_FRACTION * steps:
             continue
         mine = per_rank_df.filter(pl.col(S.RANK) == row[S.RANK])
         others = per_rank_df.filter(pl.col(S.RANK) != row[S.RANK])
-        excess = {p: mine.get_column(p).item() - others.get_column(p).median() for p in (*PHASES, "rest")}
+        excess = {"start": row["start"]}
+        excess |= {p: mine.get_column(p).item() - others.get_column(p).median() for p in (*PHASES, "rest")}
         phase = max(excess, key=excess.__getitem__)
         name = {"rest": "other"}.get(phase, phase.removesuffix("_ms").replace("data_wait", "data"))
         out.append((row[S.RANK], row["steps_slow"], steps, row["excess"], name, excess[phase]))

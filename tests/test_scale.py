@@ -96,7 +96,7 @@ def tight(monkeypatch):
 
 
 def test_out_of_core_equals_the_in_memory_definitions(tmp_path, tight):
-    # rank 4 is slower than rank 2 on every step: only the slowest rank of a step counts as slow there
+    # rank 4 arrives 2 ms after rank 2 on nearly every step: rank 2 is not among the last there
     write_ranks(tmp_path, 6, 300, stragglers={2: ("forward", 2.0), 4: ("other", 4.0)})
     got = _check(tmp_path)
     assert [(s.rank, s.phase) for s in got.metrics.distributed.stragglers] == [(4, "other")]
@@ -222,7 +222,9 @@ def test_64_ranks_by_2000_steps_on_the_process_pool(tmp_path):
     """The issue's equality size, on two worker processes (the local engine's pool)."""
     write_ranks(tmp_path, 64, 2000, stragglers={7: ("forward", 4.0), 21: ("other", 5.0), 40: ("data", 3.0)})
     got = _check(tmp_path, workers=2)
-    assert [(s.rank, s.phase) for s in got.metrics.distributed.stragglers] == [(21, "other")]
+    named = [(s.rank, s.phase) for s in got.metrics.distributed.stragglers]
+    # rank 21 arrives last; rank 7, 1 ms earlier, is among the last on about half the steps
+    assert named[0] == (21, "other") and set(named) <= {(21, "other"), (7, "forward")}
     assert analyze(tmp_path, workers=2).bottleneck == analyze(load_any(tmp_path)).bottleneck == "sync"
 
 

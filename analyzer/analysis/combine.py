@@ -27,7 +27,7 @@ from analyzer.analysis.quantiles import (
     order_stats,
     select,
 )
-from analyzer.analysis.ranks import RankAnalysis, WorkStore, rank_analysis_from
+from analyzer.analysis.ranks import RankAnalysis, WorkStore, rank_analysis_from, store_budget
 from gpuanalyze.ingest import schema as S
 
 WALL, PARTS, SAMPLES, S_BUSY = S.WALL_MS, S.PARTS, S.BATCH_SAMPLES, S.GPU_BUSY_MS
@@ -53,7 +53,7 @@ Answers = dict[str, list[Answer]]
 AnswerFn = Callable[[dict[str, list[Bracket]], bool], Iterable[Answers]]
 """Given brackets per column and whether all-sampled ranks are left out, every rank's answers."""
 
-_NO_VECTORS = StepVectors(*(np.empty(0) for _ in range(6)))
+_NO_VECTORS = StepVectors(*(np.empty(0) for _ in range(7)))
 
 
 class StepSums:
@@ -193,15 +193,15 @@ class Reduced:
     main: StepSums = dataclasses.field(default_factory=StepSums)
     alt: StepSums = dataclasses.field(default_factory=StepSums)
     """The per-step sums of ranks whose every post-warm-up row is sampled (left out when others are not)."""
-    work: list[tuple[int, int | np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
-    """(rank, first step of a run or the steps, work per step) of the ranks with analysed rows."""
+    work: list[tuple[int, int | np.ndarray, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+    """(rank, first step of a run or the steps, work per step, start per step) of the ranks with analysed rows."""
 
     def add(self, p: RankPartial) -> None:
         (self.alt if p.all_sampled else self.main).add(p.vectors)
         if p.n:
             steps = p.vectors.steps
             run = int(steps[-1]) - int(steps[0]) + 1 == steps.size
-            self.work.append((p.rank, int(steps[0]) if run else steps, p.vectors.work))
+            self.work.append((p.rank, int(steps[0]) if run else steps, p.vectors.work, p.vectors.start))
         self.partials.append(dataclasses.replace(p, vectors=_NO_VECTORS))
 
 
@@ -214,7 +214,8 @@ class Combiner:
         """Also the wall time's quartiles (Q1, Q3: the report's outlier fence)."""
         self.partials: dict[int, RankPartial] = {}
         self._main, self._alt = StepSums(), StepSums()
-        self._store = WorkStore()
+        self._store = WorkStore(budget=store_budget() // 2)
+        self._starts = WorkStore(budget=store_budget() // 2)
 
     def add(self, p: RankPartial) -> None:
         if p.rank in self.partials:
@@ -222,6 +223,7 @@ class Combiner:
         (self._alt if p.all_sampled else self._main).add(p.vectors)
         if p.n:
             self._store.add(p.rank, p.vectors.steps, p.vectors.work)
+            self._starts.add(p.rank, p.vectors.steps, p.vectors.start)
         self.partials[p.rank] = dataclasses.replace(p, vectors=_NO_VECTORS)
 
     def merge(self, r: Reduced) -> None:
@@ -232,8 +234,9 @@ class Combiner:
             self.partials[p.rank] = p
         self._main.absorb(r.main)
         self._alt.absorb(r.alt)
-        for rank, steps, work in r.work:
+        for rank, steps, work, start in r.work:
             self._store.add(rank, steps, work)
+            self._starts.add(rank, steps, start)
 
     @property
     def min_rows(self) -> int:
@@ -241,6 +244,7 @@ class Combiner:
 
     def close(self) -> None:
         self._store.close()
+        self._starts.close()
 
     def finish(self, answer: AnswerFn) -> Combined:
         parts = [self.partials[r] for r in sorted(self.partials)]
@@ -258,9 +262,12 @@ class Combiner:
         kernel_median = quantiles.get((KERNEL_MEDIAN, 0.5))
         if drop:
             self._store.drop([p.rank for p in parts if p.all_sampled])
+            self._starts.drop([p.rank for p in parts if p.all_sampled])
         stats = {p.rank: p.stats for p in used}
         distributed = (
-            rank_analysis_from(stats, self._store, sums.steps, quantiles[(WALL, 0.5)]) if len(stats) >= 2 else None
+            rank_analysis_from(stats, self._store, sums.steps, quantiles[(WALL, 0.5)], self._starts)
+            if len(stats) >= 2
+            else None
         )
         return Combined(
             rows=rows,

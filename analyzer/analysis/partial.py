@@ -17,7 +17,7 @@ import polars as pl
 
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
 from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted
-from analyzer.analysis.ranks import RankStats, rank_stats_of
+from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.columns import Column, frame_columns
 
@@ -39,6 +39,8 @@ class StepVectors:
     sync: np.ndarray
     other: np.ndarray
     busy: np.ndarray
+    start: np.ndarray
+    """Step starts in ms since the epoch (ranks.start_ms)."""
 
     @property
     def work(self) -> np.ndarray:
@@ -135,7 +137,8 @@ def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
     ordered = {c: np.sort(f[c].known().astype(np.float64, copy=False)) for c in QUANTILE_COLUMNS}
     wall = f[S.WALL_MS].filled(0.0)
     data_v, sync, other = (f[c].filled(0.0) for c in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS))
-    vectors = StepVectors(f[S.STEP].values, wall, data_v, sync, other, f[S.GPU_BUSY_MS].filled(float("nan")))
+    start = start_ms(f[S.START_UNIX_NS].values)
+    vectors = StepVectors(f[S.STEP].values, wall, data_v, sync, other, f[S.GPU_BUSY_MS].filled(float("nan")), start)
     n_post = len(post[S.STEP])
     return RankPartial(
         rank=rank,

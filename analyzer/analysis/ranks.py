@@ -1,14 +1,21 @@
 """Cross-rank analysis: per-step skew, stragglers and the phase that makes them slow.
 
 A rank's *work* on a step is its wall time minus the time it spent waiting on collectives or
-syncs (sync_ms). On each step the baseline is the median work over ranks (with two ranks: the
-faster one). A rank is slow on a step when it has the most work and exceeds the baseline by
-more than SLOW_STEP_MIN_MS and SLOW_STEP_FRACTION of the median step; it is a straggler when
-that happens on at least STRAGGLER_FRACTION of steps.
+syncs (sync_ms). Its *arrival* at the step's collective is its step start (START_UNIX_NS, relative
+to the earliest rank's start of that step) plus its work: everything it does itself comes before
+the wait. A rank that starts late arrives late although its step looks short. On each step the
+baseline is the median arrival over ranks (with two ranks: the earlier one). A rank is late on a
+step (a culprit the others wait for) when it arrives more than SLOW_STEP_MIN_MS and
+SLOW_STEP_FRACTION of the median step after the baseline and no rank arrives that much after it;
+it is a straggler when late on at least STRAGGLER_FRACTION of steps, whatever its own sync share.
+The others are victims: each waits the last arrival minus its own (``RankSummary.waits_ms``).
+Starts more than START_SPREAD_MAX_STEPS median steps apart on a step are not one clock (ranks
+recorded apart): there the starts count as equal and arrival is work alone.
 
-A straggler's excess is attributed to the phase whose median on that rank exceeds the other
-ranks' by the most, among data, forward, backward, optimizer and ``other``: the rest of its work
-that no phase accounts for (un-instrumented host work). ``other`` is named when it holds most.
+A straggler's lateness is attributed to the phase whose median on that rank exceeds the other
+ranks' by the most, among ``start`` (its median late start on its late steps: time lost before
+the step, in the previous step's tail or host work between steps), data, forward, backward,
+optimizer and ``other``: the rest of its work that no phase accounts for (un-instrumented host work).
 
 Memory: the per-step baselines need every rank's work on a step at once, so ranks' work vectors
 are kept in a ``WorkStore`` (spilled to a temporary directory past a budget) and read back in
@@ -17,6 +24,7 @@ blocks of steps: a block of B steps x R ranks, never all steps x all ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -28,7 +36,12 @@ import numpy as np
 import polars as pl
 
 from analyzer.analysis.quantiles import sorted_median
-from analyzer.analysis.thresholds import SLOW_STEP_FRACTION, SLOW_STEP_MIN_MS, STRAGGLER_FRACTION
+from analyzer.analysis.thresholds import (
+    SLOW_STEP_FRACTION,
+    SLOW_STEP_MIN_MS,
+    START_SPREAD_MAX_STEPS,
+    STRAGGLER_FRACTION,
+)
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.columns import Column, frame_columns
 
@@ -37,6 +50,8 @@ RANK_PHASES: tuple[str, ...] = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.O
 REST = "other"
 """The un-instrumented rest of a rank's work: work minus the RANK_PHASES."""
 
+START = "start"
+"""A straggler's lateness is a late start: time lost before the step."""
 #: Phases a straggler's excess is attributed to, in tie-break order; names as Straggler.phase gives them.
 PHASE_NAMES: dict[str, str] = {
     **{c: c.removesuffix("_ms").replace("data_wait", "data") for c in RANK_PHASES},
@@ -56,6 +71,10 @@ class RankSummary:
     work_median_ms: float
     sync_share: float
     data_share: float
+    sync_median_ms: float = 0.0
+    """Median per step of its own waiting (sync_ms)."""
+    waits_ms: float = 0.0
+    """Mean per step of the last rank's arrival at the collective minus its own: what it waits for the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +83,15 @@ class Straggler:
     steps_slow: int
     steps: int
     excess_ms: float
-    """Median, over its slow steps, of its work beyond the step's baseline."""
+    """Median, over its late steps, of its arrival at the collective beyond the step's baseline."""
     phase: str
-    """data, forward, backward, optimizer, or other (work no phase accounts for)."""
+    """start (a late start: time lost before the step), data, forward, backward, optimizer, or other
+    (work no phase accounts for)."""
     phase_excess_ms: float
     phase_diffs: tuple[tuple[str, float], ...] = ()
     """Every compared phase's median on this rank minus the other ranks' (ms per step), largest first."""
+    start_late_ms: float = 0.0
+    """Median, over its late steps, of its step start after the step's baseline start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +100,15 @@ class RankAnalysis:
     per_rank: tuple[RankSummary, ...]
     stragglers: tuple[Straggler, ...]
     skew_median_ms: float
-    """Median over steps of (max - min) work across ranks."""
+    """Median over steps of (last - first) arrival at the collective across ranks."""
     step_median_ms: float
+
+    @property
+    def victims(self) -> tuple[RankSummary, ...]:
+        """The ranks, not stragglers, that wait for the last arrival more than SLOW_STEP_MIN_MS per step, most first."""
+        late = {s.rank for s in self.stragglers}
+        out = [r for r in self.per_rank if r.rank not in late and r.waits_ms > SLOW_STEP_MIN_MS]
+        return tuple(sorted(out, key=lambda r: (-r.waits_ms, r.rank)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +129,7 @@ class _Spilled:
     """Byte offset of the work values in the spill file (the steps, when kept, follow them)."""
 
 
-def _store_budget() -> int:
+def store_budget() -> int:
     return STORE_BUDGET
 
 
@@ -112,7 +141,7 @@ class WorkStore:
     back with one positioned read per rank (``fill``): nothing stays mapped, so the resident memory
     is the budget and one block, whatever the ranks."""
 
-    budget: int = field(default_factory=_store_budget)
+    budget: int = field(default_factory=store_budget)
     _mem: dict[int, tuple[int | np.ndarray, np.ndarray]] = field(default_factory=dict)
     _spilled: dict[int, _Spilled] = field(default_factory=dict)
     _file: IO[bytes] | None = None
@@ -221,7 +250,7 @@ def polars_median(values: np.ndarray) -> float:
 
 
 def _blocks(steps: np.ndarray, ranks: int) -> Iterator[tuple[int, int]]:
-    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 4))  # the block, its sorted copy, masks
+    size = max(1, BLOCK_BUDGET // (8 * max(ranks, 1) * 16))  # work, starts, arrivals, waits, sorted copies, masks
     for a in range(0, steps.size, size):
         yield a, min(a + size, steps.size)
 
@@ -234,62 +263,105 @@ def _baselines(srt: np.ndarray, count: np.ndarray) -> np.ndarray:
     return np.where(count % 2 == 1, a, a + 0.5 * (b - a))
 
 
+def start_ms(start_unix_ns: np.ndarray) -> np.ndarray:
+    """Step starts in ms since the epoch (to 0.25 us; equal starts stay equal)."""
+    return start_unix_ns.astype(np.float64) / 1e6
+
+
+def start_offsets(starts: np.ndarray, present: np.ndarray, spread_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """(each rank's start after the step's earliest, ms; 0 on steps whose starts are not one clock) of a
+    steps x ranks matrix of starts in ms since the epoch; ``present``: where a rank has the step."""
+    big = np.where(present, starts, np.inf)
+    first = big.min(axis=1)
+    last = np.where(present, starts, -np.inf).max(axis=1)
+    rel = np.where(present, starts - first[:, None], np.nan)
+    one_clock = (last - first) <= spread_ms
+    rel[~one_clock] = np.where(present[~one_clock], 0.0, np.nan)
+    return rel, one_clock
+
+
 @dataclass(slots=True)
 class _Slow:
-    """Per rank: its slow steps so far and their work beyond the baseline."""
+    """Per rank: its late steps so far, their lateness and late start, and its waits."""
 
     count: dict[int, int]
     excess: dict[int, list[np.ndarray]]
+    start: dict[int, list[np.ndarray]]
+    waits: np.ndarray
+    present: np.ndarray
     skews: list[np.ndarray] = field(default_factory=list)
 
-    def block(self, m: np.ndarray, full: bool, ranks: list[int], threshold: float) -> None:
-        """One block of steps x ranks (NaN: no such step on that rank); sorts ``m`` in place."""
+    def block(self, m: np.ndarray, st: np.ndarray, full: bool, ranks: list[int], threshold: float) -> None:
+        """One block of steps x ranks arrivals ``m`` and start offsets ``st`` (NaN: no such step on that rank)."""
         count = np.full(m.shape[0], m.shape[1]) if full else np.count_nonzero(~np.isnan(m), axis=1)
         if not full and not (have := count > 0).all():
-            m, count = m[have], count[have]
+            m, st, count = m[have], st[have], count[have]
         hi = np.fmax.reduce(m, axis=1)
-        rows_, cols_ = np.nonzero(m == hi[:, None])  # where each step's most work is (ties: all of them)
-        m.sort(axis=1)  # NaN last; numpy's SIMD sort beats a partition for the medians
-        lo = m[:, 0]
-        baseline = _baselines(m, count) if len(ranks) >= 3 else lo
+        behind = hi[:, None] - m
+        self.waits += np.nansum(behind, axis=0)
+        self.present += np.count_nonzero(~np.isnan(m), axis=0)
+        rows_, cols_ = np.nonzero(behind <= threshold)  # among the last to arrive (NaN compares False)
+        srt = np.sort(m, axis=1)  # NaN last; numpy's SIMD sort beats a partition for the medians
+        lo = srt[:, 0]
+        three = len(ranks) >= 3
+        baseline = _baselines(srt, count) if three else lo
+        st_srt = np.sort(st, axis=1)
+        st_base = _baselines(st_srt, count) if three else st_srt[:, 0]
         self.skews.append(hi - lo)
-        gap = hi - baseline  # a rank is slow on a step where it has the most work and that exceeds the baseline
-        keep = (gap > threshold)[rows_]
-        rows_, cols_ = rows_[keep], cols_[keep]
+        gap = m[rows_, cols_] - baseline[rows_]
+        keep = gap > threshold
+        rows_, cols_, gap = rows_[keep], cols_[keep], gap[keep]
+        late_start = st[rows_, cols_] - st_base[rows_]
         for c in np.unique(cols_):
             r = ranks[int(c)]
-            sel = rows_[cols_ == c]
-            self.count[r] += int(sel.size)
+            sel = cols_ == c
+            self.count[r] += int(np.count_nonzero(sel))
             self.excess[r].append(gap[sel])
+            self.start[r].append(late_start[sel])
 
 
 def rank_analysis_from(
-    stats: dict[int, RankStats], store: WorkStore, steps: np.ndarray, step_median: float
+    stats: dict[int, RankStats],
+    store: WorkStore,
+    steps: np.ndarray,
+    step_median: float,
+    starts: WorkStore | None = None,
 ) -> RankAnalysis | None:
     """RankAnalysis from per-rank statistics and work vectors; ``steps``: every analysed step number,
-    sorted; ``step_median``: the median step time over all analysed rows. None for one rank."""
+    sorted; ``step_median``: the median step time over all analysed rows; ``starts``: the ranks' step
+    starts in ms since the epoch (None: every rank starts each step together). None for one rank."""
     ranks = sorted(stats)
     if len(ranks) < 2:
         return None
     threshold = max(SLOW_STEP_MIN_MS, SLOW_STEP_FRACTION * step_median)
-    slow = _Slow(dict.fromkeys(ranks, 0), {r: [] for r in ranks})
-    for a, b in _blocks(steps, len(ranks)):
+    spread = START_SPREAD_MAX_STEPS * step_median
+    n = len(ranks)
+    slow = _Slow(dict.fromkeys(ranks, 0), {r: [] for r in ranks}, {r: [] for r in ranks}, np.zeros(n), np.zeros(n))
+    for a, b in _blocks(steps, n):
         m, full = block_matrix(store, ranks, steps[a:b])
-        slow.block(m, full, ranks, threshold)
-        del m
-    summaries = tuple(stats[r].summary for r in ranks)
-    by_slow = sorted((r for r in ranks if slow.count[r]), key=lambda r: (-slow.count[r], r))
+        if starts is None:
+            st = np.where(np.isnan(m), np.nan, 0.0)
+        else:
+            t, _ = block_matrix(starts, ranks, steps[a:b])
+            st, _ = start_offsets(t, ~np.isnan(m), spread)
+            del t
+        slow.block(m + st, st, full, ranks, threshold)
+        del m, st
+    waits = np.divide(slow.waits, slow.present, out=np.zeros(n), where=slow.present > 0)
+    summaries = tuple(dataclasses.replace(stats[r].summary, waits_ms=float(waits[i])) for i, r in enumerate(ranks))
     stragglers = []
-    for r in by_slow:
+    for r in ranks:
         steps_r = stats[r].summary.steps
-        if slow.count[r] < STRAGGLER_FRACTION * steps_r:
+        if not slow.count[r] or slow.count[r] < STRAGGLER_FRACTION * steps_r:
             continue
-        phase, phase_excess = slow_phase(stats, r)
-        diffs = phase_differences(stats, r)
+        start_late = polars_median(np.concatenate(slow.start[r]))
+        diffs = phase_differences(stats, r, start_late)
+        phase, phase_excess = diffs[0] if diffs else (REST, 0.0)
         excess = polars_median(np.concatenate(slow.excess[r]))
-        stragglers.append(Straggler(r, slow.count[r], steps_r, excess, phase, phase_excess, diffs))
+        stragglers.append(Straggler(r, slow.count[r], steps_r, excess, phase, phase_excess, diffs, start_late))
+    stragglers.sort(key=lambda s: (-s.steps_slow, -s.excess_ms, s.rank))
     skew = polars_median(np.concatenate(slow.skews)) if slow.skews else 0.0
-    return RankAnalysis(len(ranks), summaries, tuple(stragglers), skew, step_median)
+    return RankAnalysis(n, summaries, tuple(stragglers), skew, step_median)
 
 
 def _excess(stats: dict[int, RankStats], rank: int) -> dict[str, float]:
@@ -305,20 +377,15 @@ def _excess(stats: dict[int, RankStats], rank: int) -> dict[str, float]:
     return excess
 
 
-def phase_differences(stats: dict[int, RankStats], rank: int) -> tuple[tuple[str, float], ...]:
-    """(phase name, ms per step beyond the other ranks), largest first: the numbers behind slow_phase."""
-    excess = _excess(stats, rank)
-    return tuple(sorted(((PHASE_NAMES[c], float(v)) for c, v in excess.items()), key=lambda kv: -kv[1]))
-
-
-def slow_phase(stats: dict[int, RankStats], rank: int) -> tuple[str, float]:
-    """The phase (or the un-instrumented rest) whose median on ``rank`` exceeds the median of the
-    other ranks' medians by the most."""
-    excess = _excess(stats, rank)
-    if not excess:
-        return REST, 0.0
-    phase = max(excess, key=excess.__getitem__)
-    return PHASE_NAMES[phase], float(excess[phase])
+def phase_differences(
+    stats: dict[int, RankStats], rank: int, start_late: float | None = None
+) -> tuple[tuple[str, float], ...]:
+    """(phase name, ms per step beyond the other ranks), largest first (ties: a late start, then
+    PHASE_NAMES' order); ``start_late``: the rank's late start, when known."""
+    excess = [(PHASE_NAMES[c], float(v)) for c, v in _excess(stats, rank).items()]
+    if start_late is not None:
+        excess.insert(0, (START, float(start_late)))
+    return tuple(sorted(excess, key=lambda kv: -kv[1]))
 
 
 def rank_stats(rows: pl.DataFrame, rank: int) -> RankStats:
@@ -350,6 +417,7 @@ def rank_stats_of(rows: dict[str, Column], rank: int, ordered: dict[str, np.ndar
             work_median_ms=sorted_median(np.sort(work)),
             sync_share=float(sync.sum()) / wall_sum if wall_sum else 0.0,
             data_share=data / wall_sum if wall_sum else 0.0,
+            sync_median_ms=sorted_median(np.sort(sync)),
         ),
         {**{c: median(c, v) for c, v in phases.items()}, REST: sorted_median(np.sort(rest))},
     )
@@ -360,7 +428,7 @@ def rank_analysis(frame: pl.DataFrame) -> RankAnalysis | None:
     parts = frame.partition_by(S.RANK, as_dict=True)
     if len(parts) < 2:
         return None
-    store = WorkStore()
+    store, starts = WorkStore(), WorkStore()
     stats = {}
     try:
         for key, rows in parts.items():
@@ -370,8 +438,10 @@ def rank_analysis(frame: pl.DataFrame) -> RankAnalysis | None:
             wall = rows.get_column(S.WALL_MS).cast(pl.Float64).to_numpy()
             sync = rows.get_column(S.SYNC_MS).fill_null(0.0).cast(pl.Float64).to_numpy()
             store.add(rank, rows.get_column(S.STEP).to_numpy(), wall - sync)
+            starts.add(rank, rows.get_column(S.STEP).to_numpy(), start_ms(rows.get_column(S.START_UNIX_NS).to_numpy()))
         steps = np.unique(frame.get_column(S.STEP).to_numpy())
         median = polars_median(frame.get_column(S.WALL_MS).cast(pl.Float64).to_numpy())
-        return rank_analysis_from(stats, store, steps, median)
+        return rank_analysis_from(stats, store, steps, median, starts)
     finally:
         store.close()
+        starts.close()

@@ -130,6 +130,10 @@ WARMUP_MAX_STEPS = 3
 SLOW_STEP_MIN_MS = 1.0
 SLOW_STEP_FRACTION = 0.05
 STRAGGLER_FRACTION = 0.5
+#: Ranks' starts of one step further apart than this many median steps are not on one clock (ranks recorded
+#: on unsynchronised hosts, or apart): on such a step arrival at the collective is a rank's work alone. Ours:
+#: ranks in lock-step start a step within one step of each other (a collective holds them together).
+START_SPREAD_MAX_STEPS = 1.0
 
 # -- steady state and outlier steps (analysis/steady.py) --
 #: A step is an outlier when its time exceeds the median by more than this many robust standard

@@ -57,6 +57,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "phase": s.phase,
                 "phase_excess_ms": _num(s.phase_excess_ms, 3),
                 "phase_diffs": {name: _num(ms, 3) for name, ms in s.phase_diffs},
+                "start_late_ms": _num(s.start_late_ms, 3),
             }
             for s in (m.distributed.stragglers if m.distributed else ())
         ],
@@ -68,8 +69,14 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "work_median_ms": _num(r.work_median_ms, 3),
                 "sync_share": _num(r.sync_share),
                 "data_share": _num(r.data_share),
+                "sync_median_ms": _num(r.sync_median_ms, 3),
+                "waits_ms": _num(r.waits_ms, 3),
             }
             for r in (m.distributed.per_rank if m.distributed else ())
+        ],
+        "victims": [
+            {"rank": r.rank, "waits_ms": _num(r.waits_ms, 3), "sync_median_ms": _num(r.sync_median_ms, 3)}
+            for r in (m.distributed.victims if m.distributed else ())
         ],
         "kernels": _kernels(report),
         "idle_owners": _idle_owners(report),

@@ -18,6 +18,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.kernel_metrics import BlockingGroup
 from analyzer.analysis.metrics import RAW
+from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, clamp
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
@@ -39,12 +40,17 @@ _READ_OPS = frozenset(
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 _STRAGGLER_FIXES = {
+    "start": "Rank {r} starts its steps late: the time is lost before the step, in the previous step's tail or "
+    "host work between steps (logging, checkpointing or evaluation on some ranks only, a slower optimizer step, "
+    "garbage collection): do that work on every rank alike or off the step.",
     "data": "Rank {r} waits longest for input: check its node's data path (disk, network storage, CPU cores for "
     "DataLoader workers) and give it more workers.",
-    "forward": "Rank {r} is slow in forward: {device}; look for uneven inputs (sequence lengths) or extra work done "
-    "only on that rank.",
+    "forward": "Rank {r} is slow in forward, before the others can meet it in a collective: {device}; look for "
+    "input imbalance (uneven sequence lengths per rank, uneven token routing to experts before an all-to-all) or "
+    "extra work done only on that rank. DDP bucket settings do not change this wait.",
     "backward": "Rank {r} is slow in backward: {device}; look for uneven inputs: shapes that differ per rank change "
-    "the work.",
+    "the work. Every gradient bucket's all-reduce waits for it: smaller buckets (bucket_cap_mb) let the others' "
+    "all-reduces overlap the rest of backward.",
     "optimizer": "Rank {r} is slow in the optimizer step: look for rank-specific work (logging, checkpointing, EMA).",
 }
 #: What to check on the slow rank's device, by what the trace shows about it.
@@ -168,6 +174,8 @@ class Sync(Rule):
             assert m.distributed is not None
             s = m.distributed.stragglers[0]
             waiting = [r.sync_share for r in m.distributed.per_rank if r.rank != s.rank]
+            victims = m.distributed.victims
+            wait = _victims_wait(m.distributed)
             return (
                 Evidence(
                     "straggler_slow_step_fraction",
@@ -201,6 +209,15 @@ class Sync(Rule):
                     ">=",
                     "fraction of step time",
                     "time the other ranks wait in collectives for it",
+                ),
+                Evidence(
+                    "victims_wait_ms",
+                    wait,
+                    T.SLOW_STEP_MIN_MS,
+                    ">=",
+                    "ms per step",
+                    f"median over the {len(victims)} waiting ranks of the last arrival at the collective minus "
+                    "their own (mean per step)",
                 ),
             )
         host = blocked_share(ctx)
@@ -281,16 +298,18 @@ class Sync(Rule):
         wall = ctx.wall
         if d.cause == "straggler":
             assert m.distributed is not None
-            s = m.distributed.stragglers[0]
+            late = m.distributed.stragglers
+            excess = max(x.excess_ms for x in late)
+            wait = _victims_wait(m.distributed) or excess
+            saved = min(wait, excess)
             return bounded(
                 ctx,
-                wall - s.excess_ms,
+                wall - saved,
                 "the other ranks' pace",
                 {},
                 (
-                    f"step {wall:.2f} ms minus rank {s.rank}'s median excess {s.excess_ms:.2f} ms (every rank then "
-                    "waits "
-                    "only for the others' normal pace)"
+                    f"step {wall:.2f} ms minus the waiting ranks' wait {wait:.2f} ms, at most the late ranks' "
+                    f"excess {excess:.2f} ms (every rank then waits only for the others' normal pace)"
                 ),
             )
         host = ctx.ms(blocked_share(ctx))
@@ -459,24 +478,50 @@ def collective_wait(ctx: Context) -> bool:
     return not ctx.gpu and ctx.run.world > 1 and ctx.run.source is None
 
 
+def _victims_wait(d: RankAnalysis) -> float:
+    """Median over the waiting ranks of what each waits per step for the last arrival (0 without any)."""
+    waits = sorted(r.waits_ms for r in d.victims)
+    if not waits:
+        return 0.0
+    k = len(waits)
+    return waits[k // 2] if k % 2 else 0.5 * (waits[k // 2 - 1] + waits[k // 2])
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8])
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+
+
+def _where(phase: str) -> str:
+    return (
+        "before the step (a late start: the previous step's tail or host work between steps)"
+        if phase == "start"
+        else f"in {phase}"
+    )
+
+
 def _straggler(ctx: Context) -> Detection | None:
-    """The slowest rank, when it is what the others wait for. On a CPU run the all-reduce itself may
-    dwarf the straggler's excess; the straggler arrives last, so its own wait is the collective
-    alone: the bigger of the two is the cause."""
+    """The ranks that arrive last at the collective, named whatever their own sync share (they are
+    what the others wait for; their own wait is the collective alone)."""
     d = ctx.m.distributed
     if d is None or not d.stragglers:
         return None
     s = d.stragglers[0]
-    if collective_wait(ctx) and d.step_median_ms:
-        own = next((r.sync_share for r in d.per_rank if r.rank == s.rank), 0.0)
-        if s.excess_ms / d.step_median_ms < own:
-            return None
+    late = [x.rank for x in d.stragglers]
+    victims = d.victims
+    who = f"Rank {s.rank} is" if len(late) == 1 else f"Ranks {_ranks(late)} are"
+    others = (
+        f"ranks {_ranks([v.rank for v in victims])} wait for {'it' if len(late) == 1 else 'them'} "
+        f"{_victims_wait(d):.1f} ms per step (their own sync: a median {victims[0].sync_median_ms:.1f} ms)"
+        if victims
+        else "the other ranks wait for it"
+    )
     return Detection(
         cause="straggler",
         share=clamp(s.excess_ms / d.step_median_ms) if d.step_median_ms else 0.0,
         consistency=s.steps_slow / s.steps if s.steps else 0.0,
         evidence_steps=s.steps,
-        summary=f"Rank {s.rank} is a straggler: slowest on {s.steps_slow} of {s.steps} steps by a median "
-        f"{s.excess_ms:.1f} ms, mostly in {s.phase}{_diffs(s.phase_diffs)}; the other ranks wait for it in "
+        summary=f"{who} late at the collective: rank {s.rank} arrives last on {s.steps_slow} of {s.steps} steps by "
+        f"a median {s.excess_ms:.1f} ms, losing it {_where(s.phase)}{_diffs(s.phase_diffs)}; {others} in "
         + ("gradient all-reduce." if ctx.gpu else "collectives."),
     )
