@@ -147,3 +147,49 @@ def test_fleet_of_a_url_names_runs_under_it():
         assert [s["run"] for s in data["skipped"]] == ["broken.arrow"]
     finally:
         fs.rm("/fleet-test", recursive=True)
+
+
+HOSTILE_NAMES = [
+    "=HYPERLINK(x)",
+    "+cmd",
+    "-2+3",
+    "@SUM(A1)",
+    "\tTAB",
+    "\rCR",
+    "osc\x1b]0;X\x07",
+    "rlo\u202etxt",
+    "tag\U000e0041",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_csv_cell_is_never_a_formula_or_a_control(name):
+    from analyzer.fleet.fleet_output import FORMULA_START, csv_cell
+    from analyzer.render.safe import clean
+
+    cell = csv_cell(name)
+    assert not cell.startswith(FORMULA_START) and clean(cell) == cell
+    assert csv_cell("plain run/trace.arrow") == "plain run/trace.arrow"
+
+
+def test_fleet_csv_cells_are_neutralised(tmp_path):
+    import csv
+
+    from analyzer.render.safe import clean
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    for name in HOSTILE_NAMES:
+        write_trace(root / f"{name}.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    out = tmp_path / "fleet.csv"
+    _fleet(root, "--csv", out)
+    with out.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(HOSTILE_NAMES)
+    for row in rows:
+        for column, cell in row.items():
+            if column in ("rank",) or cell == "" or cell.lstrip("-").replace(".", "", 1).isdigit():
+                continue  # numbers stay numbers
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), (column, cell)
+            assert clean(cell) == cell, (column, cell)
+    assert {r["run"] for r in rows} >= {"'=HYPERLINK(x).arrow", "'@SUM(A1).arrow"}
