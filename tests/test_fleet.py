@@ -193,3 +193,28 @@ def test_fleet_csv_cells_are_neutralised(tmp_path):
             assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), (column, cell)
             assert clean(cell) == cell, (column, cell)
     assert {r["run"] for r in rows} >= {"'=HYPERLINK(x).arrow", "'@SUM(A1).arrow"}
+
+
+def dies_on_killme(job):
+    """A fleet task whose worker is killed (like the OOM killer) on the run named killme."""
+    import os
+    import signal
+
+    from analyzer.fleet.run_row import analyse_run
+
+    if "killme" in job.run.name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return analyse_run(job)
+
+
+def test_fleet_survives_a_killed_worker(tmp_path):
+    from analyzer.fleet.fleet_options import FleetOptions
+    from analyzer.fleet.triage import WORKER_DIED, triage
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    for name in ("a", "b", "killme", "c", "d"):
+        write_trace(root / f"{name}.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    fleet = triage(str(root), FleetOptions(workers=2), task=dies_on_killme)
+    assert sorted(r.run for r in fleet.rows) == ["a.arrow", "b.arrow", "c.arrow", "d.arrow"]
+    assert [(s.run, s.reason) for s in fleet.skipped] == [("killme.arrow", WORKER_DIED)]
