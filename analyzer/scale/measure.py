@@ -176,8 +176,9 @@ def cache_root() -> Path:
     env = os.environ.get("GPUANALYZE_CACHE")
     if env:
         return Path(env)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gpuanalyze" / "imports"
+    from analyzer.machine.user_cache import gpuanalyze_cache
+
+    return gpuanalyze_cache("imports")
 
 
 def _cache_dir(source_dir: str) -> tuple[str, tempfile.TemporaryDirectory[str] | None]:
