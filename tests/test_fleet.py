@@ -221,17 +221,15 @@ def test_fleet_survives_a_killed_worker(tmp_path):
 
 
 def test_fleet_on_a_very_deep_tree_stops_at_the_depth_bound_with_a_note(tmp_path):
-    import os
-
     from analyzer.fleet.discover import MAX_DEPTH
 
     root = tmp_path / "fleet"
     (root / "a").mkdir(parents=True)
     write_trace(root / "a" / "shallow.arrow", [make_row(i, wall=20.0) for i in range(30)])
-    deep = str(root)
+    deep = root
     for _ in range(1100):  # os.walk recursed once per level: RecursionError
-        deep = os.path.join(deep, "d")
-        os.mkdir(deep)  # one level at a time (os.makedirs recurses too)
+        deep = deep / "d"
+        deep.mkdir()  # one level at a time (parents=True recurses too)
     result = _fleet(root)
     assert "Traceback" not in result.output and "1 run(s) beneath" in result.output
     assert f"deeper than {MAX_DEPTH} levels" in result.output

@@ -91,7 +91,7 @@ def _walk_local(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
             subdirs = []
         yield directory, rel, regular, odd
         for name in reversed(subdirs):
-            stack.append((os.path.join(directory, name), _join(rel, name), depth + 1))
+            stack.append((f"{directory}{os.sep}{name}", _join(rel, name), depth + 1))
 
 
 def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
