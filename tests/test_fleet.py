@@ -230,6 +230,28 @@ def test_fleet_on_a_very_deep_tree_stops_at_the_depth_bound_with_a_note(tmp_path
     for _ in range(1100):  # os.walk recursed once per level: RecursionError
         deep = deep / "d"
         deep.mkdir()  # one level at a time (parents=True recurses too)
-    result = _fleet(root)
+    try:
+        result = _fleet(root)
+    finally:
+        while deep != root:  # pytest's clean-up (shutil.rmtree) recurses per level as well
+            deep.rmdir()
+            deep = deep.parent
     assert "Traceback" not in result.output and "1 run(s) beneath" in result.output
     assert f"deeper than {MAX_DEPTH} levels" in result.output
+
+
+def test_fleet_of_an_unreachable_url_is_one_line_with_the_host_and_the_reason():
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Unreachable(MemoryFileSystem):
+        protocol = ("unreachable",)
+
+        def isdir(self, path):
+            raise ConnectionRefusedError("Cannot connect to host runs.example:443 [Connection refused]")
+
+    fsspec.register_implementation("unreachable", Unreachable, clobber=True)
+    result = runner.invoke(app, ["fleet", "unreachable://runs.example/team/", "--workers", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert "runs.example" in line and "ConnectionRefusedError" in line and "Connection refused" in line

@@ -95,7 +95,27 @@ def _walk_local(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
 
 
 def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
-    """Every run beneath ``root`` and notes on what was passed over; raises GpuAnalyzeError."""
+    """Every run beneath ``root`` and notes on what was passed over; raises GpuAnalyzeError (for a
+    URL whose host cannot be reached or listed: one line with the host and the reason)."""
+    if not storage.is_url(root):
+        return _find_runs(root)
+    try:
+        return _find_runs(root)
+    except GpuAnalyzeError:
+        raise
+    except Exception as exc:
+        from urllib.parse import urlsplit
+
+        from analyzer.render.safe import clean
+
+        host = urlsplit(root).hostname or root.split("://", 1)[0]
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise GpuAnalyzeError(
+            clean(f"{root}: cannot list {host}: {type(exc).__name__}{': ' + reason if reason else ''}")
+        ) from exc
+
+
+def _find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
     if not storage.is_url(root) and not Path(root).exists():
         raise GpuAnalyzeError(f"{root}: no such file or directory")
     if not storage.is_url(root) and Path(root).is_file():
