@@ -342,3 +342,12 @@ def test_signals_reach_the_command_and_its_fate_is_passed_on(tmp_path, signum, s
         assert not trace.complete and "ended without closing" in stdout.replace("\n", " ").replace("│", "")
     else:  # Ctrl-C: KeyboardInterrupt unwinds, and the trace records it
         assert trace.complete and trace.end.status == status
+
+
+def test_a_hostile_out_path_reaches_the_terminal_escaped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = "o\x1b]0;X\x07\u202e"
+    result = runner.invoke(app, ["run", "--out", name, "--", sys.executable, "-c", "pass"])
+    assert "no trace in" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output and "\u202e" not in result.output
+    assert "o\\x1b]0;X\\x07\\u202e" in result.output
