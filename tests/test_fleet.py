@@ -255,3 +255,10 @@ def test_fleet_of_an_unreachable_url_is_one_line_with_the_host_and_the_reason():
     assert result.exit_code == 2 and "Traceback" not in result.output
     (line,) = result.output.strip().splitlines()
     assert "runs.example" in line and "ConnectionRefusedError" in line and "Connection refused" in line
+
+
+def test_fleet_lays_its_table_out_for_width(fleet_dir):
+    wide = _fleet(fleet_dir, "--width", "160").output
+    narrow = _fleet(fleet_dir, "--width", "60").output
+    assert max(len(line) for line in narrow.splitlines()) <= 60
+    assert max(len(line) for line in wide.splitlines()) > 60
