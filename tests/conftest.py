@@ -130,3 +130,21 @@ def with_residue(removed_all: float, wall: float) -> float:
     from analyzer.analysis import thresholds as T
 
     return removed_all + T.REMOVAL_RESIDUE * (wall - removed_all)
+
+
+@pytest.fixture
+def empty_home(tmp_path, monkeypatch):
+    """A fresh machine: HOME an empty directory, no XDG_* variables, no gpuanalyze cache settings."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for name in (
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "GPUANALYZE_CEILINGS",
+        "GPUANALYZE_CACHE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    return home

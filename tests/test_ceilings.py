@@ -178,16 +178,13 @@ def test_an_old_single_machine_file_is_kept_side_by_side(store):
     assert sorted(machines) == ["?/cpu/old", "node-a/cupy/NVIDIA H200"]
 
 
-def test_the_default_cache_directory_is_created_but_nothing_above_it(tmp_path, monkeypatch):
+def test_a_missing_default_cache_directory_is_created_the_xdg_way(tmp_path, monkeypatch):
     monkeypatch.delenv("GPUANALYZE_CEILINGS")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = CS.default_path()
-    with pytest.raises(GpuAnalyzeError, match="does not exist"):
-        _save(path, H200_A, launch=[_result("launch_overhead", 1.0)])
-    assert not (tmp_path / "cache").exists()
-    (tmp_path / "cache").mkdir()
     _save(path, H200_A, launch=[_result("launch_overhead", 1.0)])
     assert path.is_file() and (path.parent.stat().st_mode & 0o777) == 0o700
+    assert ((tmp_path / "cache").stat().st_mode & 0o777) == 0o700
 
 
 def test_a_chosen_location_gets_no_directories(store, tmp_path, monkeypatch):

@@ -147,3 +147,118 @@ def test_fleet_of_a_url_names_runs_under_it():
         assert [s["run"] for s in data["skipped"]] == ["broken.arrow"]
     finally:
         fs.rm("/fleet-test", recursive=True)
+
+
+HOSTILE_NAMES = [
+    "=HYPERLINK(x)",
+    "+cmd",
+    "-2+3",
+    "@SUM(A1)",
+    "\tTAB",
+    "\rCR",
+    "osc\x1b]0;X\x07",
+    "rlo\u202etxt",
+    "tag\U000e0041",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_csv_cell_is_never_a_formula_or_a_control(name):
+    from analyzer.fleet.fleet_output import FORMULA_START, csv_cell
+    from analyzer.render.safe import clean
+
+    cell = csv_cell(name)
+    assert not cell.startswith(FORMULA_START) and clean(cell) == cell
+    assert csv_cell("plain run/trace.arrow") == "plain run/trace.arrow"
+
+
+def test_fleet_csv_cells_are_neutralised(tmp_path):
+    import csv
+
+    from analyzer.render.safe import clean
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    for name in HOSTILE_NAMES:
+        write_trace(root / f"{name}.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    out = tmp_path / "fleet.csv"
+    _fleet(root, "--csv", out)
+    with out.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(HOSTILE_NAMES)
+    for row in rows:
+        for column, cell in row.items():
+            if column in ("rank",) or cell == "" or cell.lstrip("-").replace(".", "", 1).isdigit():
+                continue  # numbers stay numbers
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), (column, cell)
+            assert clean(cell) == cell, (column, cell)
+    assert {r["run"] for r in rows} >= {"'=HYPERLINK(x).arrow", "'@SUM(A1).arrow"}
+
+
+def dies_on_killme(job):
+    """A fleet task whose worker is killed (like the OOM killer) on the run named killme."""
+    import os
+    import signal
+
+    from analyzer.fleet.run_row import analyse_run
+
+    if "killme" in job.run.name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return analyse_run(job)
+
+
+def test_fleet_survives_a_killed_worker(tmp_path):
+    from analyzer.fleet.fleet_options import FleetOptions
+    from analyzer.fleet.triage import WORKER_DIED, triage
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    for name in ("a", "b", "killme", "c", "d"):
+        write_trace(root / f"{name}.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    fleet = triage(str(root), FleetOptions(workers=2), task=dies_on_killme)
+    assert sorted(r.run for r in fleet.rows) == ["a.arrow", "b.arrow", "c.arrow", "d.arrow"]
+    assert [(s.run, s.reason) for s in fleet.skipped] == [("killme.arrow", WORKER_DIED)]
+
+
+def test_fleet_on_a_very_deep_tree_stops_at_the_depth_bound_with_a_note(tmp_path):
+    from analyzer.fleet.discover import MAX_DEPTH
+
+    root = tmp_path / "fleet"
+    (root / "a").mkdir(parents=True)
+    write_trace(root / "a" / "shallow.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    deep = root
+    for _ in range(1100):  # os.walk recursed once per level: RecursionError
+        deep = deep / "d"
+        deep.mkdir()  # one level at a time (parents=True recurses too)
+    try:
+        result = _fleet(root)
+    finally:
+        while deep != root:  # pytest's clean-up (shutil.rmtree) recurses per level as well
+            deep.rmdir()
+            deep = deep.parent
+    assert "Traceback" not in result.output and "1 run(s) beneath" in result.output
+    assert f"deeper than {MAX_DEPTH} levels" in result.output
+
+
+def test_fleet_of_an_unreachable_url_is_one_line_with_the_host_and_the_reason():
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Unreachable(MemoryFileSystem):
+        protocol = ("unreachable",)
+
+        def isdir(self, path):
+            raise ConnectionRefusedError("Cannot connect to host runs.example:443 [Connection refused]")
+
+    fsspec.register_implementation("unreachable", Unreachable, clobber=True)
+    result = runner.invoke(app, ["fleet", "unreachable://runs.example/team/", "--workers", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert "runs.example" in line and "ConnectionRefusedError" in line and "Connection refused" in line
+
+
+def test_fleet_lays_its_table_out_for_width(fleet_dir):
+    wide = _fleet(fleet_dir, "--width", "160").output
+    narrow = _fleet(fleet_dir, "--width", "60").output
+    assert max(len(line) for line in narrow.splitlines()) <= 60
+    assert max(len(line) for line in wide.splitlines()) > 60

@@ -149,3 +149,24 @@ def test_missing_optional_column_becomes_null(tmp_path):
     trace = load_trace(_arrow(tmp_path / "o.arrow", table, meta))
     assert trace.frame.get_column(S.DATA_WAIT_MS).null_count() == 2
     assert any("data_wait_ms is absent" in n for n in trace.notes)
+
+
+@pytest.mark.parametrize("args", [[], ["--json"]])
+def test_a_system_column_of_the_wrong_type_is_dropped_with_a_note(tmp_path, args):
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+    from tests.hostile.arrow_cases import _meta, _plain, _write
+
+    n = 30
+    wrong = {0: pa.array([["a", "b"]] * n, type=pa.list_(pa.string())), 1: pa.array([{"x": 1}] * n)}
+    for rank, column in wrong.items():  # a list on one rank, a struct on the other
+        batch = _plain(n, **{S.SYSTEM: column})
+        arrays = {name: batch.column(name) for name in batch.schema.names}
+        arrays[S.RANK] = pa.array([rank] * n, type=batch.schema.field(S.RANK).type)
+        batch = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+        _write(tmp_path / f"trace.rank{rank}.arrow", batch, meta=_meta(b'{"world_size":2,"rank":%d}' % rank))
+    for target in (tmp_path, tmp_path / "trace.rank0.arrow"):
+        result = CliRunner().invoke(app, [str(target), *args])
+        assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+        assert "column system has an unexpected type (list<item: string>)" in " ".join(result.output.split())

@@ -120,6 +120,33 @@ def test_a_bad_variable_names_itself(name, value, says):
         env_vars.options_from_env({name: value})
 
 
+@pytest.mark.parametrize("value", ["x,y", "a=b,c=d", '{"j":1}', "quote ' and \"", "line\nbreak", "ünï ☃", ""])
+def test_any_tag_value_round_trips_through_the_environment(tmp_path, value):
+    from analyzer.record.profile_options import ProfileOptions
+
+    tags = {"b": value, "k,=": "v"}
+    env = env_vars.env_for(ProfileOptions(tags=tags), tmp_path, "rid")
+    assert env_vars.options_from_env(env).tags == tags
+
+
+def test_the_older_comma_form_of_tags_is_still_read():
+    assert env_vars.options_from_env({env_vars.TAGS: "exp=a, seed=1"}).tags == {"exp": "a", "seed": "1"}
+    with pytest.raises(GpuAnalyzeError, match="JSON object"):
+        env_vars.options_from_env({env_vars.TAGS: '{"exp": 3}'})
+
+
+def test_a_bad_inherited_variable_is_said_first_and_the_command_is_not_run(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("GPUANALYZE_WINDOW_FIRST", "soon")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", "--out", str(out), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    assert result.exit_code == 2
+    first = result.output.strip().splitlines()[0]
+    assert "recording would be off" in first and "GPUANALYZE_WINDOW_FIRST='soon'" in first
+    assert "optimizer step" not in result.output
+    assert not marker.exists() and not out.exists()
+
+
 def test_the_bootstrap_runs_the_users_sitecustomize_and_stays_idle_without_torch(tmp_path):
     from analyzer.record.profile_options import ProfileOptions
 
@@ -159,7 +186,7 @@ def test_print_env_shows_what_a_scheduler_sets(tmp_path):
     lines = result.output.splitlines()
     assert "export GPUANALYZE_RUN=1" in lines
     assert f"export GPUANALYZE_OUT={tmp_path}" in lines
-    assert "export GPUANALYZE_TAGS='exp=a b'" in lines
+    assert """export GPUANALYZE_TAGS='{"exp":"a b"}'""" in lines
     assert any(line.startswith(f"export PYTHONPATH={env_vars.bootstrap_dir()}") for line in lines)
 
 
@@ -315,3 +342,12 @@ def test_signals_reach_the_command_and_its_fate_is_passed_on(tmp_path, signum, s
         assert not trace.complete and "ended without closing" in stdout.replace("\n", " ").replace("│", "")
     else:  # Ctrl-C: KeyboardInterrupt unwinds, and the trace records it
         assert trace.complete and trace.end.status == status
+
+
+def test_a_hostile_out_path_reaches_the_terminal_escaped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = "o\x1b]0;X\x07\u202e"
+    result = runner.invoke(app, ["run", "--out", name, "--", sys.executable, "-c", "pass"])
+    assert "no trace in" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output and "\u202e" not in result.output
+    assert "o\\x1b]0;X\\x07\\u202e" in result.output

@@ -131,3 +131,17 @@ def test_width_option_on_planning_commands():
     assert result.exit_code == 0
     assert max(cell_len(line) for line in result.output.splitlines()) <= 50
     assert runner.invoke(app, ["memory", "--params", "7e9", "--width", "5"]).exit_code == 2
+
+
+def test_a_findings_severity_is_worded_apart_from_its_confidence():
+    import re
+
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+    from tests.conftest import SAMPLES
+
+    result = CliRunner().invoke(app, [str(SAMPLES / "cpu_data_loading.arrow"), "--width", "120"])
+    assert result.exit_code == 0, result.output
+    titles = [line for line in result.output.splitlines() if re.search(r"\d\. \w+: ", line)]
+    assert titles and all(re.search(r"\((low|medium|high) severity\)", t) for t in titles), titles

@@ -228,3 +228,78 @@ def test_gpuanalyze_run_log_mlflow_logs_the_commands_trace_and_keeps_its_exit_st
         mlflow.set_tracking_uri(None)
     assert run.data.tags["gpuanalyze/bottleneck"] == "data_loading"
     assert run.data.metrics["gpuanalyze/steps"] > 0
+
+
+def test_a_tracker_sees_the_command_line_redacted_and_short_http_defaults(monkeypatch):
+    import os
+    import sys
+
+    from analyzer.track.tracker_call import MLFLOW_HTTP_DEFAULTS, tracker_call
+
+    argv = ["gpuanalyze", "run", "--", "python", "train.py", "--hf-token", "hf_PLANTED", "--api-key=PLANTED2"]
+    monkeypatch.setattr(sys, "argv", list(argv))
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "5")  # the user's own setting wins
+    with tracker_call() as seen:
+        assert sys.argv == seen and "hf_PLANTED" not in " ".join(seen) and "PLANTED2" not in " ".join(seen)
+        assert seen[-2:] == ["***", "--api-key=***"]
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == MLFLOW_HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "5"
+    assert sys.argv == argv and "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
+
+
+def _files_holding(root, secret: bytes) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and secret in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_no_command_line_secret_reaches_the_wandb_or_mlflow_store(tmp_path):
+    if importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("wandb") is None:
+        pytest.skip("needs mlflow and wandb (pip install 'gpuanalyze[mlflow,wandb]')")
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_run import TRAIN
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    stores = tmp_path / "stores"
+    stores.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUANALYZE_", "WANDB_", "MLFLOW_"))}
+    env |= {
+        "MLFLOW_TRACKING_URI": f"file:{stores / 'mlruns'}",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(stores),
+        "WANDB_SILENT": "true",
+    }
+    command = [sys.executable, str(script), "--hf-token", "hf_PLANTEDSECRET1", "--api-key=PLANTEDSECRET2"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analyzer.run",
+            "--out",
+            str(tmp_path / "out"),
+            "--log",
+            "wandb",
+            "--log",
+            "mlflow",
+            "--",
+            *command,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert "logged to wandb run" in done.stderr and "logged to mlflow run" in done.stderr, done.stderr
+    assert list((stores / "wandb").glob("offline-run-*")) and (stores / "mlruns").is_dir()
+    for secret in (b"hf_PLANTEDSECRET1", b"PLANTEDSECRET2"):
+        assert _files_holding(stores, secret) == []
+        assert _files_holding(tmp_path / "out", secret) == []  # the trace redacts too
+    assert not [p for d in (stores / "wandb").rglob("code") for p in d.rglob("*") if p.is_file()], "no code captured"
+    assert not list((stores / "wandb").rglob("requirements.txt")), "no requirements captured"

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from analyzer.cli import options
+from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, fail
 from analyzer.cli.trace import ENGINE_HELP, WORKERS_HELP
 from analyzer.errors import GpuAnalyzeError
@@ -36,6 +37,7 @@ def fleet_cmd(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --csv/--parquet files.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Rows of the table to print (0: all).")] = 25,
+    width: Annotated[int | None, width_option()] = None,
     engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
 ) -> None:
@@ -75,7 +77,7 @@ def fleet_cmd(
         from analyzer.fleet.fleet_view import render_fleet
         from analyzer.render.console import report_console
 
-        report_console().print(render_fleet(fleet, top=top))
+        report_console(width).print(render_fleet(fleet, top=top))
 
 
 def _progress(done: int, total: int) -> None:

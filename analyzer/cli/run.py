@@ -167,6 +167,7 @@ def _tag(text: str) -> tuple[str, str]:
 
 def _report(finished: Finished, json_out: bool) -> list[Report]:
     """What the command left: one line on stderr, then the analysis of each of its traces."""
+    from analyzer.render.safe import clean
     from analyzer.run.summary import analyze_quietly, json_text, print_terminal
 
     status = (
@@ -174,7 +175,10 @@ def _report(finished: Finished, json_out: bool) -> list[Report]:
         if finished.returncode < 0
         else f"exited with status {finished.returncode}"
     )
-    err = typer.echo
+
+    def err(message: str, *, err: bool) -> None:
+        typer.echo(clean(message), err=err)  # paths (--out, trace names) reach the terminal escaped
+
     if not finished.traces:
         err(
             f"gpuanalyze: the command {status}; no trace in {finished.out_dir} "

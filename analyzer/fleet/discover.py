@@ -20,6 +20,10 @@ from analyzer.scale import storage
 
 _RANK = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
 _SUFFIXES = (".json.gz", ".json", ".arrow")
+#: Levels of subdirectories searched beneath the root (deeper ones are skipped with a note).
+MAX_DEPTH = 64
+#: Marks an odd entry that stands for a directory passed over, not a file.
+SKIPPED_DIR = "\x00dir:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,21 +62,60 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
             d = directory.rstrip("/")
             yield prefix + d, d[len(path) :].lstrip("/"), sorted(f for f in files if _suffix(f)), []
         return
-    for directory, dirs, files in os.walk(root, followlinks=False):
-        dirs.sort()
+    yield from _walk_local(root)
+
+
+def _walk_local(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
+    """Depth first, in name order, without recursion (os.walk recurses: a tree ~1,000 levels deep
+    ends in RecursionError) and at most MAX_DEPTH levels down; a directory deeper, or one that cannot
+    be listed, is reported as a ``"<dir>/"`` entry of its parent's odd list."""
+    stack: list[tuple[str, str, int]] = [(root, "", 0)]
+    while stack:
+        directory, rel, depth = stack.pop()
         regular: list[str] = []
         odd: list[str] = []
-        for name in sorted(files):
-            if _suffix(name) is None:
-                continue
-            full = Path(directory) / name
-            (regular if full.is_file() and not full.is_symlink() else odd).append(name)
-        rel = os.path.relpath(directory, root)
-        yield directory, "" if rel == "." else rel, regular, odd
+        subdirs: list[str] = []
+        try:
+            with os.scandir(directory) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            yield directory, rel, [], [f"{SKIPPED_DIR}cannot be listed ({exc.strerror or exc})"]
+            continue
+        for entry in listed:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            elif _suffix(entry.name) is not None:
+                (regular if entry.is_file(follow_symlinks=False) else odd).append(entry.name)
+        if subdirs and depth >= MAX_DEPTH:
+            odd.append(f"{SKIPPED_DIR}its {len(subdirs)} subdirectories are deeper than {MAX_DEPTH} levels")
+            subdirs = []
+        yield directory, rel, regular, odd
+        for name in reversed(subdirs):
+            stack.append((f"{directory}{os.sep}{name}", _join(rel, name), depth + 1))
 
 
 def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
-    """Every run beneath ``root`` and notes on what was passed over; raises GpuAnalyzeError."""
+    """Every run beneath ``root`` and notes on what was passed over; raises GpuAnalyzeError (for a
+    URL whose host cannot be reached or listed: one line with the host and the reason)."""
+    if not storage.is_url(root):
+        return _find_runs(root)
+    try:
+        return _find_runs(root)
+    except GpuAnalyzeError:
+        raise
+    except Exception as exc:
+        from urllib.parse import urlsplit
+
+        from analyzer.render.safe import clean
+
+        host = urlsplit(root).hostname or root.split("://", 1)[0]
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise GpuAnalyzeError(
+            clean(f"{root}: cannot list {host}: {type(exc).__name__}{': ' + reason if reason else ''}")
+        ) from exc
+
+
+def _find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
     if not storage.is_url(root) and not Path(root).exists():
         raise GpuAnalyzeError(f"{root}: no such file or directory")
     if not storage.is_url(root) and Path(root).is_file():
@@ -82,7 +125,12 @@ def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
     runs: list[RunTarget] = []
     notes: list[str] = []
     for directory, rel, files, odd in _walk(root):
-        notes += [f"skipped {_join(rel, n)}: not a regular file (links are not followed)" for n in odd]
+        notes += [
+            f"skipped {rel or '.'}/: {n[len(SKIPPED_DIR) :]}"
+            if n.startswith(SKIPPED_DIR)
+            else f"skipped {_join(rel, n)}: not a regular file (links are not followed)"
+            for n in odd
+        ]
         groups: dict[str, list[str]] = {}
         for name in files:
             suffix = _suffix(name)
@@ -105,7 +153,8 @@ def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
                 )
                 runs += [RunTarget(_join(rel, m), storage.join(directory, m), 1) for m in members]
     if not runs:
-        raise GpuAnalyzeError(f"{root}: no .arrow or profiler .json(.gz) traces beneath this directory")
+        why = f" ({notes[0]})" if notes else ""
+        raise GpuAnalyzeError(f"{root}: no .arrow or profiler .json(.gz) traces beneath this directory{why}")
     return runs, notes
 
 

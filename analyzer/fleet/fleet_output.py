@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     import polars as pl
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(RunRow))
+#: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """A text cell safe to open in a spreadsheet: a formula start gets a leading ``'`` (OWASP), and
+    control and invisible characters (ESC, BEL, RLO, TAG...) are shown as escapes (``render.safe``)."""
+    from analyzer.render.safe import clean
+
+    return ("'" if value.startswith(FORMULA_START) else "") + clean(value)
 
 
 def fleet_dict(fleet: Fleet) -> dict[str, Any]:
@@ -50,13 +60,16 @@ def fleet_frame(fleet: Fleet) -> pl.DataFrame:
 
 def write_table(fleet: Fleet, path: Path, kind: str, *, force: bool) -> None:
     """Write the table as ``kind`` ('csv' or 'parquet') through the safe writer (never over a file without force)."""
+    import polars as pl
+
     from analyzer.files import write_file
 
     frame = fleet_frame(fleet)
 
     def write(fh: BinaryIO) -> None:
         if kind == "csv":
-            frame.write_csv(fh)
+            text = [c for c, t in frame.schema.items() if t == pl.String]
+            frame.with_columns(pl.col(c).map_elements(csv_cell, return_dtype=pl.String) for c in text).write_csv(fh)
         else:
             frame.write_parquet(fh)
 

@@ -48,9 +48,24 @@ def rank(rows: list[RunRow], by: str) -> list[RunRow]:
     return sorted(rows, key=key)
 
 
-def triage(root: str, options: FleetOptions, *, progress: Callable[[int, int], None] | None = None) -> Fleet:
-    """Every run beneath ``root`` analysed on ``options.engine``, ranked; raises GpuAnalyzeError when there is none."""
-    from analyzer.scale.engine import make_engine
+#: Why a run is skipped whose worker process died (the system killed it, e.g. for memory).
+WORKER_DIED = "the worker analysing it died (killed by the system, e.g. out of memory); the others went on"
+
+
+def _lost(job: RunJob) -> Skipped:
+    return Skipped(job.run.name, WORKER_DIED)
+
+
+def triage(
+    root: str,
+    options: FleetOptions,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    task: Callable[[RunJob], RunRow | Skipped] = analyse_run,
+) -> Fleet:
+    """Every run beneath ``root`` analysed on ``options.engine`` (``task`` per run), ranked; a run whose
+    worker dies is skipped with a note. Raises GpuAnalyzeError when there is none."""
+    from analyzer.scale.engine import LocalEngine, make_engine
 
     targets, notes = find_runs(root)
     jobs = [RunJob(t, options.length) for t in targets]
@@ -58,7 +73,8 @@ def triage(root: str, options: FleetOptions, *, progress: Callable[[int, int], N
     skipped: list[Skipped] = []
     engine = make_engine(options.engine, workers=options.workers)
     try:
-        for done, result in enumerate(engine.map(analyse_run, jobs), 1):
+        results = engine.map(task, jobs, on_lost=_lost) if isinstance(engine, LocalEngine) else engine.map(task, jobs)
+        for done, result in enumerate(results, 1):
             if isinstance(result, RunRow):
                 rows.append(result)
             else:

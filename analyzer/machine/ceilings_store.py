@@ -37,6 +37,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from analyzer.errors import GpuAnalyzeError
+from analyzer.machine.user_cache import gpuanalyze_cache, make_private_dir
 
 FORMAT: Final = "gpuanalyze-ceilings"
 VERSION = 2
@@ -132,8 +133,7 @@ def default_path() -> Path:
 
 
 def _cache_path() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gpuanalyze" / "ceilings.json"
+    return gpuanalyze_cache("ceilings.json")
 
 
 def this_host() -> str:
@@ -226,20 +226,11 @@ def stored_machines(path: Path) -> list[StoredMachine]:
 
 
 def prepare_directory(path: Path) -> None:
-    """Create the default cache directory (``~/.cache/gpuanalyze``, ours) when ``path`` is the default
-    cache file; any other directory must already exist (``files.check_target`` says so)."""
+    """Create the default cache directory (``$XDG_CACHE_HOME/gpuanalyze``, parents included, 0700) when
+    ``path`` is the default cache file; any other directory must already exist (``files.check_target`` says so)."""
     if path != _cache_path() or path.parent.is_dir():
         return
-    try:
-        path.parent.mkdir(mode=0o700)
-    except FileNotFoundError as exc:
-        raise GpuAnalyzeError(
-            f"cannot save ceilings: {path.parent.parent} does not exist (create it, or set GPUANALYZE_CEILINGS)"
-        ) from exc
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise GpuAnalyzeError(f"cannot create {path.parent} ({exc.strerror})") from exc
+    make_private_dir(path.parent)  # the XDG rule: create missing cache directories 0700
 
 
 @contextlib.contextmanager

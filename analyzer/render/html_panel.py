@@ -64,7 +64,7 @@ def _finding(f: Finding, rank: int, report: Report) -> str:
         f'<p class="summary">{h(f.summary)}</p>',
         facts(
             [
-                ("cause", f"<code>{h(f.cause)}</code> ({h(f.severity)}; ~{f.share:.0%} of the step)"),
+                ("cause", f"<code>{h(f.cause)}</code> ({h(f.severity)} severity; ~{f.share:.0%} of the step)"),
                 ("confidence", _confidence(f.confidence.level, f.confidence.value, f.confidence.reason)),
                 ("if fixed", f"<strong>{h(words.projection(p))}</strong>"),
                 ("bound", h(p.bound)),

@@ -185,7 +185,7 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
     body = Group(text(f.summary), Text(""), labelled(rows))
-    title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity})")
+    title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity} severity)")  # never read as the confidence
     return Panel(body, title=title, title_align="left")
 
 

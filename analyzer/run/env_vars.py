@@ -8,6 +8,7 @@ a variable ``GPUANALYZE_<F>``; see docs/recording.md for the table.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,8 @@ ON = "GPUANALYZE_RUN"
 #: The directory the traces go to (created if missing; its parent must exist).
 OUT = "GPUANALYZE_OUT"
 RUN_ID = RUN_ID_ENV
-#: ``key=value,key=value`` stored as the trace's tags.
+#: The trace's tags as a JSON object of strings (``{"exp":"a,b"}``: any value round-trips); the
+#: older ``key=value,key=value`` form is still read.
 TAGS = "GPUANALYZE_TAGS"
 #: Name of the trace in the output directory (ranks: ``trace.rank<N>.arrow``).
 TRACE_NAME = "trace.arrow"
@@ -73,7 +75,7 @@ def env_for(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, st
         if value != getattr(defaults, name):
             env[variable(name)] = _format(value)
     if options.tags:
-        env[TAGS] = ",".join(f"{k}={v}" for k, v in options.tags.items())
+        env[TAGS] = json.dumps(options.tags, ensure_ascii=False, separators=(",", ":"))
     return env
 
 
@@ -117,6 +119,17 @@ def _format(value: object) -> str:
 
 
 def _tags(raw: str) -> dict[str, str]:
+    """The tags of ``GPUANALYZE_TAGS``: a JSON object of strings, or the older ``key=value,...`` form."""
+    if raw.lstrip().startswith("{"):
+        try:
+            tags = json.loads(raw)
+        except ValueError as exc:
+            raise GpuAnalyzeError(f"{TAGS}: not a JSON object ({exc})") from exc
+        if not isinstance(tags, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in tags.items()
+        ):
+            raise GpuAnalyzeError(f"{TAGS}: expected a JSON object of non-empty keys and string values")
+        return tags
     tags = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         key, sep, value = item.partition("=")

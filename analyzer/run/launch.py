@@ -65,9 +65,15 @@ def prepare_out_dir(out_dir: Path) -> tuple[Path, bool]:
 
 
 def child_env(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, str]:
+    """The command's environment. Raises GpuAnalyzeError when its processes would not record (a bad
+    GPUANALYZE_* variable inherited from this shell): said before the command runs, not after."""
     env = dict(os.environ)
     env.update(env_vars.env_for(options, out_dir, run_id))
     env["PYTHONPATH"] = env_vars.pythonpath(os.environ.get("PYTHONPATH"))
+    try:
+        env_vars.options_from_env(env)  # what each process of the command will parse
+    except GpuAnalyzeError as exc:
+        raise GpuAnalyzeError(f"recording would be off, so the command was not run: {exc}") from exc
     return env
 
 
@@ -77,6 +83,11 @@ def run_command(command: list[str], options: ProfileOptions, out_dir: Path) -> F
     run_id = uuid.uuid4().hex
     try:
         child = subprocess.Popen(command, env=child_env(options, out_dir, run_id))
+    except GpuAnalyzeError:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     except OSError as exc:
         if created:
             with contextlib.suppress(OSError):

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from types import TracebackType
@@ -50,25 +51,57 @@ class LocalEngine:
         """Tasks that run at once."""
         return self.workers
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, window: int | None = None) -> Iterator[R]:
+    def map(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        *,
+        window: int | None = None,
+        on_lost: Callable[[T], R] | None = None,
+    ) -> Iterator[R]:
         """``window``: most items submitted and not yet yielded (default: four per worker); results
-        that are large (a group of files' sums) want fewer held at once."""
+        that are large (a group of files' sums) want fewer held at once. ``on_lost``: the result for
+        an item whose worker died (killed for memory: BrokenProcessPool). The pool is restarted and
+        each item it held is run again alone in a one-worker pool, so only the item that kills its
+        worker there gets ``on_lost``; without it the BrokenProcessPool is raised."""
         if self.workers <= 1 or len(items) <= 1 or not _spawn_works():
             for item in items:
                 yield fn(item)
             return
+        window = window or 4 * self.workers
+        pending: list[tuple[T, Future[R]]] = []
+        for item in items:
+            pending.append((item, self._submit(fn, item)))
+            if len(pending) >= window:
+                yield self._settle(fn, *pending.pop(0), on_lost)
+        for item, fut in pending:
+            yield self._settle(fn, item, fut, on_lost)
+
+    def _submit(self, fn: Callable[[T], R], item: T) -> Future[R]:
         if self._pool is None:
             # spawn: the parent runs polars' thread pool, which a fork would copy in a locked state
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
-        window = window or 4 * self.workers
-        pending: list[Future[R]] = []
-        it = iter(items)
-        for item in it:
-            pending.append(self._pool.submit(fn, item))
-            if len(pending) >= window:
-                yield pending.pop(0).result()
-        for fut in pending:
-            yield fut.result()
+        try:
+            return self._pool.submit(fn, item)
+        except BrokenProcessPool:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            return self._submit(fn, item)
+
+    def _settle(self, fn: Callable[[T], R], item: T, fut: Future[R], on_lost: Callable[[T], R] | None) -> R:
+        try:
+            return fut.result()
+        except BrokenProcessPool:
+            if on_lost is None:
+                raise
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None  # the next submit starts a new one
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as alone:
+            try:
+                return alone.submit(fn, item).result()
+            except BrokenProcessPool:
+                return on_lost(item)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -108,12 +108,14 @@ def _file_samples(path: str | None) -> tuple[HostSample, ...]:
             reader = IpcReader(Path(path), fh)
             if S.SYSTEM not in reader.schema.names:
                 return ()
+            if reader.schema.field(S.SYSTEM).type not in (pa.string(), pa.large_string()):
+                return ()  # a list or struct where text is expected: the reader notes it as unknown
             for item in reader.batches():
                 if item is None:  # cut short: the readings before the cut
                     break
                 texts += [t for t in item[0].column(S.SYSTEM).to_pylist() if t is not None]
         return tuple(sorted((decode_host_sample(t) for t in texts), key=lambda h: h.unix_ns))
-    except (OSError, ValueError, pa.ArrowException, msgspec.MsgspecError, GpuAnalyzeError):
+    except (OSError, ValueError, TypeError, pa.ArrowException, msgspec.MsgspecError, GpuAnalyzeError):
         return ()  # the reader reports bad files; here only facts
 
 
@@ -176,8 +178,9 @@ def cache_root() -> Path:
     env = os.environ.get("GPUANALYZE_CACHE")
     if env:
         return Path(env)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gpuanalyze" / "imports"
+    from analyzer.machine.user_cache import gpuanalyze_cache
+
+    return gpuanalyze_cache("imports")
 
 
 def _cache_dir(source_dir: str) -> tuple[str, tempfile.TemporaryDirectory[str] | None]:

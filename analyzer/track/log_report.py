@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.flat_summary import Scalar, flat_summary
+from analyzer.render.safe import clean
 from analyzer.track.log_options import LogOptions
 from analyzer.track.report_artifact import write_report_html
+from analyzer.track.tracker_call import tracker_call
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
@@ -20,9 +22,9 @@ def log_report(report: Report, options: LogOptions) -> list[str]:
     HTML report was skipped). Raises GpuAnalyzeError when a tracker is missing or fails."""
     options.check_installed()
     values = flat_summary(report)
-    name = options.run_name or f"gpuanalyze-{Path(report.path).name}"
+    name = clean(options.run_name or f"gpuanalyze-{Path(report.path).name}")
     lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="gpuanalyze-log-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuanalyze-log-", ignore_cleanup_errors=True) as tmp, tracker_call():
         html, skipped = write_report_html(report, Path(tmp)) if options.html else (None, None)
         if skipped:
             lines.append(skipped)

@@ -1,10 +1,33 @@
-"""Log a flat summary (and the HTML report) to Weights & Biases: the active run, or a new one."""
+"""Log a flat summary (and the HTML report) to Weights & Biases: the active run, or a new one.
+
+A new run is made inside ``tracker_call`` (the command line redacted) and captures no code, requirements or
+console output (``save_code=False``, ``x_save_requirements=False``, ``console="off"``).
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 from analyzer.render.flat_summary import Scalar
+
+#: Seconds a new run may take to start before W&B gives up (its default is 90).
+INIT_TIMEOUT_S = 30.0
+
+
+def new_run_settings() -> Any:
+    """The settings of a run gpuanalyze creates (inside ``tracker_call``, so ``sys.argv`` is redacted):
+    the program named, no code, requirements or console capture."""
+    import wandb
+
+    return wandb.Settings(
+        program=sys.argv[0] if sys.argv else "gpuanalyze",
+        save_code=False,
+        x_save_requirements=False,
+        console="off",
+        init_timeout=INIT_TIMEOUT_S,
+    )
 
 
 def log_wandb(values: dict[str, Scalar], html: Path | None, run_name: str) -> str:
@@ -13,7 +36,7 @@ def log_wandb(values: dict[str, Scalar], html: Path | None, run_name: str) -> st
     import wandb
 
     active = wandb.run
-    run = active if active is not None else wandb.init(project="gpuanalyze", name=run_name)
+    run = active if active is not None else wandb.init(project="gpuanalyze", name=run_name, settings=new_run_settings())
     try:
         run.summary.update({f"gpuanalyze/{k}": v for k, v in values.items() if v is not None})
         if html is not None:

@@ -1,0 +1,42 @@
+"""What a tracker sees of this process while gpuanalyze logs to it, and how long it may take.
+
+Trackers read the process's command line into their run records (W&B stores ``sys.argv`` as the
+run's ``args`` and its program; MLflow ``sys.argv[0]`` as the source name), and online they upload
+them. While a tracker is called, ``sys.argv`` is the one the trace stores: redacted by the trace's
+own rule (``analyzer.record.run_facts.redact_argv``: ``--hf-token ***``), one definition for both.
+
+An unreachable MLflow server is retried 7 times with a doubling back-off by default (about 250 s
+before the error): unless the user set them, a call here gets a short timeout and one retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+#: MLflow's HTTP settings for a call from gpuanalyze, each used only when the user has not set it.
+MLFLOW_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
+
+
+@contextlib.contextmanager
+def tracker_call() -> Iterator[list[str]]:
+    """Inside: ``sys.argv`` redacted (yielded) and MLflow's short HTTP defaults; both restored after."""
+    from analyzer.record.run_facts import redact_argv
+
+    saved_argv = sys.argv
+    added = [name for name in MLFLOW_HTTP_DEFAULTS if name not in os.environ]
+    sys.argv = redact_argv(saved_argv)
+    for name in added:
+        os.environ[name] = MLFLOW_HTTP_DEFAULTS[name]
+    try:
+        yield sys.argv
+    finally:
+        sys.argv = saved_argv
+        for name in added:
+            os.environ.pop(name, None)
