@@ -157,3 +157,62 @@ def test_the_console_script_exits_0_1_and_2(tmp_path):
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
     unknown = gpuanalyze("cost")
     assert unknown.returncode == 2 and "did you mean 'compare'?" in unknown.stderr and "whatif" in unknown.stderr
+
+
+def _series(values: np.ndarray) -> StepSeries:
+    return StepSeries(values, None, None)
+
+
+def test_a_checkpoint_spike_in_before_does_not_hide_a_2x_slowdown():
+    rng = np.random.default_rng(5)
+    before = rng.normal(20, 0.5, 200)
+    before[50] = 8000.0  # one 8 s checkpoint step
+    after = rng.normal(40, 0.5, 200)
+    result = regression_gate(_series(before), _series(after), GateOptions(fail_if_slower_pct=10))
+    (check,) = result.checks
+    assert result.failed and check.change_pct == pytest.approx(100, abs=5)
+    assert check.spikes is not None and check.spikes[0].steps == 1 and check.spikes[0].mean_ms == 8000.0
+    assert check.spikes[1].steps == 0
+
+
+def _drifting(seed: int, n: int = 400) -> np.ndarray:
+    """One job's run whose step time climbs by a random 0-25% over the run (thermal, a neighbour)."""
+    rng = np.random.default_rng(seed)
+    return 20.0 * (1 + rng.uniform(0, 0.25) * np.linspace(0, 1, n)) * rng.normal(1, 0.02, n)
+
+
+def test_drifting_pairs_of_one_job_pass_and_report_their_drift():
+    results = [
+        regression_gate(_series(_drifting(2 * k)), _series(_drifting(2 * k + 1)), GateOptions(fail_if_slower_pct=5))
+        for k in range(10)
+    ]
+    assert not any(r.failed for r in results)
+    assert all(r.checks[0].drift_allowance_pct > 0 for r in results)
+    assert max(abs(r.checks[0].drift_pct[0]) for r in results) > 5
+
+
+def test_the_bootstrap_resamples_a_bounded_number_of_steps():
+    rng = np.random.default_rng(1)
+    before, after = rng.normal(20, 0.5, 100_000), rng.normal(30, 0.5, 100_000)
+    result = regression_gate(_series(before), _series(after), GateOptions(fail_if_slower_pct=10))
+    (check,) = result.checks
+    assert result.failed and check.steps == (100_000, 100_000) and max(check.resampled) <= 4096
+
+
+def test_a_pair_whose_world_size_changed_is_refused_with_one_line(tmp_path):
+    rows = [make_row(i, wall=20.0, fwd=6.0, bwd=8.0, opt=1.0) for i in range(40)]
+    a = write_trace(tmp_path / "a.arrow", rows, run={"world_size": 8, "rank": 0})
+    b = write_trace(tmp_path / "b.arrow", rows, run={"world_size": 7, "rank": 0})
+    result = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5"])
+    assert result.exit_code == 2, result.output
+    assert "world size: 8 vs 7" in result.output and "no verdict" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_unrelated_jobs_are_refused_by_the_gate(tmp_path):
+    rows = [make_row(i, wall=20.0, fwd=6.0, bwd=8.0, opt=1.0) for i in range(40)]
+    a = write_trace(tmp_path / "a.arrow", rows, run={"argv": "python train_resnet.py --lr 0.1"})
+    b = write_trace(tmp_path / "b.arrow", rows, run={"argv": "python finetune_gpt2.py"})
+    result = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5"])
+    assert result.exit_code == 2 and "script: train_resnet.py vs finetune_gpt2.py" in result.output
+    assert runner.invoke(app, ["compare", str(a), str(b)]).exit_code == 0  # without the gate: a note, not a refusal

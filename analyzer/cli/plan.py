@@ -30,8 +30,8 @@ def compare_cmd(
         float | None,
         typer.Option(
             metavar="PCT",
-            help="Exit 1 when AFTER's mean step time is more than PCT % above BEFORE's, beyond the runs' noise "
-            "(95% bootstrap interval over the steps).",
+            help="Exit 1 when AFTER's median step time is more than PCT % above BEFORE's, beyond the runs' noise "
+            "(95% block-bootstrap interval; spikes reported apart). Exit 2 for two different jobs or world sizes.",
         ),
     ] = None,
     fail_if_throughput_drops: Annotated[

@@ -17,7 +17,7 @@ from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.gate import GateOptions, GateResult, regression_gate
 from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
-from analyzer.planning.run_differences import different_jobs, run_differences
+from analyzer.planning.run_differences import different_jobs, gate_refusal, run_differences
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries, step_series
 from analyzer.planning.toml_config import read_toml
@@ -134,6 +134,9 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
     labels = unique_labels([x.option.name for x in loaded], [x.path or Path(x.option.name) for x in loaded])
     options = tuple(dataclasses.replace(x.option, name=n) for x, n in zip(loaded, labels, strict=True))
     differences = _differences(loaded)
+    refusal = gate_refusal(list(differences)) if gate is not None and gate.active else None
+    if refusal is not None:
+        raise GpuAnalyzeError(refusal)
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:

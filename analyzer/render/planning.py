@@ -40,7 +40,9 @@ def gate_dict(g: GateResult) -> dict[str, Any]:
     return {
         "failed": g.failed,
         "exit_code": 1 if g.failed else 0,
-        "checks": [{**asdict(k), "failed": k.failed, "verdict": gate_verdict(k)} for k in g.checks],
+        "checks": [
+            {**asdict(k), "failed": k.failed, "verdict": gate_verdict(k), "notes": gate_notes(k)} for k in g.checks
+        ],
     }
 
 
@@ -119,11 +121,29 @@ def _gate_lines(g: GateResult) -> list[RenderableType]:
     for k in g.checks:
         line = text(
             f"Gate [{k.metric}]: before {k.before:,.2f} {unit[k.metric]}, after {k.after:,.2f} {unit[k.metric]} "
-            f"({k.steps[0]} and {k.steps[1]} steps). {gate_verdict(k)}",
+            f"({k.steps[0]} and {k.steps[1]} steps, medians). {gate_verdict(k)}",
             style="bold red" if k.failed else "bold",
         )
         out.append(line)
+        out += [text(n, style="dim") for n in gate_notes(k)]
     return out
+
+
+def gate_notes(k: GateCheck) -> list[str]:
+    """The spike steps left out of the medians and the runs' drift, each run apart."""
+    notes = []
+    if k.spikes is not None and (k.spikes[0].steps or k.spikes[1].steps):
+        b, a = k.spikes
+        notes.append(
+            f"  spikes (not in the medians): BEFORE {b.steps} step(s), mean {b.mean_ms:,.0f} ms, {b.share:.0%} of its "
+            f"time; AFTER {a.steps} step(s), mean {a.mean_ms:,.0f} ms, {a.share:.0%} of its time"
+        )
+    if k.drift_allowance_pct > 0:
+        notes.append(
+            f"  drift (first to last third): BEFORE {k.drift_pct[0]:+.1f}%, AFTER {k.drift_pct[1]:+.1f}%; "
+            f"the interval is widened by {k.drift_allowance_pct:.1f} points each side"
+        )
+    return notes
 
 
 def _breakdown(opts: tuple[RunOption, ...]) -> list[RenderableType]:
