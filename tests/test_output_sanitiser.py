@@ -117,6 +117,8 @@ SAFE_CALLS = {"clean", "shorten", "text", "html", "h", "fail"}
 TRUSTED = {
     "__version__",
     "shot.steps",
+    "b.steps",
+    "a.steps",
     "shot.ranks",
     "state",
     "_duration(shot.elapsed_s)",
