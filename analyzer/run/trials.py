@@ -4,8 +4,9 @@ The command runs once as the baseline trial (profiled as `gpuanalyze run` does, 
 after warm-up + N steps), the baseline is analysed, candidates are derived from its findings
 (analyzer.run.candidates), and the command runs once more per candidate with that setting applied
 in its processes through environment variables (analyzer.run.trial_env, trial_child). Each trial
-writes its traces into a new subdirectory of the output directory, runs in its own process group
-(so a trial still running at the total time limit is killed with everything it started), and has
+writes its traces into a new subdirectory of the output directory, runs in its own session, is
+killed with everything it started after it ends or at the total time limit (analyzer.run.trial_reap),
+and has
 ``GPUANALYZE_TRIAL=1`` set so that scripts can skip checkpoints.
 """
 
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.run import trial_env
+from analyzer.run import trial_env, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
 from analyzer.run.launch import child_env, prepare_out_dir, traces_of
 from analyzer.run.trial_env import TrialSetting
@@ -61,6 +62,8 @@ class TrialRun:
     loaders: tuple[str, ...] = ()
     """One line per DataLoader whose arguments the trial changed."""
     seconds: float = 0.0
+    left_running: int = 0
+    """Processes the trial left running after its root exited (killed and reaped by the launcher)."""
 
 
 @dataclass(slots=True)
@@ -110,7 +113,7 @@ def try_command(
 def _run_all(
     command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, deadline: float, stop: _Stop
 ) -> TryResult:
-    with _forwarding_signals(stop):
+    with _forwarding_signals(stop), trial_reap.subreaper():
         first = _new_dir(out_dir, 0, "baseline")
         baseline = run_trial("baseline", command, profile, TrialSetting(), first, options, deadline, stop)
         result = TryResult(out_dir=out_dir, baseline=baseline)
@@ -179,20 +182,24 @@ def run_trial(
     env.update(trial_env.env_for(setting, stop_after=options.stop_after, log=str(log)))
     started = time.monotonic()
     try:
-        child = subprocess.Popen(command, env=env, process_group=0, stdout=2 if stop.stdout_to_stderr else None)
+        child = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=2 if stop.stdout_to_stderr else None
+        )
     except OSError as exc:
         with contextlib.suppress(OSError):
             directory.rmdir()
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     stop.child = child
+    tree = trial_reap.Tree(child.pid)
     outcome = None
     try:
-        returncode = child.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        outcome = "time_limit"
-        returncode = _kill_group(child)
+        returncode = _wait(child, tree, deadline)
+        if returncode is None:
+            outcome = "time_limit"
+            returncode = _kill_group(child)
     finally:
         stop.child = None
+        left = tree.kill()  # after every trial: what it started and left behind (setsid children too)
     entries = _read_log(log)
     stopped = any(e.get("event") == "stop" for e in entries)
     if outcome is None:
@@ -214,7 +221,20 @@ def run_trial(
         measured=measured,
         loaders=tuple(_loader_line(e) for e in entries if e.get("event") == "loader"),
         seconds=time.monotonic() - started,
+        left_running=left,
     )
+
+
+def _wait(child: subprocess.Popen[bytes], tree: trial_reap.Tree, deadline: float) -> int | None:
+    """The trial's exit status, or None at the deadline; records its descendants meanwhile."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return child.poll()
+        try:
+            return child.wait(timeout=min(left, trial_reap.SCAN_EVERY_S))
+        except subprocess.TimeoutExpired:
+            tree.scan()
 
 
 class _Stop:
