@@ -453,18 +453,21 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    base, *cands = data["trials"]
+    base, again, *cands = data["trials"]
+    assert again["trial"] == "baseline 2" and again["directory"] == str(out.resolve() / "trial-0-baseline2")
     assert (out / "trial-0-baseline" / "mine.txt").read_text() == "keep"
     assert base["directory"] == str(out.resolve() / "trial-0-baseline-1")
     assert "gpuanalyze: baseline: data_loading" in proc.stderr
     workers = [c for c in cands if c["dataloader"].get("num_workers")]
     assert workers and {c["dataloader"]["num_workers"] for c in workers} >= {1, 2}
-    for index, row in enumerate([base, *cands]):
+    assert any(c["dataloader"] == {"batch_size": 16} for c in cands)  # twice the script's batch
+    for index, row in [(0, base), (0, again), *enumerate(cands, start=1)]:
         assert row["outcome"] == "stopped", row
         trace = load_any(Path(row["directory"]) / "trace.arrow")
         assert trace.end is not None and trace.end.status == "trial_stop"
         assert trace.end.steps == 6 and trace.frame.height == 6  # warm-up 2 + 4 steps, then stopped
         assert trace.end.loader_workers == row["dataloader"].get("num_workers", 0)  # the setting took effect
+        assert row["measured_samples"] == row["dataloader"].get("batch_size", 8)
         assert row["loader_workers"] == trace.end.loader_workers and row["measured_steps"] == 4
         assert Path(row["directory"]).name.startswith(f"trial-{index}-{trace.tags['gpuanalyze_trial']}")
     assert any("num_workers 0 -> 2" in line for c in workers for line in c["loaders_changed"])
@@ -472,9 +475,85 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     projected = [c for c in cands if c["source"] == "projection"]
     assert projected and projected[0]["projected_ms"] > 0 and projected[0]["trial"] == "candidate 1"
     lines = seen.read_text().splitlines()
-    assert lines == ["GPUANALYZE_TRIAL=1"] * (1 + len(cands))  # every trial saw it; none ran to the end
+    assert lines == ["GPUANALYZE_TRIAL=1"] * (2 + len(cands))  # every trial saw it; none ran to the end
     assert any("no accelerator" in n for n in data["notes"])
     assert data["recommendation"]
+
+
+FIXED_COST_LOOP = textwrap.dedent("""
+    import os, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    accumulate = int(os.environ.get("GPUANALYZE_TRIAL_ACCUMULATE", "1"))
+    for i, (x, y) in enumerate(DataLoader(data, batch_size=8)):
+        time.sleep(0.02)  # a fixed cost per micro-batch, whatever its size
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if (i + 1) % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+""")
+
+
+@pytest.mark.slow
+def test_try_measures_a_batch_size_candidate_per_sample_against_two_baselines(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(FIXED_COST_LOOP)
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
+        "--candidates", "batch_size=16", "--candidates", "batch_size=4,accumulate=2", "--",
+        sys.executable, str(script),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    first, second, larger, micro = data["trials"]
+    assert first["outcome"] == second["outcome"] == "stopped" and second["trial"] == "baseline 2"
+    assert data["baseline_spread_pct"] is not None and data["baseline_spread_pct"] >= 0
+    assert first["measured_samples"] == 8 and larger["measured_samples"] == 16 and micro["measured_samples"] == 8
+    assert larger["vs_baseline_pct"] < -25  # the same fixed cost over twice the samples: about -50%
+    assert micro["vs_baseline_pct"] > 25  # two fixed costs per 8 samples: about +100%
+    assert micro["script"] == {"accumulate": 2}
+    assert data["recommended"]["dataloader"] == {"batch_size": 16}
+    assert any("learning rate" in n for n in data["notes"])
+
+
+@pytest.mark.slow
+def test_try_leaves_no_process_of_a_trial_running(tmp_path):
+    pids = tmp_path / "pids"
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import subprocess, sys, threading, time, torch
+
+        def spawn(tag, **kw):  # a sleeper that holds the caller's stdout and stderr
+            p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], **kw)
+            with open(sys.argv[1], "a") as f:
+                f.write(f"{tag} {p.pid}\\n")
+
+        spawn("setsid", start_new_session=True)  # leaves the trial's process group and session
+        threading.Thread(target=lambda: (spawn("thread"), time.sleep(300)), daemon=True).start()
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(40):
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    )
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1", "--out", str(tmp_path / "o"),
+        "--", sys.executable, str(script), str(pids), timeout=200,
+    )  # fmt: skip  # capture_output: returns only once every holder of the pipes has gone
+    assert proc.returncode == 0, proc.stderr
+    started = [int(line.split()[1]) for line in pids.read_text().splitlines()]
+    assert len(started) == 6  # two baselines and one candidate, two sleepers each
+    for pid in started:
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "zombie" in status.read_text().lower(), pid
 
 
 @pytest.mark.slow

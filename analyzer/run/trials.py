@@ -142,7 +142,7 @@ def _run_all(
                 command,
                 profile,
                 TrialSetting(),
-                _new_dir(out_dir, 0, f"baseline-{n}"),
+                _new_dir(out_dir, 0, f"baseline{n}"),
                 options,
                 deadline,
                 stop,
