@@ -320,7 +320,7 @@ def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
     print_table(_result(tmp_path, 13.0, low=11.0, high=14.0), width=160)
     out = capsys.readouterr().out
     assert "projected ms [range]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
-    assert "13.00 (± 1.00, 20)" in out and "-56.7%" in out and "yes" in out
+    assert "13.00 ± 1.00 (20)" in out and "-56.7%" in out and "yes" in out
     assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
     assert "projected 12.00 ms [11.00, 14.00], measured 13.00 ms: inside the projected range" in out
     print_table(_result(tmp_path, 13.0), width=160)
@@ -561,10 +561,11 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
     script.write_text(SLOW_LOADER)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out), "--",
-        sys.executable, str(script), str(seen),
+        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
+        "--width", "160", "--", sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 160
     assert "projected ms" in proc.stdout and "measured ms" in proc.stdout
     assert "baseline" in proc.stdout and "num_workers=1" in proc.stdout and "candidate 1" in proc.stdout
     assert "num_workers 0 -> 1" in proc.stdout
@@ -698,8 +699,8 @@ def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
         "--", *torchrun,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    base, cand = json.loads(proc.stdout)["trials"]
-    for row, workers in ((base, 0), (cand, 1)):
+    base, again, cand = json.loads(proc.stdout)["trials"]
+    for row, workers in ((base, 0), (again, 0), (cand, 1)):
         assert row["outcome"] == "stopped" and row["measured_steps"] == 3, row
         for rank in (0, 1):
             end = load_trace(Path(row["directory"]) / f"trace.rank{rank}.arrow").end  # this rank's own file

@@ -170,12 +170,19 @@ def print_table(result: TryResult, width: int | None = None) -> None:
 
     console = report_console(width)
     narrow = console.width < WIDE
-    table = Table(title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"), title_justify="left")
+    from rich import box
+
+    table = Table(
+        title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,  # no vertical rules: the columns keep the width for their numbers
+        pad_edge=False,
+    )
     columns = [
         ("trial", "left"),
         ("setting", "left"),
         ("projected ms [range]", "right"),
-        ("measured ms (± sd, n)", "right"),
+        ("measured ms ± sd (n)", "right"),
         ("vs base", "right"),
         ("in range", "center"),
         ("workers", "right"),
@@ -183,9 +190,10 @@ def print_table(result: TryResult, width: int | None = None) -> None:
     ]
     if narrow:
         columns = [c for c in columns if c[0] not in ("workers", "ended")]
+    table_rows = rows(result)
     for name, justify in columns:
         table.add_column(Text(name), justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in rows(result):
+    for row in table_rows:
         cells = [
             row["trial"],
             clean(row["setting"]),
@@ -290,7 +298,7 @@ def _projected_text(row: dict[str, Any]) -> str:
 def _measured_text(row: dict[str, Any]) -> str:
     if row["measured_ms"] is None:
         return "—"
-    return f"{row['measured_ms']:.2f} (± {row['measured_stdev_ms']:.2f}, {row['measured_steps']})"
+    return f"{row['measured_ms']:.2f} ± {row['measured_stdev_ms']:.2f} ({row['measured_steps']})"
 
 
 def _status_suffix(row: dict[str, Any]) -> str:
