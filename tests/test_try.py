@@ -98,7 +98,8 @@ def test_a_bad_candidate_says_what_is_accepted(text, says):
         ({trial_env.DATALOADER: "{num_workers: 2"}, "GPUANALYZE_TRY_DATALOADER=.*not JSON"),
         ({trial_env.DATALOADER: "[2]"}, "expected a JSON object"),
         ({trial_env.DATALOADER: '{"num_workers": "2"}'}, "expected a whole number"),
-        ({trial_env.DATALOADER: '{"batch_size": 2}'}, "unknown DataLoader setting"),
+        ({trial_env.DATALOADER: '{"sampler": 2}'}, "unknown DataLoader setting"),
+        ({trial_env.SCRIPT_KEYS["accumulate"]: "two"}, "GPUANALYZE_TRIAL_ACCUMULATE"),
         ({trial_env.STOP_AFTER: "ten"}, "GPUANALYZE_TRY_STOP_AFTER"),
         ({trial_env.STOP_AFTER: "0"}, "at least 1"),
     ],
@@ -199,6 +200,68 @@ def test_accelerator_settings_only_with_an_accelerator():
     assert [c.setting.label() for c in asked] == ["num_workers=1"] and "needs an accelerator" in notes[0]
 
 
+def test_batch_size_candidates_come_from_the_baselines_loader():
+    found, _ = derive(None, cores=1, accelerator=False, current_workers=0, current_batch=8)
+    assert "batch_size=16" in [c.setting.label() for c in found]
+    assert all(not c.setting.changes_batch for c in derive(None, cores=1, accelerator=False, current_workers=0)[0])
+    report = _report((("batch_multiplier", 4),))
+    projected, _ = derive(report, cores=1, accelerator=False, current_workers=0, current_batch=8)  # type: ignore[arg-type]
+    assert projected[0].setting.label() == "batch_size=32" and projected[0].source == "projection"
+    micro = parse_setting("batch_size=16,accumulate=2")
+    assert micro.changes_batch and micro.script == (("accumulate", 2),)
+    env = trial_env.env_for(micro, stop_after=3, log="")
+    assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and json.loads(env[trial_env.DATALOADER]) == {"batch_size": 16}
+    assert parse_setting("eval_every=0").label() == "eval_every=0"
+    with pytest.raises(GpuAnalyzeError, match="at least 1"):
+        parse_setting("accumulate=0")
+    with pytest.raises(GpuAnalyzeError, match="at least 1"):
+        parse_setting("batch_size=0")
+
+
+def test_a_loader_with_its_own_batch_sampler_keeps_it():
+    changed = _override({"batch_size": None, "num_workers": 0}, {"batch_size": 16})
+    assert changed == {"batch_size": [None, "skipped: batch_sampler"]}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        (("num_workers", 4),),
+        (("num_workers", 2), ("persistent_workers", True)),
+        (("precision", "bfloat16"),),
+        (("batch_multiplier", 2),),
+    ],
+)
+def test_the_analysis_names_the_trial_that_settles_its_advice(params):
+    from analyzer.planning.settling_trial import candidate_text, settling_trial
+
+    finding = SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(params))
+    report = SimpleNamespace(findings=[finding], metrics=SimpleNamespace(batch_samples=8.0))
+    line = settling_trial(report, "python train.py")  # type: ignore[arg-type]
+    text = candidate_text(finding, 8.0)  # type: ignore[arg-type]
+    assert line == f"gpuanalyze run --try --candidates {text} -- python train.py"
+    assert parse_setting(text) == setting_of(params, 8)  # the same setting run --try derives from it
+    assert settling_trial(SimpleNamespace(findings=[], metrics=None)) is None  # type: ignore[arg-type]
+    cheaper = SimpleNamespace(projection=_projection((("getitem_speedup", 2),)))
+    assert candidate_text(cheaper) is None  # type: ignore[arg-type]
+
+
+def test_the_try_says_whether_it_settles_the_analysis_advice(tmp_path):
+    from analyzer.run.trial_output import against_projection
+
+    result = _result(tmp_path, 13.0, low=11.0, high=14.0)
+    candidate = result.trials[0][0]
+    top = SimpleNamespace(bottleneck="data_loading", cause="c", projection=candidate.projection)
+    result.report = SimpleNamespace(findings=[top])  # type: ignore[assignment]
+    assert against_projection(result)[-1] == "the analysis' advice (data_loading/c: num_workers=2): " + (
+        "confirmed: the measured best, beyond noise"
+    )
+    slow = _result(tmp_path, 29.95, low=11.0, high=14.0)
+    slow.report = SimpleNamespace(findings=[top])  # type: ignore[assignment]
+    lines = against_projection(slow)
+    assert "slower than the projected range" in lines[0] and lines[-1].endswith("within the baselines' noise")
+
+
 def test_a_projection_that_needs_code_changes_is_no_candidate():
     assert setting_of((("batch_multiplier", 4),)) is None
     assert setting_of(()) is None
@@ -224,21 +287,24 @@ def test_a_candidate_beats_the_baseline_only_beyond_noise():
 def _result(tmp_path, candidate_ms, low=None, high=None):
     projection = _projection((("num_workers", 2),), step_ms=12.0, low=low, high=high)
     candidate = Candidate(TrialSetting(dataloader=(("num_workers", 2),)), "projection", projection, "data_loading/c")
-    baseline = TrialRun("baseline", TrialSetting(), tmp_path, "stopped", 0, (), _measured(30.0, 1.0))
+    baseline = TrialRun("baseline", TrialSetting(), tmp_path, "stopped", 0, (), _measured(29.9, 1.0))
+    again = TrialRun("baseline 2", TrialSetting(), tmp_path, "stopped", 0, (), _measured(30.1, 1.0))
     trial = TrialRun("candidate 1", candidate.setting, tmp_path, "stopped", 0, (), _measured(candidate_ms, 1.0, 20, 2))
-    return TryResult(out_dir=tmp_path, baseline=baseline, trials=[(candidate, trial)])
+    return TryResult(out_dir=tmp_path, baseline=baseline, repeats=[again], trials=[(candidate, trial)])
 
 
 def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
     data = as_dict(_result(tmp_path, 13.0, low=11.0, high=14.0))
-    base, cand = data["trials"]
+    base, again, cand = data["trials"]
+    assert again["vs_baseline_pct"] == pytest.approx(100 * (30.1 / 29.9 - 1))  # a repeat against the first
+    assert data["baseline_spread_pct"] == pytest.approx(100 * 0.2 / 30)
     assert base["vs_baseline_pct"] is None and base["inside_interval"] == "n/a"
     assert cand["projected_ms"] == 12.0 and cand["inside_interval"] == "yes"
     assert cand["vs_baseline_pct"] == pytest.approx(100 * (13 / 30 - 1))
     assert data["recommended"]["dataloader"] == {"num_workers": 2}
     assert "recommended: num_workers=2" in data["recommendation"]
-    assert as_dict(_result(tmp_path, 16.0, low=11.0, high=14.0))["trials"][1]["inside_interval"] == "no"
-    assert as_dict(_result(tmp_path, 13.0))["trials"][1]["inside_interval"] == "n/a"  # no range projected
+    assert as_dict(_result(tmp_path, 16.0, low=11.0, high=14.0))["trials"][2]["inside_interval"] == "no"
+    assert as_dict(_result(tmp_path, 13.0))["trials"][2]["inside_interval"] == "n/a"  # no range projected
     assert data["within_noise_of_recommended"] == []
     two = _result(tmp_path, 13.0)
     other = TrialRun("candidate 2", parse_setting("num_workers=4"), tmp_path, "stopped", 0, (), _measured(13.2, 1.0))
@@ -251,13 +317,71 @@ def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
 
 
 def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
-    print_table(_result(tmp_path, 13.0, low=11.0, high=14.0))
+    print_table(_result(tmp_path, 13.0, low=11.0, high=14.0), width=160)
     out = capsys.readouterr().out
-    assert "projected ms [low, high]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
-    assert "13.00 (± 1.00, 20)" in out and "-56.7%" in out and "yes" in out
+    assert "projected ms [range]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
+    assert "13.00 ± 1.00 (20)" in out and "-56.7%" in out and "yes" in out
     assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
-    print_table(_result(tmp_path, 13.0))
+    assert "projected 12.00 ms [11.00, 14.00], measured 13.00 ms: inside the projected range" in out
+    print_table(_result(tmp_path, 13.0), width=160)
     assert "12.00 [n/a]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_table_fits_the_width_it_is_given(tmp_path, capsys, width):
+    result = _result(tmp_path, 13.0, low=11.0, high=14.0)
+    result.notes.append("a long note " * 20)
+    print_table(result, width=width)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any("12.00" in line for line in lines) and any("candidate 1" in line for line in lines)
+
+
+def test_the_table_takes_its_width_from_columns_in_a_log(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "70")
+    print_table(_result(tmp_path, 13.0, low=11.0, high=14.0))  # stdout is not a terminal here
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 70 and any("12.00" in line for line in lines)
+
+
+# -- the noise rule: repeated baselines -------------------------------------------------------
+def test_a_change_inside_the_baselines_own_spread_is_not_beyond_noise():
+    from analyzer.run.trial_measure import Baselines, beyond_noise, noise_ms
+
+    steady = 0.05  # steps so even that within-trial noise alone would call -8.9% real
+    baselines = [_measured(28.5, steady), _measured(31.5, steady)]  # run to run: 10% apart
+    candidate = _measured(27.33, steady)  # -8.9% against their mean
+    assert beats(baselines[1], candidate)  # the old rule, one baseline and its steps' variation
+    assert not beyond_noise(baselines, candidate)
+    assert noise_ms(Baselines(tuple(baselines)), candidate) == pytest.approx(3.0)
+    assert beyond_noise(baselines, _measured(26.5, steady))  # beyond the 3 ms spread
+    assert beyond_noise([_measured(29.9, steady), _measured(30.1, steady)], candidate)  # tight baselines
+    noisy = [_measured(29.9, 6.0, steps=5), _measured(30.1, 6.0, steps=5)]
+    assert not beyond_noise(noisy, candidate)  # tight means, noisy steps
+    assert not beyond_noise([_measured(30.0, steady), _measured(30.0, steady)], _measured(29.5, steady))  # < 3%
+
+
+def test_no_candidate_is_recommended_without_a_second_baseline(tmp_path):
+    result = _result(tmp_path, 13.0)
+    result.repeats[0] = TrialRun("baseline 2", TrialSetting(), tmp_path, "failed", 1, (), None)
+    assert result.best is None and "fewer than two baseline trials" in recommendation(result)
+
+
+def test_a_larger_batch_is_compared_per_sample():
+    from analyzer.run.trial_measure import beyond_noise, comparable_ms, vs_baseline
+
+    def batch(mean, samples):
+        return Measured(
+            steps=20, mean_ms=mean, stdev_ms=0.1, recorded=25, loader_workers=0, end_status=None, samples=samples
+        )
+
+    baselines = [batch(10.0, 8), batch(10.2, 8)]
+    doubled = batch(16.0, 16)  # slower per step, 8 ms per 8 samples
+    assert comparable_ms(8, doubled) == pytest.approx(8.0)
+    assert beyond_noise(baselines, doubled)
+    assert vs_baseline(baselines[0], doubled) == pytest.approx(-20.0)
+    assert not beyond_noise(baselines, batch(21.0, 16))  # 10.5 ms per 8 samples
+    assert comparable_ms(None, doubled) == 16.0
 
 
 def test_candidates_that_would_overrun_the_time_limit_are_not_started(tmp_path, monkeypatch):
@@ -329,18 +453,21 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    base, *cands = data["trials"]
+    base, again, *cands = data["trials"]
+    assert again["trial"] == "baseline 2" and again["directory"] == str(out.resolve() / "trial-0-baseline2")
     assert (out / "trial-0-baseline" / "mine.txt").read_text() == "keep"
     assert base["directory"] == str(out.resolve() / "trial-0-baseline-1")
     assert "gpuanalyze: baseline: data_loading" in proc.stderr
     workers = [c for c in cands if c["dataloader"].get("num_workers")]
     assert workers and {c["dataloader"]["num_workers"] for c in workers} >= {1, 2}
-    for index, row in enumerate([base, *cands]):
+    assert any(c["dataloader"] == {"batch_size": 16} for c in cands)  # twice the script's batch
+    for index, row in [(0, base), (0, again), *enumerate(cands, start=1)]:
         assert row["outcome"] == "stopped", row
         trace = load_any(Path(row["directory"]) / "trace.arrow")
         assert trace.end is not None and trace.end.status == "trial_stop"
         assert trace.end.steps == 6 and trace.frame.height == 6  # warm-up 2 + 4 steps, then stopped
         assert trace.end.loader_workers == row["dataloader"].get("num_workers", 0)  # the setting took effect
+        assert row["measured_samples"] == row["dataloader"].get("batch_size", 8)
         assert row["loader_workers"] == trace.end.loader_workers and row["measured_steps"] == 4
         assert Path(row["directory"]).name.startswith(f"trial-{index}-{trace.tags['gpuanalyze_trial']}")
     assert any("num_workers 0 -> 2" in line for c in workers for line in c["loaders_changed"])
@@ -348,9 +475,85 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     projected = [c for c in cands if c["source"] == "projection"]
     assert projected and projected[0]["projected_ms"] > 0 and projected[0]["trial"] == "candidate 1"
     lines = seen.read_text().splitlines()
-    assert lines == ["GPUANALYZE_TRIAL=1"] * (1 + len(cands))  # every trial saw it; none ran to the end
+    assert lines == ["GPUANALYZE_TRIAL=1"] * (2 + len(cands))  # every trial saw it; none ran to the end
     assert any("no accelerator" in n for n in data["notes"])
     assert data["recommendation"]
+
+
+FIXED_COST_LOOP = textwrap.dedent("""
+    import os, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    accumulate = int(os.environ.get("GPUANALYZE_TRIAL_ACCUMULATE", "1"))
+    for i, (x, y) in enumerate(DataLoader(data, batch_size=8)):
+        time.sleep(0.02)  # a fixed cost per micro-batch, whatever its size
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if (i + 1) % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+""")
+
+
+@pytest.mark.slow
+def test_try_measures_a_batch_size_candidate_per_sample_against_two_baselines(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(FIXED_COST_LOOP)
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
+        "--candidates", "batch_size=16", "--candidates", "batch_size=4,accumulate=2", "--",
+        sys.executable, str(script),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    first, second, larger, micro = data["trials"]
+    assert first["outcome"] == second["outcome"] == "stopped" and second["trial"] == "baseline 2"
+    assert data["baseline_spread_pct"] is not None and data["baseline_spread_pct"] >= 0
+    assert first["measured_samples"] == 8 and larger["measured_samples"] == 16 and micro["measured_samples"] == 8
+    assert larger["vs_baseline_pct"] < -25  # the same fixed cost over twice the samples: about -50%
+    assert micro["vs_baseline_pct"] > 25  # two fixed costs per 8 samples: about +100%
+    assert micro["script"] == {"accumulate": 2}
+    assert data["recommended"]["dataloader"] == {"batch_size": 16}
+    assert any("learning rate" in n for n in data["notes"])
+
+
+@pytest.mark.slow
+def test_try_leaves_no_process_of_a_trial_running(tmp_path):
+    pids = tmp_path / "pids"
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import subprocess, sys, threading, time, torch
+
+        def spawn(tag, **kw):  # a sleeper that holds the caller's stdout and stderr
+            p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], **kw)
+            with open(sys.argv[1], "a") as f:
+                f.write(f"{tag} {p.pid}\\n")
+
+        spawn("setsid", start_new_session=True)  # leaves the trial's process group and session
+        threading.Thread(target=lambda: (spawn("thread"), time.sleep(300)), daemon=True).start()
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(40):
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    )
+    proc = _gpuanalyze(
+        "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1", "--out", str(tmp_path / "o"),
+        "--", sys.executable, str(script), str(pids), timeout=200,
+    )  # fmt: skip  # capture_output: returns only once every holder of the pipes has gone
+    assert proc.returncode == 0, proc.stderr
+    started = [int(line.split()[1]) for line in pids.read_text().splitlines()]
+    assert len(started) == 6  # two baselines and one candidate, two sleepers each
+    for pid in started:
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "zombie" in status.read_text().lower(), pid
 
 
 @pytest.mark.slow
@@ -358,10 +561,11 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
     script.write_text(SLOW_LOADER)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out), "--",
-        sys.executable, str(script), str(seen),
+        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
+        "--width", "160", "--", sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 160
     assert "projected ms" in proc.stdout and "measured ms" in proc.stdout
     assert "baseline" in proc.stdout and "num_workers=1" in proc.stdout and "candidate 1" in proc.stdout
     assert "num_workers 0 -> 1" in proc.stdout
@@ -495,8 +699,8 @@ def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
         "--", *torchrun,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    base, cand = json.loads(proc.stdout)["trials"]
-    for row, workers in ((base, 0), (cand, 1)):
+    base, again, cand = json.loads(proc.stdout)["trials"]
+    for row, workers in ((base, 0), (again, 0), (cand, 1)):
         assert row["outcome"] == "stopped" and row["measured_steps"] == 3, row
         for rank in (0, 1):
             end = load_trace(Path(row["directory"]) / f"trace.rank{rank}.arrow").end  # this rank's own file

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.errors import GpuAnalyzeError
@@ -68,12 +69,21 @@ def run_cmd(
         float,
         typer.Option("--try-time-limit", help="Seconds for all trials together; a trial past it is killed (--try)."),
     ] = 600.0,
+    try_baselines: Annotated[
+        int,
+        typer.Option(
+            "--try-baselines", help="Baseline trials; their spread is the noise a candidate must beat (--try)."
+        ),
+    ] = 2,
+    width: Annotated[int | None, width_option()] = None,
     candidates: Annotated[
         list[str] | None,
         typer.Option(
             "--candidates",
             help="Only try these settings (repeatable), e.g. num_workers=4 or num_workers=4,persistent_workers=true; "
-            "keys: num_workers, persistent_workers, pin_memory, prefetch_factor, autocast=bf16|fp16, tf32 (--try).",
+            "keys: num_workers, persistent_workers, pin_memory, prefetch_factor, batch_size, autocast=bf16|fp16, "
+            "tf32, and accumulate, eval_every, checkpoint_every for a script that reads GPUANALYZE_TRIAL_<KEY> "
+            "(--try).",
         ),
     ] = None,
 ) -> None:
@@ -101,8 +111,10 @@ def run_cmd(
                 typer.echo(f"export {key}={shlex.quote(value)}")
             typer.echo(f"export PYTHONPATH={shlex.quote(str(env_vars.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
-        if not try_ and (candidates or _given_try_option(try_steps, try_warmup, try_time_limit)):
-            raise GpuAnalyzeError("--try-steps, --try-warmup, --try-time-limit and --candidates need --try")
+        if not try_ and (candidates or _given_try_option(try_steps, try_warmup, try_time_limit, try_baselines)):
+            raise GpuAnalyzeError(
+                "--try-steps, --try-warmup, --try-time-limit, --try-baselines and --candidates need --try"
+            )
         if try_:
             from analyzer.run.trial_env import parse_setting
             from analyzer.run.try_options import TryOptions
@@ -111,12 +123,13 @@ def run_cmd(
                 steps=try_steps,
                 warmup=try_warmup,
                 time_limit_s=try_time_limit,
+                baselines=try_baselines,
                 candidates=tuple(parse_setting(c) for c in candidates or []),
             )
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")
         if try_:
-            _try(command, options, try_options, out or launch.default_out_dir(), json_out)
+            _try(command, options, try_options, out or launch.default_out_dir(), json_out, width)
             return
         finished = launch.run_command(command, options, out or launch.default_out_dir())
     except GpuAnalyzeError as exc:
@@ -131,11 +144,13 @@ def run_cmd(
     launch.die_like(finished.returncode)
 
 
-def _given_try_option(steps: int, warmup: int, time_limit: float) -> bool:
-    return (steps, warmup, time_limit) != (20, 5, 600.0)
+def _given_try_option(steps: int, warmup: int, time_limit: float, baselines: int) -> bool:
+    return (steps, warmup, time_limit, baselines) != (20, 5, 600.0, 2)
 
 
-def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool) -> None:
+def _try(
+    command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool, width: int | None
+) -> None:
     """`--try`: the trials, their table (or JSON), then the baseline's exit status if it failed, else 0."""
     from analyzer.run import launch, trial_output, trials
     from analyzer.run.summary import verdict_line
@@ -148,7 +163,7 @@ def _try(command: list[str], options: ProfileOptions, try_options: TryOptions, o
 
         typer.echo(dumps(trial_output.as_dict(result)))
     else:
-        trial_output.print_table(result)
+        trial_output.print_table(result, width)
     code = result.baseline.returncode
     if result.baseline.outcome == "failed" and code is not None:
         launch.die_like(code)

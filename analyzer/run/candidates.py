@@ -5,7 +5,11 @@ Standard set: ``num_workers`` in 1, 2, 4, 8 up to the cores this job may use (no
 baseline already ran with); ``persistent_workers`` and ``prefetch_factor=4`` with the most
 promising worker count (the projected one, else the largest tried); and, only when the baseline
 ran on an accelerator, ``pin_memory``, autocast bf16 and fp16, and TF32. On a CPU run those are
-skipped, and the notes say so.
+skipped, and the notes say so. When the baseline's DataLoader has a batch size B, ``batch_size``
+2B (BATCH_FACTOR) is tried too (a ``batch_multiplier`` projection gives its own multiple); it is
+compared per sample, and the learning rate for it is the user's call. Script knobs
+(``accumulate``, ``eval_every``, ``checkpoint_every``) are tried only when given with
+``--candidates``: only the user knows whether the script reads them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
     from analyzer.planning.outcome import Report
 
+#: The batch size the standard set tries, as a multiple of the baseline's.
+BATCH_FACTOR = 2
 #: Worker counts of the standard set (bounded by the cores the job may use).
 WORKER_COUNTS = (1, 2, 4, 8)
 #: prefetch_factor of the standard set (PyTorch's default is 2).
@@ -40,13 +46,16 @@ class Candidate:
     """``bottleneck/cause`` of the finding whose projection this is."""
 
 
-def setting_of(params: Sequence[tuple[str, int | float | str]]) -> TrialSetting | None:
+def setting_of(params: Sequence[tuple[str, int | float | str]], batch: int | None = None) -> TrialSetting | None:
     """The trial setting a projection's parameters describe, or None when a trial cannot apply
-    them without editing the code (a larger batch, a cheaper ``__getitem__``)."""
+    them without editing the code (a cheaper ``__getitem__``; a larger batch when the baseline's
+    DataLoader batch size ``batch`` is unknown)."""
     loader: list[tuple[str, int | bool]] = []
     autocast = None
     for key, value in params:
-        if key in LOADER_KEYS and isinstance(value, int):
+        if key == "batch_multiplier" and isinstance(value, (int, float)) and batch is not None and value > 0:
+            loader.append(("batch_size", max(1, round(batch * value))))
+        elif key in LOADER_KEYS and isinstance(value, int):
             loader.append((key, bool(value) if LOADER_KEYS[key] is bool else int(value)))
         elif key == "precision" and isinstance(value, str) and value.lower() in _PRECISION:
             autocast = _PRECISION[value.lower()]
@@ -57,22 +66,27 @@ def setting_of(params: Sequence[tuple[str, int | float | str]]) -> TrialSetting 
     return TrialSetting(dataloader=tuple(loader), autocast=autocast)
 
 
-def projected(report: Report | None) -> dict[TrialSetting, tuple[Projection, str]]:
+def projected(report: Report | None, batch: int | None = None) -> dict[TrialSetting, tuple[Projection, str]]:
     """Each setting a finding of ``report`` projected, with that projection (the first finding's wins)."""
     found: dict[TrialSetting, tuple[Projection, str]] = {}
     for finding in () if report is None else report.findings:
-        setting = setting_of(finding.projection.params)
+        setting = setting_of(finding.projection.params, batch)
         if setting is not None and setting not in found:
             found[setting] = (finding.projection, f"{finding.bottleneck}/{finding.cause}")
     return found
 
 
 def derive(
-    report: Report | None, *, cores: int, accelerator: bool, current_workers: int | None
+    report: Report | None,
+    *,
+    cores: int,
+    accelerator: bool,
+    current_workers: int | None,
+    current_batch: int | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     """(candidates in the order they run, notes on what was left out and why)."""
     notes: list[str] = []
-    by_projection = projected(report)
+    by_projection = projected(report, current_batch)
     out: list[Candidate] = []
 
     def add(setting: TrialSetting, source: str) -> None:
@@ -94,6 +108,8 @@ def derive(
     if best > 0:
         for extra in (("persistent_workers", True), ("prefetch_factor", PREFETCH)):
             add(TrialSetting(dataloader=(("num_workers", best), extra)), "standard")
+    if current_batch is not None:
+        add(TrialSetting(dataloader=(("batch_size", current_batch * BATCH_FACTOR),)), "standard")
     if accelerator:
         add(TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))), "standard")
         for precision in ("bf16", "fp16"):
@@ -110,10 +126,10 @@ def derive(
 
 
 def given(
-    settings: Sequence[TrialSetting], report: Report | None, *, accelerator: bool
+    settings: Sequence[TrialSetting], report: Report | None, *, accelerator: bool, current_batch: int | None = None
 ) -> tuple[list[Candidate], list[str]]:
     """The --candidates settings, each with the baseline's projection for it when there is one."""
-    by_projection = projected(report)
+    by_projection = projected(report, current_batch)
     out, notes = [], []
     for setting in dict.fromkeys(settings):
         if setting.needs_accelerator and not accelerator:

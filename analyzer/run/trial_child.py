@@ -4,11 +4,13 @@ stop after its bounded steps.
 ``start`` is called by analyzer.run.child once torch has loaded and the automatic profile is
 armed, only when ``GPUANALYZE_TRIAL=1``. It:
 
-- replaces the DataLoader arguments of the setting in **every** DataLoader the process creates
+- logs the batch size of every DataLoader the process creates (the baseline's tells which batch
+  size candidates to try) and replaces the DataLoader arguments of the setting in **every** one
   (``DataLoader.__init__`` is wrapped; what the script passed is overridden, since a script that
   wants ``num_workers=0`` usually says so), skipping for a loader the worker-only arguments
-  (``persistent_workers``, ``prefetch_factor``) when it ends up without workers; each loader
-  changed is one JSON line in the trial's log, which the launcher prints;
+  (``persistent_workers``, ``prefetch_factor``) when it ends up without workers and ``batch_size``
+  when it was given a ``batch_sampler``; each loader is one JSON line in the trial's log (the
+  launcher prints those it changed);
 - allows TF32 and runs the outermost module forward under ``torch.autocast`` when asked;
 - after ``GPUANALYZE_TRY_STOP_AFTER`` optimizer steps closes the trace with the end status
   ``trial_stop`` and raises ``SystemExit(0)`` from the optimizer's step hook, so the script's
@@ -45,7 +47,7 @@ def start(env: Mapping[str, str], profiler: Any, finish: Callable[[], None]) -> 
         return
     log = env.get(trial_env.LOG) or None
     for name, apply in (
-        ("DataLoader", lambda: _patch_loader(setting.dataloader, log) if setting.dataloader else None),
+        ("DataLoader", lambda: _patch_loader(setting.dataloader, log)),
         ("TF32", lambda: _tf32() if setting.tf32 else None),
         ("autocast", lambda: _autocast(setting.autocast) if setting.autocast else None),
         ("step bound", lambda: _stop_after(stop_after, profiler, finish, log) if stop_after else None),
@@ -79,9 +81,17 @@ def _patch_loader(values: tuple[tuple[str, trial_env.LoaderValue], ...], log: st
             original(self, *args, **kwargs)
             return
         original(*bound.args, **bound.kwargs)
-        if changed:
-            dataset = bound.arguments.get("dataset")
-            _log(log, {"event": "loader", "pid": os.getpid(), "dataset": type(dataset).__name__, "changed": changed})
+        dataset = bound.arguments.get("dataset")
+        _log(
+            log,
+            {
+                "event": "loader",
+                "pid": os.getpid(),
+                "dataset": type(dataset).__name__,
+                "batch_size": bound.arguments.get("batch_size"),
+                "changed": changed,
+            },
+        )
 
     DataLoader.__init__ = __init__
 
@@ -96,6 +106,9 @@ def _override(arguments: dict[str, Any], wanted: Mapping[str, Any]) -> dict[str,
             continue
         if key in ("persistent_workers", "prefetch_factor") and not workers:
             changed[key] = [arguments[key], "skipped: no workers"]
+            continue
+        if key == "batch_size" and arguments[key] is None:  # the script batches with its own batch_sampler
+            changed[key] = [None, "skipped: batch_sampler"]
             continue
         if arguments[key] != value:
             changed[key] = [arguments[key], value]

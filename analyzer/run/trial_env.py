@@ -11,7 +11,13 @@ Variables (set only by `gpuanalyze run --try`):
 - ``GPUANALYZE_TRY_AUTOCAST``: ``bf16`` or ``fp16``: the outermost forward runs under ``torch.autocast``.
 - ``GPUANALYZE_TRY_TF32``: ``1``: TF32 matmuls and convolutions.
 - ``GPUANALYZE_TRY_STOP_AFTER``: the process stops (cleanly) after this many optimizer steps.
-- ``GPUANALYZE_TRY_LOG``: file the process appends one JSON line to per loader it changed and at its stop.
+- ``GPUANALYZE_TRY_LOG``: file the process appends one JSON line to per loader it creates and at its stop.
+
+Script knobs (the convention for what only the script can change): a trial given
+``accumulate=N``, ``eval_every=N`` or ``checkpoint_every=N`` sets ``GPUANALYZE_TRIAL_ACCUMULATE``,
+``GPUANALYZE_TRIAL_EVAL_EVERY`` or ``GPUANALYZE_TRIAL_CHECKPOINT_EVERY`` to N; a script that
+exposes the setting reads it (``int(os.environ.get("GPUANALYZE_TRIAL_EVAL_EVERY", default))``,
+0 meaning never). A script that does not read it runs unchanged, which the trial cannot see.
 """
 
 from __future__ import annotations
@@ -28,9 +34,16 @@ AUTOCAST = "GPUANALYZE_TRY_AUTOCAST"
 TF32 = "GPUANALYZE_TRY_TF32"
 STOP_AFTER = "GPUANALYZE_TRY_STOP_AFTER"
 LOG = "GPUANALYZE_TRY_LOG"
+#: Script knobs: setting name -> the variable the script reads (see the module docstring).
+SCRIPT_KEYS = {
+    "accumulate": "GPUANALYZE_TRIAL_ACCUMULATE",
+    "eval_every": "GPUANALYZE_TRIAL_EVAL_EVERY",
+    "checkpoint_every": "GPUANALYZE_TRIAL_CHECKPOINT_EVERY",
+}
 
 #: DataLoader arguments a trial may set, with their type.
 LOADER_KEYS: dict[str, type] = {
+    "batch_size": int,
     "num_workers": int,
     "persistent_workers": bool,
     "pin_memory": bool,
@@ -55,6 +68,8 @@ class TrialSetting:
     """'bf16' or 'fp16': run each outermost module forward under ``torch.autocast`` (accelerators only)."""
     tf32: bool = False
     """Allow TF32 for matmuls and cuDNN convolutions (accelerators only)."""
+    script: tuple[tuple[str, int], ...] = ()
+    """Script knobs (keys of SCRIPT_KEYS), passed in variables the script may read."""
 
     def __post_init__(self) -> None:
         seen = set()
@@ -67,14 +82,29 @@ class TrialSetting:
             seen.add(key)
             if type(value) is not kind:
                 raise GpuAnalyzeError(f"{key}={value!r}: expected {'true/false' if kind is bool else 'a whole number'}")
-            if kind is int and (value < 0 or (key == "prefetch_factor" and value < 1)):
-                raise GpuAnalyzeError(f"{key}={value}: must be at least {1 if key == 'prefetch_factor' else 0}")
+            least = 1 if key in ("prefetch_factor", "batch_size") else 0
+            if kind is int and value < least:
+                raise GpuAnalyzeError(f"{key}={value}: must be at least {least}")
+        names = [k for k, _ in self.script]
+        for key, value in self.script:
+            if key not in SCRIPT_KEYS:
+                raise GpuAnalyzeError(f"unknown script setting {key!r}; use one of {', '.join(SCRIPT_KEYS)}")
+            if names.count(key) > 1:
+                raise GpuAnalyzeError(f"script setting {key!r} given twice")
+            least = 1 if key == "accumulate" else 0
+            if type(value) is not int or value < least:
+                raise GpuAnalyzeError(f"{key}={value!r}: expected a whole number of at least {least}")
         if self.autocast is not None and self.autocast not in PRECISIONS:
             raise GpuAnalyzeError(f"autocast={self.autocast!r}: use bf16 or fp16")
 
     @property
     def is_baseline(self) -> bool:
-        return not self.dataloader and self.autocast is None and not self.tf32
+        return not self.dataloader and self.autocast is None and not self.tf32 and not self.script
+
+    @property
+    def changes_batch(self) -> bool:
+        """Batch size or accumulation changed: the optimisation changes too (learning rate)."""
+        return "batch_size" in dict(self.dataloader) or "accumulate" in dict(self.script)
 
     @property
     def needs_accelerator(self) -> bool:
@@ -88,6 +118,7 @@ class TrialSetting:
             parts.append(f"autocast={self.autocast}")
         if self.tf32:
             parts.append("tf32=true")
+        parts += [f"{k}={v}" for k, v in self.script]
         return ", ".join(parts) or "current settings"
 
     def slug(self) -> str:
@@ -101,6 +132,7 @@ def parse_setting(text: str) -> TrialSetting:
     loader: list[tuple[str, LoaderValue]] = []
     autocast: str | None = None
     tf32 = False
+    script: list[tuple[str, int]] = []
     items = [p.strip() for p in text.split(",") if p.strip()]
     if not items:
         raise GpuAnalyzeError(f"--candidates {text!r}: expected key=value[,key=value], e.g. num_workers=2")
@@ -112,12 +144,14 @@ def parse_setting(text: str) -> TrialSetting:
             autocast = raw.lower()
         elif key == "tf32":
             tf32 = _bool(key, raw)
+        elif key in SCRIPT_KEYS:
+            script.append((key, _int(key, raw)))
         elif key in LOADER_KEYS:
             loader.append((key, _bool(key, raw) if LOADER_KEYS[key] is bool else _int(key, raw)))
         else:
-            known = ", ".join([*LOADER_KEYS, "autocast", "tf32"])
+            known = ", ".join([*LOADER_KEYS, "autocast", "tf32", *SCRIPT_KEYS])
             raise GpuAnalyzeError(f"--candidates {text!r}: unknown setting {key!r}; use one of {known}")
-    return TrialSetting(dataloader=tuple(loader), autocast=autocast, tf32=tf32)
+    return TrialSetting(dataloader=tuple(loader), autocast=autocast, tf32=tf32, script=tuple(script))
 
 
 def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, str]:
@@ -129,6 +163,8 @@ def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, st
         env[AUTOCAST] = setting.autocast
     if setting.tf32:
         env[TF32] = "1"
+    for key, value in setting.script:
+        env[SCRIPT_KEYS[key]] = str(value)
     return env
 
 
@@ -155,8 +191,16 @@ def from_env(env: Mapping[str, str]) -> tuple[TrialSetting, int | None]:
             raise GpuAnalyzeError(f"{STOP_AFTER}={stop}: must be at least 1")
     autocast = env.get(AUTOCAST, "").strip().lower() or None
     tf32 = env.get(TF32, "").strip() == "1"
+    script = []
+    for key, name in SCRIPT_KEYS.items():
+        raw_knob = env.get(name, "").strip()
+        if raw_knob:
+            try:
+                script.append((key, int(raw_knob)))
+            except ValueError as exc:
+                raise GpuAnalyzeError(f"{name}={raw_knob!r}: expected a whole number") from exc
     try:
-        return TrialSetting(dataloader=loader, autocast=autocast, tf32=tf32), stop
+        return TrialSetting(dataloader=loader, autocast=autocast, tf32=tf32, script=tuple(script)), stop
     except GpuAnalyzeError as exc:
         raise GpuAnalyzeError(f"{DATALOADER}/{AUTOCAST}: {exc}") from exc
 

@@ -1,9 +1,17 @@
 """What a trial measured: its steady-state step time (warm-up excluded) from the traces it wrote,
-and whether a candidate beats the baseline beyond the steps' variation."""
+and whether a candidate beats the baseline beyond noise.
+
+Noise is measured, not assumed: the command runs as the baseline at least twice, and a candidate
+beats it only when it is faster than the baselines' mean by more than the spread between the
+baselines' own means (run-to-run noise: a different process start, page cache, host load) and
+by more than NOISE_SE standard errors of the steps (within-trial noise), and by MIN_GAIN. A
+trial that changes the batch is compared per sample (its time scaled to the baseline's samples
+per step)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +43,8 @@ class Measured:
     """The largest DataLoader num_workers the trial's trace saw (EndInfo.loader_workers)."""
     end_status: str | None
     """The trace's end status ('trial_stop' for a trial stopped after its steps; None: no end marker)."""
+    samples: float | None = None
+    """Median samples per measured step (None: the trace did not count them)."""
 
     @property
     def stderr_ms(self) -> float:
@@ -48,9 +58,12 @@ def measure(path: Path, warmup: int) -> Measured | None:
         trace = load_any(path)
     except TraceError:
         return None
-    per_step = trace.frame.group_by(S.STEP).agg(pl.col(S.WALL_MS).max()).sort(S.STEP)
-    walls = per_step.get_column(S.WALL_MS).drop_nulls().to_list()
+    per_step = trace.frame.group_by(S.STEP).agg(pl.col(S.WALL_MS).max(), pl.col(S.BATCH_SAMPLES).max()).sort(S.STEP)
+    per_step = per_step.filter(pl.col(S.WALL_MS).is_not_null())
+    walls = per_step.get_column(S.WALL_MS).to_list()
     steady = [float(w) for w in walls[warmup:]]
+    counted = per_step.get_column(S.BATCH_SAMPLES).slice(warmup).drop_nulls()
+    samples = float(counted.median()) if len(counted) else None  # type: ignore[arg-type]
     if len(steady) < 2:
         return None
     mean = sum(steady) / len(steady)
@@ -63,17 +76,71 @@ def measure(path: Path, warmup: int) -> Measured | None:
         recorded=len(walls),
         loader_workers=None if end is None else end.loader_workers,
         end_status=None if end is None else end.status,
+        samples=samples if samples is not None and samples > 0 else None,
     )
 
 
-def vs_baseline(baseline: Measured, candidate: Measured) -> float:
-    """Candidate's mean relative to the baseline's, in percent (negative: faster)."""
-    return 100.0 * (candidate.mean_ms / baseline.mean_ms - 1.0) if baseline.mean_ms > 0 else 0.0
+@dataclass(frozen=True, slots=True)
+class Baselines:
+    """The baseline trials (at least one; two or more measure the run-to-run noise)."""
+
+    runs: tuple[Measured, ...]
+
+    def __post_init__(self) -> None:
+        assert self.runs, "at least one baseline"
+
+    @property
+    def mean_ms(self) -> float:
+        return sum(m.mean_ms for m in self.runs) / len(self.runs)
+
+    @property
+    def spread_ms(self) -> float:
+        """Largest minus smallest of the baselines' means (0 with one baseline: unknown)."""
+        means = [m.mean_ms for m in self.runs]
+        return max(means) - min(means)
+
+    @property
+    def stderr_ms(self) -> float:
+        """Standard error of the pooled mean, from the steps' variation."""
+        return math.sqrt(sum(m.stderr_ms**2 for m in self.runs)) / len(self.runs)
+
+    @property
+    def samples(self) -> float | None:
+        return next((m.samples for m in self.runs if m.samples is not None), None)
 
 
-def beats(baseline: Measured, candidate: Measured) -> bool:
-    """Faster than the baseline beyond noise: by more than NOISE_SE standard errors of the
-    difference of the means, and by at least MIN_GAIN of the baseline."""
-    gain = baseline.mean_ms - candidate.mean_ms
-    noise = NOISE_SE * math.hypot(baseline.stderr_ms, candidate.stderr_ms)
+def comparable_ms(samples: float | None, candidate: Measured) -> float:
+    """The candidate's mean step time per ``samples`` samples (its own mean when either count is
+    unknown or they are equal): a batch twice as large is compared per sample."""
+    if samples is None or candidate.samples is None or candidate.samples == samples:
+        return candidate.mean_ms
+    return candidate.mean_ms * samples / candidate.samples
+
+
+def vs_baseline(baseline: Measured | Baselines, candidate: Measured) -> float:
+    """Candidate's mean (per the baseline's samples) relative to the baseline's, in percent (negative: faster)."""
+    base = baseline if isinstance(baseline, Baselines) else Baselines((baseline,))
+    mean = base.mean_ms
+    return 100.0 * (comparable_ms(base.samples, candidate) / mean - 1.0) if mean > 0 else 0.0
+
+
+def noise_ms(baselines: Baselines, candidate: Measured) -> float:
+    """The smallest gain that is beyond noise: the baselines' spread, or NOISE_SE standard errors
+    of the difference of the means, whichever is larger."""
+    within = NOISE_SE * math.hypot(baselines.stderr_ms, candidate.stderr_ms)
+    return max(baselines.spread_ms, within)
+
+
+def beyond_noise(baselines: Sequence[Measured], candidate: Measured) -> bool:
+    """Faster than the baselines' mean beyond noise (noise_ms) and by at least MIN_GAIN of it."""
+    base = Baselines(tuple(baselines))
+    gain = base.mean_ms - comparable_ms(base.samples, candidate)
+    return gain > noise_ms(base, candidate) and gain >= MIN_GAIN * base.mean_ms
+
+
+def beats(baseline: Measured, candidate: Measured, spread_ms: float = 0.0) -> bool:
+    """``candidate`` faster than ``baseline`` (one trial each) beyond ``spread_ms`` (the run-to-run
+    noise the baselines measured), NOISE_SE standard errors, and by MIN_GAIN."""
+    gain = baseline.mean_ms - comparable_ms(baseline.samples, candidate)
+    noise = max(spread_ms, NOISE_SE * math.hypot(baseline.stderr_ms, candidate.stderr_ms))
     return gain > noise and gain >= MIN_GAIN * baseline.mean_ms

@@ -1,19 +1,24 @@
 """What `gpuanalyze run --try` prints: one row per trial (setting, the baseline's projection and
-its range, the measured steady-state step time, the change against the baseline, whether the
-measurement fell inside the projected range), the loaders each trial changed, and the
-recommendation (the measured best, only when it beats the baseline beyond noise)."""
+its range beside the measured steady-state step time, the change against the baselines, whether
+the measurement fell inside the projected range), the loaders each trial changed, how each
+measurement relates to the analysis' projection, and the recommendation (the measured best, only
+when it beats the baselines beyond noise). The table fits the width it is given (--width,
+$COLUMNS, 80 in a log or pipe)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from analyzer.run.candidates import Candidate
-from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, Measured, beats, vs_baseline
+from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, Measured, beats, comparable_ms, vs_baseline
 from analyzer.run.trials import TrialRun, TryResult
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
 
+#: Width from which the table has its workers and ended columns (narrower: the outcome goes in the
+#: trial cell when it is not the usual one).
+WIDE = 110
 _OUTCOME = {
     "stopped": "after its steps",
     "ended": "ended on its own",
@@ -27,6 +32,7 @@ _OUTCOME = {
 def rows(result: TryResult) -> list[dict[str, Any]]:
     """One dict per trial, baseline first: what both the table and ``--json`` show."""
     out = [_row(result, None, result.baseline)]
+    out += [_row(result, None, t) for t in result.repeats]
     out += [_row(result, c, t) for c, t in result.trials]
     return out
 
@@ -38,16 +44,22 @@ def recommendation(result: TryResult) -> str:
     if best is None:
         if not any(t.measured for _, t in result.trials):
             return "gpuanalyze: no candidate was measured; keep the current settings"
+        noise = result.noise
+        if noise is None or len(noise.runs) < 2:
+            return "gpuanalyze: no recommendation: fewer than two baseline trials were measured (no noise to judge by)"
         return (
-            "gpuanalyze: keep the current settings: no candidate beat the baseline beyond noise "
-            f"(more than {NOISE_SE:g} standard errors and {MIN_GAIN:.0%})"
+            "gpuanalyze: keep the current settings: no candidate beat the baselines beyond noise "
+            f"(their spread {_pct(noise.spread_ms, noise.mean_ms)}, {NOISE_SE:g} standard errors, "
+            f"at least {MIN_GAIN:.0%})"
         )
     candidate, trial = best
-    assert trial.measured is not None and result.baseline.measured is not None
-    change = vs_baseline(result.baseline.measured, trial.measured)
+    noise = result.noise
+    assert trial.measured is not None and noise is not None
+    change = vs_baseline(noise, trial.measured)
+    per = " per sample" if comparable_ms(noise.samples, trial.measured) != trial.measured.mean_ms else ""
     line = (
         f"gpuanalyze: recommended: {candidate.setting.label()} — measured {trial.measured.mean_ms:.2f} ms/step, "
-        f"{change:+.1f}% vs the baseline's {result.baseline.measured.mean_ms:.2f} ms"
+        f"{change:+.1f}%{per} vs the baselines' {noise.mean_ms:.2f} ms (spread {_pct(noise.spread_ms, noise.mean_ms)})"
     )
     close = within_noise(result)
     return f"{line}; within noise of it: {'; '.join(close)}" if close else line
@@ -57,7 +69,8 @@ def within_noise(result: TryResult) -> list[str]:
     """The other measured candidates the recommended one does not beat beyond noise (as good, as far
     as these trials can tell)."""
     best = result.best
-    if best is None or best[1].measured is None:
+    noise = result.noise
+    if best is None or best[1].measured is None or noise is None:
         return []
     return [
         c.setting.label()
@@ -65,8 +78,68 @@ def within_noise(result: TryResult) -> list[str]:
         if t is not best[1]
         and t.measured is not None
         and t.outcome in ("stopped", "ended")
-        and not beats(t.measured, best[1].measured)
+        and not beats(t.measured, best[1].measured, noise.spread_ms)
     ]
+
+
+def against_projection(result: TryResult) -> list[str]:
+    """How each measurement relates to the analysis' projection: one line per projected candidate
+    (inside its range, or faster/slower than it), then whether the trials settle the advice of
+    the analysis' top finding."""
+    noise = result.noise
+    lines = []
+    for candidate, trial in result.trials:
+        p = candidate.projection
+        if p is None:
+            continue
+        if trial.measured is None or noise is None:
+            lines.append(f"{trial.name} ({candidate.setting.label()}): projected {p.step_ms:.2f} ms, not measured")
+            continue
+        measured = comparable_ms(noise.samples, trial.measured)
+        where = (
+            "no range projected"
+            if p.low_ms is None or p.high_ms is None
+            else "inside the projected range"
+            if p.low_ms <= measured <= p.high_ms
+            else "faster than the projected range"
+            if measured < p.low_ms
+            else "slower than the projected range"
+        )
+        interval = "" if p.low_ms is None or p.high_ms is None else f" [{p.low_ms:.2f}, {p.high_ms:.2f}]"
+        lines.append(
+            f"{trial.name} ({candidate.setting.label()}): the analysis ({candidate.finding}) projected "
+            f"{p.step_ms:.2f} ms{interval}, measured {measured:.2f} ms: {where}"
+        )
+    lines += _top_finding(result)
+    return lines
+
+
+def _top_finding(result: TryResult) -> list[str]:
+    report = result.report
+    if report is None or not report.findings:
+        return []
+    top = report.findings[0]
+    name = f"{top.bottleneck}/{top.cause}"
+    tried = [(c, t) for c, t in result.trials if c.finding == name and c.projection == top.projection]
+    if not tried:
+        return [f"the analysis' top finding ({name}) was not tried: its fix needs a change no trial can make"]
+    candidate, trial = tried[0]
+    best = result.best
+    if trial.measured is None:
+        verdict = "not measured, so these trials do not settle it"
+    elif best is not None and best[1] is trial:
+        verdict = "confirmed: the measured best, beyond noise"
+    elif candidate.setting.label() in within_noise(result):
+        verdict = "as good as the measured best (within noise of it)"
+    elif best is None:
+        verdict = "not confirmed: within the baselines' noise"
+    else:
+        verdict = f"not confirmed: {best[0].setting.label()} measured faster beyond noise"
+    return [f"the analysis' advice ({name}: {candidate.setting.label()}): {verdict}"]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "n/a"
 
 
 def as_dict(result: TryResult) -> dict[str, Any]:
@@ -79,31 +152,49 @@ def as_dict(result: TryResult) -> dict[str, Any]:
         "recommended": None if best is None else _setting_dict(best[0]),
         "within_noise_of_recommended": within_noise(result),
         "recommendation": recommendation(result).removeprefix("gpuanalyze: "),
+        "against_projection": against_projection(result),
+        "baseline_spread_pct": None
+        if result.noise is None or len(result.noise.runs) < 2
+        else 100 * result.noise.spread_ms / result.noise.mean_ms,
         "notes": list(result.notes),
     }
 
 
-def print_table(result: TryResult) -> None:
-    from rich.console import Console
+def print_table(result: TryResult, width: int | None = None) -> None:
+    """The table, laid out for ``width`` columns (default: the terminal's, $COLUMNS, or 80)."""
     from rich.table import Table
     from rich.text import Text
 
+    from analyzer.render.console import report_console
     from analyzer.render.safe import clean
 
-    table = Table(title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"), title_justify="left")
-    for name, justify in (
+    console = report_console(width)
+    narrow = console.width < WIDE
+    from rich import box
+
+    table = Table(
+        title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,  # no vertical rules: the columns keep the width for their numbers
+        pad_edge=False,
+    )
+    columns = [
         ("trial", "left"),
         ("setting", "left"),
-        ("projected ms [low, high]", "right"),
-        ("measured ms (± sd, n)", "right"),
-        ("vs baseline", "right"),
-        ("in interval", "center"),
+        ("projected ms [range]", "right"),
+        ("measured ms ± sd (n)", "right"),
+        ("vs base", "right"),
+        ("in range", "center"),
         ("workers", "right"),
         ("ended", "left"),
-    ):
-        table.add_column(Text(name), justify=justify)  # type: ignore[arg-type]
-    for row in rows(result):
-        cells = (
+    ]
+    if narrow:
+        columns = [c for c in columns if c[0] not in ("workers", "ended")]
+    table_rows = rows(result)
+    for name, justify in columns:
+        table.add_column(Text(name), justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in table_rows:
+        cells = [
             row["trial"],
             clean(row["setting"]),
             _projected_text(row),
@@ -112,23 +203,23 @@ def print_table(result: TryResult) -> None:
             row["inside_interval"],
             "—" if row["loader_workers"] is None else str(row["loader_workers"]),
             _OUTCOME.get(row["outcome"], row["outcome"]) + _status_suffix(row),
-        )
+        ]
+        if narrow:
+            if row["outcome"] not in ("stopped",):
+                cells[0] += f" ({_OUTCOME.get(row['outcome'], row['outcome'])}{_status_suffix(row)})"
+            cells = cells[:6]
         table.add_row(*(Text(cell) for cell in cells))  # Text: "[low, high]" is not markup
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = max(console.width, 150)  # a log or pipe: one line per trial
     console.print(table)
-    for row in rows(result):
-        for line in row["loaders_changed"]:
-            console.print(f"  {row['trial']}: {clean(line)}", markup=False)
-    for note in result.notes:
-        console.print(f"  note: {clean(note)}", markup=False)
-    console.print(recommendation(result), markup=False)
+    lines = [f"{row['trial']}: {line}" for row in rows(result) for line in row["loaders_changed"]]
+    lines += against_projection(result)
+    lines += [f"note: {note}" for note in result.notes]
+    for line in lines:
+        console.print(Text("  " + clean(line)))
+    console.print(Text(recommendation(result)))
 
 
 def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dict[str, Any]:
     projection = None if candidate is None else candidate.projection
-    base = result.baseline.measured
     m = trial.measured
     return {
         "trial": trial.name,
@@ -136,18 +227,28 @@ def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dic
         "dataloader": dict(trial.setting.dataloader),
         "autocast": trial.setting.autocast,
         "tf32": trial.setting.tf32,
+        "script": dict(trial.setting.script),
         "source": "baseline" if candidate is None else candidate.source,
         **_projected(projection),
         "projected_by": None if candidate is None else candidate.finding,
         **_measured(m),
-        "vs_baseline_pct": None if m is None or base is None or candidate is None else vs_baseline(base, m),
-        "inside_interval": _inside(projection, m),
+        "vs_baseline_pct": _change(result, candidate, trial),
+        "measured_samples": None if m is None else m.samples,
+        "inside_interval": _inside(projection, m, None if result.noise is None else result.noise.samples),
         "outcome": trial.outcome,
         "returncode": trial.returncode,
         "seconds": round(trial.seconds, 2),
         "directory": None if trial.directory is None else str(trial.directory),
         "loaders_changed": list(trial.loaders),
     }
+
+
+def _change(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> float | None:
+    """A candidate against the baselines' mean (per sample); a repeated baseline against the first."""
+    m, noise, first = trial.measured, result.noise, result.baseline.measured
+    if m is None or noise is None or first is None or trial is result.baseline:
+        return None
+    return vs_baseline(noise if candidate is not None else first, m)
 
 
 def _projected(projection: Projection | None) -> dict[str, float | None]:
@@ -167,16 +268,23 @@ def _measured(m: Measured | None) -> dict[str, Any]:
     return dict(zip(keys, (m.mean_ms, m.stdev_ms, m.steps, m.loader_workers, m.end_status), strict=True))
 
 
-def _inside(projection: Projection | None, m: Measured | None) -> str:
-    """'yes'/'no': the trial's measured mean within the projection's range; 'n/a' without one."""
+def _inside(projection: Projection | None, m: Measured | None, samples: float | None) -> str:
+    """'yes'/'no': the trial's measured mean (per the baseline's samples) within the projection's
+    range; 'n/a' without one."""
     if projection is None or m is None or projection.low_ms is None or projection.high_ms is None:
         return "n/a"
-    return "yes" if projection.low_ms <= m.mean_ms <= projection.high_ms else "no"
+    return "yes" if projection.low_ms <= comparable_ms(samples, m) <= projection.high_ms else "no"
 
 
 def _setting_dict(candidate: Candidate) -> dict[str, Any]:
     s = candidate.setting
-    return {"setting": s.label(), "dataloader": dict(s.dataloader), "autocast": s.autocast, "tf32": s.tf32}
+    return {
+        "setting": s.label(),
+        "dataloader": dict(s.dataloader),
+        "autocast": s.autocast,
+        "tf32": s.tf32,
+        "script": dict(s.script),
+    }
 
 
 def _projected_text(row: dict[str, Any]) -> str:
@@ -190,7 +298,7 @@ def _projected_text(row: dict[str, Any]) -> str:
 def _measured_text(row: dict[str, Any]) -> str:
     if row["measured_ms"] is None:
         return "—"
-    return f"{row['measured_ms']:.2f} (± {row['measured_stdev_ms']:.2f}, {row['measured_steps']})"
+    return f"{row['measured_ms']:.2f} ± {row['measured_stdev_ms']:.2f} ({row['measured_steps']})"
 
 
 def _status_suffix(row: dict[str, Any]) -> str:

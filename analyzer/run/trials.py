@@ -4,8 +4,9 @@ The command runs once as the baseline trial (profiled as `gpuanalyze run` does, 
 after warm-up + N steps), the baseline is analysed, candidates are derived from its findings
 (analyzer.run.candidates), and the command runs once more per candidate with that setting applied
 in its processes through environment variables (analyzer.run.trial_env, trial_child). Each trial
-writes its traces into a new subdirectory of the output directory, runs in its own process group
-(so a trial still running at the total time limit is killed with everything it started), and has
+writes its traces into a new subdirectory of the output directory, runs in its own session, is
+killed with everything it started after it ends or at the total time limit (analyzer.run.trial_reap),
+and has
 ``GPUANALYZE_TRIAL=1`` set so that scripts can skip checkpoints.
 """
 
@@ -27,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.run import trial_env
+from analyzer.run import trial_env, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
 from analyzer.run.launch import child_env, prepare_out_dir, traces_of
 from analyzer.run.trial_env import TrialSetting
-from analyzer.run.trial_measure import Measured, beats, measure
+from analyzer.run.trial_measure import Baselines, Measured, beyond_noise, comparable_ms, measure
 from analyzer.run.try_options import TryOptions
 
 if TYPE_CHECKING:
@@ -60,7 +61,11 @@ class TrialRun:
     measured: Measured | None = None
     loaders: tuple[str, ...] = ()
     """One line per DataLoader whose arguments the trial changed."""
+    batch_sizes: tuple[int, ...] = ()
+    """The batch size of each DataLoader the trial's processes created, in order."""
     seconds: float = 0.0
+    left_running: int = 0
+    """Processes the trial left running after its root exited (killed and reaped by the launcher)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +74,9 @@ class TryResult:
 
     out_dir: Path
     baseline: TrialRun
+    """The first baseline trial (the one analysed)."""
+    repeats: list[TrialRun] = field(default_factory=list)
+    """The further baseline trials (their spread is the run-to-run noise)."""
     report: Report | None = None
     """The baseline's analysis (None when it failed or could not be analysed)."""
     problem: str | None = None
@@ -79,15 +87,23 @@ class TryResult:
     """The signal that reached the launcher and stopped the trials (None: none did)."""
 
     @property
+    def noise(self) -> Baselines | None:
+        """The measured baselines (None: the first one was not measured)."""
+        runs = [self.baseline, *self.repeats]
+        measured = [t.measured for t in runs if t.measured is not None and t.outcome in ("stopped", "ended")]
+        return Baselines(tuple(measured)) if self.baseline.measured is not None and measured else None
+
+    @property
     def best(self) -> tuple[Candidate, TrialRun] | None:
-        """The measured best candidate, only when it beats the baseline beyond noise."""
-        base = self.baseline.measured
+        """The measured best candidate, only when it beats the baselines beyond noise (their
+        spread and the steps' variation); never with a single measured baseline."""
+        base = self.noise
         ran = [(c, t) for c, t in self.trials if t.measured is not None and t.outcome in ("stopped", "ended")]
-        if base is None or not ran:
+        if base is None or len(base.runs) < 2 or not ran:
             return None
-        candidate, trial = min(ran, key=lambda ct: ct[1].measured.mean_ms)  # type: ignore[union-attr]
+        candidate, trial = min(ran, key=lambda ct: comparable_ms(base.samples, ct[1].measured))  # type: ignore[arg-type]
         assert trial.measured is not None
-        return (candidate, trial) if beats(base, trial.measured) else None
+        return (candidate, trial) if beyond_noise(base.runs, trial.measured) else None
 
     @property
     def baseline_failed(self) -> bool:
@@ -110,7 +126,7 @@ def try_command(
 def _run_all(
     command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, deadline: float, stop: _Stop
 ) -> TryResult:
-    with _forwarding_signals(stop):
+    with _forwarding_signals(stop), trial_reap.subreaper():
         first = _new_dir(out_dir, 0, "baseline")
         baseline = run_trial("baseline", command, profile, TrialSetting(), first, options, deadline, stop)
         result = TryResult(out_dir=out_dir, baseline=baseline)
@@ -118,30 +134,75 @@ def _run_all(
             result.problem = _why_no_baseline(baseline)
             return result
         result.report, result.problem = analyze_baseline(baseline.traces[0], options.warmup)
+        for n in range(2, options.baselines + 1):
+            if not _time_for(f"baseline {n}", baseline, deadline, stop, result):
+                break
+            again = run_trial(
+                f"baseline {n}",
+                command,
+                profile,
+                TrialSetting(),
+                _new_dir(out_dir, 0, f"baseline{n}"),
+                options,
+                deadline,
+                stop,
+            )
+            result.repeats.append(again)
         accelerator = on_accelerator(result.report)
         if options.candidates:
-            candidates, notes = given(options.candidates, result.report, accelerator=accelerator)
+            candidates, notes = given(
+                options.candidates, result.report, accelerator=accelerator, current_batch=batch_size_of(baseline)
+            )
         else:
             workers = None if baseline.measured is None else baseline.measured.loader_workers
-            candidates, notes = derive(result.report, cores=_cores(), accelerator=accelerator, current_workers=workers)
+            candidates, notes = derive(
+                result.report,
+                cores=_cores(),
+                accelerator=accelerator,
+                current_workers=workers,
+                current_batch=batch_size_of(baseline),
+            )
         result.notes += notes
+        if any(c.setting.changes_batch for c in candidates):
+            result.notes.append(
+                "batch size and accumulation trials measure speed per sample only: the learning rate "
+                "(and its schedule) for another batch is your call"
+            )
         for index, candidate in enumerate(candidates, start=1):
             name = f"candidate {index}"
-            left = deadline - time.monotonic()
-            if stop.signum is not None or left < baseline.seconds:
-                why = (
-                    "interrupted"
-                    if stop.signum is not None
-                    else f"{max(0.0, left):.0f} s left of --try-time-limit, less than the baseline trial took "
-                    f"({baseline.seconds:.0f} s)"
-                )
+            if not _time_for(f"{name} ({candidate.setting.label()})", baseline, deadline, stop, result):
                 result.trials.append((candidate, TrialRun(name, candidate.setting, None, "not_run")))
-                result.notes.append(f"{name} ({candidate.setting.label()}) not run: {why}")
                 continue
             directory = _new_dir(out_dir, index, candidate.setting.slug())
             trial = run_trial(name, command, profile, candidate.setting, directory, options, deadline, stop)
             result.trials.append((candidate, trial))
     return result
+
+
+def _time_for(what: str, baseline: TrialRun, deadline: float, stop: _Stop, result: TryResult) -> bool:
+    """Whether another trial may start (no signal came, and the time left holds one more baseline's
+    worth); when not, a note says why."""
+    left = deadline - time.monotonic()
+    if stop.signum is None and left >= baseline.seconds:
+        return True
+    why = (
+        "interrupted"
+        if stop.signum is not None
+        else f"{max(0.0, left):.0f} s left of --try-time-limit, "
+        f"less than the baseline trial took ({baseline.seconds:.0f} s)"
+    )
+    result.notes.append(f"{what} not run: {why}")
+    return False
+
+
+def batch_size_of(trial: TrialRun) -> int | None:
+    """The trial's batch size: the DataLoader batch size matching its samples per step (else the
+    first loader's), None when no DataLoader with a batch size was created."""
+    sizes = [b for b in trial.batch_sizes if b > 0]
+    if not sizes:
+        return None
+    samples = None if trial.measured is None else trial.measured.samples
+    return next((b for b in sizes if samples is not None and b == round(samples)), sizes[0])
 
 
 def analyze_baseline(path: Path, warmup: int) -> tuple[Report | None, str | None]:
@@ -179,20 +240,22 @@ def run_trial(
     env.update(trial_env.env_for(setting, stop_after=options.stop_after, log=str(log)))
     started = time.monotonic()
     try:
-        child = subprocess.Popen(command, env=env, process_group=0, stdout=2 if stop.stdout_to_stderr else None)
+        child = subprocess.Popen(command, env=env, start_new_session=True, stdout=2 if stop.stdout_to_stderr else None)
     except OSError as exc:
         with contextlib.suppress(OSError):
             directory.rmdir()
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     stop.child = child
+    tree = trial_reap.Tree(child.pid)
     outcome = None
     try:
-        returncode = child.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        outcome = "time_limit"
-        returncode = _kill_group(child)
+        returncode = _wait(child, tree, deadline)
+        if returncode is None:
+            outcome = "time_limit"
+            returncode = _kill_group(child)
     finally:
         stop.child = None
+        left = tree.kill()  # after every trial: what it started and left behind (setsid children too)
     entries = _read_log(log)
     stopped = any(e.get("event") == "stop" for e in entries)
     if outcome is None:
@@ -212,9 +275,25 @@ def run_trial(
         returncode=returncode,
         traces=traces,
         measured=measured,
-        loaders=tuple(_loader_line(e) for e in entries if e.get("event") == "loader"),
+        loaders=tuple(_loader_line(e) for e in entries if e.get("event") == "loader" and e.get("changed")),
+        batch_sizes=tuple(
+            e["batch_size"] for e in entries if e.get("event") == "loader" and type(e.get("batch_size")) is int
+        ),
         seconds=time.monotonic() - started,
+        left_running=left,
     )
+
+
+def _wait(child: subprocess.Popen[bytes], tree: trial_reap.Tree, deadline: float) -> int | None:
+    """The trial's exit status, or None at the deadline; records its descendants meanwhile."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return child.poll()
+        try:
+            return child.wait(timeout=min(left, trial_reap.SCAN_EVERY_S))
+        except subprocess.TimeoutExpired:
+            tree.scan()
 
 
 class _Stop:
