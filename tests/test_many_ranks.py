@@ -28,7 +28,7 @@ def test_equal_short_ranks_are_reduced_in_one_pass(tmp_path, monkeypatch):
     assert len(calls) == n  # a second pass with the shorter warm-up read every file again
     assert got.metrics.ranks == n
     # the same numbers as the in-memory path, which never needed a second pass
-    from analyzer.analysis.metrics import step_metrics
+    from analyzer.analysis.road import step_metrics
     from gpuanalyze.ingest.sources import load_any
 
     ref = step_metrics(load_any(d))

@@ -1,6 +1,7 @@
 import pytest
 
-from analyzer.analysis.metrics import step_metrics, warmup_steps
+from analyzer.analysis.metrics import warmup_steps
+from analyzer.analysis.road import step_metrics
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import load_trace
