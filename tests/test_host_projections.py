@@ -11,7 +11,7 @@ from analyzer import analyze
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.judge import judge
-from analyzer.analysis.road import step_metrics, trace_road
+from analyzer.analysis.road import trace_road
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.workers import worker_plan
 from analyzer.analysis.steady import steady_state
@@ -25,7 +25,7 @@ END0 = EndInfo(status="ok", steps=60, loader_workers=0)
 
 def _ctx(path, host):
     t = load_trace(path)
-    m = step_metrics(t)
+    m = trace_road(t).metrics
     return Context(m=m, run=t.run, end=t.end, ceilings=None, host=host), m
 
 

@@ -147,11 +147,6 @@ def _sum(col: Column) -> float:
     return float(col.known().astype(np.float64, copy=False).sum())
 
 
-def rank_partial(frame: pl.DataFrame, rank: int, skip: int, without: Without = frozenset()) -> RankPartial:
-    """The partial of one rank's rows (``frame``: that rank only, sorted by step, as the reader gives it)."""
-    return partial_of(frame_columns(frame), rank, skip, without)
-
-
 def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset()) -> RankPartial:
     """The partial of one rank's rows as numpy columns (sorted by step; load_columns or frame_columns),
     without the post-warm-up steps ``without``."""

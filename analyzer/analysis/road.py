@@ -100,8 +100,3 @@ def trace_rows(trace: Trace) -> dict[int, Rows]:
 def trace_road(trace: Trace, *, quartiles: bool = False) -> Road:
     """The road of a trace held in memory."""
     return rows_road(trace_rows(trace), trace.run.gpu_memory_bytes, quartiles=quartiles)
-
-
-def step_metrics(trace: Trace) -> StepMetrics:
-    """StepMetrics of every analysed step of a trace held in memory."""
-    return trace_road(trace).metrics
