@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING
 
 from analyzer.analysis.host_facts import host_facts
 from analyzer.analysis.judge import judge
-from analyzer.analysis.metrics import step_metrics
 from analyzer.analysis.rules import Context
-from analyzer.analysis.steady import steady_state
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
 from analyzer.planning.mfu import mfu
@@ -81,19 +79,17 @@ def _judged(
     cost: CostInputs | None,
     flops_per_step: float | None,
 ) -> Report:
-    """The stages after loading: steady state, rules and verdict, cost, MFU."""
+    """The stages after loading (whose steady state and rules' metrics came with it): rules and verdict,
+    cost, MFU."""
     metrics = loaded.metrics
     notes = loaded.notes
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
-    steady = steady_state(metrics)
-    rules_see = metrics
-    if steady.left_out and loaded.trace is not None:
-        rules_see = step_metrics(loaded.trace, without=steady.left_out)
+    steady = loaded.steady
     host = host_facts(loaded.run, loaded.samples)
-    ctx = Context(m=rules_see, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host)
-    judged = judge(ctx, metrics, steady, left_out=loaded.trace is not None)
+    ctx = Context(m=loaded.judged, run=loaded.run, end=loaded.end, ceilings=ceilings, host=host)
+    judged = judge(ctx, metrics, steady)
     verdict = judged.verdict
     notes = (*notes, *judged.notes)
     cost_ = None

@@ -14,7 +14,7 @@ import pytest
 
 import analyzer.analysis.ranks as ranks
 from analyzer.analysis.combine import Combiner, Reduced
-from analyzer.analysis.partial import bracket_answers_of, partial_of, rank_partial
+from analyzer.analysis.partial import bracket_answers_of, partial_of
 from analyzer.analysis.quantiles import sorted_median
 from analyzer.analysis.ranks import WorkStore, block_matrix, polars_median
 from analyzer.errors import TraceError
@@ -147,7 +147,7 @@ def test_sorted_median_is_polars_median_bit_for_bit():
 def test_partials_of_columns_equal_those_of_frames(tmp_path):
     path = _variants(tmp_path)["sampled"]
     frame = load_trace(path).frame
-    a, b = rank_partial(frame, 0, 3), partial_of(load_columns(path).columns, 0, 3)
+    a, b = partial_of(frame_columns(frame), 0, 3), partial_of(load_columns(path).columns, 0, 3)
     assert (a.n, a.sampled, a.known, a.sums, a.peak_mem) == (b.n, b.sampled, b.known, b.sums, b.peak_mem)
     assert a.stats == b.stats and a.kernels.totals_ms == b.kernels.totals_ms
     assert all(np.array_equal(a.sketches[c].sample, b.sketches[c].sample) for c in a.sketches)

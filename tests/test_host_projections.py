@@ -11,7 +11,7 @@ from analyzer import analyze
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.judge import judge
-from analyzer.analysis.metrics import step_metrics
+from analyzer.analysis.road import trace_road
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.workers import worker_plan
 from analyzer.analysis.steady import steady_state
@@ -25,7 +25,7 @@ END0 = EndInfo(status="ok", steps=60, loader_workers=0)
 
 def _ctx(path, host):
     t = load_trace(path)
-    m = step_metrics(t)
+    m = trace_road(t).metrics
     return Context(m=m, run=t.run, end=t.end, ceilings=None, host=host), m
 
 
@@ -182,10 +182,9 @@ def _with_left_out_steps(trace_factory):
         for i in range(60)
     ]
     t = load_trace(trace_factory(rows, run={"host": "t", "cpu_count": 2, "host_cpus": 2}, end=END0))
-    full = step_metrics(t)
-    steady = steady_state(full)
-    assert steady.left_out  # the rules see the steady steps, as analyzer.api gives them
-    return t, full, steady, step_metrics(t, without=steady.left_out)
+    road = trace_road(t)
+    assert road.steady.left_out  # the rules see the steady steps, as analyzer.api gives them
+    return t, road.metrics, road.steady, road.judged
 
 
 def _loading(trace_factory, host):

@@ -28,10 +28,10 @@ def test_equal_short_ranks_are_reduced_in_one_pass(tmp_path, monkeypatch):
     assert len(calls) == n  # a second pass with the shorter warm-up read every file again
     assert got.metrics.ranks == n
     # the same numbers as the in-memory path, which never needed a second pass
-    from analyzer.analysis.metrics import step_metrics
+    from analyzer.analysis.road import trace_road
     from gpuanalyze.ingest.sources import load_any
 
-    ref = step_metrics(load_any(d))
+    ref = trace_road(load_any(d)).metrics
     assert got.metrics.step_median_ms == ref.step_median_ms and got.metrics.warmup_steps == ref.warmup_steps
 
 

@@ -1,6 +1,7 @@
 import pytest
 
-from analyzer.analysis.metrics import step_metrics, warmup_steps
+from analyzer.analysis.metrics import warmup_steps
+from analyzer.analysis.road import trace_road
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import load_trace
@@ -15,7 +16,7 @@ def test_warmup_is_a_tenth_capped_at_three():
 
 def test_medians_shares_and_throughput(trace_factory):
     rows = [make_row(i, wall=100.0 if i < 3 else 20.0, data=5.0, samples=10) for i in range(30)]
-    m = step_metrics(load_trace(trace_factory(rows)))
+    m = trace_road(load_trace(trace_factory(rows))).metrics
     assert m.warmup_steps == 3 and m.steps == 27
     assert m.step_median_ms == pytest.approx(20.0)
     assert m.breakdown_ms[S.DATA_WAIT_MS] == pytest.approx(5.0)
@@ -26,10 +27,10 @@ def test_medians_shares_and_throughput(trace_factory):
 
 
 def test_gpu_utilisation_from_busy_time(trace_factory):
-    m = step_metrics(load_trace(trace_factory([make_row(i, wall=10.0, busy=4.0) for i in range(10)])))
+    m = trace_road(load_trace(trace_factory([make_row(i, wall=10.0, busy=4.0) for i in range(10)]))).metrics
     assert m.gpu_util == pytest.approx(0.4)
 
 
 def test_zero_steps_is_an_error(trace_factory):
     with pytest.raises(TraceError, match="no steps"):
-        step_metrics(load_trace(trace_factory([])))
+        trace_road(load_trace(trace_factory([])))

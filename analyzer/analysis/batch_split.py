@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from analyzer.analysis import thresholds as T
-from gpuanalyze.ingest import schema as S
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +34,15 @@ class BatchSplit:
         return self.fixed_ms / total if total > 0 else 0.0
 
 
-def batch_split(rows: pl.DataFrame) -> BatchSplit | None:
-    """The split from analysed rows, or None when the run has no batch small enough to tell."""
-    if S.BATCH_SAMPLES not in rows.columns or rows.height == 0:
-        return None
-    samples = rows.get_column(S.BATCH_SAMPLES).to_numpy().astype(np.float64)
-    compute = (
-        rows.get_column(S.FORWARD_MS).fill_null(0.0).to_numpy()
-        + rows.get_column(S.BACKWARD_MS).fill_null(0.0).to_numpy()
-    )
+def batch_split(samples: np.ndarray, compute: np.ndarray) -> BatchSplit | None:
+    """The split from one rank's analysed rows (``samples``: batch samples, NaN where unknown;
+    ``compute``: forward + backward ms), or None when the run has no batch small enough to tell."""
     ok = np.isfinite(samples) & (samples > 0) & np.isfinite(compute)
     if not ok.any():
         return None
     samples, compute = samples[ok], compute[ok]
+    if samples.min() == samples.max():
+        return None  # one batch size: nothing to tell the split from
     values, counts = np.unique(samples, return_counts=True)
     usual = float(values[np.argmax(counts)])
     small = samples <= T.BATCH_SPLIT_MAX * usual
@@ -61,3 +55,12 @@ def batch_split(rows: pl.DataFrame) -> BatchSplit | None:
     fixed = min(max(c_big - per_sample * usual, 0.0), c_big)
     per_sample = (c_big - fixed) / usual
     return BatchSplit(usual, n_small, int(small.sum()), fixed, per_sample)
+
+
+def median_split(splits: list[BatchSplit]) -> BatchSplit | None:
+    """The run's split from its ranks' (each rank measured on its own rows): the median rank's by
+    fixed time, the lower one of an even count; ranks of one run see the same batches."""
+    if not splits:
+        return None
+    ordered = sorted(splits, key=lambda s: (s.fixed_ms, s.per_sample_ms))
+    return ordered[(len(ordered) - 1) // 2]

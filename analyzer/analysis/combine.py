@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyzer.analysis.batch_split import BatchSplit, median_split
 from analyzer.analysis.kernel_metrics import KernelMetrics, KernelPartial, combine_kernels
 from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
 from analyzer.analysis.quantiles import (
@@ -181,6 +182,10 @@ class Combined:
     distributed: RankAnalysis | None
     wall_range: tuple[float, float] | None = None
     """(min, max) wall time of the analysed steps (None: none analysed)."""
+    lead_mean_ms: float | None = None
+    """Mean lead_ms of the analysed rows that recorded it (None: none did)."""
+    batch_split: BatchSplit | None = None
+    """The median rank's forward + backward split (analysis.batch_split)."""
 
 
 @dataclass(slots=True)
@@ -288,6 +293,8 @@ class Combiner:
             kernels=combine_kernels(kparts, kernel_median) if kparts else None,
             distributed=distributed,
             wall_range=_range([p.sketches[WALL] for p in used]),
+            lead_mean_ms=_lead(used),
+            batch_split=median_split([p.split for p in parts if p.split is not None]),
         )
 
 
@@ -304,6 +311,11 @@ def _dropped_windows(parts: list[RankPartial]) -> tuple[bool, int]:
     sampled = sum(p.sampled for p in parts)
     drop = 0 < sampled < post
     return drop, sampled if drop else 0
+
+
+def _lead(used: list[RankPartial]) -> float | None:
+    n = sum(p.lead[1] for p in used)
+    return sum(p.lead[0] for p in used) / n if n else None
 
 
 def _peak_mem(used: list[RankPartial]) -> int | None:

@@ -36,9 +36,9 @@ def cpu_side(f: Finding, gpu: bool) -> bool:
     return f.bottleneck in ("data_loading", "host") or (not gpu and f.bottleneck in ("batch_size", "sync"))
 
 
-def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: bool = True) -> Judged:
-    """``left_out``: the rules' metrics (``ctx.m``) are without the steady state's left-out steps (a trace
-    held in memory); False when they could not be left out (out of core), which the notes say."""
+def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
+    """The verdict on ``ctx.m``, the analysed steps without the steady state's left-out ones
+    (analysis.road, for every input); ``full``: every analysed step."""
     verdict = classify(ctx)
     stab = stability(ctx, verdict, classify)
     delta = full.step_mean_ms - ctx.wall
@@ -54,7 +54,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState, *, left_out: boo
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
     else:
         verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
-    return Judged(verdict, stab, steady, _notes(ctx, steady, left_out))
+    return Judged(verdict, stab, steady, _notes(steady))
 
 
 def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:
@@ -120,14 +120,9 @@ def _stable(c: Confidence, value: float | None) -> Confidence:
     return _capped(c, cap, f"stability {value:.2f} < {T.STABLE_VERDICT.value:g} (resamples of the steps)")
 
 
-def _notes(ctx: Context, steady: SteadyState, left_out: bool) -> tuple[str, ...]:
+def _notes(steady: SteadyState) -> tuple[str, ...]:
     notes = []  # an oversubscribed host is noted once, by analyzer.api (the report's host line has its numbers)
-    if steady.left_out and not left_out:
-        notes.append(
-            f"{len(steady.settling) + len(steady.outliers)} step(s) far above the median {steady.median_ms:.2f} ms; "
-            "measured out of core, the rules judge them with the rest"
-        )
-    elif steady.left_out:
+    if steady.left_out:
         notes.append(
             f"{len(steady.settling)} settling and {len(steady.outliers)} outlier step(s) left out of the rules "
             f"(far above the median {steady.median_ms:.2f} ms); run time, cost and projections still count them"

@@ -8,22 +8,18 @@ traces the effective share is the share itself.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import polars as pl
 
 from analyzer.analysis.aggregate import number
-from analyzer.analysis.batch_split import BatchSplit, batch_split
-from analyzer.analysis.combine import Answers, Combined, Combiner, per_step_frame
+from analyzer.analysis.batch_split import BatchSplit
+from analyzer.analysis.combine import Combined, per_step_frame
 from analyzer.analysis.kernel_metrics import KernelMetrics
-from analyzer.analysis.partial import DATA_WAIT_WITH_CPU, bracket_answers, rank_partial
-from analyzer.analysis.quantiles import Bracket
+from analyzer.analysis.partial import DATA_WAIT_WITH_CPU
 from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
-from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
 
 #: Host waits whose effective share is capped by GPU idle time.
 WAITS: tuple[str, ...] = (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)
@@ -98,10 +94,10 @@ class StepMetrics:
     """Cross-rank skew and stragglers, for traces with several ranks."""
     lead_mean_ms: float | None = None
     """Mean host time from a step's start to its first recorded phase (``lead_ms``, part of other_ms: in a
-    DataLoader loop, work after the previous optimizer step); None when not recorded or out of core."""
+    DataLoader loop, work after the previous optimizer step); None when not recorded."""
     batch_split: BatchSplit | None = None
     """Forward + backward split into per-step and per-sample cost, when a smaller batch in the run
-    measures it (traces held in memory; None otherwise)."""
+    measures it (the median rank's)."""
 
     @property
     def sampled_steps(self) -> int:
@@ -123,49 +119,6 @@ def warmup_steps(n: int) -> int:
 
 def _clamp(x: float) -> float:
     return min(1.0, max(0.0, x))
-
-
-def step_metrics(trace: Trace, *, without: frozenset[int] = frozenset()) -> StepMetrics:
-    """StepMetrics of a trace held in memory (the same per-rank reduction as for files, in-process).
-
-    ``without``: analysed step numbers to leave out (outlier steps, analysis.steady); the warm-up is
-    the one the whole trace gives."""
-    frame = trace.frame
-    if frame.height == 0:
-        raise TraceError(f"{trace.path}: the trace holds no steps (the run stopped before its first step ended)")
-    parts = {int(k[0]): v for k, v in frame.partition_by(S.RANK, as_dict=True).items()}
-    skip = warmup_steps(min(v.height for v in parts.values()))
-    if without:
-        kept = {r: _without(v, skip, without) for r, v in parts.items()}
-        if all(v.height > skip for v in kept.values()):
-            parts = kept
-    combiner = Combiner(skip)
-    try:
-        for rank in sorted(parts):
-            combiner.add(rank_partial(parts[rank], rank, skip))
-
-        def answer(wanted: dict[str, list[Bracket]], drop: bool) -> list[Answers]:
-            return [bracket_answers(parts[r], skip, drop, wanted) for r in sorted(parts)]
-
-        m = metrics_from(combiner.finish(answer), skip, trace.run.gpu_memory_bytes)
-        rows = pl.concat([v.slice(skip) for v in parts.values()])
-        return dataclasses.replace(m, batch_split=batch_split(rows), lead_mean_ms=_lead(rows))
-    finally:
-        combiner.close()
-
-
-def _lead(rows: pl.DataFrame) -> float | None:
-    """Mean lead_ms over the rows that recorded it (null: unknown, not zero)."""
-    if S.LEAD_MS not in rows.columns:
-        return None
-    lead = rows.get_column(S.LEAD_MS).drop_nulls()
-    return number(lead.mean()) if lead.len() else None
-
-
-def _without(frame: pl.DataFrame, skip: int, steps: frozenset[int]) -> pl.DataFrame:
-    """A rank's rows without the given post-warm-up step numbers (its warm-up rows stay first)."""
-    head, tail = frame.head(skip), frame.slice(skip)
-    return pl.concat([head, tail.filter(~pl.col(S.STEP).is_in(list(steps)))])
 
 
 _PER_STEP_COLUMNS = {
@@ -214,6 +167,8 @@ def metrics_from(c: Combined, skip: int, gpu_memory_bytes: int | None) -> StepMe
         per_step=per_step_frame(c.step_sums, c.has_gpu, _PER_STEP_COLUMNS),
         kernels=c.kernels,
         distributed=c.distributed,
+        lead_mean_ms=c.lead_mean_ms,
+        batch_split=c.batch_split,
     )
 
 

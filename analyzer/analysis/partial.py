@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyzer.analysis.batch_split import BatchSplit, batch_split
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
 from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted
 from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
@@ -52,7 +53,7 @@ class StepVectors:
 class RankPartial:
     rank: int
     rows: int
-    """This rank's rows (after the reader dropped unusable ones), before warm-up."""
+    """This rank's rows (after the reader dropped unusable ones), before warm-up, without left-out steps."""
     warmup: int
     sampled: int
     """Post-warm-up rows with kernel statistics (steps under a sampled torch.profiler window)."""
@@ -73,16 +74,49 @@ class RankPartial:
     vectors: StepVectors
     kernels: KernelPartial | None
     """Kernel statistics of the post-warm-up rows (sampled ones included)."""
+    lead: tuple[float, int] = (0.0, 0)
+    """(sum, count) of the analysed rows' known lead_ms."""
+    split: BatchSplit | None = None
+    """The forward + backward split this rank's post-warm-up rows measure (analysis.batch_split)."""
 
 
-def analysed_rows(frame: pl.DataFrame, skip: int) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
-    """(rows after warm-up, the analysed rows, every post-warm-up row sampled) of one rank's sorted frame."""
-    post = frame.slice(skip)
-    sampled = post.get_column(S.KERNEL_STATS).is_not_null()
-    n_sampled = int(sampled.sum())
-    all_sampled = n_sampled == post.height and post.height > 0
-    analysed = post if all_sampled or n_sampled == 0 else post.filter(~sampled)
-    return post, analysed, all_sampled
+Without = frozenset[int]
+"""Post-warm-up step numbers left out of the analysed rows (the steady state's outliers, analysis.road)."""
+
+
+def _pick(
+    sampled: np.ndarray, steps: np.ndarray, skip: int, without: Without
+) -> tuple[slice | np.ndarray, slice | np.ndarray, bool]:
+    """The one selection of one rank's sorted rows: (rows after warm-up and not left out, the analysed
+    rows, every such row sampled). The analysed rows are those rows without the ones under a sampled
+    profiler window, unless every one of them is sampled. Slices where no row is picked out (no copy)."""
+    post: slice | np.ndarray = slice(skip, None)
+    if without:
+        mask = np.zeros(sampled.size, dtype=bool)
+        mask[skip:] = ~np.isin(steps[skip:], np.fromiter(without, dtype=np.int64, count=len(without)))
+        post = mask
+    in_post = sampled[post]
+    n_sampled = int(np.count_nonzero(in_post))
+    all_sampled = n_sampled == in_post.size and in_post.size > 0
+    if all_sampled or n_sampled == 0:
+        return post, post, all_sampled
+    kept = np.zeros(sampled.size, dtype=bool)
+    kept[post] = True
+    return post, kept & ~sampled, all_sampled
+
+
+def analysed_rows(
+    frame: pl.DataFrame, skip: int, without: Without = frozenset()
+) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
+    """(rows after warm-up, the analysed rows, every post-warm-up row sampled) of one rank's sorted frame:
+    the numpy selection (analysed_columns) applied to a polars frame."""
+    sampled = frame.get_column(S.KERNEL_STATS).is_not_null().to_numpy()
+    post, analysed, all_sampled = _pick(sampled, frame.get_column(S.STEP).to_numpy(), skip, without)
+
+    def take(at: slice | np.ndarray) -> pl.DataFrame:
+        return frame.slice(skip) if isinstance(at, slice) else frame.filter(pl.Series(at))
+
+    return take(post), take(analysed), all_sampled
 
 
 def used_rows(frame: pl.DataFrame, skip: int, drop_all_sampled: bool) -> pl.DataFrame:
@@ -105,29 +139,20 @@ def _select(rows: Rows, at: slice | np.ndarray) -> Rows:
     return {c: col.rows(at) for c, col in rows.items()}
 
 
-def analysed_columns(rows: Rows, skip: int) -> tuple[Rows, Rows, bool]:
-    """analysed_rows of numpy columns: (rows after warm-up, the analysed rows, every post-warm-up row sampled)."""
-    post = _select(rows, slice(skip, None))
-    sampled = _sampled(post)
-    n_post = sampled.size
-    n_sampled = int(np.count_nonzero(sampled))
-    all_sampled = n_sampled == n_post and n_post > 0
-    analysed = post if all_sampled or n_sampled == 0 else _select(post, ~sampled)
-    return post, analysed, all_sampled
+def analysed_columns(rows: Rows, skip: int, without: Without = frozenset()) -> tuple[Rows, Rows, bool]:
+    """(rows after warm-up and not left out, the analysed rows, every such row sampled) of numpy columns."""
+    post, analysed, all_sampled = _pick(_sampled(rows), rows[S.STEP].values, skip, without)
+    return _select(rows, post), _select(rows, analysed), all_sampled
 
 
 def _sum(col: Column) -> float:
     return float(col.known().astype(np.float64, copy=False).sum())
 
 
-def rank_partial(frame: pl.DataFrame, rank: int, skip: int) -> RankPartial:
-    """The partial of one rank's rows (``frame``: that rank only, sorted by step, as the reader gives it)."""
-    return partial_of(frame_columns(frame), rank, skip)
-
-
-def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
-    """The partial of one rank's rows as numpy columns (sorted by step; load_columns or frame_columns)."""
-    post, f, all_sampled = analysed_columns(rows, skip)
+def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset()) -> RankPartial:
+    """The partial of one rank's rows as numpy columns (sorted by step; load_columns or frame_columns),
+    without the post-warm-up steps ``without``."""
+    post, f, all_sampled = analysed_columns(rows, skip, without)
     known = {c: f[c].count() for c in (*S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.PEAK_MEM_BYTES)}
     sums = {c: _sum(f[c]) for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.DATA_CPU_MS)}
     cpu = f[S.DATA_CPU_MS].valid
@@ -139,11 +164,13 @@ def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
     data_v, sync, other = (f[c].filled(0.0) for c in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS))
     start = start_ms(f[S.START_UNIX_NS].values)
     vectors = StepVectors(f[S.STEP].values, wall, data_v, sync, other, f[S.GPU_BUSY_MS].filled(float("nan")), start)
-    n_post = len(post[S.STEP])
+    lead = f[S.LEAD_MS].known()
+    lead = lead[np.isfinite(lead)]
+    compute = post[S.FORWARD_MS].filled(0.0) + post[S.BACKWARD_MS].filled(0.0)
     return RankPartial(
         rank=rank,
-        rows=len(rows[S.STEP]),
-        warmup=len(rows[S.STEP]) - n_post,
+        rows=min(skip, len(rows[S.STEP])) + len(post[S.STEP]),  # without the left-out steps' rows
+        warmup=min(skip, len(rows[S.STEP])),
         sampled=int(np.count_nonzero(_sampled(post))),
         all_sampled=all_sampled,
         n=len(f[S.STEP]),
@@ -154,6 +181,8 @@ def partial_of(rows: Rows, rank: int, skip: int) -> RankPartial:
         stats=rank_stats_of(f, rank, ordered),
         vectors=vectors,
         kernels=kernel_partial(*_kernel_rows(post), rank),
+        lead=(float(lead.sum()), int(lead.size)),
+        split=batch_split(post[S.BATCH_SAMPLES].filled(float("nan")), compute),
     )
 
 
@@ -168,17 +197,25 @@ def _kernel_rows(post: Rows) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 def bracket_answers(
-    frame: pl.DataFrame, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
+    frame: pl.DataFrame,
+    skip: int,
+    drop_all_sampled: bool,
+    wanted: dict[str, list[Bracket]],
+    without: Without = frozenset(),
 ) -> dict[str, list[Answer]]:
     """One rank's answers for the quantile brackets (second pass; same rows as rank_partial)."""
-    return bracket_answers_of(frame_columns(frame), skip, drop_all_sampled, wanted)
+    return bracket_answers_of(frame_columns(frame), skip, drop_all_sampled, wanted, without)
 
 
 def bracket_answers_of(
-    rows: Rows, skip: int, drop_all_sampled: bool, wanted: dict[str, list[Bracket]]
+    rows: Rows,
+    skip: int,
+    drop_all_sampled: bool,
+    wanted: dict[str, list[Bracket]],
+    without: Without = frozenset(),
 ) -> dict[str, list[Answer]]:
     """bracket_answers of numpy columns."""
-    post, f, all_sampled = analysed_columns(rows, skip)
+    post, f, all_sampled = analysed_columns(rows, skip, without)
     out = {}
     for column, brackets in wanted.items():
         if column == KERNEL_MEDIAN:

@@ -18,7 +18,11 @@ from analyzer.render.console import MIN_WIDTH
 def width_option() -> Any:
     """`--width N` for every command that prints a report."""
     return typer.Option(
-        "--width", min=MIN_WIDTH, max=1000, help="Lay the report out for this many columns (default: the terminal's)."
+        "--width",
+        min=MIN_WIDTH,
+        max=1000,
+        metavar="<int>",
+        help="Lay the report out for this many columns (default: the terminal's).",
     )
 
 

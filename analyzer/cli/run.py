@@ -58,7 +58,7 @@ def run_cmd(
             "--try",
             help="Measure instead of guessing: run short trials of the command (baseline, then one per "
             "candidate setting applied without editing the code) and recommend the measured best. "
-            "Trials re-run the script: GPUANALYZE_TRIAL=1 is set so it can skip checkpoints.",
+            "Trials re-run the script with GPUANALYZE_TRIAL set to 1, so it can skip checkpoints.",
         ),
     ] = False,
     try_steps: Annotated[
@@ -80,10 +80,8 @@ def run_cmd(
         list[str] | None,
         typer.Option(
             "--candidates",
-            help="Only try these settings (repeatable), e.g. num_workers=4 or num_workers=4,persistent_workers=true; "
-            "keys: num_workers, persistent_workers, pin_memory, prefetch_factor, batch_size, autocast=bf16|fp16, "
-            "tf32, and accumulate, eval_every, checkpoint_every for a script that reads GPUANALYZE_TRIAL_<KEY> "
-            "(--try).",
+            help="Only try these settings (repeatable), e.g. num_workers=4 or batch_size=2 (--try; the keys "
+            "are in the recording docs).",
         ),
     ] = None,
 ) -> None:

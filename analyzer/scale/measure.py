@@ -22,11 +22,13 @@ import msgspec
 import pyarrow as pa
 
 from analyzer.analysis.chart_sums import ChartSums, chart_grid, trace_chart_sums
-from analyzer.analysis.combine import Answers, Combined, Combiner
+from analyzer.analysis.combine import AnswerFn, Answers, Combined, Combiner
 from analyzer.analysis.host_facts import samples_of
-from analyzer.analysis.metrics import StepMetrics, metrics_from, step_metrics, warmup_steps
-from analyzer.analysis.partial import RankPartial
+from analyzer.analysis.metrics import StepMetrics, warmup_steps
+from analyzer.analysis.partial import RankPartial, Without
 from analyzer.analysis.quantiles import Bracket
+from analyzer.analysis.road import measured, trace_road
+from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
@@ -68,8 +70,11 @@ class Measured:
     complete: bool
     notes: tuple[str, ...]
     metrics: StepMetrics
-    trace: Trace | None = None
-    """The trace, when it was held in memory (one file): the rules' metrics can then leave steps out."""
+    """Every analysed step (run time, cost, the report's numbers)."""
+    steady: SteadyState
+    """The steady state found from pass 1's per-step sums (analysis.road)."""
+    judged: StepMetrics
+    """The analysed steps without the steady state's left-out ones: what the rules judge."""
     charts: ChartSums | None = None
     """What the report's charts draw, made with these metrics (asked for with ``charts``)."""
 
@@ -78,8 +83,10 @@ class Measured:
 
 
 def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
-    """Measure a trace held in memory; ``charts``: also its chart sums (the same per-rank reduction)."""
-    m = step_metrics(trace)
+    """Measure a trace held in memory (one group of the out-of-core road, analysis.road); ``charts``:
+    also its chart sums (the same per-rank reduction)."""
+    road = trace_road(trace)
+    m = road.metrics
     sums = None
     if charts:
         drop = m.accounting.profiler_windows > 0
@@ -91,7 +98,8 @@ def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
         trace.complete,
         trace.notes,
         m,
-        trace=trace,
+        road.steady,
+        road.judged,
         charts=sums,
         samples=samples_of(trace.frame),
     )
@@ -223,7 +231,14 @@ def _stem(name: str) -> str:
 
 
 def file_jobs(
-    files: list[storage.Entry], cache: str | None, limits: ReadLimits, *, skip: int, reduce: bool = True, force: bool
+    files: list[storage.Entry],
+    cache: str | None,
+    limits: ReadLimits,
+    *,
+    skip: int,
+    reduce: bool = True,
+    force: bool,
+    without: Without = frozenset(),
 ) -> list[FileJob]:
     jobs = []
     outs: dict[str, str] = {}
@@ -234,7 +249,7 @@ def file_jobs(
             raise GpuAnalyzeError(f"{outs[out]} and {e.name} would both import to {_name(out)}; keep one of them")
         if out is not None:
             outs[out] = e.name
-        jobs.append(FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip))
+        jobs.append(FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip, without))
     return jobs
 
 
@@ -300,13 +315,21 @@ def _measure_files(
                 notes.insert(0, note)
             reduced = [res for res in book.ok if res.arrow is not None and res.steps]
 
-            def answer(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
-                jobs = [BracketJob(r.arrow, skip, drop, wanted, r.fast, r.stamp) for r in reduced if r.arrow]
-                for per_file in engine.map(answer_file, jobs):
-                    yield from per_file
+            def answer(without: Without) -> AnswerFn:
+                def ask(wanted: dict[str, list[Bracket]], drop: bool) -> Iterator[Answers]:
+                    jobs = [
+                        BracketJob(r.arrow, skip, drop, wanted, r.fast, r.stamp, without) for r in reduced if r.arrow
+                    ]
+                    for per_file in engine.map(answer_file, jobs):
+                        yield from per_file
 
-            combined = combiner.finish(answer)
-            metrics = metrics_from(combined, skip, run.gpu_memory_bytes)
+                return ask
+
+            def again(without: Without) -> Combiner:
+                return _reduce(path, files, engine, how, cache, skip, without)[0]
+
+            road = measured(combiner, skip, run.gpu_memory_bytes, again=again, answer=answer)
+            combined, metrics = road.combined, road.metrics
         finally:
             combiner.close()
         sums = _charts(engine, reduced, book, combined, metrics) if how.charts else None
@@ -319,6 +342,8 @@ def _measure_files(
         complete=all(r.complete for r in book.ok),
         notes=tuple(dict.fromkeys([*notes, *file_notes])),
         metrics=metrics,
+        steady=road.steady,
+        judged=road.judged,
         charts=sums,
         samples=_file_samples(first.arrow),
     )
@@ -357,6 +382,7 @@ def _reduce(
     how: _How,
     cache: str | None,
     skip: int,
+    without: Without = frozenset(),
 ) -> tuple[Combiner, _Files, tuple[int, list[RankPartial]] | None]:
     """The partials combined with ``skip``, the files' bookkeeping, and (warm-up, partials) when
     every file also reduced itself with one same smaller warm-up (FileResult.alt_skip)."""
@@ -364,7 +390,7 @@ def _reduce(
     book = _Files(path)
     alt_skip: int | None = None
     alts: list[RankPartial] | None = []
-    jobs = file_jobs(files, cache, how.limits, skip=skip, force=True)
+    jobs = file_jobs(files, cache, how.limits, skip=skip, force=True, without=without)
     try:
         groups = _groups(jobs, engine.parallelism)
         for group in engine.map(run_files, groups, window=2 * engine.parallelism):  # ~25 MB a result

@@ -29,6 +29,7 @@ from analyzer.analysis.partial import (
     KERNEL_MEDIAN,
     RankPartial,
     Rows,
+    Without,
     bracket_answers,
     bracket_answers_of,
     partial_of,
@@ -97,6 +98,8 @@ class FileJob:
     """Also reduce the rows to per-rank partials (analysis); False: import only."""
     skip: int = 0
     """Warm-up steps per rank (analysis)."""
+    without: Without = frozenset()
+    """Post-warm-up steps left out (the steady state's, analysis.road's second reduction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +222,9 @@ def _reduced(
     if not job.reduce or not per_rank:
         return (), None, ()
     ranks = sorted(per_rank)
-    partials = tuple(partial_of(per_rank[r], r, job.skip) for r in ranks)
+    partials = tuple(partial_of(per_rank[r], r, job.skip, job.without) for r in ranks)
     own = warmup_steps(min(len(per_rank[r][S.STEP]) for r in ranks))
-    if own >= job.skip:
+    if own >= job.skip or job.without:
         return partials, None, ()
     return partials, own, tuple(partial_of(per_rank[r], r, own) for r in ranks)
 
@@ -329,6 +332,7 @@ class BracketJob:
     wanted: dict[str, list[Bracket]]
     fast: bool = False
     stamp: tuple[int, int] = (0, 0)
+    without: Without = frozenset()
 
 
 def answer_file(job: BracketJob) -> list[Answers]:
@@ -340,18 +344,25 @@ def answer_file(job: BracketJob) -> list[Answers]:
     with storage.local_copy(job.arrow) as local:
         trace = load_trace(local)
     parts = trace.frame.partition_by(S.RANK, as_dict=True)
-    return [bracket_answers(by_step(parts[key]), job.skip, job.drop_all_sampled, job.wanted) for key in sorted(parts)]
+    return [
+        bracket_answers(by_step(parts[key]), job.skip, job.drop_all_sampled, job.wanted, job.without)
+        for key in sorted(parts)
+    ]
 
 
 def _answer_raw(job: BracketJob) -> list[Answers]:
     """answer_file from the raw columns (only those read: ingest.columns.raw_columns), for files whose raw
     rows are the analysed rows' source: per rank the same rows as partial.analysed_columns, NaN as null."""
-    cols = raw_columns(job.arrow, (S.RANK, S.KERNEL_STATS, *job.wanted))
+    cols = raw_columns(job.arrow, tuple(dict.fromkeys((S.RANK, S.STEP, S.KERNEL_STATS, *job.wanted))))
     rank = cols[S.RANK].values
     bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
     return [
         bracket_answers_of(
-            {c: col.rows(slice(a, b)) for c, col in cols.items()}, job.skip, job.drop_all_sampled, job.wanted
+            {c: col.rows(slice(a, b)) for c, col in cols.items()},
+            job.skip,
+            job.drop_all_sampled,
+            job.wanted,
+            job.without,
         )
         for a, b in itertools.pairwise(bounds)
     ]

@@ -32,7 +32,7 @@ from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.read_ahead import map_file, read_ahead
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 
-#: The numeric columns load_columns returns (every one load_trace checks), with their numpy types.
+#: The numeric columns load_columns returns (every one load_trace checks, and lead_ms), with their numpy types.
 NUMERIC: dict[str, type[np.generic]] = {
     S.STEP: np.int64,
     S.RANK: np.int32,
@@ -43,6 +43,7 @@ NUMERIC: dict[str, type[np.generic]] = {
     S.BATCH_SAMPLES: np.int64,
     S.PEAK_MEM_BYTES: np.int64,
     S.DATA_CPU_MS: np.float64,
+    S.LEAD_MS: np.float64,
 }
 _DURATIONS = (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS)
 _COUNTS = ((S.BATCH_SAMPLES, R.MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, R.MAX_MEMORY_BYTES))
