@@ -117,3 +117,4 @@ idle_owner_launch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:182)
 idle_owner_cpu_ops_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:183)
 idle_owner_host_idle_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:184)
 idle_owner_queued_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:185)
+left_running  # unused variable (analyzer/run/trials.py:67): a trial's result field, kept for the report

@@ -17,6 +17,7 @@ from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.analysis.owners import ownership
 from analyzer.planning.outcome import Report
+from analyzer.planning.settling_trial import settling_trial
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
 from analyzer.render.safe import clean, shorten, text
@@ -184,6 +185,9 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
         )
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
+    trial = settling_trial(report) if i == 1 else None
+    if trial is not None:
+        rows.append(("measure", text(trial + "  (measures the fix beside this projection)")))
     body = Group(text(f.summary), Text(""), labelled(rows))
     title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity} severity)")  # never read as the confidence
     return Panel(body, title=title, title_align="left")
