@@ -187,3 +187,71 @@ def test_every_idle_interval_of_every_real_trace_has_an_owner(path):
         s = S.decode_kernel_stats(text)
         total = sum(getattr(s, S.owner_field(o)) for o in S.IDLE_OWNERS)
         assert s.owners and total == pytest.approx(s.window_idle_ms, rel=1e-6, abs=1e-6)
+
+
+def _fp32_doc(name: str, **top: Any) -> dict[str, Any]:
+    doc = _doc(
+        _steps(
+            4,
+            lambda lo, c: [
+                ev("cuda_runtime", "hipLaunchKernel", lo + 10, 5, correlation=c + 1),
+                ev("kernel", "Cijk_Ailk_Bljk_SB_MT64x64", lo + 20, 9000, stream=7, correlation=c + 1),
+            ],
+        ),
+        name,
+        (9, 4),
+    )
+    doc.update(top)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("name", "top", "warp"),
+    [("", {"roctracer_version": 4.1}, None), ("", {}, 64), ("AMD Instinct MI300X", {}, None)],
+)
+def test_an_amd_gfx_version_is_never_read_as_a_cuda_compute_capability(tmp_path, name, top, warp):
+    """ROCm puts the GFX version (MI300X: 9.4) in computeMajor/Minor; with an empty name it must not read as Hopper
+    (FP8 advice would follow): told by what only ROCm writes (roctracer keys, 64-wide wavefronts)."""
+    doc = _fp32_doc(name, **top)
+    if warp is not None:
+        for p in doc["deviceProperties"]:
+            p["warpSize"] = warp
+    k = parse_kineto(write(tmp_path / "amd.json", doc))
+    if name:  # the name alone already says AMD: capabilities may stay, the machine tables ignore them
+        assert k.compute_capabilities in (None, ("9.4",))
+    else:
+        assert k.compute_capabilities is None
+        assert any("GFX version" in n for n in k.notes)
+    r = analyze(tmp_path / "amd.json")
+    words = " ".join(" ".join((f.summary, *f.recommendations)) for f in r.findings).lower()
+    assert "fp8" not in words and "hopper" not in words
+
+
+def test_a_cuda_device_keeps_its_compute_capability(tmp_path):
+    doc = _fp32_doc("")
+    for p in doc["deviceProperties"]:
+        p["warpSize"] = 32
+    assert parse_kineto(write(tmp_path / "nv.json", doc)).compute_capabilities == ("9.4",)
+    r = analyze(tmp_path / "nv.json")  # the control: read as CUDA 9.x, the advice is Hopper's
+    assert "fp8" in " ".join(" ".join(f.recommendations) for f in r.findings).lower()
+
+
+def test_launches_without_kernel_records_are_missing_activity_not_a_cpu_run(tmp_path):
+    """Runtime calls recorded, no device activity: CUPTI's records are missing; the verdict says so (never
+    'CPU-only', never a host verdict)."""
+    events = _steps(
+        4,
+        lambda lo, c: [
+            ev("cpu_op", "aten::mm", lo + 5, 200),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 10, 5, correlation=c + 1),
+        ],
+    )
+    path = write(tmp_path / "nokernels.json", _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0)))
+    trace = import_kineto(parse_kineto(path))
+    assert trace.run.unrecorded_launches == 4
+    assert not any("CPU-only" in n for n in trace.notes)
+    r = analyze(path)
+    assert r.bottleneck == "unknown"
+    assert "device activity is missing" in r.confidence.reason
+    cpu = write(tmp_path / "cpu.json", _doc(_steps(4, lambda lo, c: [ev("cpu_op", "aten::mm", lo + 5, 200)]), "", None))
+    assert import_kineto(parse_kineto(cpu)).run.unrecorded_launches is None

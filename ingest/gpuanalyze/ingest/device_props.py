@@ -40,9 +40,25 @@ def compute_capabilities(props: Any) -> tuple[str, ...] | None:
     return tuple(out) or None
 
 
-def capabilities_of(raw: bytes | None) -> tuple[str, ...] | None:
-    """compute_capabilities of the raw ``deviceProperties`` metadata (JSON, or a Python-literal string);
-    None when absent or unreadable (kineto_meta.device_props notes unreadable metadata once)."""
+#: Top-level trace keys only a ROCm (roctracer) Kineto build writes.
+ROCM_KEYS = ("roctracer_version", "hip_runtime_version", "hip_driver_version")
+#: Threads per warp (CUDA, every generation) vs per wavefront (AMD CDNA/GCN: 64).
+_CUDA_WARP = 32
+
+
+def rocm_device(meta: dict[str, bytes], props: Any) -> bool:
+    """An AMD (ROCm) trace, read from what only ROCm writes: roctracer/HIP version keys, or a 64-wide wavefront
+    in deviceProperties (every CUDA device has 32-thread warps). Its computeMajor/Minor is a GFX version."""
+    if any(key in meta for key in ROCM_KEYS):
+        return True
+    if not isinstance(props, list):
+        return False
+    warps = [e.get("warpSize") for e in props[:256] if isinstance(e, dict)]
+    return any(isinstance(w, int) and not isinstance(w, bool) and w != _CUDA_WARP for w in warps)
+
+
+def decoded_props(raw: bytes | None) -> Any:
+    """The ``deviceProperties`` value (JSON, or a Python-literal string); None when absent or unreadable."""
     if raw is None:
         return None
     try:
@@ -51,4 +67,4 @@ def capabilities_of(raw: bytes | None) -> tuple[str, ...] | None:
             value = parse_literal(value)
     except (msgspec.DecodeError, RecursionError, ValueError):
         return None
-    return compute_capabilities(value)
+    return value

@@ -28,7 +28,7 @@ import numpy as np
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.blocking_calls import BlockingCalls, CallSites, HostOps
-from gpuanalyze.ingest.device_props import capabilities_of
+from gpuanalyze.ingest.device_props import ROCM_KEYS, compute_capabilities, decoded_props, rocm_device
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.kineto_events import (
     _INT64,
@@ -363,6 +363,14 @@ class KinetoSink:
             device = sorted(self.devices)[0] if self.devices else "cuda"
         steps = sorted(self.steps)
         runtime = Intervals.from_arrays(self.r_ts, self.r_dur)
+        props = decoded_props(meta.get("deviceProperties"))
+        capabilities = compute_capabilities(props)
+        if capabilities is not None and rocm_device(meta, props):
+            notes.append(
+                f"AMD (ROCm) device: computeMajor/Minor {capabilities[0]} is a GFX version, not a CUDA compute "
+                "capability; no precision advice by GPU generation"
+            )
+            capabilities = None
         return KinetoTrace(
             path=self.path,
             gpu=Intervals.from_arrays(self.g_ts, self.g_dur),
@@ -384,7 +392,7 @@ class KinetoSink:
             device=device,
             notes=notes,
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
-            compute_capabilities=capabilities_of(meta.get("deviceProperties")),
+            compute_capabilities=capabilities,
             blocking=self.sites.attribute(runtime.start, runtime.end),
             startup=self.startup.finish(),
             runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
@@ -395,6 +403,10 @@ class KinetoSink:
 
 def _ints(a: array) -> np.ndarray:
     return np.frombuffer(a, dtype=np.int64) if len(a) else np.empty(0, np.int64)
+
+
+#: Top-level keys the importer reads besides traceEvents.
+KEPT_META = ("distributedInfo", "deviceProperties", *ROCM_KEYS)
 
 
 def parse_kineto(path: str | Path, limits: ReadLimits | None = None) -> KinetoTrace:
@@ -409,7 +421,7 @@ def parse_kineto_stream(fh: IO[bytes], name: str, size: int | None, limits: Read
     """Parse a trace from an open binary stream (a local file, or an fsspec file for a URL)."""
     limits = limits or ReadLimits()
     chunks = iter(ByteChunks(fh, name, size, limits))
-    stream = EventStream(chunks, name, limits, decode_events)
+    stream = EventStream(chunks, name, limits, decode_events, keep=KEPT_META)
     sink = KinetoSink(name, limits)
     try:
         for batch in stream.batches():

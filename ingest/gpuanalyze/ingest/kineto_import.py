@@ -59,7 +59,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "7"
+IMPORTER_VERSION = "8"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
@@ -223,7 +223,13 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     windows, notes = _windows(k)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
-    if not has_gpu:
+    unrecorded = 0 if has_gpu else int(k.runtime.size)
+    if unrecorded:
+        notes.append(
+            f"{unrecorded} CUDA/HIP runtime call(s) but no kernel, copy or memset records: the device activity was "
+            "not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); no GPU verdict"
+        )
+    elif not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
@@ -262,6 +268,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
                 "device": k.device,
                 "gpu_summary": summary,
                 "profiler_steps": len(k.steps),
+                "unrecorded_launches": unrecorded or None,
             },
             RunInfo,
         )
