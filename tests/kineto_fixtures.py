@@ -43,3 +43,28 @@ def write(path: Path, doc: Any, *, gz: bool = False) -> Path:
     data = json.dumps(doc).encode()
     path.write_bytes(gzip.compress(data) if gz else data)
     return path
+
+
+def loader_bound_trace(loader_us: float, *, steps: int = 6, step_us: float = 10_000.0) -> dict[str, Any]:
+    """``steps`` steps on an A100: each waits ``loader_us`` on the DataLoader (the GPU idle, owned by the loader),
+    then launches one GEMM that runs to 100 us before the step ends."""
+    events = []
+    for i in range(steps):
+        lo = i * step_us
+        events += [
+            ev("user_annotation", f"ProfilerStep#{i + 10}", lo, step_us),
+            ev("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", lo, loader_us),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + loader_us + 10, 5, correlation=i + 1),
+            ev(
+                "kernel",
+                "ampere_bf16_s16816gemm",
+                lo + loader_us + 20,
+                step_us - loader_us - 120,
+                stream=7,
+                correlation=i + 1,
+            ),
+        ]
+    props = [
+        {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "totalGlobalMem": 40 * 10**9, "computeMajor": 8, "computeMinor": 0}
+    ]
+    return {"schemaVersion": 1, "traceEvents": events, "deviceProperties": props}

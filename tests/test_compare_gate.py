@@ -216,3 +216,18 @@ def test_unrelated_jobs_are_refused_by_the_gate(tmp_path):
     result = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5"])
     assert result.exit_code == 2 and "script: train_resnet.py vs finetune_gpt2.py" in result.output
     assert runner.invoke(app, ["compare", str(a), str(b)]).exit_code == 0  # without the gate: a note, not a refusal
+
+
+def test_compare_shows_how_the_idle_owners_moved(tmp_path):
+    """A fix that removes a 4 ms loader wait: the loader's idle time per step is the owner that moved, by ~4 ms."""
+    from tests.kineto_fixtures import loader_bound_trace, write
+
+    before = write(tmp_path / "before.json", loader_bound_trace(4000.0))
+    after = write(tmp_path / "after.json", loader_bound_trace(200.0))
+    result = CliRunner().invoke(app, ["compare", str(before), str(after), "--json"])
+    assert result.exit_code == 0, result.output
+    moved = json.loads(result.output)["idle_owners_moved"]
+    assert moved[0]["owner"] == "data_loader"
+    assert moved[0]["delta_ms"] == pytest.approx(-3.8, abs=0.2)
+    shown = CliRunner().invoke(app, ["compare", str(before), str(after)], env={"COLUMNS": "100"})
+    assert shown.exit_code == 0 and "idle owners moved" in shown.output and "data_loader" in shown.output

@@ -139,3 +139,22 @@ def test_notebook_display_without_the_trace_keeps_the_panel(tmp_path, trace_fact
     path.unlink()
     inline = report._repr_html_()
     assert "DATA LOADING" in inline and "No charts:" in inline and "data-chart" not in inline
+
+
+def test_idle_owners_are_drawn_per_step_stacked(tmp_path):
+    from analyzer.render.html_charts import idle_owners
+    from tests.kineto_fixtures import loader_bound_trace, write
+
+    path = write(tmp_path / "t.json", loader_bound_trace(4000.0))
+    fig = idle_owners(analyze(path))
+    assert fig is not None and fig.layout.barmode == "stack"
+    names = {t.name for t in fig.data}
+    assert "data_loader" in names
+    loader = next(t for t in fig.data if t.name == "data_loader")
+    assert len(loader.x) == 6 and min(loader.y) >= 3.9
+    assert idle_owners(analyze(SAMPLES / "cpu_healthy.arrow")) is None  # no GPU timeline, no chart
+    from gpuanalyze.ingest.sources import load_any
+
+    page = render_html(analyze(path), load_any(path))
+    assert_self_contained(page)
+    assert "owners" in charts(page)

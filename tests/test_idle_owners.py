@@ -253,5 +253,8 @@ def test_launches_without_kernel_records_are_missing_activity_not_a_cpu_run(tmp_
     r = analyze(path)
     assert r.bottleneck == "unknown"
     assert "device activity is missing" in r.confidence.reason
+    sync_only = _steps(4, lambda lo, c: [ev("cuda_runtime", "cudaDeviceSynchronize", lo + 5, 20)])
+    synced = import_kineto(parse_kineto(write(tmp_path / "sync.json", _doc(sync_only, "", None))))
+    assert synced.run.unrecorded_launches is None  # a CPU run calling torch.cuda.synchronize() enqueues nothing
     cpu = write(tmp_path / "cpu.json", _doc(_steps(4, lambda lo, c: [ev("cpu_op", "aten::mm", lo + 5, 200)]), "", None))
     assert import_kineto(parse_kineto(cpu)).run.unrecorded_launches is None

@@ -218,7 +218,9 @@ def test_real_traces_start_up_share_per_step():
         shares = [st.startup_ms / wall for _, wall, st in _step_stats(path) if st is not None and wall > 0]
         if rel == start_up:  # 39 of its 43 s in context creation, cudaFree and cudaMalloc
             assert shares and min(shares) >= WARMUP_STARTUP, (rel, shares)
-        else:  # steady steps (and the RTX 2080 Ti's 16 s window with 9% of start-up) are judged as before
+        elif "rtx2080ti" in rel:  # step-less, cut into its 30 iterations: the first pays the start-up work
+            assert shares[0] >= WARMUP_STARTUP and all(s < WARMUP_STARTUP for s in shares[1:]), (rel, shares)
+        else:  # steady steps are judged as before
             assert all(s < WARMUP_STARTUP for s in shares), (rel, shares)
     b200 = _step_stats(EXTERNAL / "tracelens/b200_eager_trace.json.gz")
     # CUPTI's overhead records of first launches

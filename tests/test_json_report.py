@@ -60,3 +60,18 @@ def test_non_finite_numbers_become_null(trace_factory):
     bad = dataclasses.replace(report, confidence=Confidence(math.nan, "low", "test"))
     text = render_json(bad)
     assert "NaN" not in text and json.loads(text)["confidence"] is None
+
+
+def test_idle_owners_are_given_step_by_step_and_add_up(tmp_path):
+    from tests.kineto_fixtures import loader_bound_trace, write
+
+    report = report_dict(analyze(write(tmp_path / "t.json", loader_bound_trace(4000.0))))
+    owners = report["idle_owners"]
+    per_step = owners["per_step"]
+    assert [s["step"] for s in per_step] == sorted(s["step"] for s in per_step)
+    assert len(per_step) == owners["steps"]
+    for s in per_step:
+        assert math.isclose(sum(s["owners_ms"].values()), s["idle_ms"], rel_tol=1e-3, abs_tol=1e-3)
+        assert s["owners_ms"]["data_loader"] >= 3.9  # the 4 ms wait is the loader's, step by step
+    total = sum(s["idle_ms"] for s in per_step) / len(per_step)
+    assert math.isclose(total, owners["idle_ms_per_step"], rel_tol=1e-3)

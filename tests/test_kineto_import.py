@@ -14,7 +14,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import merge
 from gpuanalyze.ingest.kernel_stats import StepKernels
 from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import hta_gpu_mask, import_kineto, load_kineto
+from gpuanalyze.ingest.kineto_import import hta_gpu_mask, import_kineto, load_kineto, step_windows
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, two_step_trace, write
 
@@ -92,8 +92,14 @@ def test_resnet_data_wait_matches_the_tensorboard_definition():
     def spans(pred):
         return sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if pred(e))
 
-    loader = spans(lambda e: e["name"].startswith("enumerate(DataLoader)#") and e["name"].endswith(".__next__"))
-    busy = spans(lambda e: e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver"))
+    windows = step_windows(parse_kineto(path))[0]  # the 30 iterations found in its top-level ops
+    lo, hi = windows[0][1], windows[-1][2]
+
+    def clip(s):
+        return [(max(a, lo), min(b, hi)) for a, b in s if b > lo and a < hi]
+
+    loader = clip(spans(lambda e: e["name"].startswith("enumerate(DataLoader)#") and e["name"].endswith(".__next__")))
+    busy = clip(spans(lambda e: e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver")))
     # sweep: time inside a loader span and inside no busy span
     points = sorted({p for s in loader + busy for p in s})
     expected = 0.0
@@ -154,7 +160,8 @@ def test_the_gap_between_steps_counts_as_idle_of_the_next_step(tmp_path):
     assert sum(idle) == pytest.approx((1500 - 400 - 600) / 1e3)
 
 
-# HTA 0.5.0 idle % (external_traces/README.md); rtx2080ti, h100, b200: one step, all kernels inside it
+# HTA 0.5.0 idle % (external_traces/README.md); h100, b200: one step, all kernels inside it; rtx2080ti: 30
+# iterations found in its top-level ops
 HTA_IDLE = {
     "hta/nccl_parser_config/nccl_data.json.gz": 77.78,
     "hta/timeline_analysis/sampled_rank-0.json.gz": 53.56,
@@ -176,7 +183,14 @@ def test_idle_split_adds_up_to_htas_idle_time(rel):
     idle = _idle_ms(trace)
     # exact: every kernel is in a step here, so the steps' idle is the whole GPU timeline's idle
     kernels = StepKernels(k)
-    assert sum(kernels.indices(lo, hi).size for _, lo, hi in k.steps or [(0, -np.inf, np.inf)]) == k.gpu.size
+    windows = step_windows(k)[0]
+    if sum(kernels.indices(lo, hi).size for _, lo, hi in windows) < k.gpu.size:
+        # a step-less trace cut into its iterations: what ran before the first is in no step; the whole-trace
+        # breakdown is still HTA's
+        assert not k.steps and len(windows) > 1
+        assert trace.run.gpu_summary is not None
+        assert trace.run.gpu_summary.idle_pct == pytest.approx(HTA_IDLE[rel], abs=1.0)
+        return
     s, e = merge(k.gpu.start, k.gpu.end)
     assert sum(idle) == pytest.approx((e[-1] - s[0] - (e - s).sum()) / 1e3, rel=1e-9)
     # against HTA: the steps HTA analyses (it drops the last, partial step, except on this MI300X trace,

@@ -20,6 +20,8 @@ from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536
+#: Steps (per rank) whose idle owners are kept one by one for the report (JSON, the HTML bar): the first by step.
+MAX_STEP_OWNERS = 256
 _BATCH = msgspec.json.Decoder(list[S.KernelStats])
 
 
@@ -48,6 +50,18 @@ class StartupStep:
 
 
 @dataclass(frozen=True, slots=True)
+class StepOwners:
+    """One analysed step's idle owners (KernelStats.idle_owner_*_ms), for reports that show them step by step."""
+
+    step: int
+    rank: int
+    wall_ms: float
+    idle_ms: float
+    ms: tuple[float, ...]
+    """Per owner, in schema.IDLE_OWNERS order; they add up to ``idle_ms``."""
+
+
+@dataclass(frozen=True, slots=True)
 class KernelMetrics:
     steps: int
     """Analysed steps with kernel statistics (sampled windows or an imported trace)."""
@@ -67,6 +81,8 @@ class KernelMetrics:
     """The first FEW_STEPS of them by step number, then rank."""
     owned_steps: int = 0
     """Those steps whose idle owners were measured (KernelStats.owners)."""
+    step_owners: tuple[StepOwners, ...] = ()
+    """The first MAX_STEP_OWNERS of them by step number, then rank."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -94,6 +110,8 @@ class KernelPartial:
     startup_detail: tuple[StartupStep, ...] = ()
     """The rank's first FEW_STEPS steps made mostly of start-up work."""
     owned_steps: int = 0
+    step_owners: tuple[StepOwners, ...] = ()
+    """The rank's first MAX_STEP_OWNERS steps with idle owners, by step number."""
 
 
 def _stats(texts: list[str]) -> list[S.KernelStats]:
@@ -123,6 +141,19 @@ def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[
         if wall > 0 and startup > 0 and startup >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
             out.append(StartupStep(int(step), rank, float(wall), startup, ops))
+    return out
+
+
+def _step_owners(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StepOwners]:
+    """The first MAX_STEP_OWNERS rows with idle owners, by step number."""
+    out: list[StepOwners] = []
+    for i in np.argsort(steps, kind="stable").tolist():
+        st = stats[i]
+        if st.owners:
+            ms = tuple(getattr(st, S.owner_field(o)) for o in S.IDLE_OWNERS)
+            out.append(StepOwners(int(steps[i]), rank, float(walls[i]), st.window_idle_ms, ms))
+            if len(out) == MAX_STEP_OWNERS:
+                break
     return out
 
 
@@ -162,6 +193,7 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
         startup_steps=len(startup),
         startup_detail=tuple(startup[:FEW_STEPS]),
         owned_steps=sum(1 for st in stats if st.owners),
+        step_owners=tuple(_step_owners(steps, rank, walls, stats)),
     )
 
 
@@ -191,6 +223,9 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         startup_steps=sum(p.startup_steps for p in parts),
         startup_detail=tuple(startup),
         owned_steps=sum(p.owned_steps for p in parts),
+        step_owners=tuple(
+            sorted((s for p in parts for s in p.step_owners), key=lambda s: (s.step, s.rank))[:MAX_STEP_OWNERS]
+        ),
     )
 
 

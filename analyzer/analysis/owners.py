@@ -81,3 +81,26 @@ def ownership(km: KernelMetrics | None) -> IdleOwnership | None:
         return None
     ms = {o: km.totals_ms[S.owner_field(o)] for o in S.IDLE_OWNERS}
     return IdleOwnership(km.steps, km.wall_ms, km.totals_ms["window_idle_ms"], ms)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerMove:
+    """How one owner's idle time per step moved from one run to another (``compare``)."""
+
+    owner: str
+    before_ms: float
+    after_ms: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.after_ms - self.before_ms
+
+
+def owner_moves(before: IdleOwnership, after: IdleOwnership) -> tuple[OwnerMove, ...]:
+    """Every owner with idle time in either run, in ms per step, the largest move first."""
+    moves = [
+        OwnerMove(o, before.per_step(o), after.per_step(o))
+        for o in S.IDLE_OWNERS
+        if before.ms[o] > 0 or after.ms[o] > 0
+    ]
+    return tuple(sorted(moves, key=lambda m: abs(m.delta_ms), reverse=True))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from analyzer.analysis.owners import OwnerMove, owner_moves, ownership
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
@@ -55,6 +56,9 @@ class Comparison:
     differences: tuple[str, ...] = ()
     """For two traces: how the runs differ (run_differences.py); with another model or world size
     they are two jobs, and no projection is checked."""
+    owners_moved: tuple[OwnerMove, ...] = ()
+    """For two traces whose idle owners were measured: how each owner's idle ms per step moved (BEFORE to
+    AFTER), the largest move first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +142,20 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
     if refusal is not None:
         raise GpuAnalyzeError(refusal)
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
+    moved = _owners_moved(loaded)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
-        return Comparison(options, None, None, checks, verdict, differences)
-    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict, differences)
+        return Comparison(options, None, None, checks, verdict, differences, moved)
+    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict, differences, moved)
+
+
+def _owners_moved(loaded: list[Loaded]) -> tuple[OwnerMove, ...]:
+    """For two traces with measured idle owners: how the owners moved."""
+    reports = [x.report for x in loaded]
+    if len(reports) != 2 or reports[0] is None or reports[1] is None:
+        return ()
+    before, after = ownership(reports[0].metrics.kernels), ownership(reports[1].metrics.kernels)
+    return () if before is None or after is None else owner_moves(before, after)
 
 
 def _differences(loaded: list[Loaded]) -> tuple[str, ...]:

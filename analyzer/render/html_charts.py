@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
@@ -37,6 +38,21 @@ CONFIG: dict[str, Any] = {
     "responsive": True,
     "modeBarButtonsToRemove": ["lasso2d", "select2d"],
     "toImageButtonOptions": {"format": "png", "scale": 2},
+}
+#: One colour per idle owner (schema.IDLE_OWNERS): start-up work in greys, the class owners in their parts' colours.
+OWNER_COLORS = {
+    "graph_capture": "#d4d4d4",
+    "compilation": "#9d9d9d",
+    "module_loading": "#7f7f7f",
+    "device_setup": "#5f5f5f",
+    "allocator": "#ff9da7",
+    "data_loader": "#f28e2b",
+    "sync": "#e15759",
+    "collective": "#b6403f",
+    "launch": "#4e79a7",
+    "cpu_ops": "#76b7b2",
+    "host_idle": "#edc948",
+    "queued": "#bab0ac",
 }
 _END_COLOR = {"ok": "#59a14f", "imported": "#79706e", "live": "#f28e2b"}
 #: Stragglers outlined on a heatmap (the table lists all of them).
@@ -207,6 +223,33 @@ def idle_causes(report: Report) -> go.Figure | None:
     )
 
 
+def idle_owners(report: Report) -> go.Figure | None:
+    """Who owned the GPU's idle time, step by step (the first MAX_STEP_OWNERS steps and ranks), stacked."""
+    km = report.metrics.kernels
+    rows = km.step_owners if km is not None else ()
+    if not rows:
+        return None
+    ranks = len({r.rank for r in rows}) > 1
+    x = [f"#{r.step} r{r.rank}" if ranks else f"#{r.step}" for r in rows]
+    fig = go.Figure()
+    for i, owner in enumerate(S.IDLE_OWNERS):
+        y = [r.ms[i] for r in rows]
+        if any(v > 0 for v in y):
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=y,
+                    name=owner,
+                    marker_color=OWNER_COLORS[owner],
+                    hovertemplate=f"{h(OWNER_WORDS[owner])}: %{{y:.3f}} ms<extra>%{{x}}</extra>",
+                )
+            )
+    if not fig.data:
+        return None
+    title = f"Who owned the GPU's idle time, per step (ms; {len(rows):,} step(s){' and rank(s)' if ranks else ''})"
+    return _layout(fig, title, 340, barmode="stack", xaxis={"type": "category"}, yaxis_title="idle ms")
+
+
 def kernel_categories(report: Report) -> go.Figure | None:
     km = report.metrics.kernels
     if km is None:
@@ -359,6 +402,7 @@ def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> 
         "distribution": distribution(data.distribution),
         "gpu": gpu_busy(data.steps),
         "idle": idle_causes(report),
+        "owners": idle_owners(report),
         "kernels": kernel_categories(report),
     }
     if data.heatmap is not None:

@@ -133,8 +133,9 @@ def render_html(report: Report, source: ChartData | Trace, *, comparison: Compar
         ),
     ]
     gpu = _chart(divs, "gpu") + f'<div class="row">{_chart(divs, "idle")}{_chart(divs, "kernels")}</div>'
+    gpu += _chart(divs, "owners")
     kernel_facts = panel.kernel_table(report)
-    if "gpu" in divs or "idle" in divs or kernel_facts:
+    if "gpu" in divs or "idle" in divs or "owners" in divs or kernel_facts:
         sections.append(("gpu", "GPU", gpu + kernel_facts))
     if data.heatmap is not None:
         sections.append(

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding
-from analyzer.analysis.kernel_metrics import gpu_breakdown
+from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.outcome import Report
 from analyzer.render.words import range_width, run_state
@@ -187,8 +187,9 @@ def _kernels(report: Report) -> dict[str, Any] | None:
 
 def _idle_owners(report: Report) -> dict[str, Any] | None:
     """Who owned the GPU's idle time over the analysed steps, in precedence order (docs/idle-owners.md)."""
-    owners = ownership(report.metrics.kernels)
-    if owners is None:
+    km = report.metrics.kernels
+    owners = ownership(km)
+    if owners is None or km is None:
         return None
     return {
         "steps": owners.steps,
@@ -203,6 +204,17 @@ def _idle_owners(report: Report) -> dict[str, Any] | None:
             }
             for o in S.IDLE_OWNERS
         ],
+        "per_step": [
+            {
+                "step": s.step,
+                "rank": s.rank,
+                "wall_ms": _num(s.wall_ms, 4),
+                "idle_ms": _num(s.idle_ms, 4),
+                "owners_ms": {o: _num(ms, 4) for o, ms in zip(S.IDLE_OWNERS, s.ms, strict=True) if ms > 0},
+            }
+            for s in km.step_owners
+        ],
+        "per_step_limit": MAX_STEP_OWNERS,
     }
 
 

@@ -33,6 +33,15 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "projection_checks": [{**asdict(k), "error": k.error, "inside": k.inside} for k in c.checks],
         "gate": None if c.gate is None else gate_dict(c.gate),
         "differences": list(c.differences),
+        "idle_owners_moved": [
+            {
+                "owner": m.owner,
+                "before_ms_per_step": m.before_ms,
+                "after_ms_per_step": m.after_ms,
+                "delta_ms": m.delta_ms,
+            }
+            for m in c.owners_moved
+        ],
     }
 
 
@@ -173,7 +182,30 @@ def render_compare(c: Comparison) -> RenderableType:
     if c.gate is not None:
         parts += _gate_lines(c.gate)
     parts += _breakdown(c.options)
+    parts += _owners_moved(c)
     return Group(*parts)
+
+
+#: Owner moves listed by ``compare`` (the largest first).
+SHOWN_MOVES = 5
+
+
+def _owners_moved(c: Comparison) -> list[RenderableType]:
+    if not c.owners_moved:
+        return []
+    before, after = c.options[0].name, c.options[1].name
+    columns = [
+        Column(header="idle owner", cells=[Text(m.owner) for m in c.owners_moved[:SHOWN_MOVES]], justify="left"),
+        Column(
+            header=text(before), cells=[Text(f"{m.before_ms:.3f}") for m in c.owners_moved[:SHOWN_MOVES]], wrap=True
+        ),
+        Column(
+            header=text(after),
+            cells=[Text(f"{m.after_ms:.3f} ({m.delta_ms:+.3f})") for m in c.owners_moved[:SHOWN_MOVES]],
+            wrap=True,
+        ),
+    ]
+    return [Text(""), Text("How the GPU's idle owners moved, ms per step"), FitTable(None, columns, split=True)]
 
 
 def _differences_note(differences: tuple[str, ...]) -> Text:

@@ -146,13 +146,13 @@ def _unowned(ctx: Context) -> str | None:
 
 
 def _unrecorded(ctx: Context) -> str | None:
-    """A trace with runtime calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
+    """A trace with launch calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
     CPU-only verdict can be read from it."""
     calls = ctx.run.unrecorded_launches
     if not calls:
         return None
     return (
-        f"{calls} CUDA/HIP runtime call(s) but no kernel records: the trace's device activity is missing (not a "
+        f"{calls} kernel launch/copy call(s) but no kernel records: the trace's device activity is missing (not a "
         "CPU-only run); record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
     )
 

@@ -53,7 +53,7 @@ from gpuanalyze.ingest.kineto_events import (
     decode_events,
 )
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
-from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, may_block
+from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
@@ -153,6 +153,8 @@ class KinetoTrace:
     """The host thread of every runtime call (blocking_calls.CallSites' ids; empty: unknown)."""
     host_ops: HostOps = field(default_factory=HostOps.empty)
     """CPU ops (``cpu_op`` events) with their threads and names: what the host did while the GPU idled."""
+    enqueue_calls: int = 0
+    """Runtime calls that put device work on a stream (runtime_calls.enqueues): launches, copies, memsets."""
 
 
 class KinetoSink:
@@ -177,6 +179,7 @@ class KinetoSink:
         self.bad_steps = 0
         self.loader_iters: set[str] = set()
         self.long_names = 0
+        self.enqueue_calls = 0
         self.sites = CallSites()
         self.startup = StartupSink()
 
@@ -275,6 +278,7 @@ class KinetoSink:
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
                 klass = call_class(name)
+                self.enqueue_calls += enqueues(name)
                 if may_block(name):
                     sites.add_call(len(self.r_ts), name, e.tid)
                 startup.call(name, t[0], t[1])
@@ -398,6 +402,7 @@ class KinetoSink:
             runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
             runtime_tid=_ints(self.r_tid),
             host_ops=self.sites.ops(),
+            enqueue_calls=self.enqueue_calls,
         )
 
 

@@ -43,6 +43,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import Clipper, merge, subtract, union_length
+from gpuanalyze.ingest.iterations import detect_iterations
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
 from gpuanalyze.ingest.kineto import (
     EXPORT_PART_OF_MARK,
@@ -54,6 +55,7 @@ from gpuanalyze.ingest.kineto import (
 )
 from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.runtime_calls import BLOCKING, SCALAR_READ_OPS
 from gpuanalyze.ingest.stream import ReadLimits
 
 IMPORTED = EndInfo(status="imported")
@@ -80,15 +82,42 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
 OVERLAP_US = 1000.0
 
 
-def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
+def step_windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
+    """(step, start, end) of every step the trace is cut into, and a note on how: its ProfilerStep windows, else
+    the iterations found in its top-level ops (iterations.py), else the whole trace as one step."""
     if k.steps:
         return k.steps, []
     times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
     ends = [a for a in (k.gpu.end, k.runtime.end, k.cpu.end) if a.size]
     if not times:
         raise TraceError(f"{k.path}: no ProfilerStep annotations, kernels or runtime calls to analyse")
+    host_ends = [a for a in (k.runtime.end, k.host_ops.end) if a.size]
+    found = detect_iterations(k.host_ops, _exchanges(k), max(float(a.max()) for a in host_ends)) if host_ends else None
+    if found is not None:
+        return found.windows, [found.note()]
     lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
-    return [(0, lo, hi)], ["no ProfilerStep#N annotations: the whole trace is analysed as one step"]
+    return [(0, lo, hi)], [
+        "no ProfilerStep#N annotations and no iterations found in its top-level ops: the whole trace is analysed as "
+        "one step"
+    ]
+
+
+def _exchanges(k: KinetoTrace) -> np.ndarray:
+    """Sorted host times where the host hands the device input or takes a result back: DataLoader fetches, the
+    launch of a host-to-device or device-to-host copy, blocking calls, scalar reads (iterations.py)."""
+    parts = [k.cpu.start[k.cpu_mark == MARK_LOADER]]
+    if k.runtime_class.size:
+        parts.append(k.runtime.start[k.runtime_class == BLOCKING])
+    if k.kinds and k.gpu.start.size:
+        host_copy = np.array([x.memcpy in ("h2d", "d2h") for x in k.kinds], dtype=bool)[k.gpu_kind]
+        corr = np.unique(k.gpu_correlation[host_copy & (k.gpu_correlation >= 0)])
+        if corr.size:
+            parts.append(k.runtime.start[np.isin(k.runtime_correlation, corr)])
+    ops = k.host_ops
+    if ops.start.size:
+        scalar = np.array([n.startswith(SCALAR_READ_OPS) for n in ops.names], dtype=bool)
+        parts.append(ops.start[scalar[ops.name]])
+    return np.sort(np.concatenate(parts))
 
 
 class _Marks:
@@ -220,14 +249,15 @@ class _Sources:
 
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
-    windows, notes = _windows(k)
+    windows, notes = step_windows(k)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
-    unrecorded = 0 if has_gpu else int(k.runtime.size)
+    unrecorded = 0 if has_gpu else k.enqueue_calls
     if unrecorded:
         notes.append(
-            f"{unrecorded} CUDA/HIP runtime call(s) but no kernel, copy or memset records: the device activity was "
-            "not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); no GPU verdict"
+            f"{unrecorded} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
+            "activity was not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); "
+            "no GPU verdict"
         )
     elif not has_gpu:
         notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")

@@ -73,7 +73,7 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     host_cpus: _Int | None = None
     """1.3: the CPUs the host has online (``os.cpu_count()``), beyond this process's affinity mask."""
     unrecorded_launches: _Int | None = None
-    """An imported trace with runtime (launch) calls but no device activity at all: how many calls. The GPU
+    """An imported trace with launch, copy or memset calls but no device activity at all: how many calls. The GPU
     ran work the trace did not record (CUPTI activity off or lost), so it is not a CPU-only run."""
 
     @property

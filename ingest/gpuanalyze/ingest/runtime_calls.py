@@ -49,6 +49,21 @@ def call_class(name: str) -> int:
     return got
 
 
+_ENQUEUE = re.compile(r"^(cuda|cu|hip)(\w*Launch\w*|Memcpy\w*|Memset\w*|GraphLaunch)")
+_ENQUEUE_CACHE: dict[str, bool] = {}
+
+
+def enqueues(name: str) -> bool:
+    """A call that puts device work on a stream (a kernel launch, a copy, a memset, a graph launch): the device
+    records one activity for each, so a trace with such calls and no device records lost its activity."""
+    got = _ENQUEUE_CACHE.get(name)
+    if got is None:
+        got = _ENQUEUE.match(name[:128]) is not None
+        if len(_ENQUEUE_CACHE) < _CACHE_LIMIT:
+            _ENQUEUE_CACHE[name] = got
+    return got
+
+
 def may_block(name: str) -> bool:
     """A call whose op and caller are worth naming: blocking by family, or any memcpy (an ``*Async`` one blocks
     when its host memory is pageable)."""
