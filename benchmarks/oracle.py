@@ -94,6 +94,42 @@ def hta_exact(path: Path) -> dict[str, Any]:
     return hta(path, exact=True)
 
 
+def hta_idle(path: Path) -> dict[str, Any]:
+    """HTA's idle time breakdown (``get_idle_time_breakdown``), in ms, summed over the trace's streams: host wait
+    (the next kernel was launched after the stream went idle), kernel wait (gaps under its 30 ns back-to-back
+    delay) and other (the next kernel was already launched: it waited on something else). Per stream, so a
+    second stream's gaps count even while the first runs."""
+    from hta.trace_analysis import TraceAnalysis
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / path.name).symlink_to(path.resolve())
+        analysis = TraceAnalysis(trace_dir=tmp)
+        ranks = sorted(analysis.t.traces)
+        df, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)
+    by = df.groupby("idle_category")["idle_time"].sum()
+    return {
+        "host_wait_ms": float(by.get("host_wait", 0.0)) / 1e3,
+        "kernel_wait_ms": float(by.get("kernel_wait", 0.0)) / 1e3,
+        "other_ms": float(by.get("other", 0.0)) / 1e3,
+        "streams": int(df["stream"].nunique()),
+    }
+
+
+def owners_whole(path: Path) -> dict[str, float]:
+    """Our idle owners (ingest/idle_owners.py) over HTA's span, first kernel start to last kernel end, in ms; the
+    device's idle time (no stream busy), not a per-stream sum."""
+    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.kernel_stats import StepKernels
+    from gpuanalyze.ingest.kineto import parse_kineto
+
+    k = parse_kineto(path)
+    owners = StepKernels(k).owners
+    if owners is None:
+        return {}
+    got = owners.window(float(k.gpu.start.min()), float(k.gpu.end.max()))
+    return {"idle_ms": got[""], **{o: got[o] for o in S.IDLE_OWNERS}}
+
+
 def _union(start: Any, end: Any) -> float:
     import numpy as np
 
@@ -117,17 +153,13 @@ def anatomy(path: Path) -> dict[str, Any]:
     import numpy as np
 
     from gpuanalyze.ingest.kineto import parse_kineto
+    from gpuanalyze.ingest.kineto_import import step_windows
 
     k = parse_kineto(path)
     s, e = k.gpu.start, k.gpu.end
     if s.size == 0:
         return {}
-    if k.steps:
-        windows = sorted((lo, hi) for _, lo, hi in k.steps)
-    else:
-        times = [a for a in (s, k.runtime.start, k.cpu.start) if a.size]
-        ends = [a for a in (e, k.runtime.end, k.cpu.end) if a.size]
-        windows = [(min(float(a.min()) for a in times), max(float(a.max()) for a in ends))]
+    windows = sorted((lo, hi) for _, lo, hi in step_windows(k)[0])
     cats = np.array([x.category for x in k.kinds])[k.gpu_kind]
     kernel = ~np.isin(cats, ["memcpy", "memset"])
     launch = np.full(s.size, -1.0)
@@ -222,6 +254,7 @@ def tb_adapted(path: Path) -> dict[str, Any]:
 ORACLES = {
     "hta": ("hta", hta),
     "hta~": ("hta", hta_exact),
+    "hta idle": ("hta", hta_idle),
     "tb": ("torch_tb_profiler", tb),
     "tb*": ("torch_tb_profiler", tb_adapted),
 }
@@ -337,6 +370,8 @@ def main() -> None:
                 row["skipped"][", ".join(available)] = "no GPU events (CPU-only trace)"
         else:
             row["anatomy"] = anatomy(path)
+        if row["ours"]["idle"] is not None:
+            row["owners"] = owners_whole(path)
         for name, fn in available.items() if row["ours"]["idle"] is not None else ():
             t0 = time.perf_counter()
             try:
@@ -350,6 +385,7 @@ def main() -> None:
         rows.append(row)
         print(f"  {rel}: {sum(row['seconds'].values()):.1f} s", flush=True)
     print_table(rows, args.markdown)
+    print_idle(rows, args.markdown)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
         print(f"wrote {args.json}")
@@ -391,6 +427,41 @@ def print_table(rows: list[dict[str, Any]], markdown: bool = False) -> None:
     print()
     for n in notes:
         print(("- " if markdown else "  ") + n)
+
+
+IDLE_COLUMNS = (
+    "trace",
+    "idle ms ours (device)",
+    "ours: host-side owners / queued",
+    "top owners (ms)",
+    "HTA (per stream): host wait / kernel wait / other",
+    "streams",
+)
+
+
+def print_idle(rows: list[dict[str, Any]], markdown: bool = False) -> None:
+    """Our idle owners beside HTA's idle time breakdown: our host-side owners (everything but ``queued``) stand
+    for HTA's host wait and kernel wait, ``queued`` for its other."""
+    sep = " | "
+    print()
+    print(("| " if markdown else "") + sep.join(IDLE_COLUMNS) + (" |" if markdown else ""))
+    print("|---" * len(IDLE_COLUMNS) + "|" if markdown else "-" * 160)
+    for r in rows:
+        o = r.get("owners") or {}
+        if not o:
+            continue
+        h = r.get("hta idle") or {}
+        host = sum(v for k, v in o.items() if k not in ("idle_ms", "queued"))
+        top = sorted(((v, k) for k, v in o.items() if k != "idle_ms" and v > 0), reverse=True)[:3]
+        cells = [
+            r["trace"],
+            _f(o["idle_ms"], 1),
+            f"{_f(host, 1)} / {_f(o['queued'], 1)}",
+            ", ".join(f"{k} {v:.1f}" for v, k in top) or "-",
+            f"{_f(h.get('host_wait_ms'), 1)} / {_f(h.get('kernel_wait_ms'), 1)} / {_f(h.get('other_ms'), 1)}",
+            str(h.get("streams", "-")),
+        ]
+        print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))
 
 
 if __name__ == "__main__":

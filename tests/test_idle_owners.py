@@ -258,3 +258,28 @@ def test_launches_without_kernel_records_are_missing_activity_not_a_cpu_run(tmp_
     assert synced.run.unrecorded_launches is None  # a CPU run calling torch.cuda.synchronize() enqueues nothing
     cpu = write(tmp_path / "cpu.json", _doc(_steps(4, lambda lo, c: [ev("cpu_op", "aten::mm", lo + 5, 200)]), "", None))
     assert import_kineto(parse_kineto(cpu)).run.unrecorded_launches is None
+
+
+def test_allocations_in_every_step_are_churn_not_warm_up(tmp_path):
+    """cudaFree/cudaMalloc in each of 6 steps (fewer than the 10 a steady run needs): not first allocations but
+    churn, so the steps are judged (sync, allocator_churn), not called warm-up."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        return [
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 10, 5, correlation=c + 1),
+            ev("kernel", "ampere_bf16_s16816gemm", lo + 20, 5000, stream=7, correlation=c + 1),
+            ev("cuda_runtime", "cudaFree", lo + 5100, 3000),
+            ev("cuda_runtime", "cudaMalloc", lo + 8150, 1000),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 9200, 5, correlation=c + 2),
+            ev("kernel", "ampere_bf16_s16816gemm", lo + 9220, 700, stream=7, correlation=c + 2),
+        ]
+
+    events = _steps(6, body)
+    stats = _owners(tmp_path, events)
+    assert all(s.idle_owner_allocator_ms > 2.5 for s in stats)
+    r = analyze(write(tmp_path / "churn.json", _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))))
+    assert "warm-up" not in r.confidence.reason
+    assert (r.bottleneck, r.findings[0].cause) == ("sync", "allocator_churn")
+    one = _steps(6, lambda lo, c: body(lo, c) if c == 0 else body(lo, c)[:2] + body(lo, c)[4:])
+    first = analyze(write(tmp_path / "first.json", _doc(one, "NVIDIA A100-SXM4-40GB", (8, 0))))
+    assert first.metrics.kernels is not None and first.metrics.kernels.startup_steps == 1  # first allocations

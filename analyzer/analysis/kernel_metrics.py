@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from analyzer.analysis.quantiles import Sketch, sketch
-from analyzer.analysis.thresholds import FEW_STEPS, WARMUP_STARTUP
+from analyzer.analysis.thresholds import CHURN_SHARE, CHURN_STEPS, FEW_STEPS, WARMUP_STARTUP
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
@@ -125,19 +125,31 @@ def step_kernel_medians(texts: list[str]) -> np.ndarray:
     return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
-def startup_owned_ms(st: S.KernelStats) -> float:
+def startup_owned_ms(st: S.KernelStats, *, churn: bool = False) -> float:
     """The step's start-up time: GPU idle owned by start-up work where the owners were measured (a host busy
-    compiling while the GPU runs is not warm-up), else the host time in start-up work (older imports)."""
+    compiling while the GPU runs is not warm-up), else the host time in start-up work (older imports).
+    ``churn``: the rank allocates in most of its steps, so its allocations are churn (the sync rule's
+    ``allocator_churn``), not first allocations, and not start-up."""
     if st.owners:
-        return sum(getattr(st, S.owner_field(o)) for o in S.STARTUP_OWNERS)
+        owners = [o for o in S.STARTUP_OWNERS if not (churn and o == "allocator")]
+        return sum(getattr(st, S.owner_field(o)) for o in owners)
     return st.startup_ms
+
+
+def allocation_churn(stats: list[S.KernelStats]) -> bool:
+    """Allocator-owned idle in CHURN_STEPS or more of a rank's steps and in CHURN_SHARE of them: allocations repeat
+    every iteration (after empty_cache, or tensors too large for the caching allocator to reuse)."""
+    owned = [st for st in stats if st.owners]
+    allocating = sum(1 for st in owned if st.idle_owner_allocator_ms > 0)
+    return allocating >= CHURN_STEPS and allocating >= CHURN_SHARE * len(owned)
 
 
 def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
     """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
     out = []
+    churn = allocation_churn(stats)
     for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
-        startup = startup_owned_ms(st)
+        startup = startup_owned_ms(st, churn=churn)
         if wall > 0 and startup > 0 and startup >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
             out.append(StartupStep(int(step), rank, float(wall), startup, ops))
