@@ -8,6 +8,12 @@ For each file: gpuanalyze's parse + import (ingest.kineto_import.load_kineto) an
 JSON; the speed ratio; and gpuanalyze's peak traced memory (tracemalloc), in MB and as a multiple of
 the uncompressed JSON size (the streaming reader's buffers are fixed, ~16 MB, so small files show a
 large multiple; benchmarks/import_memory.py measures a 2 GB trace). Target: ratio >= 5.
+
+    python benchmarks/import_speed.py --against REV [TRACE ...]   # this checkout against a git revision
+
+``--against``: the same import by this checkout and by REV (a temporary ``git worktree``), each in its own
+process, rounds alternating, best of --repeats inside each round; prints both medians over the rounds and the
+ratio (this / REV), so a change is judged against the code before it on the same machine at the same time.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import gzip
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -51,12 +59,63 @@ def peak_traced(path: Path) -> int:
     return peak
 
 
+ROOT = Path(__file__).resolve().parent.parent
+#: What each process runs: the import, best of N, printed in seconds.
+_CHILD = (
+    "import sys, time, logging; logging.disable(logging.WARNING)\n"
+    "from gpuanalyze.ingest.kineto_import import load_kineto\n"
+    "best = min((lambda t: (load_kineto(sys.argv[1]), time.perf_counter() - t)[1])(time.perf_counter())"
+    " for _ in range(int(sys.argv[2])))\n"
+    "print(best)"
+)
+
+
+def _timed(tree: Path, path: Path, repeats: int) -> float:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / d) for d in (".", "ingest", "kernels"))}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path.resolve()), str(repeats)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def against(rev: str, files: list[Path], repeats: int, rounds: int) -> None:
+    """This checkout's import beside REV's, alternating rounds (module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = Path(tmp) / "ref"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(ref), rev], check=True)
+        try:
+            for path in files:
+                mine, theirs = [], []
+                for i in range(rounds):
+                    order = [(ROOT, mine), (ref, theirs)]
+                    for tree, out in order if i % 2 == 0 else order[::-1]:
+                        out.append(_timed(tree, path, repeats))
+                m, t = statistics.median(mine), statistics.median(theirs)
+                print(
+                    f"{path.name}: this {m * 1e3:.0f} ms | {rev} {t * 1e3:.0f} ms | ratio {m / t:.3f} "
+                    f"(best of {repeats}, median of {rounds} alternating rounds) | load {os.getloadavg()[0]:.2f}"
+                )
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref)], check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("traces", nargs="*", type=Path)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against", metavar="REV", help="compare with the import of this git revision")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --against")
     args = parser.parse_args()
     files = args.traces or sorted(DEFAULT_DIR.rglob("*.json.gz"), key=lambda p: p.stat().st_size, reverse=True)[:3]
+    if args.against:
+        against(args.against, files, args.repeats, args.rounds)
+        return
     logging.disable(logging.WARNING)
     try:
         import hta  # noqa: F401

@@ -137,11 +137,12 @@ def startup_owned_ms(st: S.KernelStats, *, churn: bool = False) -> float:
 
 
 def allocation_churn(stats: list[S.KernelStats]) -> bool:
-    """Allocator-owned idle in CHURN_STEPS or more of a rank's steps and in CHURN_SHARE of them: allocations repeat
-    every iteration (after empty_cache, or tensors too large for the caching allocator to reuse)."""
+    """Device memory freed (cudaFree, hipFree, cuMemFree) in CHURN_STEPS or more of a rank's steps and in
+    CHURN_SHARE of them: allocations repeat every iteration. PyTorch's caching allocator frees only on
+    empty_cache() or to retry a failed allocation; a run that only grows its pool calls cudaMalloc alone."""
     owned = [st for st in stats if st.owners]
-    allocating = sum(1 for st in owned if st.idle_owner_allocator_ms > 0)
-    return allocating >= CHURN_STEPS and allocating >= CHURN_SHARE * len(owned)
+    freeing = sum(1 for st in owned if any("free" in o.name.lower() for o in st.startup_ops))
+    return freeing >= CHURN_STEPS and freeing >= CHURN_SHARE * len(owned)
 
 
 def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
