@@ -68,6 +68,17 @@ class HostOps:
         return cls(none, none, np.empty(0, np.int64), np.empty(0, np.int32), ())
 
 
+def role_of(name: str, cat: str) -> int:
+    """CallSites.role by name and category alone: 0 for a CPU op, 1 for a caller, -1 for a CPU event not kept."""
+    if name.startswith(NOT_CALLERS):
+        return -1
+    if cat == "cpu_op" or cat == "operator":
+        return 0
+    if cat == "user_annotation" or (cat == "python_function" and name.startswith(MODULE_PREFIX)):
+        return 1
+    return -1
+
+
 class CallSites:
     """What the sink keeps to name blocking calls (module docstring); ``len`` counts the kept events."""
 
@@ -104,16 +115,6 @@ class CallSites:
         if got is None:  # string, huge or missing thread ids: ids apart from the integer ones
             got = self._tid_id[tid] = -1 - _TID_LIMIT - len(self._tid_id)
         return got
-
-    def role(self, name: str, cat: str) -> int:
-        """0 for a CPU op, 1 for a caller, -1 for a CPU event not kept (or when nothing more is kept)."""
-        if self.dropped or name.startswith(NOT_CALLERS):
-            return -1
-        if cat == "cpu_op" or cat == "operator":
-            return 0
-        if cat == "user_annotation" or (cat == "python_function" and name.startswith(MODULE_PREFIX)):
-            return 1
-        return -1
 
     def add_cpu(self, name: str, role: int, ts: float, dur: float, tid: object) -> None:
         """A CPU event whose ``role`` is 0 or 1."""

@@ -27,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.blocking_calls import BlockingCalls, CallSites, HostOps
+from gpuanalyze.ingest.blocking_calls import BlockingCalls, CallSites, HostOps, role_of
 from gpuanalyze.ingest.device_props import ROCM_KEYS, compute_capabilities, decoded_props, rocm_device
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, hta_kernel_type, kernel_category, memcpy_kind
 from gpuanalyze.ingest.kineto_events import (
@@ -157,6 +157,15 @@ class KinetoTrace:
     """Runtime calls that put device work on a stream (runtime_calls.enqueues): launches, copies, memsets."""
 
 
+#: Distinct (name, category) pairs of CPU events whose roles are cached (ops repeat: a few thousand names).
+_ROLE_CACHE = 1 << 16
+
+
+def _cpu_role(name: str, cat: str) -> tuple[int | None, int, bool]:
+    """(phase mark, call-site role, start-up work) of a CPU event, from its name and category alone."""
+    return _mark(name, cat), role_of(name, cat), name.endswith(COMPILE_SUFFIX) or name in OVERHEAD_KINDS
+
+
 class KinetoSink:
     """Keeps what the importer needs from batches of decoded events, as flat arrays."""
 
@@ -180,6 +189,7 @@ class KinetoSink:
         self.loader_iters: set[str] = set()
         self.long_names = 0
         self.enqueue_calls = 0
+        self._roles: dict[tuple[str, str], tuple[int | None, int, bool]] = {}
         self.sites = CallSites()
         self.startup = StartupSink()
 
@@ -249,6 +259,7 @@ class KinetoSink:
         ident = self._id
         sites = self.sites
         startup = self.startup
+        roles = self._roles
         self.events += len(events)
         for e in events:
             if e.ph != "X" or e.cat is None:
@@ -259,9 +270,14 @@ class KinetoSink:
                 continue
             if kind == 3:
                 name = e.name if type(e.name) is str else str(e.name)
-                mark = _mark(name, cat)
-                site = sites.role(name, cat)
-                startup_work = name.endswith(COMPILE_SUFFIX) or name in OVERHEAD_KINDS
+                got = roles.get((name, cat))
+                if got is None:
+                    got = _cpu_role(name, cat)
+                    if len(roles) < _ROLE_CACHE:
+                        roles[(name, cat)] = got
+                mark, site, startup_work = got
+                if site >= 0 and sites.dropped:
+                    site = -1
                 if mark is not None or site >= 0 or startup_work:  # most CPU events are none: skipped without a call
                     self._cpu_kept(e, name, mark, site, startup_work)
                 continue
