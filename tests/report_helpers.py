@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
+from gpuanalyze.ingest.reader import Trace, frame_of
+from gpuanalyze.ingest.row_rules import normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 
 #: Terminal attacks: OSC 52 (write the clipboard), OSC 0 (window title), CSI 2J (clear), a C1 CSI,

@@ -37,3 +37,28 @@ def test_no_two_modules_share_a_file_name() -> None:
             if path.name not in ("__init__.py", "__main__.py"):
                 names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {n: p for n, p in names.items() if len(p) > 1} == {}
+
+
+def test_no_module_exceeds_500_lines() -> None:
+    """The house cap (docs/architecture.md): a module over 500 lines holds more than one job."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in ("analyzer", "ingest", "kernels")
+        for path in (ROOT / folder).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
+def test_ci_fails_on_complex_functions_and_torch_below_record() -> None:
+    """.ci/run keeps the conventions no review remembers: radon's D/F functions and the torch-free stages."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'complex_functions="$(radon cc -n D -s analyzer ingest kernels)"' in ci
+    assert 'test -z "$complex_functions" ||' in ci
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert config["include_external_packages"] is True
+    (forbidden,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
+    assert forbidden["forbidden_modules"] == ["torch"]
+    below = {"gpuanalyze.ingest", "analyzer.analysis", "analyzer.scale", "analyzer.planning", "analyzer.render"}
+    assert below <= set(forbidden["source_modules"])
+    assert "allow_indirect_imports" not in forbidden

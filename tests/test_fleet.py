@@ -41,7 +41,8 @@ def test_fleet_ranks_good_and_multi_rank_runs_and_notes_the_broken_one(fleet_dir
     runs = {r["run"]: r for r in data["runs"]}
     assert set(runs) == {"ddp", "team/a/loader.arrow", "team/healthy.arrow", "team/cpu_ddp_straggler.rank*.arrow"}
     assert runs["ddp"]["ranks"] == 4 and runs["team/cpu_ddp_straggler.rank*.arrow"]["ranks"] == 2  # grouped
-    assert runs["team/a/loader.arrow"]["verdict"] == "data_loading" and runs["team/healthy.arrow"]["verdict"] == "none"
+    assert runs["team/a/loader.arrow"]["bottleneck"] == "data_loading"
+    assert runs["team/healthy.arrow"]["bottleneck"] == "none"
     assert [s["run"] for s in data["skipped"]] == ["team/broken.arrow"]
     assert "not a gpuanalyze trace" in data["skipped"][0]["reason"]
     assert data["ranked_by"] == "saved_usd_per_run"
@@ -262,3 +263,17 @@ def test_fleet_lays_its_table_out_for_width(fleet_dir):
     narrow = _fleet(fleet_dir, "--width", "60").output
     assert max(len(line) for line in narrow.splitlines()) <= 60
     assert max(len(line) for line in wide.splitlines()) > 60
+
+
+def test_fleet_json_says_what_trace_json_says_under_the_same_keys(fleet_dir):
+    """One vocabulary (docs/json.md, "Other commands"): the verdict, confidence and mean step time of a run
+    under the keys and values `gpuanalyze TRACE --json` gives them."""
+    trace = fleet_dir / "team" / "a" / "loader.arrow"
+    single = json.loads(runner.invoke(app, [str(trace), "--json"]).output)
+    data = json.loads(_fleet(fleet_dir, "--json").output)
+    row = next(r for r in data["runs"] if r["run"] == "team/a/loader.arrow")
+    for key in ("bottleneck", "confidence", "confidence_level", "step_time_mean_ms"):
+        assert (
+            row[key] == pytest.approx(single[key], abs=1e-3) if isinstance(row[key], float) else row[key] == single[key]
+        )
+    assert "verdict" not in row and "step_ms" not in row

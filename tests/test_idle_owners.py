@@ -16,8 +16,8 @@ from gpuanalyze.ingest.kineto import parse_kineto
 from gpuanalyze.ingest.kineto_import import import_kineto
 from gpuanalyze.ingest.runtime_calls import BLOCKING, OTHER, call_class
 from tests.conftest import SHARED
-from tests.issue19_fixtures import _doc
 from tests.kineto_fixtures import ev, write
+from tests.mechanism_fixtures import _doc
 
 EXTERNAL = SHARED / "external_traces"
 

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.machine.ceilings_store import Fingerprint
 from analyzer.render.bench import num, render_bench, short
-from gpuanalyze.kernels.result import BenchResult
-from gpuanalyze.kernels.suite import BenchReport, SuiteOutcome
+from gpuanalyze.kernels.result import BenchReport, BenchResult, SuiteOutcome
 
 G, M = 2**30, 2**20
 

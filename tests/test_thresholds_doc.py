@@ -54,3 +54,16 @@ def test_rules_compare_against_no_literal_of_their_own():
     ]
     offenders = {p.name: lits for p in rules if p.exists() and (lits := _literals(p))}
     assert offenders == {}
+
+
+def test_no_threshold_names_the_issue_that_set_it():
+    """Sources and their notes are shown to users (docs/thresholds.md, `--json` evidence): they say why the number
+    holds, not which piece of work chose it."""
+    import re
+
+    from analyzer.analysis import thresholds as T
+
+    sources = [v.source for v in vars(T).values() if isinstance(v, T.Threshold)]
+    doc = (ROOT / "docs" / "thresholds.md").read_text()
+    assert sources and not [s for s in sources if re.search(r"\bissue \d", s, re.I)]
+    assert not re.search(r"\bissue \d", doc, re.I)

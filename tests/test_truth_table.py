@@ -21,7 +21,7 @@ import pytest
 from analyzer.analysis.findings import ranking_key
 from analyzer.api import analyze
 from analyzer.planning.outcome import Report
-from tests import issue19_fixtures as F
+from tests import mechanism_fixtures as F
 from tests.conftest import SHARED
 from tests.kineto_fixtures import write
 from tests.scenarios.matrix import SCENARIOS
@@ -53,7 +53,7 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         "low",
         "a 42.9 s benchmark trace without ProfilerStep whose first kernel comes 70% into it, 91% of it start-up work "
         "(context creation in cudaDeviceGetStreamPriorityRange, cudaFree, cudaMalloc): not a training step; no "
-        "batch_size projection (it used to promise 21.5 s), record more steps (issue 19, item 6)",
+        "batch_size projection (it used to promise 21.5 s), record more steps",
     ),
     (
         "hta/nccl_parser_config/nccl_data.json.gz",
@@ -84,8 +84,7 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         None,
         "low",
         "0.8 ms of kernels in a 111 ms step, but the GPU's idle gaps are not host waits or launch gaps (their kernels "
-        "were launched before the gap began): host_overhead's defining test fails, so say what to record "
-        "(issue 19, item 5)",
+        "were launched before the gap began): host_overhead's defining test fails, so say what to record",
     ),
     (
         "hta/trace_compare/test/test.json.gz",
@@ -108,7 +107,7 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         None,
         "low",
         "one 13.3 s ProfilerStep#1 of a Triton example: the first steps (compilation), not the steady state; "
-        "record more steps (issue 19, item 6)",
+        "record more steps",
     ),
     (
         "param/rtx2080ti_resnet_kineto.json.gz",
@@ -141,7 +140,7 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
 )
 
 
-#: Kineto fixtures of issue 19 (tests/issue19_fixtures.py): (name, builder, verdict, cause, why).
+#: Kineto fixtures of mechanisms seen in real GPU traces (mechanism_fixtures.py): (name, builder, verdict, cause, why).
 FIXTURE_TABLE: tuple[tuple[str, Callable[[], dict[str, Any]], str, str | None, str], ...] = (
     (
         "fp32_gemm_on_v100",
@@ -270,7 +269,7 @@ def test_external_traces_get_the_engineers_verdict(row):
 
 
 @pytest.mark.parametrize("row", FIXTURE_TABLE, ids=lambda r: r[0])
-def test_issue19_fixtures_get_the_engineers_verdict(tmp_path, row):
+def test_mechanism_fixtures_get_the_engineers_verdict(tmp_path, row):
     name, build, verdict, cause, why = row
     report = analyze(write(tmp_path / f"{name}.json", build()))
     got = (report.bottleneck, report.findings[0].cause if report.findings else None)
@@ -316,7 +315,7 @@ def _sweep_utilisation(path: Path) -> float | None:
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 @pytest.mark.parametrize("row", EXTERNAL_TABLE, ids=lambda r: r[0].rsplit("/", 1)[-1])
 def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
-    """Issue 19 item 3: numerator and denominator over the same steps (work after the last step left out)."""
+    """Numerator and denominator over the same steps (work after the last step left out)."""
     path = EXTERNAL / row[0]
     want = _sweep_utilisation(path)
     report = analyze(path)

@@ -265,15 +265,7 @@ class Combiner:
             wanted[WALL] += [0.25, 0.75]
         quantiles = _quantiles(wanted, sketches, lambda req: answer(req, drop))
         kernel_median = quantiles.get((KERNEL_MEDIAN, 0.5))
-        if drop:
-            self._store.drop([p.rank for p in parts if p.all_sampled])
-            self._starts.drop([p.rank for p in parts if p.all_sampled])
-        stats = {p.rank: p.stats for p in used}
-        distributed = (
-            rank_analysis_from(stats, self._store, sums.steps, quantiles[(WALL, 0.5)], self._starts)
-            if len(stats) >= 2
-            else None
-        )
+        distributed = self._distributed(parts, used, drop, sums, quantiles[(WALL, 0.5)])
         return Combined(
             rows=rows,
             warmup=rows - n - windows,
@@ -296,6 +288,18 @@ class Combiner:
             lead_mean_ms=_lead(used),
             batch_split=median_split([p.split for p in parts if p.split is not None]),
         )
+
+    def _distributed(
+        self, parts: list[RankPartial], used: list[RankPartial], drop: bool, sums: StepSums, wall_median: float
+    ) -> RankAnalysis | None:
+        """The cross-rank analysis of the ranks used (two or more), without the ranks left out."""
+        if drop:
+            self._store.drop([p.rank for p in parts if p.all_sampled])
+            self._starts.drop([p.rank for p in parts if p.all_sampled])
+        stats = {p.rank: p.stats for p in used}
+        if len(stats) < 2:
+            return None
+        return rank_analysis_from(stats, self._store, sums.steps, wall_median, self._starts)
 
 
 def _range(sketches: list[Sketch]) -> tuple[float, float] | None:

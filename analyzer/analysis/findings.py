@@ -9,13 +9,13 @@ limits it, and a confidence that says how much evidence stands behind it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown"]
 """``host``: host work no phase accounts for (not forward, backward, optimizer, data or sync);
 ``none``: a healthy run (docs/thresholds.md); ``unknown``: not healthy, but the trace does not
 show where the time goes (no recognised phases) and no fix can be projected."""
-BOTTLENECKS: tuple[Bottleneck, ...] = ("data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown")
+BOTTLENECKS: tuple[Bottleneck, ...] = get_args(Bottleneck)
 ConfidenceLevel = Literal["low", "medium", "high"]
 Severity = Literal["high", "moderate", "low"]
 

@@ -31,9 +31,23 @@ class Judged:
     notes: tuple[str, ...]
 
 
+#: Where each bottleneck's fix runs: on the host's cores (``always``), there only on a CPU run whose steps are
+#: host work (``cpu_runs``), or on the device (``never``). An oversubscribed host widens the CPU-side ranges.
+FIX_ON_HOST: dict[str, str] = {
+    "data_loading": "always",
+    "host": "always",
+    "batch_size": "cpu_runs",
+    "sync": "cpu_runs",
+    "kernels": "never",
+    "none": "never",
+    "unknown": "never",
+}
+
+
 def cpu_side(f: Finding, gpu: bool) -> bool:
     """A finding whose fix is CPU work on the host's cores (loading, host time, CPU-run steps)."""
-    return f.bottleneck in ("data_loading", "host") or (not gpu and f.bottleneck in ("batch_size", "sync"))
+    where = FIX_ON_HOST[f.bottleneck]
+    return where == "always" or (where == "cpu_runs" and not gpu)
 
 
 def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:

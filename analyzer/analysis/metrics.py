@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer.analysis.aggregate import number
+from analyzer.analysis.aggregate import clamp, number
 from analyzer.analysis.batch_split import BatchSplit
 from analyzer.analysis.combine import Combined, per_step_frame
 from analyzer.analysis.kernel_metrics import KernelMetrics
@@ -117,10 +117,6 @@ def warmup_steps(n: int) -> int:
     return min(WARMUP_MAX_STEPS, int(n * WARMUP_FRACTION))
 
 
-def _clamp(x: float) -> float:
-    return min(1.0, max(0.0, x))
-
-
 _PER_STEP_COLUMNS = {
     "step": S.STEP,
     "data": S.DATA_WAIT_MS,
@@ -155,10 +151,10 @@ def metrics_from(c: Combined, skip: int, gpu_memory_bytes: int | None) -> StepMe
         step_mean_ms=c.step_mean_ms,
         busy_mean_ms=c.means[S.GPU_BUSY_MS] if c.has_gpu else None,
         mean_ms={p: c.means[p] if c.known[p] else None for p in S.PARTS},
-        share={p: _clamp(c.sums[p] / wall_total) if c.known[p] else None for p in S.PARTS},
-        effective={p: _clamp(float(sums[k].sum()) / wall_total) for p, k in eff.items()},
-        gpu_util=_clamp(c.sums[S.GPU_BUSY_MS] / wall_total) if c.has_gpu else None,
-        idle_unexplained=_clamp(float(sums[f"unexpl_{v}"].sum()) / wall_total) if c.has_gpu else None,
+        share={p: clamp(c.sums[p] / wall_total) if c.known[p] else None for p in S.PARTS},
+        effective={p: clamp(float(sums[k].sum()) / wall_total) for p, k in eff.items()},
+        gpu_util=clamp(c.sums[S.GPU_BUSY_MS] / wall_total) if c.has_gpu else None,
+        idle_unexplained=clamp(float(sums[f"unexpl_{v}"].sum()) / wall_total) if c.has_gpu else None,
         data_cpu_fraction=_cpu_fraction(c.sums),
         peak_mem_bytes=c.peak_mem_bytes,
         gpu_memory_bytes=gpu_memory_bytes,
@@ -174,4 +170,4 @@ def metrics_from(c: Combined, skip: int, gpu_memory_bytes: int | None) -> StepMe
 
 def _cpu_fraction(sums: dict[str, float]) -> float | None:
     with_cpu = sums[DATA_WAIT_WITH_CPU]
-    return _clamp(sums[S.DATA_CPU_MS] / with_cpu) if with_cpu > 0 else None
+    return clamp(sums[S.DATA_CPU_MS] / with_cpu) if with_cpu > 0 else None

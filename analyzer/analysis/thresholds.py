@@ -36,7 +36,7 @@ HOST_RECOGNISED = 0.01
 LEAD_AFTER_OPTIMIZER = 0.5
 PREPROCESSING = Threshold(
     0.10,
-    OURS + " (issue 19): host work before a step's first kernel, outside DataLoader waits, while the GPU has nothing "
+    OURS + ": host work before a step's first kernel, outside DataLoader waits, while the GPU has nothing "
     "to run (video decode, a tokenizer or image processor in the training loop); the host-work scale",
 )
 #: Softmax kernels holding at least this share of kernel time are an unfused attention (matmul, softmax, matmul)
@@ -117,7 +117,7 @@ CONFIDENCE_MEDIUM = 0.4
 
 #: A step whose start-up work (compilation, cudaMalloc/cudaFree, module loading, device set-up: KernelStats.startup_ms)
 #: takes at least this share of it is warm-up: a steady step makes none of those calls (the caching allocator and the
-#: loaded modules are kept). Ours (issue 19): the real traces' steady steps show at most 0.5%, a 16 s window that
+#: loaded modules are kept). Ours, from the real traces: their steady steps show at most 0.5%, a 16 s window that
 #: includes a run's start-up 9%, a 43 s benchmark start-up 91%; at a quarter the step is a third slower than without.
 #: Every analysed step (fewer than FEW_STEPS of them) at or above it: `unknown`, record more steps.
 WARMUP_STARTUP = 0.25
@@ -164,9 +164,7 @@ DRIFT_NOTABLE = 0.2
 BOOTSTRAP_RESAMPLES = 64
 #: Central share of the resampled projections the range spans (0.9: the 5th to the 95th percentile).
 BOOTSTRAP_COVERAGE = 0.9
-STABLE_VERDICT = Threshold(
-    0.8, OURS + " (issue 18): a verdict that fewer than 80% of resamples of the steps repeat is not 'high'"
-)
+STABLE_VERDICT = Threshold(0.8, OURS + ": a verdict that fewer than 80% of resamples of the steps repeat is not 'high'")
 #: Half-width of a projection range, as a share of the projected step, that run-to-run variation adds on
 #: a host that was not oversubscribed (same job, same machine, measured again): the unchanged healthy and
 #: .item() loops of benchmarks/projection_validation.py re-ran 0.4-3.8% apart on a quiet 2-core host.

@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
-from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
-from analyzer.render.console import MIN_WIDTH
-
-
-def width_option() -> Any:
-    """`--width N` for every command that prints a report."""
-    return typer.Option(
-        "--width",
-        min=MIN_WIDTH,
-        max=1000,
-        metavar="<int>",
-        help="Lay the report out for this many columns (default: the terminal's).",
-    )
-
-
-if TYPE_CHECKING:
-    from analyzer.planning.cost import CostInputs
 
 
 @app.command("analyze")
-@options.with_cost_options
 def analyze_cmd(
     trace: Annotated[
         str,
@@ -42,7 +24,13 @@ def analyze_cmd(
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
     ceilings: options.Ceilings = None,
-    cost: CostInputs | None = None,
+    price_per_gpu_hour: options.PricePerGpuHour = None,
+    steps_per_run: options.StepsPerRun = None,
+    samples_per_run: options.SamplesPerRun = None,
+    tokens_per_run: options.TokensPerRun = None,
+    tokens_per_sample: options.TokensPerSample = None,
+    gpus: options.Gpus = None,
+    cost_config: options.CostConfig = None,
     flops_per_step: options.FlopsPerStep = None,
     model_config: Annotated[
         Path | None,
@@ -51,10 +39,10 @@ def analyze_cmd(
         ),
     ] = None,
     tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
-    width: Annotated[int | None, width_option()] = None,
-    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
-    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    width: options.Width = None,
+    engine: options.Engine = "local",
+    workers: options.Workers = None,
+    max_bytes: options.MaxBytes = None,
     log: LogTo = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
@@ -62,6 +50,15 @@ def analyze_cmd(
 
     try:
         trackers = log_targets(log)
+        cost = options.cost_inputs(
+            cost_config,
+            price_per_gpu_hour=price_per_gpu_hour,
+            steps_per_run=steps_per_run,
+            samples_per_run=samples_per_run,
+            tokens_per_run=tokens_per_run,
+            tokens_per_sample=tokens_per_sample,
+            gpus=gpus,
+        )
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
         report = analyze(
@@ -71,7 +68,7 @@ def analyze_cmd(
             flops_per_step=flops_per_step,
             engine=engine,
             workers=workers,
-            max_bytes=max_bytes_option(max_bytes),
+            max_bytes=options.max_bytes(max_bytes),
         )
     except GpuAnalyzeError as exc:
         fail(str(exc))

@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 
 from analyzer.cli import options
-from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, fail
-from analyzer.cli.trace import ENGINE_HELP, WORKERS_HELP
 from analyzer.errors import GpuAnalyzeError
 
 
@@ -37,9 +35,9 @@ def fleet_cmd(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --csv/--parquet files.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Rows of the table to print (0: all).")] = 25,
-    width: Annotated[int | None, width_option()] = None,
-    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+    width: options.Width = None,
+    engine: options.Engine = "local",
+    workers: options.Workers = None,
 ) -> None:
     """Triage many runs: each one's verdict, confidence, step time and GPU, ranked by the dollars (or
     GPU-hours) per run its top fix saves. Runs that cannot be analysed are skipped with a note."""

@@ -1,17 +1,49 @@
-"""Options several commands share, declared once (Typer reads them from the Annotated types)."""
+"""Options several commands share, declared once as Annotated types (Typer reads the option from the type).
+
+A command takes one by naming its type: ``width: options.Width = None``. The cost options are seven
+such parameters; ``cost_inputs`` turns their values into one ``CostInputs``.
+"""
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from analyzer.render.console import MIN_WIDTH
+
 if TYPE_CHECKING:
     from analyzer.planning.cost import CostInputs
+
+Width = Annotated[
+    int | None,
+    typer.Option(
+        "--width",
+        min=MIN_WIDTH,
+        max=1000,
+        metavar="<int>",
+        help="Lay the report out for this many columns (default: the terminal's).",
+    ),
+]
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Where per-rank work runs: local (a process pool) or ray (Ray tasks; pip install 'gpuanalyze[ray]').",
+    ),
+]
+Workers = Annotated[
+    int | None,
+    typer.Option("--workers", help="Worker processes (local engine; default: the CPU cores, one for small inputs)."),
+]
+MaxBytes = Annotated[
+    str | None,
+    typer.Option(
+        "--max-bytes",
+        help="Most decompressed JSON to read from one Kineto trace, e.g. 8G (default: gzip may expand 100x its size).",
+    ),
+]
 
 Ceilings = Annotated[
     Path | None,
@@ -29,55 +61,16 @@ Gpus = Annotated[int | None, typer.Option(help="GPUs of the run (default: the tr
 CostConfig = Annotated[Path | None, typer.Option(help="TOML file with the same cost keys (options override it).")]
 FlopsPerStep = Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")]
 
-#: The cost options, each one field of ``planning.cost.CostInputs`` (``cost_config`` the TOML file of them).
-COST_OPTIONS: dict[str, Any] = {
-    "price_per_gpu_hour": PricePerGpuHour,
-    "steps_per_run": StepsPerRun,
-    "samples_per_run": SamplesPerRun,
-    "tokens_per_run": TokensPerRun,
-    "tokens_per_sample": TokensPerSample,
-    "gpus": Gpus,
-    "cost_config": CostConfig,
-}
 
+def max_bytes(text: str | None) -> int | None:
+    """``--max-bytes``'s value in bytes (``8G``); None when not given."""
+    from gpuanalyze.ingest.stream import parse_size
 
-def with_cost_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command the cost options, declared once here: its ``cost`` parameter is replaced by
-    the options, and it receives them as one ``CostInputs`` (None when none was given). A bad
-    value is the command's one-line error."""
-    signature = inspect.signature(command)
-    assert "cost" in signature.parameters, f"{command.__name__} takes no `cost` parameter"
-    # Typer reads real annotations: evaluate the others as inspect would (`cost`'s type is only for mypy).
-    kept = [
-        p.replace(annotation=eval(p.annotation, command.__globals__) if isinstance(p.annotation, str) else p.annotation)
-        for name, p in signature.parameters.items()
-        if name != "cost"
-    ]
-    added = [
-        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a)
-        for n, a in COST_OPTIONS.items()
-    ]
-
-    @functools.wraps(command)
-    def with_cost(**kwargs: Any) -> None:
-        from analyzer.cli.base import fail
-        from analyzer.errors import GpuAnalyzeError
-
-        given = {name: kwargs.pop(name) for name in COST_OPTIONS}
-        try:
-            kwargs["cost"] = cost_inputs(given.pop("cost_config"), **given)
-        except GpuAnalyzeError as exc:
-            fail(str(exc))
-        command(**kwargs)
-
-    parameters = [*kept, *added]
-    with_cost.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_cost.__annotations__ = {p.name: p.annotation for p in parameters}
-    return with_cost
+    return None if text is None else parse_size(text)
 
 
 def cost_inputs(
-    config: Path | None,
+    cost_config: Path | None,
     *,
     price_per_gpu_hour: float | None = None,
     steps_per_run: float | None = None,
@@ -86,7 +79,8 @@ def cost_inputs(
     tokens_per_sample: float | None = None,
     gpus: int | None = None,
 ) -> CostInputs | None:
-    """CostInputs from a TOML file and/or options (options win); None when neither gives anything."""
+    """CostInputs from the cost options: a TOML file and/or values (values win); None when neither gives anything.
+    A bad value raises GpuAnalyzeError (the command's one-line error)."""
     from analyzer.planning.cost import CostInputs, load_cost_config
 
     values: dict[str, float | int | None] = {
@@ -97,8 +91,8 @@ def cost_inputs(
         "tokens_per_sample": tokens_per_sample,
         "gpus": gpus,
     }
-    if config is not None:
-        return load_cost_config(config, **values)
+    if cost_config is not None:
+        return load_cost_config(cost_config, **values)
     if all(v is None for v in values.values()):
         return None
     return CostInputs(

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from analyzer.cli import options
-from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
 
-if TYPE_CHECKING:
-    from analyzer.planning.cost import CostInputs
-
 
 @app.command("compare")
-@options.with_cost_options
 def compare_cmd(
     runs: Annotated[
         list[Path],
@@ -25,7 +20,13 @@ def compare_cmd(
             help="Traces, or TOML files naming price and run length (hours_per_run, or trace + steps_per_run)."
         ),
     ],
-    cost: CostInputs | None = None,
+    price_per_gpu_hour: options.PricePerGpuHour = None,
+    steps_per_run: options.StepsPerRun = None,
+    samples_per_run: options.SamplesPerRun = None,
+    tokens_per_run: options.TokensPerRun = None,
+    tokens_per_sample: options.TokensPerSample = None,
+    gpus: options.Gpus = None,
+    cost_config: options.CostConfig = None,
     fail_if_slower: Annotated[
         float | None,
         typer.Option(
@@ -41,7 +42,7 @@ def compare_cmd(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: Annotated[int | None, width_option()] = None,
+    width: options.Width = None,
 ) -> None:
     """Which run or server is cheaper per completed run (not per hour); for BEFORE AFTER, checks
     BEFORE's projections and, with a tolerance, gates on a slowdown (exit 1)."""
@@ -52,6 +53,15 @@ def compare_cmd(
     from analyzer.render.planning import compare_dict, render_compare
 
     try:
+        cost = options.cost_inputs(
+            cost_config,
+            price_per_gpu_hour=price_per_gpu_hour,
+            steps_per_run=steps_per_run,
+            samples_per_run=samples_per_run,
+            tokens_per_run=tokens_per_run,
+            tokens_per_sample=tokens_per_sample,
+            gpus=gpus,
+        )
         gate = GateOptions(fail_if_slower_pct=fail_if_slower, fail_if_throughput_drops_pct=fail_if_throughput_drops)
         defaults = cost or CostInputs()  # the price and run length of traces given directly
         # runs from other machines are compared here, so no measured ceilings (they belong to one machine)
@@ -73,7 +83,7 @@ def whatif_cmd(
     prices: Annotated[Path | None, typer.Option(help="TOML: GPU name = USD per GPU-hour (your prices).")] = None,
     steps_per_run: Annotated[float | None, typer.Option(help="Run length, for cost per run.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: Annotated[int | None, width_option()] = None,
+    width: options.Width = None,
 ) -> None:
     """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
     from analyzer.api import analyze
@@ -103,7 +113,7 @@ def memory_cmd(
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank (needs --config).")] = None,
     qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base weights (with --lora-rank).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: Annotated[int | None, width_option()] = None,
+    width: options.Width = None,
 ) -> None:
     """Estimate training memory and which GPUs of the table it fits."""
     from analyzer.planning.training_memory import MemoryInputs, ModelShape, estimate

@@ -9,7 +9,6 @@ import typer
 
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
-from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
 
 
 @app.command("report")
-@options.with_cost_options
 def report_cmd(
     trace: Annotated[
         str,
@@ -30,7 +28,13 @@ def report_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
     ceilings: options.Ceilings = None,
-    cost: CostInputs | None = None,
+    price_per_gpu_hour: options.PricePerGpuHour = None,
+    steps_per_run: options.StepsPerRun = None,
+    samples_per_run: options.SamplesPerRun = None,
+    tokens_per_run: options.TokensPerRun = None,
+    tokens_per_sample: options.TokensPerSample = None,
+    gpus: options.Gpus = None,
+    cost_config: options.CostConfig = None,
     flops_per_step: options.FlopsPerStep = None,
     compare: Annotated[
         list[Path] | None,
@@ -40,9 +44,9 @@ def report_cmd(
             "as `gpuanalyze compare` takes); repeat for several.",
         ),
     ] = None,
-    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
-    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    engine: options.Engine = "local",
+    workers: options.Workers = None,
+    max_bytes: options.MaxBytes = None,
 ) -> None:
     """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra.
 
@@ -54,6 +58,15 @@ def report_cmd(
 
     try:
         require_plotly()
+        cost = options.cost_inputs(
+            cost_config,
+            price_per_gpu_hour=price_per_gpu_hour,
+            steps_per_run=steps_per_run,
+            samples_per_run=samples_per_run,
+            tokens_per_run=tokens_per_run,
+            tokens_per_sample=tokens_per_sample,
+            gpus=gpus,
+        )
         check_target(out, force=force)  # before the analysis: refuse early, not after a long run
         from analyzer.api import report_parts
 
@@ -64,7 +77,7 @@ def report_cmd(
             flops_per_step=flops_per_step,
             engine=engine,
             workers=workers,
-            max_bytes=max_bytes_option(max_bytes),
+            max_bytes=options.max_bytes(max_bytes),
         )
         comparison = _comparison(report, Path(trace), compare or [], cost) if compare else None
         page = render_html(report, data, comparison=comparison).encode()
@@ -80,22 +93,10 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
     from analyzer.planning.compare import Loaded, RunOption, compare
     from analyzer.planning.cost import CostInputs
     from analyzer.planning.run_label import run_label
-    from gpuanalyze.ingest import schema as S
 
     c = report.cost
     if c is None or cost is None:
         raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
-    m = report.metrics
-    this = RunOption(
-        run_label(trace),
-        c.hours_per_run,
-        c.gpus,
-        cost.price_per_gpu_hour,
-        c.per_run_usd,
-        m.step_mean_ms,
-        m.samples_per_s,
-        {k: v for k, v in m.mean_ms.items() if k in S.PARTS},
-        report.bottleneck,
-    )
+    this = RunOption.from_report(run_label(trace), report, cost.price_per_gpu_hour)
     defaults = cost or CostInputs()
     return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), defaults, None) for p in others]])

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
+from analyzer.cli.options import Width
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def run_cmd(
             "--try-baselines", help="Baseline trials; their spread is the noise a candidate must beat (--try)."
         ),
     ] = 2,
-    width: Annotated[int | None, width_option()] = None,
+    width: Width = None,
     candidates: Annotated[
         list[str] | None,
         typer.Option(

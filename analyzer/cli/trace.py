@@ -7,21 +7,10 @@ from typing import Annotated
 
 import typer
 
+from analyzer.cli import options
 from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
-
-ENGINE_HELP = "Where per-rank work runs: local (a process pool) or ray (Ray tasks; pip install 'gpuanalyze[ray]')."
-WORKERS_HELP = "Worker processes (local engine; default: the CPU cores, one for small inputs)."
-MAX_BYTES_HELP = (
-    "Most decompressed JSON to read from one Kineto trace, e.g. 8G (default: gzip may expand 100x its size)."
-)
-
-
-def max_bytes_option(text: str | None) -> int | None:
-    from gpuanalyze.ingest.stream import parse_size
-
-    return None if text is None else parse_size(text)
 
 
 @app.command("import")
@@ -36,16 +25,16 @@ def import_cmd(
         ),
     ],
     force: Annotated[bool, typer.Option("--force", help="Overwrite outputs that exist.")] = False,
-    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
-    engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+    max_bytes: options.MaxBytes = None,
+    engine: options.Engine = "local",
+    workers: options.Workers = None,
 ) -> None:
     """Convert PyTorch profiler traces to gpuanalyze traces (never writes over its input or, without
     --force, over any file; a directory is imported in parallel and up-to-date outputs are reused)."""
     from analyzer.scale import storage
 
     try:
-        limit = max_bytes_option(max_bytes)
+        limit = options.max_bytes(max_bytes)
         if storage.is_dir(trace):
             _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
             return

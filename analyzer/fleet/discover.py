@@ -137,25 +137,30 @@ def _find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
             assert suffix is not None
             groups.setdefault(_group_key(name, suffix), []).append(name)
         for key, members in groups.items():
-            if len(members) == 1:
-                runs.append(RunTarget(_join(rel, members[0]), storage.join(directory, members[0]), 1))
-            elif len(groups) == 1:
-                runs.append(RunTarget(rel or ".", directory, len(members)))
-            elif key.endswith(".arrow"):
-                stem = key[: -len(".arrow")]
-                runs.append(
-                    RunTarget(_join(rel, f"{stem}.rank*.arrow"), storage.join(directory, members[0]), len(members))
-                )
-            else:
-                notes.append(
-                    f"{_join(rel, key)}: {len(members)} profiler rank files beside other runs: analysed one by one "
-                    "(put each run's rank files in a directory of their own)"
-                )
-                runs += [RunTarget(_join(rel, m), storage.join(directory, m), 1) for m in members]
+            runs += _group_runs(directory, rel, key, members, alone=len(groups) == 1, notes=notes)
     if not runs:
         why = f" ({notes[0]})" if notes else ""
         raise GpuAnalyzeError(f"{root}: no .arrow or profiler .json(.gz) traces beneath this directory{why}")
     return runs, notes
+
+
+def _group_runs(
+    directory: str, rel: str, key: str, members: list[str], *, alone: bool, notes: list[str]
+) -> list[RunTarget]:
+    """The runs one group of a directory's trace files makes: a lone file, the directory's ranks (the only
+    group in it), a ``stem.rank*.arrow`` set, or profiler rank files beside other runs, one by one (noted)."""
+    if len(members) == 1:
+        return [RunTarget(_join(rel, members[0]), storage.join(directory, members[0]), 1)]
+    if alone:
+        return [RunTarget(rel or ".", directory, len(members))]
+    if key.endswith(".arrow"):
+        stem = key[: -len(".arrow")]
+        return [RunTarget(_join(rel, f"{stem}.rank*.arrow"), storage.join(directory, members[0]), len(members))]
+    notes.append(
+        f"{_join(rel, key)}: {len(members)} profiler rank files beside other runs: analysed one by one "
+        "(put each run's rank files in a directory of their own)"
+    )
+    return [RunTarget(_join(rel, m), storage.join(directory, m), 1) for m in members]
 
 
 def _join(rel: str, name: str) -> str:

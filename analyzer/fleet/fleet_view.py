@@ -57,8 +57,8 @@ def render_fleet(fleet: Fleet, *, top: int) -> RenderableType:
             run,
             _saving(row, fleet.ranked_by),
             _num(row.idle_gpu_hours_per_run, ",.1f"),
-            text(f"{row.verdict} {row.confidence:.2f}"),
-            f"{row.step_ms:,.1f}",
+            text(f"{row.bottleneck} {row.confidence:.2f}"),
+            f"{row.step_time_mean_ms:,.1f}",
             _num(row.projected_step_ms, ",.1f"),
         )
     parts: list[RenderableType] = [title, table]

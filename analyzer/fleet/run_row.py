@@ -32,11 +32,12 @@ class RunRow:
     run: str
     ranks: int
     gpu: str | None
-    verdict: str
+    bottleneck: str
+    """The verdict, as `gpuanalyze TRACE --json` names it (docs/json.md, "Other commands")."""
     confidence: float
     confidence_level: str
-    step_ms: float
-    """Mean step time of the analysed steps (what the projection and cost use)."""
+    step_time_mean_ms: float
+    """Mean step time of the slowest rank over the analysed steps (what the projection and cost use)."""
     steps: int
     top_fix: str | None
     """The top finding's cause (its summary is in `fix_summary`)."""
@@ -95,10 +96,10 @@ def row_of(job: RunJob, report: Report) -> RunRow:
         run=job.run.name,
         ranks=m.ranks,
         gpu=report.run.gpu_name,
-        verdict=report.bottleneck,
+        bottleneck=report.bottleneck,
         confidence=report.confidence.value,
         confidence_level=report.confidence.level,
-        step_ms=step_ms,
+        step_time_mean_ms=step_ms,
         steps=m.steps,
         top_fix=None if top is None else top.cause,
         fix_summary=None if top is None else top.summary,

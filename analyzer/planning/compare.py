@@ -41,6 +41,23 @@ class RunOption:
     breakdown_ms: dict[str, float | None] | None = None
     bottleneck: str | None = None
 
+    @classmethod
+    def from_report(cls, name: str, report: Report, price_per_gpu_hour: float | None) -> RunOption:
+        """A trace's option from its analysis: the run's cost when it has a length, its step time and breakdown."""
+        c = report.cost
+        m = report.metrics
+        return cls(
+            name=name,
+            hours_per_run=c.hours_per_run if c else None,
+            gpus=c.gpus if c else report.run.world,
+            price_per_gpu_hour=price_per_gpu_hour,
+            per_run_usd=c.per_run_usd if c else None,
+            step_time_ms=m.step_mean_ms,
+            samples_per_s=m.samples_per_s,
+            breakdown_ms={k: v for k, v in m.mean_ms.items() if k in S.PARTS},
+            bottleneck=report.bottleneck,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
@@ -94,7 +111,13 @@ def load_option(
                 raise GpuAnalyzeError(f"{path}: hours_per_run must be a positive number, not {hours!r}")
             gpus = int(inputs.gpus or 1)
             return Loaded(
-                RunOption(name, float(hours), gpus, inputs.price_per_gpu_hour, _usd(hours, gpus, inputs)),
+                RunOption(
+                    name=name,
+                    hours_per_run=float(hours),
+                    gpus=gpus,
+                    price_per_gpu_hour=inputs.price_per_gpu_hour,
+                    per_run_usd=_usd(hours, gpus, inputs),
+                ),
                 None,
                 path=path,
             )
@@ -114,19 +137,7 @@ def _from_trace(
 ) -> Loaded:
     """``name``: the config file's; None labels the run from its tags or path (``run_label``)."""
     report, measured = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
-    c = report.cost
-    m = report.metrics
-    option = RunOption(
-        name or run_label(trace, measured.tags),
-        c.hours_per_run if c else None,
-        c.gpus if c else report.run.world,
-        inputs.price_per_gpu_hour,
-        c.per_run_usd if c else None,
-        m.step_mean_ms,
-        m.samples_per_s,
-        {k: v for k, v in m.mean_ms.items() if k in S.PARTS},
-        report.bottleneck,
-    )
+    option = RunOption.from_report(name or run_label(trace, measured.tags), report, inputs.price_per_gpu_hour)
     return Loaded(option, report, step_series(measured), trace)
 
 

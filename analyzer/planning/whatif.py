@@ -16,7 +16,7 @@ from pathlib import Path
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, compute_precision, lookup
-from analyzer.planning.cost import run_hours
+from analyzer.planning.cost import gpu_hours_usd, run_hours
 from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.toml_config import read_toml
 from gpuanalyze.ingest.runinfo import RunInfo
@@ -86,7 +86,7 @@ def what_if(
         price = (prices or {}).get(tgt.name)
         cost = None
         if price is not None and steps_per_run:
-            cost = run_hours(step, steps_per_run) * run.world * price
+            cost = gpu_hours_usd(run_hours(step, steps_per_run) * run.world, price)
         targets.append(GpuWhatIf(tgt.name, step, wall / step, fits, cost))
     basis += (
         f"; measured on {src.name} at {precision} ({precision_basis}); "

@@ -18,8 +18,7 @@ from rich.text import Text
 
 from analyzer.machine.datasheet import PCIE_X16_GBPS, GpuSpec, lookup
 from analyzer.render.safe import clean
-from gpuanalyze.kernels.result import BenchResult
-from gpuanalyze.kernels.suite import BenchReport
+from gpuanalyze.kernels.result import BenchReport, BenchResult
 
 
 def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:

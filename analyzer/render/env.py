@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from analyzer.machine.env_check import EnvCheck
+from analyzer.machine.environment import EnvCheck
 from analyzer.render.safe import text
 
 

@@ -45,6 +45,7 @@ from gpuanalyze.ingest.read_ahead import read_ahead
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.trace_info import TraceInfo
 
 #: Tag (in the trace's tags metadata) recording where an imported file came from.
 PROVENANCE = "gpuanalyze.import"
@@ -250,7 +251,7 @@ def _from_columns(job: FileJob, cols: TraceColumns) -> FileResult:
     )
 
 
-def _result(job: FileJob, src: Trace | TraceColumns, per_rank: dict[int, Rows]) -> FileResult:
+def _result(job: FileJob, src: TraceInfo, per_rank: dict[int, Rows]) -> FileResult:
     """The FileResult fields both readers fill alike: the file's metadata and its ranks' partials."""
     partials, alt_skip, alt_partials = _reduced(job, per_rank)
     return FileResult(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.findings import (
     Bottleneck,
     Confidence,
@@ -87,10 +88,6 @@ class Detection:
     evidence_steps: int
     """How many steps the evidence comes from (analysed steps, or steps with kernel statistics)."""
     summary: str
-
-
-def clamp(x: float) -> float:
-    return min(1.0, max(0.0, x))
 
 
 def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity:

@@ -15,28 +15,15 @@ from __future__ import annotations
 from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.findings import Evidence, Projection
-from analyzer.analysis.kernel_metrics import BlockingGroup
 from analyzer.analysis.metrics import RAW
 from analyzer.analysis.ranks import RankAnalysis
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, clamp
+from analyzer.analysis.rules.blocking import blocking_site, blocking_site_advice, pageable_copy_advice
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
 
-#: Runtime calls that copy: the others the rule names are synchronize calls (runtime_calls.py).
-BLOCKING_COPY_PREFIXES = ("cudaMemcpy", "hipMemcpy")
-#: CPU ops that read a tensor back to the host: a synchronize under them waits for that copy.
-_READ_OPS = frozenset(
-    {
-        "aten::to",
-        "aten::_to_copy",
-        "aten::copy_",
-        "aten::item",
-        "aten::_local_scalar_dense",
-        "aten::cpu",
-        "aten::tolist",
-    }
-)
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 _STRAGGLER_FIXES = {
@@ -109,6 +96,25 @@ def _after(ctx: Context) -> float:
     return max(ctx.busy - comm, ctx.wall - host - comm)
 
 
+def _waiting_summary(ctx: Context, host: float, comm: float, share: float, *, floor: float, host_first: bool) -> str:
+    """'Waiting: the GPU idles 30% of the step while the host is blocked (...); without it ...'."""
+    parts = []
+    if host >= floor and _owner_cause(ctx) is not None:
+        parts.append(
+            f"the GPU idles {host:.0%} of the step while the host is blocked (in syncs, blocking copies, "
+            "collectives or allocator calls, or just after one drained the GPU's queue)"
+        )
+    elif host >= floor:
+        parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
+    if comm >= floor:
+        parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
+    tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
+    site = blocking_site(ctx) if host_first else None
+    if site:
+        tail += f"; most of it: {site}"
+    return "Waiting: " + "; ".join(parts) + tail + "."
+
+
 class Sync(Rule):
     bottleneck = "sync"
     high = T.SYNC_HIGH
@@ -141,85 +147,22 @@ class Sync(Rule):
                 summary=f"Waiting: the ranks wait for the gradient all-reduce {host:.0%} of the step (no rank is "
                 "a straggler: the collective itself takes the time).",
             )
-        owned = _owner_cause(ctx)
-        parts = []
-        if host >= floor and owned is not None:
-            parts.append(
-                f"the GPU idles {host:.0%} of the step while the host is blocked (in syncs, blocking copies, "
-                "collectives or allocator calls, or just after one drained the GPU's queue)"
-            )
-        elif host >= floor:
-            parts.append(f"the host is blocked in syncs or collectives {host:.0%} of the step")
-        if comm >= floor:
-            parts.append(f"communication runs with nothing to overlap it {comm:.0%} of the GPU timeline")
-        tail = f"; without it the step would be {share:.0%} shorter" if ctx.gpu else ""
-        site = blocking_site(ctx) if host_first else None
-        if site:
-            tail += f"; most of it: {site}"
-        km = m.kernels
-        cause = (owned or "host_sync") if host_first else "exposed_communication"
+        cause = (_owner_cause(ctx) or "host_sync") if host_first else "exposed_communication"
         if cause == "collective_wait":
             cause = "host_sync"  # a GPU trace's collective wait is named by the op; its advice is the sync one's
+        km = m.kernels
         return Detection(
             cause=cause,
             share=clamp(share),
             consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value) if host_first else 1.0,
             evidence_steps=m.steps if host_first or km is None else km.steps,
-            summary="Waiting: " + "; ".join(parts) + tail + ".",
+            summary=_waiting_summary(ctx, host, comm, share, floor=floor, host_first=host_first),
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
         m = ctx.m
         if d.cause == "straggler":
-            assert m.distributed is not None
-            s = m.distributed.stragglers[0]
-            waiting = [r.sync_share for r in m.distributed.per_rank if r.rank != s.rank]
-            victims = m.distributed.victims
-            wait = _victims_wait(m.distributed)
-            return (
-                Evidence(
-                    "straggler_slow_step_fraction",
-                    s.steps_slow / s.steps,
-                    T.STRAGGLER_FRACTION,
-                    ">=",
-                    "fraction of steps",
-                    f"rank {s.rank} has the most work and exceeds the step's baseline by > "
-                    f"{T.SLOW_STEP_MIN_MS} ms and > {T.SLOW_STEP_FRACTION:.0%} of the median step",
-                ),
-                Evidence(
-                    "straggler_excess_ms",
-                    s.excess_ms,
-                    T.SLOW_STEP_MIN_MS,
-                    ">=",
-                    "ms per slow step",
-                    "median over its slow steps",
-                ),
-                Evidence(
-                    f"straggler_{s.phase}_excess_ms",
-                    s.phase_excess_ms,
-                    T.STRAGGLER_PHASE_SHARE * s.excess_ms,
-                    ">=",
-                    "ms per step",
-                    "the phase that holds most of its excess (at least half of it)",
-                ),
-                Evidence(
-                    "other_ranks_sync_share",
-                    max(waiting) if waiting else 0.0,
-                    T.SYNC_MODERATE.value,
-                    ">=",
-                    "fraction of step time",
-                    "time the other ranks wait in collectives for it",
-                ),
-                Evidence(
-                    "victims_wait_ms",
-                    wait,
-                    T.SLOW_STEP_MIN_MS,
-                    ">=",
-                    "ms per step",
-                    f"median over the {len(victims)} waiting ranks of the last arrival at the collective minus "
-                    "their own (mean per step)",
-                ),
-            )
+            return _straggler_evidence(ctx)
         host = blocked_share(ctx)
         comm = exposed_comm_share(ctx)
         ev = []
@@ -372,74 +315,6 @@ class Sync(Rule):
         return tuple(recs)
 
 
-def _top_blocking(ctx: Context) -> BlockingGroup | None:
-    """The (op, caller, call) with the most blocked host time, when the trace names its op or caller."""
-    km = ctx.m.kernels
-    if km is None or not km.blocking_ops or km.steps <= 0:
-        return None
-    b = km.blocking_ops[0]
-    return b if b.op or b.caller else None
-
-
-def _caller(name: str) -> str:
-    if name.startswith("nn.Module: "):
-        return f"module `{name.removeprefix('nn.Module: ')}`"
-    return f"record_function('{name}')"
-
-
-def blocking_site(ctx: Context) -> str | None:
-    """'the host waits 146.0 ms per step in `aten::to` -> cudaMemcpyAsync called from record_function('metrics')'."""
-    b = _top_blocking(ctx)
-    if b is None:
-        return None
-    assert ctx.m.kernels is not None
-    per_step = b.total_ms / ctx.m.kernels.steps
-    where = f"`{b.op}` -> {b.call}" if b.op else b.call
-    if b.call.startswith(BLOCKING_COPY_PREFIXES):
-        where += " (a copy the host blocks in)"
-    caller = f" called from {_caller(b.caller)}" if b.caller else ""
-    return f"the host waits {per_step:.1f} ms per step in {where}{caller}"
-
-
-def blocking_site_advice(ctx: Context) -> list[str]:
-    """What to change where the trace says the host waits most (its op and caller)."""
-    b = _top_blocking(ctx)
-    site = blocking_site(ctx)
-    if b is None or site is None:
-        return []
-    if b.call.startswith(BLOCKING_COPY_PREFIXES) or b.op in _READ_OPS:
-        fix = (
-            "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
-            "with non_blocking=True and wait on an event only where it is used"
-        )
-    else:
-        fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
-    return [f"{site[0].upper()}{site[1:]}: {fix}."]
-
-
-def pageable_copy_advice(ctx: Context) -> list[str]:
-    """What to change when the host waits in copies to or from pageable memory (kernel statistics say so)."""
-    km = ctx.m.kernels
-    if km is None or km.totals_ms["memcpy_pageable_ms"] <= 0:
-        return []
-    t = km.totals_ms
-    recs = []
-    if t["memcpy_d2h_ms"] > 0:
-        recs.append(
-            "The host waits in cudaMemcpyAsync device-to-host into pageable memory (tensor.to('cpu'), .item(), "
-            ".tolist(), typically under aten::to / aten::_local_scalar_dense): each call returns only after "
-            "everything queued before it ran. Read fewer values back per step (keep metrics on the device, read "
-            "every N steps); copy into a pinned buffer with non_blocking=True and synchronise on an event only "
-            "where the value is used."
-        )
-    if t["memcpy_h2d_ms"] > 0:
-        recs.append(
-            "Host-to-device copies come from pageable memory (the host stages and waits): DataLoader(pin_memory="
-            "True) and .to(device, non_blocking=True)."
-        )
-    return recs
-
-
 def _diffs(diffs: tuple[tuple[str, float], ...]) -> str:
     """Per-phase differences from the other ranks, in words: ' (forward +12.0, backward +0.4 ms per step ...)'."""
     if not diffs:
@@ -497,6 +372,60 @@ def _where(phase: str) -> str:
         "before the step (a late start: the previous step's tail or host work between steps)"
         if phase == "start"
         else f"in {phase}"
+    )
+
+
+def _straggler_evidence(ctx: Context) -> tuple[Evidence, ...]:
+    """The straggler's slow steps, its excess and its phase, and the others' wait for it."""
+    m = ctx.m
+    assert m.distributed is not None
+    s = m.distributed.stragglers[0]
+    waiting = [r.sync_share for r in m.distributed.per_rank if r.rank != s.rank]
+    victims = m.distributed.victims
+    wait = _victims_wait(m.distributed)
+    return (
+        Evidence(
+            "straggler_slow_step_fraction",
+            s.steps_slow / s.steps,
+            T.STRAGGLER_FRACTION,
+            ">=",
+            "fraction of steps",
+            f"rank {s.rank} has the most work and exceeds the step's baseline by > "
+            f"{T.SLOW_STEP_MIN_MS} ms and > {T.SLOW_STEP_FRACTION:.0%} of the median step",
+        ),
+        Evidence(
+            "straggler_excess_ms",
+            s.excess_ms,
+            T.SLOW_STEP_MIN_MS,
+            ">=",
+            "ms per slow step",
+            "median over its slow steps",
+        ),
+        Evidence(
+            f"straggler_{s.phase}_excess_ms",
+            s.phase_excess_ms,
+            T.STRAGGLER_PHASE_SHARE * s.excess_ms,
+            ">=",
+            "ms per step",
+            "the phase that holds most of its excess (at least half of it)",
+        ),
+        Evidence(
+            "other_ranks_sync_share",
+            max(waiting) if waiting else 0.0,
+            T.SYNC_MODERATE.value,
+            ">=",
+            "fraction of step time",
+            "time the other ranks wait in collectives for it",
+        ),
+        Evidence(
+            "victims_wait_ms",
+            wait,
+            T.SLOW_STEP_MIN_MS,
+            ">=",
+            "ms per step",
+            f"median over the {len(victims)} waiting ranks of the last arrival at the collective minus "
+            "their own (mean per step)",
+        ),
     )
 
 

@@ -30,7 +30,8 @@ from gpuanalyze.ingest import reader as R
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.read_ahead import map_file, read_ahead
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.row_rules import DURATIONS, RULES, passes_numpy
+from gpuanalyze.ingest.trace_info import TraceInfo
 
 #: The numeric columns load_columns returns (every one load_trace checks, and lead_ms), with their numpy types.
 NUMERIC: dict[str, type[np.generic]] = {
@@ -45,8 +46,6 @@ NUMERIC: dict[str, type[np.generic]] = {
     S.DATA_CPU_MS: np.float64,
     S.LEAD_MS: np.float64,
 }
-_DURATIONS = (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS)
-_COUNTS = ((S.BATCH_SAMPLES, R.MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, R.MAX_MEMORY_BYTES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +75,13 @@ class Column:
         return Column(self.values[at], None if self.valid is None else self.valid[at])
 
 
-@dataclass(frozen=True, slots=True)
-class TraceColumns:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceColumns(TraceInfo):
     """A trace load_trace would return unchanged, as numpy columns (``Trace`` without the frame)."""
 
-    path: Path
     rows: int
     columns: dict[str, Column]
     """NUMERIC's columns, and KERNEL_STATS as an object array of str (None where null)."""
-    run: RunInfo
-    tags: dict[str, str]
-    version: str
-    complete: bool
-    end: EndInfo | None
-    notes: tuple[str, ...]
     absent: frozenset[str] = frozenset()
     """Columns of later minor versions the file does not have (unknown, without a note)."""
 
@@ -138,7 +130,7 @@ def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
 
     arena = _Arena(n, [t for c, t in NUMERIC.items() if c in index])
     cols = {c: _numeric(chunks(c), t, arena.take(t)) if c in index else _unknown(n, t) for c, t in NUMERIC.items()}
-    cols = {c: _nan_unknown(col) if c in _DURATIONS else col for c, col in cols.items()}
+    cols = {c: _nan_unknown(col) if c in DURATIONS else col for c, col in cols.items()}
     if not (_valid_rows(cols) and _in_order(cols[S.RANK].values, cols[S.STEP].values)):
         return None
     kernel = _texts(chunks(S.KERNEL_STATS), n) if S.KERNEL_STATS in index else None
@@ -150,7 +142,18 @@ def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
     run, tags = R.stream_info(path, stream)
     notes = R.stream_notes(path, stream, [])
     absent = frozenset(f.name for f in S.FIELDS if f.name not in index)
-    return TraceColumns(path, n, cols, run, tags, stream.version, stream.end is not None, stream.end, notes, absent)
+    return TraceColumns(
+        path=path,
+        rows=n,
+        columns=cols,
+        run=run,
+        tags=tags,
+        version=stream.version,
+        complete=stream.end is not None,
+        end=stream.end,
+        notes=notes,
+        absent=absent,
+    )
 
 
 class _Arena:
@@ -230,40 +233,11 @@ def _nan_unknown(col: Column) -> Column:
     return Column(col.values, ~nan if col.valid is None else col.valid & ~nan)
 
 
-def _all_known(col: Column) -> bool:
-    return col.valid is None or bool(col.valid.all())
-
-
 def _valid_rows(cols: dict[str, Column]) -> bool:
-    """Every row passes the reader's checks (reader._checks): nothing to drop, clamp or make unknown."""
-    wall, start, step, rank = (cols[c] for c in (S.WALL_MS, S.START_UNIX_NS, S.STEP, S.RANK))
-    if not all(_all_known(c) for c in (wall, start, step, rank)):
-        return False
-    w, st = wall.values, start.values
-    if not (
-        bool((w > 0).all())
-        and bool((w <= R.MAX_STEP_MS).all())
-        and bool(((st >= -R.MAX_START_NS) & (st <= R.MAX_START_NS)).all())
-        and bool((step.values >= 0).all())
-        and bool(((rank.values >= 0) & (rank.values <= R.MAX_RANK)).all())
-    ):
-        return False
-    ceiling = w * 1.001
-    for c in _DURATIONS[1:]:
-        col = cols[c]
-        if col.valid is not None and not col.valid.any():
-            continue
-        ok = (col.values >= 0) & (col.values <= ceiling)
-        if not bool(ok.all() if col.valid is None else (ok | ~col.valid).all()):
-            return False
-    for c, limit in _COUNTS:
-        col = cols[c]
-        if col.valid is not None and not col.valid.any():
-            continue
-        ok = (col.values >= 0) & (col.values <= limit)
-        if not bool(ok.all() if col.valid is None else (ok | ~col.valid).all()):
-            return False
-    return True
+    """Every row passes the row rules (row_rules.RULES, as the reader checks them): nothing to drop, clamp or
+    make unknown."""
+    wall = cols[S.WALL_MS].values
+    return all(passes_numpy(r, cols[r.column].values, wall, cols[r.column].valid) for r in RULES)
 
 
 def _in_order(rank: np.ndarray, step: np.ndarray) -> bool:
@@ -321,5 +295,5 @@ def _raw(mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
             out[c] = _texts(chunks, n) or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
         else:
             col = _numeric(chunks, NUMERIC[c], arena.take(NUMERIC[c]))
-            out[c] = _nan_unknown(col) if c in _DURATIONS else col
+            out[c] = _nan_unknown(col) if c in DURATIONS else col
     return out

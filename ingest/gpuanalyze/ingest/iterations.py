@@ -85,7 +85,7 @@ def _candidates(names: np.ndarray) -> list[int]:
     count that occurs first."""
     counts = Counter(names.tolist())
     by_count: dict[int, int] = {}
-    first = {}
+    first: dict[int, int] = {}
     for pos, n in enumerate(names.tolist()):
         first.setdefault(n, pos)
     for n, c in counts.items():

@@ -53,7 +53,8 @@ from gpuanalyze.ingest.kineto import (
     KinetoTrace,
     parse_kineto,
 )
-from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
+from gpuanalyze.ingest.reader import Trace, frame_of
+from gpuanalyze.ingest.row_rules import normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.runtime_calls import BLOCKING, SCALAR_READ_OPS
 from gpuanalyze.ingest.stream import ReadLimits

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import math
 import mmap
 import os
 from collections.abc import Callable
@@ -20,7 +18,9 @@ from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
-from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE, EndInfo, RunInfo
+from gpuanalyze.ingest.row_rules import normalise_frame
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace_info import TraceInfo
 from gpuanalyze.ingest.writer import DISK_FULL, is_being_written
 
 _T = TypeVar("_T")
@@ -41,21 +41,11 @@ ENDED_NOTE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Trace:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace(TraceInfo):
     """A loaded trace: the step rows and what the file says about its run."""
 
-    path: Path
     frame: pl.DataFrame
-    run: RunInfo
-    tags: dict[str, str]
-    version: str
-    complete: bool
-    """True when the writer closed the file cleanly (the end marker is present)."""
-    end: EndInfo | None
-    """The end marker's content: status, exception (if the loop raised), step count."""
-    notes: tuple[str, ...]
-    """What the reader skipped or repaired, in words for the report."""
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -297,123 +287,3 @@ def frame_of(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-#: Longest step a trace may record (11.6 days): longer ones are corrupt or hostile, not slow.
-MAX_STEP_MS = 1e9
-#: Largest plausible batch (samples) and peak memory (bytes): beyond them a value is treated as unknown.
-MAX_BATCH_SAMPLES = 1 << 40
-MAX_MEMORY_BYTES = 1 << 50
-#: Step starts (ns) must lie within this of 1970 (146 years either way): nothing later overflows when a
-#: step's wall time is added or when two starts are subtracted, which ±2**63 did (export dropped every
-#: event, watch showed 584 years elapsed).
-MAX_START_NS = 1 << 62
-#: Largest rank a trace may carry (runinfo.MAX_WORLD_SIZE).
-MAX_RANK = MAX_WORLD_SIZE - 1
-_COUNT_LIMITS = ((S.BATCH_SAMPLES, MAX_BATCH_SAMPLES), (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES))
-
-
-_DURATIONS = [S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.DATA_CPU_MS]
-
-
-def _clean_and_sorted(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]] | None:
-    """The frame (sorted) when no row needs dropping, clamping or unknowing, checked in one select;
-    None when something does (normalise_frame then repairs it step by step)."""
-    if frame.height == 0:
-        return None
-    ok, dup, is_sorted, in_order = frame.select(_checks()).row(0)
-    if not ok or dup:
-        return None
-    notes = [] if in_order else ["steps were out of order; sorted them"]
-    return (frame if is_sorted else frame.sort([S.RANK, S.STEP])), notes
-
-
-@functools.cache
-def _nan_to_null() -> list[pl.Expr]:
-    return [pl.when(pl.col(c).is_nan()).then(None).otherwise(pl.col(c)).alias(c) for c in _DURATIONS]
-
-
-@functools.cache
-def _checks() -> list[pl.Expr]:
-    """The one-pass checks of _clean_and_sorted (built once: building expressions costs more than
-    evaluating them on a small frame)."""
-    wall, start, step, rank = (pl.col(c) for c in (S.WALL_MS, S.START_UNIX_NS, S.STEP, S.RANK))
-    parts = _DURATIONS[1:]
-    fine = pl.all_horizontal(
-        wall.is_not_null(),
-        wall > 0,
-        wall <= MAX_STEP_MS,
-        start.is_between(-MAX_START_NS, MAX_START_NS),
-        step >= 0,
-        rank.is_between(0, MAX_RANK),
-        *[pl.col(c).is_null() | ((pl.col(c) >= 0) & (pl.col(c) <= wall * 1.001)) for c in parts],
-        *[pl.col(c).is_null() | pl.col(c).is_between(0, lim) for c, lim in _COUNT_LIMITS],
-    ).fill_null(False)
-    return [
-        fine.all().alias("fine"),
-        pl.struct(rank, step).is_duplicated().any().alias("dup"),
-        ((rank.diff() > 0) | ((rank.diff() == 0) & (step.diff() > 0))).fill_null(True).all().alias("sorted"),
-        ((step.diff().over(rank).fill_null(1) > 0).all()).alias("in_order"),
-    ]
-
-
-def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Make every row physically possible or drop it, deduplicate, sort; say what was done.
-
-    Rows whose step time is missing, non-positive, non-finite or implausibly long, whose start time
-    is missing or beyond MAX_START_NS, or whose step or rank is missing or out of range, are dropped
-    (every command reads traces through here, so all see the same valid rows). A phase or GPU-busy
-    time longer than its step is clamped to the step (timers can overlap a little; more is
-    corruption), and counts out of range become unknown. The analysis can then rely on
-    0 <= part <= wall for every row.
-    """
-    notes: list[str] = []
-    durations = _DURATIONS
-    frame = frame.with_columns(_nan_to_null())
-    clean = _clean_and_sorted(frame)
-    if clean is not None:  # the common case, in one pass (thousands of small rank files stay fast)
-        return clean
-    bad = (
-        pl.col(S.WALL_MS).is_null()
-        | (pl.col(S.WALL_MS) <= 0)
-        | (pl.col(S.WALL_MS) > MAX_STEP_MS)
-        | pl.col(S.START_UNIX_NS).is_null()
-        | ~pl.col(S.START_UNIX_NS).is_between(-MAX_START_NS, MAX_START_NS)
-        | pl.col(S.STEP).is_null()
-        | (pl.col(S.STEP) < 0)
-        | pl.col(S.RANK).is_null()
-        | (pl.col(S.RANK) < 0)
-        | (pl.col(S.RANK) > MAX_RANK)
-        | pl.any_horizontal([((pl.col(c) < 0) | (pl.col(c) == math.inf)).fill_null(False) for c in durations])
-    ).fill_null(True)
-    n_bad = frame.filter(bad).height
-    if n_bad:
-        notes.append(
-            f"skipped {n_bad} row(s) with a missing, negative, non-finite or implausible step, rank, start time "
-            "or duration"
-        )
-        frame = frame.filter(~bad)
-    over = pl.any_horizontal([(pl.col(c) > pl.col(S.WALL_MS) * 1.001).fill_null(False) for c in durations[1:]])
-    n_over = frame.filter(over).height
-    if n_over:
-        notes.append(f"{n_over} row(s) had a phase or GPU-busy time longer than the step itself; clamped to the step")
-        frame = frame.with_columns(
-            pl.when(pl.col(c) > pl.col(S.WALL_MS)).then(pl.col(S.WALL_MS)).otherwise(pl.col(c)).alias(c)
-            for c in durations[1:]
-        )
-    for col, limit, what in (
-        (S.BATCH_SAMPLES, MAX_BATCH_SAMPLES, "batch sizes"),
-        (S.PEAK_MEM_BYTES, MAX_MEMORY_BYTES, "peak memory values"),
-    ):
-        out = (pl.col(col) < 0) | (pl.col(col) > limit)
-        n_out = frame.filter(out.fill_null(False)).height
-        if n_out:
-            notes.append(f"{n_out} implausible {what} treated as unknown")
-            frame = frame.with_columns(pl.when(out).then(None).otherwise(pl.col(col)).alias(col))
-    n_dup = frame.height - frame.unique([S.RANK, S.STEP]).height
-    if n_dup:
-        notes.append(f"skipped {n_dup} duplicated (rank, step) row(s), keeping the first of each")
-        frame = frame.unique([S.RANK, S.STEP], keep="first", maintain_order=True)
-    if not frame.select((pl.col(S.STEP).diff().over(S.RANK).fill_null(1) > 0).all()).item():
-        notes.append("steps were out of order; sorted them")
-    return frame.sort([S.RANK, S.STEP]), notes

@@ -6,23 +6,20 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from analyzer.errors import GpuAnalyzeError, Skip
 from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs, this_host
-from analyzer.machine.datasheet import lookup
 from gpuanalyze.kernels.allreduce import run_allreduce
 from gpuanalyze.kernels.babelstream import run_memory
 from gpuanalyze.kernels.backend import Backend, availability, select
 from gpuanalyze.kernels.launch_overhead import run_launch
 from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
-from gpuanalyze.kernels.result import BenchResult
+from gpuanalyze.kernels.result import BenchReport, BenchResult, SuiteOutcome
 from gpuanalyze.kernels.transfer import run_transfer
 
 
@@ -39,60 +36,6 @@ SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
     "dataloader": _plain(run_loader),
 }
 CHOICES = (*SUITES, "all")
-
-
-@dataclass(frozen=True, slots=True)
-class SuiteOutcome:
-    """What one benchmark suite gave: results, skips with reasons, or the failure that stopped it."""
-
-    name: str
-    results: tuple[BenchResult, ...] = ()
-    skipped: tuple[str, ...] = ()
-    """'<suite>: why' for parts that do not apply here."""
-    failed: str | None = None
-    """'<suite>: error' when the suite broke or failed verification (no number reported)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BenchReport:
-    backend: str
-    device: str
-    fingerprint: Fingerprint
-    quick: bool
-    suites: tuple[SuiteOutcome, ...]
-    availability: dict[str, str | None]
-    seconds: float
-    notes: tuple[str, ...] = ()
-    created_unix_s: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def results(self) -> tuple[BenchResult, ...]:
-        return tuple(r for s in self.suites for r in s.results)
-
-    @property
-    def skipped(self) -> tuple[str, ...]:
-        return tuple(x for s in self.suites for x in s.skipped)
-
-    @property
-    def failed(self) -> tuple[str, ...]:
-        return tuple(s.failed for s in self.suites if s.failed)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec = lookup(self.device)
-        return {
-            "backend": self.backend,
-            "device": self.device,
-            "fingerprint": msgspec.to_builtins(self.fingerprint),
-            "datasheet": spec.name if spec else None,
-            "quick": self.quick,
-            "results": [{**r.to_dict(), "suite": s.name} for s in self.suites for r in s.results],
-            "skipped": list(self.skipped),
-            "failed": list(self.failed),
-            "notes": list(self.notes),
-            "backends": self.availability,
-            "seconds": round(self.seconds, 2),
-            "created_unix_s": self.created_unix_s,
-        }
 
 
 def fingerprint(backend: Backend) -> Fingerprint:

@@ -1,4 +1,4 @@
-"""Small Kineto traces reproducing the mechanisms of issue 19 (real GPU traces), with known answers."""
+"""Small Kineto traces reproducing mechanisms seen in real GPU traces, with known answers."""
 
 from __future__ import annotations
 

@@ -1,0 +1,23 @@
+"""What a trace file says about its run, beside its rows: one type for both readers' results
+(``reader.Trace`` adds the polars frame, ``columns.TraceColumns`` the numpy columns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceInfo:
+    path: Path
+    run: RunInfo
+    tags: dict[str, str]
+    version: str
+    complete: bool
+    """True when the writer closed the file cleanly (the end marker is present)."""
+    end: EndInfo | None
+    """The end marker's content: status, exception (if the loop raised), step count."""
+    notes: tuple[str, ...]
+    """What the reader skipped or repaired, in words for the report."""

@@ -1,0 +1,63 @@
+"""The straggler's phase from per-phase differences, with the numbers; CPU runs in CPU words.
+
+Small Kineto traces of mechanisms seen in real GPU traces (tests/mechanism_fixtures.py); each test failed on the
+code before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.api import analyze
+from tests import mechanism_fixtures as F
+from tests.kineto_fixtures import write
+
+# -- the straggler's phase from per-phase differences; CPU runs in CPU words -----------------------
+
+
+def _straggler_run(tmp_path, *, gpu: bool):
+    run = tmp_path / ("gpu" if gpu else "cpu")
+    run.mkdir()
+    for rank, slow in ((0, 0.0), (1, 30.0)):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=slow, gpu=gpu))
+    return analyze(run)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_straggler_is_named_slow_in_forward_with_the_numbers(tmp_path, gpu):
+    r = _straggler_run(tmp_path, gpu=gpu)
+    s = r.metrics.distributed.stragglers[0]
+    # before: Kineto marks no forward, so rank 1's 30 ms went to "other"
+    assert (s.rank, s.phase) == (1, "forward")
+    diffs = dict(s.phase_diffs)
+    assert diffs["forward"] == pytest.approx(30.0, abs=0.1) and abs(diffs["backward"]) < 0.1
+    f = next(f for f in r.findings if f.cause == "straggler")
+    assert "forward +30.0" in f.summary
+
+
+def test_a_cpu_straggler_is_not_told_to_check_its_gpu(tmp_path):
+    cpu = _straggler_run(tmp_path, gpu=False)
+    advice = " ".join(next(f for f in cpu.findings if f.cause == "straggler").recommendations)
+    assert "GPU" not in advice and "CPU" in advice
+    gpu = _straggler_run(tmp_path, gpu=True)
+    advice = " ".join(next(f for f in gpu.findings if f.cause == "straggler").recommendations)
+    # no clock/temperature/power samples in the trace: say what to record, not "check its GPU"
+    assert "check that node's GPU" not in advice and "clocks.sm" in advice
+
+
+def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
+    from rich.console import Console
+
+    from analyzer.planning.cost import CostInputs
+    from analyzer.render import words
+    from analyzer.render.terminal import render_terminal
+
+    run = tmp_path / "cpu"
+    run.mkdir()
+    for rank in (0, 1):
+        write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=0.0, gpu=False))
+    r = analyze(run, cost=CostInputs(steps_per_run=1e5))
+    console = Console(width=200, record=True)
+    console.print(render_terminal(r))
+    out = console.export_text()
+    assert "GPU-h" not in out and "GPU(s)" not in out and "CPU-h" in out, out
+    assert "GPU" not in words.verdict_line(r)
