@@ -258,7 +258,6 @@ class KinetoSink:
         times = self._times
         ident = self._id
         sites = self.sites
-        startup = self.startup
         roles = self._roles
         self.events += len(events)
         for e in events:
@@ -293,18 +292,22 @@ class KinetoSink:
                 self.g_stream.append(ident(args.stream) if args else -1)
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
-                klass = call_class(name)
-                self.enqueue_calls += enqueues(name)
-                if may_block(name):
-                    sites.add_call(len(self.r_ts), name, e.tid)
-                startup.call(name, t[0], t[1])
-                self.r_ts.append(t[0])
-                self.r_dur.append(t[1])
-                self.r_sync.append(klass == BLOCKING)
-                self.r_class.append(klass)
-                self.r_tid.append(sites.thread_id(e.tid))
-                self.r_corr.append(ident(args.correlation) if args else -1)
+                self._runtime(e, name, t)
         self._bounded()
+
+    def _runtime(self, e: Any, name: str, t: tuple[float, float]) -> None:
+        """A runtime/driver API call: its class by API family, its thread, whether it enqueues device work."""
+        klass = call_class(name)
+        self.enqueue_calls += enqueues(name)
+        if may_block(name):
+            self.sites.add_call(len(self.r_ts), name, e.tid)
+        self.startup.call(name, t[0], t[1])
+        self.r_ts.append(t[0])
+        self.r_dur.append(t[1])
+        self.r_sync.append(klass == BLOCKING)
+        self.r_class.append(klass)
+        self.r_tid.append(self.sites.thread_id(e.tid))
+        self.r_corr.append(self._id(e.args.correlation) if e.args else -1)
 
     def _bounded(self) -> None:
         """Fail a trace with more kept events than ReadLimits.max_kept_events; past it with the CPU ops kept to name
@@ -354,11 +357,8 @@ class KinetoSink:
             return
         self.steps.append((int(digits), t[0], t[0] + t[1]))
 
-    def finish(self, meta: dict[str, bytes], notes: list[str]) -> KinetoTrace:
-        if self.events == 0:
-            raise TraceError(f"{self.path}: the trace has no events")
-        if not self.g_ts and not self.r_ts and not self.c_ts and not self.steps and not self.complete_events:
-            raise TraceError(f"{self.path}: no profiler events (no kernels, runtime calls or CPU ops)")
+    def _notes(self, notes: list[str]) -> list[str]:
+        """The stream's notes and what the sink skipped or cut."""
         notes = list(notes)
         if self.bad_times:
             notes.append(f"skipped {self.bad_times} event(s) with impossible timestamps or durations")
@@ -376,6 +376,14 @@ class KinetoSink:
             )
         if self.bad_steps:
             notes.append(f"ignored {self.bad_steps} ProfilerStep annotation(s) with step numbers beyond 2**53")
+        return notes
+
+    def finish(self, meta: dict[str, bytes], notes: list[str]) -> KinetoTrace:
+        if self.events == 0:
+            raise TraceError(f"{self.path}: the trace has no events")
+        if not self.g_ts and not self.r_ts and not self.c_ts and not self.steps and not self.complete_events:
+            raise TraceError(f"{self.path}: no profiler events (no kernels, runtime calls or CPU ops)")
+        notes = self._notes(notes)
         dist = dist_info(self.path, meta.get("distributedInfo"), notes)
         name, memory = device_props(self.path, meta.get("deviceProperties"), notes)
         device = "cpu"

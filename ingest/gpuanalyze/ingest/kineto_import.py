@@ -248,20 +248,24 @@ class _Sources:
         return end
 
 
+def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
+    """What the report says of a trace without device activity: lost (launches recorded) or a CPU-only run."""
+    if unrecorded:
+        return [
+            f"{unrecorded} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
+            "activity was not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); "
+            "no GPU verdict"
+        ]
+    return [] if has_gpu else ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"]
+
+
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
     windows, notes = step_windows(k)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     unrecorded = 0 if has_gpu else k.enqueue_calls
-    if unrecorded:
-        notes.append(
-            f"{unrecorded} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
-            "activity was not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); "
-            "no GPU verdict"
-        )
-    elif not has_gpu:
-        notes.append("no GPU kernels in this trace (CPU-only): GPU rules are not evaluated")
+    notes += _device_notes(has_gpu, unrecorded)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
