@@ -18,7 +18,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
-from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, decode_run
+from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, read_run
 from gpuanalyze.ingest.stream import ReadLimits
 
 
@@ -83,7 +83,7 @@ def read_run_info(path: Path) -> RunInfo | None:
         with open(path, "rb") as fh:  # the schema message only, read within ipc_guard's bounds
             meta = IpcReader(path, fh).schema.metadata or {}
         raw = meta.get(S.META_RUN)
-        return None if raw is None else decode_run(raw)
+        return None if raw is None else read_run(raw)[0]
     except Exception:  # noqa: BLE001 - grouping is best-effort; the loader reports bad files
         return None
 
