@@ -119,6 +119,13 @@ def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
     return load_trace(path)
 
 
+def load_files(path: Path, files: list[Path]) -> Trace:
+    """One Trace from exactly ``files`` (no sibling discovery), named ``path``: one file as itself,
+    several merged as the ranks of one run."""
+    traces = [load_trace(f) for f in files]
+    return dataclasses.replace(traces[0], path=path) if len(traces) == 1 else _merge(path, traces)
+
+
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
     files = sorted(p for p in path.iterdir() if (is_json_trace(p) or p.suffix == ".arrow") and not p.is_dir())
     if not files:
