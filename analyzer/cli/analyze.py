@@ -12,7 +12,7 @@ from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
-from analyzer.render.console import MIN_WIDTH
+from analyzer.render.console import MAX_WIDTH, MIN_WIDTH
 
 
 def width_option() -> Any:
@@ -20,9 +20,9 @@ def width_option() -> Any:
     return typer.Option(
         "--width",
         min=MIN_WIDTH,
-        max=1000,
+        max=MAX_WIDTH,
         metavar="<int>",
-        help="Lay the report out for this many columns (default: the terminal's).",
+        help="Lay the report out for this many columns (default: $COLUMNS, else the terminal's, else 80).",
     )
 
 

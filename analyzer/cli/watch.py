@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from analyzer.cli.analyze import width_option
 from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
@@ -34,17 +35,17 @@ def watch_cmd(
         typer.Argument(help="A trace being written (.arrow), or the directory of a run (`gpuanalyze run --out`)."),
     ],
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 1.0,
+    width: Annotated[int | None, width_option()] = None,
 ) -> None:
     """Watch a run while it trains: steps so far, rolling step time by phase, the current verdict.
 
     Ends when the run ends (the full report is printed) or on Ctrl-C (the run goes on)."""
-    from rich.console import Console
-
+    from analyzer.render.console import report_console
     from analyzer.run.live import Watch
 
     if not 0.05 <= interval <= 3600:
         fail("--interval must be between 0.05 and 3600 seconds")
-    console = Console(highlight=False)
+    console = report_console(width)
     watch = Watch(trace)
     try:
         _follow(watch, console, interval)
@@ -62,7 +63,7 @@ def _follow(watch: Any, console: Any, interval: float) -> None:
     shot: Snapshot | None = None
     try:
         if not console.is_terminal:
-            _lines(watch, interval)
+            _lines(watch, interval, console.width)
             return
         with Live(_waiting(watch.path), console=console, refresh_per_second=4, transient=False) as live:
             while True:
@@ -83,26 +84,29 @@ def _follow(watch: Any, console: Any, interval: float) -> None:
         fail(str(exc))
 
 
-def _lines(watch: Any, interval: float) -> None:
+def _lines(watch: Any, interval: float, width: int) -> None:
     said: set[str] = set()
     last = None
     while True:
         shot = watch.snapshot()
         line = _line(shot)
         if line != last:
-            _say(line)
+            _say(line, width)
             last = line
         for note in shot.notes:
             if note not in said:
                 said.add(note)
-                _say(f"note: {note}")
+                _say(f"note: {note}", width)
         if shot.ended:
             return
         time.sleep(interval)
 
 
-def _say(text: str) -> None:
-    print(clean(text), flush=True)
+def _say(text: str, width: int) -> None:
+    import textwrap
+
+    lines = textwrap.wrap(clean(text), width=width, subsequent_indent="  ", break_long_words=False)
+    print("\n".join(lines), flush=True)
 
 
 def _line(shot: Snapshot) -> str:
