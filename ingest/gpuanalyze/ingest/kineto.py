@@ -55,6 +55,7 @@ from gpuanalyze.ingest.kineto_events import (
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
 from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
+from gpuanalyze.ingest.step_windows import resolve_windows
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
 __all__ = [
@@ -165,7 +166,9 @@ class KinetoSink:
         self.r_ts, self.r_dur, self.r_sync, self.r_corr = array("d"), array("d"), array("b"), array("q")
         self.r_class, self.r_tid = array("b"), array("q")
         self.c_ts, self.c_dur, self.c_mark = array("d"), array("d"), array("b")
-        self.steps: list[tuple[int, float, float]] = []
+        self.steps: list[tuple[int, float, float, int]] = []
+        """(step, start, end, thread) of each ProfilerStep annotation (step_windows.py resolves them)."""
+        self._threads: dict[int | str | None, int] = {}
         self.kinds: list[GpuKind] = []
         self._kind_index: dict[tuple[str, str], int] = {}
         self._cats: dict[str, tuple[int, str]] = {}
@@ -312,7 +315,7 @@ class KinetoSink:
         if mark is None:
             return
         if mark == -1:
-            self._step(name, t)
+            self._step(name, t, self._threads.setdefault(e.tid, len(self._threads)))
             return
         if mark == MARK_LOADER:
             self._loader_iter(name)
@@ -325,14 +328,14 @@ class KinetoSink:
             if cls in name:
                 self.loader_iters.add(cls)
 
-    def _step(self, name: str, t: tuple[float, float]) -> None:
+    def _step(self, name: str, t: tuple[float, float], thread: int) -> None:
         digits = name[len("ProfilerStep#") :]
         if not digits.isdigit() or not digits.isascii():
             return
         if len(digits) > 16 or int(digits) >= MAX_STEP:
             self.bad_steps += 1
             return
-        self.steps.append((int(digits), t[0], t[0] + t[1]))
+        self.steps.append((int(digits), t[0], t[0] + t[1], thread))
 
     def finish(self, meta: dict[str, bytes], notes: list[str]) -> KinetoTrace:
         if self.events == 0:
@@ -361,7 +364,8 @@ class KinetoSink:
         device = "cpu"
         if self.g_ts:
             device = sorted(self.devices)[0] if self.devices else "cuda"
-        steps = sorted(self.steps)
+        steps, step_notes = resolve_windows(self.steps)
+        notes += step_notes
         runtime = Intervals.from_arrays(self.r_ts, self.r_dur)
         return KinetoTrace(
             path=self.path,

@@ -54,6 +54,7 @@ from gpuanalyze.ingest.kineto import (
 )
 from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.step_windows import OVERLAP_US
 from gpuanalyze.ingest.stream import ReadLimits
 
 IMPORTED = EndInfo(status="imported")
@@ -74,10 +75,6 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
             if hta.any():
                 mask = hta
     return mask
-
-
-#: How far (us) a step's window may run into the next step's before they are separate streams.
-OVERLAP_US = 1000.0
 
 
 def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:

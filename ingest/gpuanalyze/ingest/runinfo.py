@@ -113,19 +113,6 @@ def encode(value: RunInfo | EndInfo | dict[str, str]) -> bytes:
     return msgspec.json.encode(value)
 
 
-def decode_run(raw: bytes) -> RunInfo:
-    """Raises msgspec.ValidationError / DecodeError with the offending path in the message."""
-    return _RUN_DECODER.decode(raw)
-
-
-def decode_end(raw: bytes) -> EndInfo:
-    return _END_DECODER.decode(raw)
-
-
-def decode_tags(raw: bytes) -> dict[str, str]:
-    return _TAGS_DECODER.decode(raw)
-
-
 def read_run(raw: bytes) -> tuple[RunInfo, list[str]]:
     """The run information, its ill-typed fields dropped (one note each); DecodeError when not JSON."""
     return _lenient(raw, _RUN_DECODER, RunInfo, "run")
