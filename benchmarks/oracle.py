@@ -153,13 +153,13 @@ def anatomy(path: Path) -> dict[str, Any]:
     import numpy as np
 
     from gpuanalyze.ingest.kineto import parse_kineto
-    from gpuanalyze.ingest.kineto_import import step_windows
+    from gpuanalyze.ingest.kineto_import import windows_of
 
     k = parse_kineto(path)
     s, e = k.gpu.start, k.gpu.end
     if s.size == 0:
         return {}
-    windows = sorted((lo, hi) for _, lo, hi in step_windows(k)[0])
+    windows = sorted((lo, hi) for _, lo, hi in windows_of(k)[0])
     cats = np.array([x.category for x in k.kinds])[k.gpu_kind]
     kernel = ~np.isin(cats, ["memcpy", "memset"])
     launch = np.full(s.size, -1.0)

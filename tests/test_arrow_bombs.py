@@ -6,6 +6,7 @@ size still read."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import ipc_guard
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.ipc_guard import IpcLimits
+from gpuanalyze.ingest.ipc_guard import IpcLimits, IpcReader
 from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.runinfo import RunInfo
 from tests.conftest import make_row
@@ -122,3 +123,29 @@ def test_a_stream_cut_inside_a_batch_keeps_the_batches_before_it(tmp_path):
     cut.write_bytes(data[: len(data) - 200])
     trace = load_trace(cut)
     assert not trace.complete
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_padding_does_not_grow_a_compressed_bomb_allowance(tmp_path, codec, monkeypatch):
+    # incompressible padding makes the file large enough that the ratio alone allows the bomb;
+    # the absolute cap on what compressed buffers inflate to still refuses it (scaled down 64x)
+    monkeypatch.setattr(ipc_guard, "DEFAULT_LIMITS", IpcLimits(min_allowance=2**20, max_inflated=4 * 2**20))
+    n = 60
+    noise = pa.array([os.urandom(4000).hex() for _ in range(n)])  # 480 KB that zstd cannot shrink
+    bomb = pa.array(["x" * 100_000] * n)  # 6 MB of one byte
+    path = _write(tmp_path / f"padded.{codec}.arrow", _plain(n, kernel_stats=bomb, padding=noise), codec)
+    assert ipc_guard.DEFAULT_LIMITS.allowed(path.stat().st_size) > 6 * 2**20 + n * ipc_guard.ROW_COST
+    _refused(path, "compressed", "beyond their size")
+
+
+def test_honest_compressed_trace_stays_under_the_absolute_cap(tmp_path):
+    path = _write(tmp_path / "ok.arrow", _plain(3000, kernel_stats=pa.array([STATS] * 3000)), "zstd")
+    with open(path, "rb") as fh:
+        reader = IpcReader(path, fh)
+        assert len([b for b in reader.batches() if b is not None]) == 2
+        assert 0 < reader.inflated < reader.limits.max_inflated
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(ValueError, match="positive"):
+        IpcLimits(max_inflated=0)

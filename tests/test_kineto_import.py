@@ -14,7 +14,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.intervals import merge
 from gpuanalyze.ingest.kernel_stats import StepKernels
 from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import hta_gpu_mask, import_kineto, load_kineto, step_windows
+from gpuanalyze.ingest.kineto_import import hta_gpu_mask, import_kineto, load_kineto, windows_of
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, two_step_trace, write
 
@@ -92,7 +92,7 @@ def test_resnet_data_wait_matches_the_tensorboard_definition():
     def spans(pred):
         return sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if pred(e))
 
-    windows = step_windows(parse_kineto(path))[0]  # the 30 iterations found in its top-level ops
+    windows = windows_of(parse_kineto(path))[0]  # the 30 iterations found in its top-level ops
     lo, hi = windows[0][1], windows[-1][2]
 
     def clip(s):
@@ -183,7 +183,7 @@ def test_idle_split_adds_up_to_htas_idle_time(rel):
     idle = _idle_ms(trace)
     # exact: every kernel is in a step here, so the steps' idle is the whole GPU timeline's idle
     kernels = StepKernels(k)
-    windows = step_windows(k)[0]
+    windows = windows_of(k)[0]
     if sum(kernels.indices(lo, hi).size for _, lo, hi in windows) < k.gpu.size:
         # a step-less trace cut into its iterations: what ran before the first is in no step; the whole-trace
         # breakdown is still HTA's

@@ -1,9 +1,12 @@
 """`gpuanalyze watch`: a live view of a trace while it is written."""
 
 import os
+import queue
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -16,6 +19,7 @@ from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 from tests.conftest import ROOT, as_run, make_row, write_trace
 
 runner = CliRunner()
+_PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("", "ingest", "kernels"))
 
 SLOW_RUN = textwrap.dedent("""
     import sys, time, torch
@@ -82,7 +86,7 @@ def test_watch_in_a_terminal_follows_a_run_and_ends_with_it_or_on_ctrl_c(tmp_pat
     trace = tmp_path / "run.arrow"
     script = tmp_path / "slow_run.py"
     script.write_text(SLOW_RUN)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": _PYTHONPATH}
     training = subprocess.Popen([sys.executable, str(script), str(trace), "110"], env=env)
     try:
         deadline = time.monotonic() + 60
@@ -121,3 +125,72 @@ def test_watch_in_a_terminal_follows_a_run_and_ends_with_it_or_on_ctrl_c(tmp_pat
     finally:
         if training.poll() is None:
             training.kill()
+
+
+def _live_writer(path, rows=30, **row):
+    writer = TraceWriter(path=path, run=as_run(None), options=WriterOptions(fsync=False))
+    writer.open()
+    for i in range(rows):
+        writer.add(make_row(i, **row))
+    writer.flush()
+    return writer
+
+
+def test_a_replaced_path_is_said_and_the_file_first_opened_still_shown(tmp_path):
+    from analyzer.run.live import Watch
+
+    path = tmp_path / "t.arrow"
+    writer = _live_writer(path, 30, wall=20.0, data=15.0)
+    watch = Watch(path)
+    try:
+        first = watch.snapshot()
+        assert first.steps == 30 and not any("replaced" in n for n in first.notes)
+        other = write_trace(tmp_path / "other.arrow", [make_row(i) for i in range(7)])
+        other.replace(path)  # another run's trace now sits at the watched path
+        second = watch.snapshot()
+        assert second.steps == 30 and second.live  # still the file watch opened, its writer still on
+        assert any("replaced or removed" in n and str(path) in n for n in second.notes)
+        path.unlink()  # removed altogether: still shown
+        assert watch.snapshot().steps == 30
+        writer.close(EndInfo(status="ok"))
+        done = watch.snapshot()
+        assert done.complete and done.ended and done.steps == 30
+    finally:
+        watch.close()
+        writer.close(EndInfo(status="ok"))
+
+
+def test_watch_piped_writes_a_line_as_the_run_goes_and_says_a_replacement(tmp_path):
+    path = tmp_path / "t.arrow"
+    writer = _live_writer(path, 30, wall=20.0, data=15.0)
+    env = {**os.environ, "PYTHONPATH": _PYTHONPATH}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyzer", "watch", str(path), "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")], daemon=True).start()
+    try:
+        first = lines.get(timeout=60)  # before the run ends: a pipe is not held until the end
+        assert "30 steps" in first and "still being written" in first, first
+        write_trace(tmp_path / "other.arrow", [make_row(i) for i in range(7)]).replace(path)
+        seen = [first]
+        while "replaced" not in seen[-1]:
+            seen.append(lines.get(timeout=60))
+        writer.close(EndInfo(status="ok"))
+        assert proc.wait(timeout=120) == 0
+        time.sleep(0.2)
+        while not lines.empty():
+            seen.append(lines.get())
+        out, err = "".join(seen), proc.stderr.read()
+    finally:
+        writer.close(EndInfo(status="ok"))
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "30 steps on 1 rank(s)" in out and "finished (ok)" in out
+    assert not re.search(r"(?<!\d)7 steps on", out)  # never the other run's trace

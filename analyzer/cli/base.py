@@ -97,14 +97,16 @@ NOTE_COLUMNS = 80
 
 
 def note(text: str, *, err: bool = False) -> None:
-    """``note: TEXT``, wrapped between words to 80 columns (continuation lines indented), display-safe."""
+    """``note: TEXT``, wrapped between words to 80 columns, or fewer when the width rule
+    (render/console.py: $COLUMNS, the terminal) says so (continuation lines indented), display-safe."""
     import textwrap
 
+    from analyzer.render.console import layout_width
     from analyzer.render.safe import clean
 
     lines = textwrap.wrap(
         clean(f"note: {text}"),
-        width=NOTE_COLUMNS,
+        width=min(NOTE_COLUMNS, layout_width(stderr=err)),
         subsequent_indent="  ",
         break_long_words=False,
         break_on_hyphens=False,
@@ -126,9 +128,9 @@ def emit(renderable: Any, data: Any, json_out: bool, width: int | None = None) -
 
 
 def console() -> Any:
-    from rich.console import Console
+    from analyzer.render.console import report_console
 
-    return Console(highlight=False)
+    return report_console()
 
 
 def _version(value: bool) -> None:

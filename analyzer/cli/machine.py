@@ -7,6 +7,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from analyzer.cli import options
 from analyzer.cli.base import app, console, fail
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
@@ -29,7 +30,7 @@ def bench_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON results here.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
-    width: Annotated[int | None, typer.Option("--width", min=40, help="Table width (default: the terminal's).")] = None,
+    width: options.Width = None,
 ) -> None:
     """Measure this machine's ceilings; results are merged into the file `gpuanalyze TRACE` reads,
     under this machine's fingerprint."""
@@ -39,6 +40,7 @@ def bench_cmd(
     from analyzer.files import check_target
     from analyzer.machine.ceilings_store import default_path, prepare_directory
     from analyzer.render.bench import render_bench, render_bench_json
+    from analyzer.render.console import report_console
     from gpuanalyze.kernels.suite import run_bench, save_ceilings, write_report
 
     store = default_path()
@@ -66,13 +68,13 @@ def bench_cmd(
         fail(str(exc))
     except KeyboardInterrupt:
         _interrupted()
-    said = Console(stderr=json_out, highlight=False, width=width)
+    said = report_console(width, stderr=json_out)
     try:
         # a Ctrl-C while the results print still saves nothing
         if json_out:
             typer.echo(render_bench_json(report))
         else:
-            Console(highlight=False, width=width).print(render_bench(report))
+            report_console(width).print(render_bench(report))
         if out is not None:
             write_report(report, out, force=force)
             said.print("wrote the report to", markup=False)

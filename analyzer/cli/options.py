@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analyzer.render.console import MIN_WIDTH
+from analyzer.render.console import MAX_WIDTH, MIN_WIDTH
 
 if TYPE_CHECKING:
     from analyzer.planning.cost import CostInputs
@@ -21,9 +21,9 @@ Width = Annotated[
     typer.Option(
         "--width",
         min=MIN_WIDTH,
-        max=1000,
+        max=MAX_WIDTH,
         metavar="<int>",
-        help="Lay the report out for this many columns (default: the terminal's).",
+        help="Lay the report out for this many columns (default: $COLUMNS, else the terminal's, else 80).",
     ),
 ]
 Engine = Annotated[

@@ -132,7 +132,7 @@ def run_cmd(
         finished = launch.run_command(command, options, out or launch.default_out_dir())
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    reports = _report(finished, json_out)
+    reports = _report(finished, json_out, width)
     try:
         log_reports(reports, trackers)
     except GpuAnalyzeError as exc:
@@ -178,7 +178,7 @@ def _tag(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report(finished: Finished, json_out: bool) -> list[Report]:
+def _report(finished: Finished, json_out: bool, width: int | None = None) -> list[Report]:
     """What the command left: one line on stderr, then the analysis of each of its traces."""
     from analyzer.render.safe import clean
     from analyzer.run.summary import analyze_quietly, json_text, print_terminal
@@ -211,5 +211,5 @@ def _report(finished: Finished, json_out: bool) -> list[Report]:
         typer.echo(json_text(reports))
     else:
         for report in reports:
-            print_terminal(report)
+            print_terminal(report, width=width)
     return reports

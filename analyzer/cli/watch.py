@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from analyzer.cli import options
 from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
@@ -34,25 +35,40 @@ def watch_cmd(
         typer.Argument(help="A trace being written (.arrow), or the directory of a run (`gpuanalyze run --out`)."),
     ],
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 1.0,
+    width: options.Width = None,
 ) -> None:
     """Watch a run while it trains: steps so far, rolling step time by phase, the current verdict.
 
     Ends when the run ends (the full report is printed) or on Ctrl-C (the run goes on)."""
-    from rich.console import Console
-    from rich.live import Live
-    from rich.text import Text
-
-    from analyzer.run.live import snapshot
+    from analyzer.render.console import report_console
+    from analyzer.run.live import Watch
 
     if not 0.05 <= interval <= 3600:
         fail("--interval must be between 0.05 and 3600 seconds")
-    console = Console(highlight=False)
+    console = report_console(width)
+    watch = Watch(trace)
+    try:
+        _follow(watch, console, interval)
+        _finish(watch, console)
+    finally:
+        watch.close()
+
+
+def _follow(watch: Any, console: Any, interval: float) -> None:
+    """Refresh until the run ends: a live panel in a terminal, a line per change when piped (flushed
+    as it is written, so a log or a pipe sees the run as it goes)."""
+    from rich.live import Live
+    from rich.text import Text
+
     shot: Snapshot | None = None
     try:
-        with Live(_waiting(trace), console=console, refresh_per_second=4, transient=False) as live:
+        if not console.is_terminal:
+            _lines(watch, interval, console.width)
+            return
+        with Live(_waiting(watch.path), console=console, refresh_per_second=4, transient=False) as live:
             while True:
                 try:
-                    shot = snapshot(trace)
+                    shot = watch.snapshot()
                 except GpuAnalyzeError:
                     live.update(Text(""), refresh=True)  # the error is the only thing said: nothing on stdout
                     raise
@@ -63,18 +79,61 @@ def watch_cmd(
     except KeyboardInterrupt:
         still = shot is not None and shot.live
         console.print(f"stopped watching{'; the run goes on' if still else ''}", markup=False)
-        return
+        raise typer.Exit(0) from None
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    _finish(trace, console)
 
 
-def _finish(trace: Path, console: Any) -> None:
-    from analyzer.run.live import trace_files
-    from analyzer.run.summary import analyze_quietly
+def _lines(watch: Any, interval: float, width: int) -> None:
+    said: set[str] = set()
+    last = None
+    while True:
+        shot = watch.snapshot()
+        line = _line(shot)
+        if line != last:
+            _say(line, width)
+            last = line
+        for note in shot.notes:
+            if note not in said:
+                said.add(note)
+                _say(f"note: {note}", width)
+        if shot.ended:
+            return
+        time.sleep(interval)
 
-    files = trace_files(trace)
-    report, problem = analyze_quietly(files[0]) if files else (None, "no trace")
+
+def _say(text: str, width: int) -> None:
+    import textwrap
+
+    lines = textwrap.wrap(clean(text), width=width, subsequent_indent="  ", break_long_words=False)
+    print("\n".join(lines), flush=True)
+
+
+def _line(shot: Snapshot) -> str:
+    if not shot.files:
+        return f"gpuanalyze watch: waiting for {shot.path} to appear"
+    state = f"finished ({shot.end_status})" if shot.complete else "still being written" if shot.live else "ended"
+    text = f"{shot.steps} steps on {shot.ranks} rank(s)"
+    if shot.elapsed_s is not None:
+        text += f" in {_duration(shot.elapsed_s)}"
+    text += f" [{state}]"
+    if shot.bottleneck is not None:
+        text += f"; verdict{'' if shot.complete else ' so far'}: {shot.bottleneck.upper()}"
+        if shot.confidence is not None:
+            text += f" (confidence {shot.confidence})"
+    return text
+
+
+def _finish(watch: Any, console: Any) -> None:
+    from analyzer.api import analyze
+
+    source = watch.final()
+    report, problem = None, "no trace"
+    if source is not None:
+        try:
+            report = analyze(source)
+        except GpuAnalyzeError as exc:
+            problem = str(exc)
     if report is None:
         console.print(clean(f"the run ended; no analysis ({problem})"), markup=False)
         return

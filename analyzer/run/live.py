@@ -2,7 +2,9 @@
 
 A directory is watched as its newest run (the traces of one run share a run id); a file as
 itself and its sibling rank files. Whether the run is still going comes from the writers'
-locks (gpuanalyze.ingest.writer.is_being_written), not from the file's age.
+locks (gpuanalyze.ingest.writer.is_being_written), not from the file's age. ``Watch`` holds the
+files it opened (held.py): a path replaced or removed mid-watch is said, and the file first opened
+is still the one shown.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 import polars as pl
 
 from analyzer.errors import GpuAnalyzeError, TraceError
+from analyzer.run.held import HeldFiles
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.reader import Trace
-from gpuanalyze.ingest.sources import load_any, rank_siblings, read_run_info
+from gpuanalyze.ingest.sources import load_any, load_files, rank_siblings, read_run_info
 from gpuanalyze.ingest.writer import is_being_written
 
 #: Steps in the rolling window of the phase table.
@@ -69,25 +72,57 @@ def trace_files(path: Path) -> list[Path]:
     return list(rank_siblings(path)) if path.suffix == ".arrow" else []
 
 
-def snapshot(path: Path) -> Snapshot:
-    """Look at the run now; raises TraceError for a file that is not a readable trace and not being written."""
+class Watch:
+    """Successive looks at one run, reading the files first opened even when their paths are replaced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.held = HeldFiles()
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self.path, self.held)
+
+    def final(self) -> Path | Trace | None:
+        """What the final report analyses: the run's first file, or the held files when replaced."""
+        files = trace_files(self.path)
+        readable = self.held.resolve(files)
+        if not readable:
+            return None
+        return load_files(self.path, readable) if self.held.replaced else readable[0]
+
+    def close(self) -> None:
+        self.held.close()
+
+
+def replaced_note(path: Path) -> str:
+    return f"{path} was replaced or removed after watch opened it; still showing the file watch opened"
+
+
+def snapshot(path: Path, held: HeldFiles | None = None) -> Snapshot:
+    """Look at the run now; raises TraceError for a file that is not a readable trace and not being
+    written. ``held``: the files opened before (Watch), read in place of paths that were replaced."""
     files = trace_files(path)
+    readable = files
+    if held is not None:
+        readable = held.resolve(files)
+        files = [*files, *(f for f in held.paths if f not in files)]
     if not files:
         return Snapshot(path=path, files=(), live=False, complete=False)
-    live = any(is_being_written(f) for f in files)
+    replaced = tuple(replaced_note(f) for f, r in zip(files, readable, strict=True) if f != r)
+    live = any(is_being_written(f) for f in readable)
     skipped = tuple(
         f"skipped {p.name}: not a gpuanalyze trace"
         for p in (sorted(path.glob("*.arrow")) if path.is_dir() else [])
         if p not in files and read_run_info(p) is None and not is_being_written(p)
     )
     try:
-        trace = load_any(files[0])
+        trace = load_files(path, readable) if replaced else load_any(files[0])
     except TraceError:
         if live:  # created a moment ago: its header is not on disk yet
-            return Snapshot(path=path, files=tuple(files), live=True, complete=False)
+            return Snapshot(path=path, files=tuple(files), live=True, complete=False, notes=replaced)
         raise
-    if skipped:
-        trace = dataclasses.replace(trace, notes=(*skipped, *trace.notes))
+    if skipped or replaced:
+        trace = dataclasses.replace(trace, notes=(*replaced, *skipped, *trace.notes))
     return _describe(path, tuple(files), live, trace)
 
 

@@ -21,12 +21,11 @@ def analyze_quietly(path: Path) -> tuple[Report | None, str | None]:
         return None, str(exc)
 
 
-def print_terminal(report: Report, *, stderr: bool = False) -> None:
-    from rich.console import Console
-
+def print_terminal(report: Report, *, stderr: bool = False, width: int | None = None) -> None:
+    from analyzer.render.console import report_console
     from analyzer.render.terminal import render_terminal
 
-    Console(highlight=False, stderr=stderr).print(render_terminal(report))
+    report_console(width, stderr=stderr).print(render_terminal(report))
 
 
 def json_text(reports: list[Report]) -> str:

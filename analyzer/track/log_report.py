@@ -24,7 +24,7 @@ def log_report(report: Report, options: LogOptions) -> list[str]:
     values = flat_summary(report)
     name = clean(options.run_name or f"gpuanalyze-{Path(report.path).name}")
     lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="gpuanalyze-log-", ignore_cleanup_errors=True) as tmp, tracker_call():
+    with tracker_call(), tempfile.TemporaryDirectory(prefix="gpuanalyze-log-", ignore_cleanup_errors=True) as tmp:
         html, skipped = write_report_html(report, Path(tmp)) if options.html else (None, None)
         if skipped:
             lines.append(skipped)

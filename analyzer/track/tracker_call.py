@@ -7,14 +7,21 @@ own rule (``analyzer.record.run_facts.redact_argv``: ``--hf-token ***``), one de
 
 An unreachable MLflow server is retried 7 times with a doubling back-off by default (about 250 s
 before the error): unless the user set them, a call here gets a short timeout and one retry.
+
+A SIGTERM or SIGHUP (a cancelled CI job, a closed terminal) during the call ends the process with
+the status it would have had (128 + the signal), but through the ``with`` blocks, so the temporary
+report is removed; only where the signal's handler is the default one, and in the main thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from types import FrameType
 
 #: MLflow's HTTP settings for a call from gpuanalyze, each used only when the user has not set it.
 MLFLOW_HTTP_DEFAULTS = {
@@ -35,8 +42,27 @@ def tracker_call() -> Iterator[list[str]]:
     for name in added:
         os.environ[name] = MLFLOW_HTTP_DEFAULTS[name]
     try:
-        yield sys.argv
+        with _signals_unwind():
+            yield sys.argv
     finally:
         sys.argv = saved_argv
         for name in added:
             os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    saved: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                saved[sig] = signal.signal(sig, _exit_through_finally)
+    try:
+        yield
+    finally:
+        for sig in saved:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _exit_through_finally(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

@@ -6,14 +6,25 @@ console output (``save_code=False``, ``x_save_requirements=False``, ``console="o
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from analyzer.render.flat_summary import Scalar
 
-#: Seconds a new run may take to start before W&B gives up (its default is 90).
-INIT_TIMEOUT_S = 30.0
+#: Seconds a new run may take to start before W&B gives up (its default is 90; a dead server then
+#: holds the command ~60 s); ``WANDB_INIT_TIMEOUT``, when the user sets it, wins.
+INIT_TIMEOUT_S = 10.0
+
+
+def init_timeout() -> float:
+    """The user's ``WANDB_INIT_TIMEOUT`` when it is a positive number of seconds, else INIT_TIMEOUT_S."""
+    try:
+        value = float(os.environ.get("WANDB_INIT_TIMEOUT", ""))
+    except ValueError:
+        return INIT_TIMEOUT_S
+    return value if value > 0 else INIT_TIMEOUT_S
 
 
 def new_run_settings() -> Any:
@@ -26,7 +37,7 @@ def new_run_settings() -> Any:
         save_code=False,
         x_save_requirements=False,
         console="off",
-        init_timeout=INIT_TIMEOUT_S,
+        init_timeout=init_timeout(),
     )
 
 

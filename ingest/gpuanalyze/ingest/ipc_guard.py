@@ -13,7 +13,9 @@ only then is the message handed to pyarrow:
 - a record batch's body must be in the file, its buffers inside its body, and the bytes it decodes
   to (a compressed buffer's declared uncompressed size, else its size) plus the cost of its rows
   once conformed to the format (``ROW_COST`` bytes each) must stay within the per-batch and the
-  total limit (``IpcLimits``: 100x the file, at least 64 MiB, like the gzip guard of byte_source.py).
+  total limit (``IpcLimits``: 100x the file, at least 64 MiB, like the gzip guard of byte_source.py);
+  compressed buffers also within an absolute cap on what they inflate to (256 MiB), so incompressible
+  padding that grows the file cannot grow a bomb's allowance with it (our writer never compresses).
 
 A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
 """
@@ -54,6 +56,13 @@ class IpcLimits:
     """Decoded bytes a small file may always reach."""
     max_batch_bytes: int = 512 * MiB
     """Most decoded bytes of one record batch."""
+    max_inflated: int = 256 * MiB
+    """Most bytes the compressed (zstd/LZ4) buffers of a file may decode to beyond their size, in
+    total, whatever the file's size (the ratio alone grows with incompressible padding)."""
+
+    def __post_init__(self) -> None:
+        if self.ratio <= 0 or min(self.min_allowance, self.max_batch_bytes, self.max_inflated) <= 0:
+            raise ValueError("IpcLimits: every limit must be positive")
 
     def allowed(self, file_size: int) -> int:
         return max(self.min_allowance, int(self.ratio * file_size))
@@ -158,6 +167,8 @@ class IpcReader:
         self.path, self.fh = path, fh
         self.limits = limits or DEFAULT_LIMITS
         self.decoded = 0
+        self.inflated = 0
+        """Bytes the compressed buffers read so far decode to beyond their size."""
         self._map = mapped
         """The whole file, memory-mapped (``mapped``): batches are then views of it, and a column
         nobody reads is never paged in."""
@@ -287,6 +298,14 @@ class IpcReader:
                 decoded += ln
         if not compressed:
             decoded = sum(length.tolist())
+        else:
+            self.inflated += max(0, decoded - sum(length.tolist()))
+            if self.inflated > self.limits.max_inflated:
+                raise TraceError(
+                    f"{self.path}: compressed columns that expand to over {self.limits.max_inflated // MiB} MiB "
+                    f"beyond their size ({rows:,} rows in a {self._size():,}-byte file; a memory bomb?); "
+                    "refusing to read it"
+                )
         if rows < 0:
             raise _Corrupt
         cost = decoded + rows * ROW_COST

@@ -55,6 +55,7 @@ from gpuanalyze.ingest.kineto_events import (
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
 from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
+from gpuanalyze.ingest.step_windows import resolve_windows
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
 __all__ = [
@@ -176,7 +177,9 @@ class KinetoSink:
         self.r_ts, self.r_dur, self.r_sync, self.r_corr = array("d"), array("d"), array("b"), array("q")
         self.r_class, self.r_tid = array("b"), array("q")
         self.c_ts, self.c_dur, self.c_mark = array("d"), array("d"), array("b")
-        self.steps: list[tuple[int, float, float]] = []
+        self.steps: list[tuple[int, float, float, int]] = []
+        """(step, start, end, thread) of each ProfilerStep annotation (step_windows.py resolves them)."""
+        self._threads: dict[int | str | None, int] = {}
         self.kinds: list[GpuKind] = []
         self._kind_index: dict[tuple[str, str], int] = {}
         self._cats: dict[str, tuple[int, str]] = {}
@@ -335,7 +338,7 @@ class KinetoSink:
         if mark is None:
             return
         if mark == -1:
-            self._step(name, t)
+            self._step(name, t, self._threads.setdefault(e.tid, len(self._threads)))
             return
         if mark == MARK_LOADER:
             self._loader_iter(name)
@@ -348,14 +351,14 @@ class KinetoSink:
             if cls in name:
                 self.loader_iters.add(cls)
 
-    def _step(self, name: str, t: tuple[float, float]) -> None:
+    def _step(self, name: str, t: tuple[float, float], thread: int) -> None:
         digits = name[len("ProfilerStep#") :]
         if not digits.isdigit() or not digits.isascii():
             return
         if len(digits) > 16 or int(digits) >= MAX_STEP:
             self.bad_steps += 1
             return
-        self.steps.append((int(digits), t[0], t[0] + t[1]))
+        self.steps.append((int(digits), t[0], t[0] + t[1], thread))
 
     def _notes(self, notes: list[str]) -> list[str]:
         """The stream's notes and what the sink skipped or cut."""
@@ -389,7 +392,8 @@ class KinetoSink:
         device = "cpu"
         if self.g_ts:
             device = sorted(self.devices)[0] if self.devices else "cuda"
-        steps = sorted(self.steps)
+        steps, step_notes = resolve_windows(self.steps)
+        notes += step_notes
         runtime = Intervals.from_arrays(self.r_ts, self.r_dur)
         props = decoded_props(meta.get("deviceProperties"))
         capabilities = compute_capabilities(props)

@@ -57,6 +57,7 @@ from gpuanalyze.ingest.reader import Trace, frame_of
 from gpuanalyze.ingest.row_rules import normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.runtime_calls import BLOCKING, SCALAR_READ_OPS
+from gpuanalyze.ingest.step_windows import OVERLAP_US
 from gpuanalyze.ingest.stream import ReadLimits
 
 IMPORTED = EndInfo(status="imported")
@@ -79,11 +80,7 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
     return mask
 
 
-#: How far (us) a step's window may run into the next step's before they are separate streams.
-OVERLAP_US = 1000.0
-
-
-def step_windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
+def windows_of(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
     """(step, start, end) of every step the trace is cut into, and a note on how: its ProfilerStep windows, else
     the iterations found in its top-level ops (iterations.py), else the whole trace as one step."""
     if k.steps:
@@ -261,7 +258,7 @@ def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
 
 def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
     """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
-    windows, notes = step_windows(k)
+    windows, notes = windows_of(k)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     unrecorded = 0 if has_gpu else k.enqueue_calls

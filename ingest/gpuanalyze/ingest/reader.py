@@ -73,6 +73,10 @@ class Stream:
     truncated: bool
     live: bool
     """A writer held the file when reading began (it has no end marker because the run goes on)."""
+    run: RunInfo
+    tags: dict[str, str]
+    meta_notes: tuple[str, ...]
+    """The metadata fields (run information, tags, end marker) dropped for their type or range."""
 
     @property
     def rows(self) -> int:
@@ -100,8 +104,11 @@ def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool) -> Str
     meta = reader.schema.metadata or {}
     version = _check_format(path, meta)
     _check_columns(path, reader.schema)
-    batches, end, truncated = _read_batches(path, reader)
-    return Stream(meta, reader.schema, version, batches, end, truncated, live)
+    notes: list[str] = []
+    run = _meta(path, meta, S.META_RUN, runinfo.read_run, RunInfo(), notes)
+    tags: dict[str, str] = _meta(path, meta, S.META_TAGS, runinfo.read_tags, dict[str, str](), notes)
+    batches, end, truncated = _read_batches(path, reader, notes)
+    return Stream(meta, reader.schema, version, batches, end, truncated, live, run, tags, tuple(notes))
 
 
 def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]:
@@ -111,6 +118,7 @@ def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]
         notes.append(
             f"the file ends inside a record batch (cut off while being written); kept the first {stream.rows} rows"
         )
+    notes.extend(stream.meta_notes)
     notes.extend(more)
     if stream.end is None:
         notes.insert(0, LIVE_NOTE if stream.live else DISK_NOTE if _disk_is_full(path) else ENDED_NOTE)
@@ -121,10 +129,7 @@ def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]
 
 def stream_info(path: Path, stream: Stream) -> tuple[RunInfo, dict[str, str]]:
     """The run information and user tags of a trace's metadata (TraceError when corrupt)."""
-    return (
-        _meta(path, stream.meta, S.META_RUN, runinfo.decode_run, RunInfo()),
-        _meta(path, stream.meta, S.META_TAGS, runinfo.decode_tags, {}),
-    )
+    return stream.run, stream.tags
 
 
 def stream_trace(path: Path, stream: Stream, frame: pl.DataFrame, more: list[str]) -> Trace:
@@ -205,7 +210,7 @@ def _check_columns(path: Path, arrow_schema: pa.Schema) -> None:
         raise TraceError(f"{path}: not a valid trace, missing column(s) {', '.join(missing)}")
 
 
-def _read_batches(path: Path, reader: IpcReader) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+def _read_batches(path: Path, reader: IpcReader, notes: list[str]) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
     """The record batches (each checked against the limits before it is decoded: ipc_guard.py), the
     end marker, and whether the stream was cut inside a batch."""
     batches: list[pa.RecordBatch] = []
@@ -223,7 +228,8 @@ def _read_batches(path: Path, reader: IpcReader) -> tuple[list[pa.RecordBatch], 
         except (pa.ArrowException, OSError, ValueError):
             return batches, None, True
         if custom is not None and S.END_KEY in custom:
-            end = _decode(path, "end marker", custom[S.END_KEY], runinfo.decode_end)
+            end, dropped = _decode(path, "end marker", custom[S.END_KEY], runinfo.read_end)
+            notes.extend(dropped)
         if batch.num_rows:
             batches.append(batch)
 
@@ -268,9 +274,21 @@ def _check_kernel_stats(path: Path, frame: pl.DataFrame) -> None:
         _decode(path, "system", text, decode_host_sample)
 
 
-def _meta(path: Path, meta: dict[bytes, bytes], key: bytes, decode: Callable[[bytes], _T], default: _T) -> _T:
+def _meta(
+    path: Path,
+    meta: dict[bytes, bytes],
+    key: bytes,
+    read: Callable[[bytes], tuple[_T, list[str]]],
+    default: _T,
+    notes: list[str],
+) -> _T:
+    """A metadata value whose ill-typed fields are dropped (their notes added to ``notes``)."""
     raw = meta.get(key)
-    return default if raw is None else _decode(path, key.decode(), raw, decode)
+    if raw is None:
+        return default
+    value, dropped = _decode(path, key.decode(), raw, read)
+    notes.extend(dropped)
+    return value
 
 
 def _decode(path: Path, what: str, raw: _R, decode: Callable[[_R], _T]) -> _T:

@@ -4,13 +4,17 @@ The run information (schema metadata) and the end marker (the final batch's meta
 in the file. They are decoded into these structs with type and range checks, so a value that is
 the wrong type, non-finite or out of physical bounds is a one-line error at the boundary and the
 analysis can rely on what it gets. Unknown keys are ignored (newer writers may add some).
+A field of the wrong type or out of range is dropped (it becomes unknown) with a note naming it,
+so one hostile value costs that value, not the trace; metadata that is not JSON is an error.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import msgspec
+
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 #: Largest world size a trace may declare (the largest jobs today are ~10^5 GPUs).
 MAX_WORLD_SIZE = 1 << 20
@@ -112,14 +116,59 @@ def encode(value: RunInfo | EndInfo | dict[str, str]) -> bytes:
     return msgspec.json.encode(value)
 
 
-def decode_run(raw: bytes) -> RunInfo:
-    """Raises msgspec.ValidationError / DecodeError with the offending path in the message."""
-    return _RUN_DECODER.decode(raw)
+def read_run(raw: bytes) -> tuple[RunInfo, list[str]]:
+    """The run information, its ill-typed fields dropped (one note each); DecodeError when not JSON."""
+    return _lenient(raw, _RUN_DECODER, RunInfo, "run")
 
 
-def decode_end(raw: bytes) -> EndInfo:
-    return _END_DECODER.decode(raw)
+def read_end(raw: bytes) -> tuple[EndInfo, list[str]]:
+    """The end marker, its ill-typed fields dropped (one note each); DecodeError when not JSON."""
+    return _lenient(raw, _END_DECODER, EndInfo, "end marker")
 
 
-def decode_tags(raw: bytes) -> dict[str, str]:
-    return _TAGS_DECODER.decode(raw)
+def read_tags(raw: bytes) -> tuple[dict[str, str], list[str]]:
+    """The user tags, those that are not short text dropped (one note); DecodeError when not JSON."""
+    try:
+        return _TAGS_DECODER.decode(raw), []
+    except msgspec.ValidationError:
+        pass
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, dict):
+        return {}, [f"tags metadata is {_kind(value)}, not an object of names to values; ignored"]
+    kept = {k: v for k, v in value.items() if _fits(k, 256) and _fits(v, 4096)}
+    return kept, [f"dropped {len(value) - len(kept)} tag(s) whose name or value is not short text"]
+
+
+def _lenient(raw: bytes, decoder: msgspec.json.Decoder[_S], cls: type[_S], what: str) -> tuple[_S, list[str]]:
+    try:
+        return decoder.decode(raw), []
+    except msgspec.ValidationError:
+        pass  # find the bad fields: each alone against the struct's types
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, dict):
+        return cls(), [f"{what} metadata is {_kind(value)}, not an object; ignored"]
+    kept: dict[str, Any] = {}
+    notes: list[str] = []
+    for field in msgspec.structs.fields(cls):
+        if field.encode_name not in value:
+            continue
+        item = {field.encode_name: value[field.encode_name]}
+        try:
+            msgspec.convert(item, cls)
+        except msgspec.ValidationError as exc:
+            notes.append(
+                f"{what} metadata field {field.encode_name!r} is invalid ({str(exc)[:100]}); treated as unknown"
+            )
+            continue
+        kept.update(item)
+    return msgspec.convert(kept, cls), notes
+
+
+def _fits(value: object, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit
+
+
+def _kind(value: object) -> str:
+    return (
+        "null" if value is None else f"a JSON {type(value).__name__}".replace("dict", "object").replace("list", "array")
+    )

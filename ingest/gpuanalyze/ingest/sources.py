@@ -18,7 +18,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.reader import Trace, load_trace
-from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, decode_run
+from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, read_run
 from gpuanalyze.ingest.stream import ReadLimits
 
 
@@ -83,7 +83,7 @@ def read_run_info(path: Path) -> RunInfo | None:
         with open(path, "rb") as fh:  # the schema message only, read within ipc_guard's bounds
             meta = IpcReader(path, fh).schema.metadata or {}
         raw = meta.get(S.META_RUN)
-        return None if raw is None else decode_run(raw)
+        return None if raw is None else read_run(raw)[0]
     except Exception:  # noqa: BLE001 - grouping is best-effort; the loader reports bad files
         return None
 
@@ -117,6 +117,13 @@ def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
     if is_json_trace(path):
         return load_kineto(path, limits)
     return load_trace(path)
+
+
+def load_files(path: Path, files: list[Path]) -> Trace:
+    """One Trace from exactly ``files`` (no sibling discovery), named ``path``: one file as itself,
+    several merged as the ranks of one run."""
+    traces = [load_trace(f) for f in files]
+    return dataclasses.replace(traces[0], path=path) if len(traces) == 1 else _merge(path, traces)
 
 
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
