@@ -51,13 +51,7 @@ def analyze_cmd(
     try:
         trackers = log_targets(log)
         cost = options.cost_inputs(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
+            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
         )
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)

@@ -71,7 +71,6 @@ def max_bytes(text: str | None) -> int | None:
 
 def cost_inputs(
     cost_config: Path | None,
-    *,
     price_per_gpu_hour: float | None = None,
     steps_per_run: float | None = None,
     samples_per_run: float | None = None,

@@ -54,13 +54,7 @@ def compare_cmd(
 
     try:
         cost = options.cost_inputs(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
+            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
         )
         gate = GateOptions(fail_if_slower_pct=fail_if_slower, fail_if_throughput_drops_pct=fail_if_throughput_drops)
         defaults = cost or CostInputs()  # the price and run length of traces given directly

@@ -59,13 +59,7 @@ def report_cmd(
     try:
         require_plotly()
         cost = options.cost_inputs(
-            cost_config,
-            price_per_gpu_hour=price_per_gpu_hour,
-            steps_per_run=steps_per_run,
-            samples_per_run=samples_per_run,
-            tokens_per_run=tokens_per_run,
-            tokens_per_sample=tokens_per_sample,
-            gpus=gpus,
+            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
         )
         check_target(out, force=force)  # before the analysis: refuse early, not after a long run
         from analyzer.api import report_parts

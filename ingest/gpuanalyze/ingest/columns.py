@@ -31,7 +31,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.read_ahead import map_file, read_ahead
 from gpuanalyze.ingest.row_rules import DURATIONS, RULES, passes_numpy
-from gpuanalyze.ingest.trace_info import TraceInfo
+from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
 
 #: The numeric columns load_columns returns (every one load_trace checks, and lead_ms), with their numpy types.
 NUMERIC: dict[str, type[np.generic]] = {
@@ -139,21 +139,9 @@ def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
         for text in texts.known() if texts is not None else ():
             decode(text)  # raises on a malformed value: load_trace names it
     cols[S.KERNEL_STATS] = kernel or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
-    run, tags = R.stream_info(path, stream)
-    notes = R.stream_notes(path, stream, [])
     absent = frozenset(f.name for f in S.FIELDS if f.name not in index)
-    return TraceColumns(
-        path=path,
-        rows=n,
-        columns=cols,
-        run=run,
-        tags=tags,
-        version=stream.version,
-        complete=stream.end is not None,
-        end=stream.end,
-        notes=notes,
-        absent=absent,
-    )
+    meta = info_fields(R.stream_meta(path, stream, []))
+    return TraceColumns(rows=n, columns=cols, absent=absent, **meta)
 
 
 class _Arena:

@@ -20,7 +20,7 @@ from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.row_rules import normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.trace_info import TraceInfo
+from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
 from gpuanalyze.ingest.writer import DISK_FULL, is_being_written
 
 _T = TypeVar("_T")
@@ -133,10 +133,14 @@ def stream_info(path: Path, stream: Stream) -> tuple[RunInfo, dict[str, str]]:
 
 
 def stream_trace(path: Path, stream: Stream, frame: pl.DataFrame, more: list[str]) -> Trace:
+    return Trace(frame=frame, **info_fields(stream_meta(path, stream, more)))
+
+
+def stream_meta(path: Path, stream: Stream, more: list[str]) -> TraceInfo:
+    """What the stream says about its run, with the reader's notes and ``more`` (both readers' metadata)."""
     run, tags = stream_info(path, stream)
-    return Trace(
+    return TraceInfo(
         path=path,
-        frame=frame,
         run=run,
         tags=tags,
         version=stream.version,

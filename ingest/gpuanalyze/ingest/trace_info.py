@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 
@@ -21,3 +23,8 @@ class TraceInfo:
     """The end marker's content: status, exception (if the loop raised), step count."""
     notes: tuple[str, ...]
     """What the reader skipped or repaired, in words for the report."""
+
+
+def info_fields(info: TraceInfo) -> dict[str, Any]:
+    """``info``'s fields by name: what a reader passes on to the Trace or TraceColumns it builds."""
+    return {f.name: getattr(info, f.name) for f in dataclasses.fields(TraceInfo)}
