@@ -24,6 +24,7 @@ from typing import Literal
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Finding, Projection
+from analyzer.analysis.fixes import BatchFix, WorkerFix
 from analyzer.analysis.host_facts import host_facts
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.batch_size import batch_projection
@@ -146,7 +147,8 @@ def _workers(p: _Pair) -> ProjectionCheck | None:
         return None
     fix, w1 = change
     f = p.finding("data_loading")
-    advised = dict(f.projection.params).get("num_workers") if f is not None else None
+    own = f.projection.fix if f is not None else None
+    advised = own.workers if isinstance(own, WorkerFix) else None
     if f is not None and advised is not None and w1 in (None, advised):
         return p.check("workers", fix, "data_loading", f.projection, recommended=True)
     plan = worker_plan(p.ctx, p.ctx.ms(p.before.metrics.effective[S.DATA_WAIT_MS]), workers=w1)
@@ -164,7 +166,7 @@ def _batch(p: _Pair) -> ProjectionCheck | None:
     f = p.finding("batch_size")
     fix = f"batch {b0:.0f} -> {b1:.0f}"
     measured = p.measured / k
-    if f is not None and dict(f.projection.params).get("batch_multiplier") == k:
+    if f is not None and isinstance(f.projection.fix, BatchFix) and f.projection.fix.multiplier == k:
         return p.check("batch", fix, "batch_size", f.projection, recommended=True, measured=measured)
     proj = batch_projection(p.ctx, k, f"batch {b0:.0f} -> {b1:.0f} (x{k:g}, as applied)")
     return p.check("batch", fix, "batch_size", proj, recommended=False, measured=measured)
@@ -202,7 +204,7 @@ def _loader(p: _Pair) -> ProjectionCheck | None:
         return None
     fix = f"data wait {d0:.2f} -> {d1:.2f} ms per step, same DataLoader workers (loader or prof.data() change)"
     f = p.finding("data_loading")
-    if f is not None and "num_workers" not in dict(f.projection.params):
+    if f is not None and not isinstance(f.projection.fix, WorkerFix):
         return p.check("loader", fix, "data_loading", f.projection, recommended=True)
     step = max(ctx.wall - (d0 - d1), ctx.busy)
     rule = f"step {ctx.wall:.2f} ms minus the data wait removed ({d0:.2f} - {d1:.2f} ms)" + (

@@ -24,19 +24,22 @@ class LoaderWatch:
         self.batch_bytes: int | None = None
         """Bytes of the first batch seen."""
 
-    def is_training_data(self, kind: str, owner: Any, result: Any, *, in_block: bool) -> bool:
-        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
-        block counts), and from the profile's own loader when one was given."""
-        if kind == "iter" and hasattr(owner, "num_workers"):
+    def saw_iter(self, owner: Any, result: Any) -> None:
+        """``iter(owner)`` made ``result``: where a DataLoader is seen, record its workers (the most of
+        any loader iterated) and, for the profile's own loader, the iterator its fetches come from."""
+        if hasattr(owner, "num_workers"):
             self.workers = max(self.workers or 0, int(owner.num_workers))
+        if self.loader is not None and owner is self.loader and result is not None:
+            self._iters.add(result)
+
+    def is_training_data(self, owner: Any, *, in_block: bool) -> bool:
+        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
+        block counts), and from the profile's own loader (or an iterator it made) when one was given.
+        A predicate: it records nothing (``saw_iter`` does)."""
         if in_block:
             return False
         loader = self.loader
-        if loader is None:
-            return True
-        if kind == "iter" and owner is loader and result is not None:
-            self._iters.add(result)
-        return owner is loader or owner in self._iters
+        return loader is None or owner is loader or owner in self._iters
 
     def saw_batch(self, batch: Any, step: StepTimes) -> None:
         """A fetched batch: its bytes (the first one) and its samples, counted in ``step``."""

@@ -353,7 +353,11 @@ class Profiler:
                     self._loaders.saw_batch(result, self._steps.step)
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
-            elif self._loaders.is_training_data(kind, owner, result, in_block=self._data_depth > 0):
+            else:
+                if kind == "iter":
+                    self._loaders.saw_iter(owner, result)
+                if not self._loaders.is_training_data(owner, in_block=self._data_depth > 0):
+                    return
                 self._steps.data(elapsed_ns, cpu_ns)
                 if kind == "fetch" and result is not None:
                     self._loaders.saw_batch(result, self._steps.step)

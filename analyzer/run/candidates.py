@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from analyzer.run.trial_env import LOADER_KEYS, TrialSetting
+from analyzer.analysis.fixes import BatchFix, Fix, MicroBatchFix, PrecisionFix, WorkerFix
+from analyzer.run.trial_env import TrialSetting
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
@@ -30,8 +31,6 @@ BATCH_FACTOR = 2
 WORKER_COUNTS = (1, 2, 4, 8)
 #: prefetch_factor of the standard set (PyTorch's default is 2).
 PREFETCH = 4
-#: What a projection's ``precision`` parameter means as an autocast setting.
-_PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,31 +45,27 @@ class Candidate:
     """``bottleneck/cause`` of the finding whose projection this is."""
 
 
-def setting_of(params: Sequence[tuple[str, int | float | str]], batch: int | None = None) -> TrialSetting | None:
-    """The trial setting a projection's parameters describe, or None when a trial cannot apply
-    them without editing the code (a cheaper ``__getitem__``; a larger batch when the baseline's
-    DataLoader batch size ``batch`` is unknown)."""
-    loader: list[tuple[str, int | bool]] = []
-    autocast = None
-    for key, value in params:
-        if key == "batch_multiplier" and isinstance(value, (int, float)) and batch is not None and value > 0:
-            loader.append(("batch_size", max(1, round(batch * value))))
-        elif key in LOADER_KEYS and isinstance(value, int):
-            loader.append((key, bool(value) if LOADER_KEYS[key] is bool else int(value)))
-        elif key == "precision" and isinstance(value, str) and value.lower() in _PRECISION:
-            autocast = _PRECISION[value.lower()]
-        else:
-            return None
-    if not loader and autocast is None:
-        return None
-    return TrialSetting(dataloader=tuple(loader), autocast=autocast)
+def setting_of(fix: Fix | None, batch: int | None = None) -> TrialSetting | None:
+    """The trial setting a projection's fix describes, or None when a trial cannot apply it without
+    editing the code (no sized fix: a cheaper ``__getitem__``; a larger batch or micro-batches when
+    the baseline's DataLoader batch size ``batch`` is unknown)."""
+    if isinstance(fix, WorkerFix):
+        loader: tuple[tuple[str, int | bool], ...] = (("num_workers", fix.workers),)
+        return TrialSetting(dataloader=loader + ((("persistent_workers", True),) if fix.persistent else ()))
+    if isinstance(fix, PrecisionFix) and fix.autocast is not None:
+        return TrialSetting(autocast=fix.autocast)
+    if isinstance(fix, BatchFix) and batch is not None:
+        return TrialSetting(dataloader=(("batch_size", max(1, round(batch * fix.multiplier))),))
+    if isinstance(fix, MicroBatchFix):
+        return TrialSetting(dataloader=(("batch_size", fix.micro_batch),), script=(("accumulate", fix.accumulate),))
+    return None
 
 
 def projected(report: Report | None, batch: int | None = None) -> dict[TrialSetting, tuple[Projection, str]]:
     """Each setting a finding of ``report`` projected, with that projection (the first finding's wins)."""
     found: dict[TrialSetting, tuple[Projection, str]] = {}
     for finding in () if report is None else report.findings:
-        setting = setting_of(finding.projection.params, batch)
+        setting = setting_of(finding.projection.fix, batch)
         if setting is not None and setting not in found:
             found[setting] = (finding.projection, f"{finding.bottleneck}/{finding.cause}")
     return found

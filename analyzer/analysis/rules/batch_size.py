@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import BatchFix
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
@@ -120,7 +121,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         f"batch x{k:g}",
         {"the work that grows with the batch": at(hi_f)},
         rule,
-        params=(("batch_multiplier", k),),
+        fix=BatchFix(k),
         per_batch_of=m.batch_samples,
         model=(at(hi_f), at(lo_f)),
     )
@@ -282,7 +283,7 @@ class BatchSize(Rule):
         return batch_projection(ctx, k, why) if k > 1 else None
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
-        k = dict(p.params).get("batch_multiplier", 2)
+        k = p.fix.multiplier if isinstance(p.fix, BatchFix) else T.DEFAULT_BATCH_MULTIPLIER
         m = ctx.m
         recs: list[str | tuple[str, bool]] = []
         if ctx.forward_only:

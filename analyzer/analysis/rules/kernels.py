@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import PrecisionFix
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.datasheet import lookup
 from analyzer.machine.tensor_cores import TensorCores, capability, tensor_cores
@@ -179,16 +180,14 @@ class Kernels(Rule):
             + " + ".join(parts)
             + ("" if measured else "; no kernel statistics: all GPU-busy time treated as fp32 matmul, an upper bound")
         )
-        params: tuple[tuple[str, int | float | str], ...] = (
-            (("precision", dtype),) if tensor_cores and fp32 > 0 and dtype is not None else ()
-        )
+        fix = PrecisionFix(dtype) if tensor_cores and fp32 > 0 and dtype is not None else None
         return bounded(
             ctx,
             ctx.wall - saved,
             "faster kernels",
             {"the host time around the kernels": ctx.wall - busy},
             rule,
-            params=params,
+            fix=fix,
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.rule import Context
 
 #: Fixed-point passes for the step time that the workers' core usage depends on.
@@ -93,6 +95,11 @@ class WorkerPlan:
     high_ms: float | None = None
     """The step with twice the hand-over and the workers' cores taken from compute."""
 
+    @property
+    def fix(self) -> WorkerFix | None:
+        """The fix this plan sizes (None: no more workers are possible)."""
+        return WorkerFix(self.workers) if self.workers > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class _Model:
@@ -122,7 +129,16 @@ class _Model:
 
 def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
     """The projected step with more DataLoader workers (``workers``, default: what the free cores
-    allow); None when the trace does not say how many ran."""
+    allow); None when the trace does not say how many ran. Computed once per evaluation: the rules
+    that read it (data_loading's detection, evidence and projection, batch_size's per-step fetch)
+    share it through ``ctx.memo``."""
+    key = ("worker_plan", round(data_ms, 9), workers)
+    if key not in ctx.memo:
+        ctx.memo[key] = _plan(ctx, data_ms, workers)
+    return cast("WorkerPlan | None", ctx.memo[key])
+
+
+def _plan(ctx: Context, data_ms: float, workers: int | None) -> WorkerPlan | None:
     current = ctx.end.loader_workers if ctx.end is not None else None
     if current is None:
         return None
