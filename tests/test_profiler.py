@@ -396,6 +396,8 @@ def test_gradient_accumulation_gives_one_row_per_optimizer_step_from_the_first(t
     assert f.get_column(S.BATCH_SAMPLES).to_list() == [32, 32, 32]
     assert (f.get_column(S.DATA_WAIT_MS) >= 4 * 8 * 1.0).all()  # four batches of 8 samples x 1 ms each
     assert (f.get_column(S.OPTIMIZER_MS) > 0).all()
+    end = load_trace(prof.path).end
+    assert end is not None and (end.fetches, end.fetch_samples) == (12, 8)  # one fetch per micro-batch of 8
 
 
 def test_a_loop_that_never_steps_an_optimizer_gets_a_row_per_forward(tmp_path):

@@ -12,7 +12,7 @@ from analyzer.record.steps import StepTimes
 class LoaderWatch:
     """The profile's DataLoader (None: every one), the iterators it made, and its batches' facts."""
 
-    __slots__ = ("_iters", "batch_bytes", "loader", "samples_from_loader", "workers")
+    __slots__ = ("_iters", "batch_bytes", "fetch_samples", "fetches", "loader", "samples_from_loader", "workers")
 
     def __init__(self, loader: Any, *, samples_from_loader: bool) -> None:
         self.loader = loader
@@ -23,6 +23,10 @@ class LoaderWatch:
         """The most worker processes of any loader iterated."""
         self.batch_bytes: int | None = None
         """Bytes of the first batch seen."""
+        self.fetches = 0
+        """Training batches fetched (one per micro-batch under gradient accumulation)."""
+        self.fetch_samples: int | None = None
+        """Samples of the first batch seen."""
 
     def saw_iter(self, owner: Any, result: Any) -> None:
         """``iter(owner)`` made ``result``: where a DataLoader is seen, record its workers (the most of
@@ -42,10 +46,14 @@ class LoaderWatch:
         return loader is None or owner is loader or owner in self._iters
 
     def saw_batch(self, batch: Any, step: StepTimes) -> None:
-        """A fetched batch: its bytes (the first one) and its samples, counted in ``step``."""
-        if self.batch_bytes is None:
+        """A fetched batch: counted, its bytes and samples (the first one), and its samples counted in ``step``."""
+        self.fetches += 1
+        first = self.fetches == 1
+        if first:
             self.batch_bytes = batch_bytes_of(batch)
-        if self.samples_from_loader:
+        if self.samples_from_loader or first:
             n = batch_size_of(batch)
-            if n is not None:  # step.add_samples(n, from_loader=True), inline
+            if first:
+                self.fetch_samples = n
+            if n is not None and self.samples_from_loader:  # step.add_samples(n, from_loader=True), inline
                 step.loader_samples = n if step.loader_samples is None else step.loader_samples + n

@@ -154,6 +154,8 @@ class Profiler:
                 steps=self.steps_recorded,
                 loader_workers=self._loaders.workers,
                 batch_bytes=self._loaders.batch_bytes,
+                fetches=self._loaders.fetches or None,
+                fetch_samples=self._loaders.fetch_samples,
             )
         )
 

@@ -23,6 +23,7 @@ from typing import cast
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.fixes import WorkerFix
+from analyzer.analysis.rules.accumulation import micro_batches
 from analyzer.analysis.rules.rule import Context
 
 #: Fixed-point passes for the step time that the workers' core usage depends on.
@@ -46,11 +47,13 @@ def max_workers(ctx: Context) -> int:
 
 
 def handover_ms(ctx: Context) -> tuple[float, float]:
-    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
-    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
+    """Per-step hand-over cost (in the training process, in a worker) of passing batches between
+    processes: per batch, the worker's part growing with the batch's bytes when the trace recorded
+    them, times the batches fetched per step (micro-batches under gradient accumulation)."""
     size = ctx.end.batch_bytes if ctx.end is not None else None
     side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
-    return T.WORKER_MAIN_COST_MS, side
+    n = micro_batches(ctx) or 1
+    return n * T.WORKER_MAIN_COST_MS, n * side
 
 
 def loader_cpu_share(ctx: Context) -> float | None:

@@ -97,6 +97,11 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Largest DataLoader num_workers seen (0: loading ran in the training process)."""
     batch_bytes: _Int | None = None
     """Bytes of the tensors in the first batch fetched (what a worker process would pass per batch)."""
+    fetches: _Int | None = None
+    """Batches the training loop fetched over the recorded steps (more than the steps: gradient accumulation,
+    one micro-batch per fetch)."""
+    fetch_samples: _Int | None = None
+    """Samples in the first batch fetched (under gradient accumulation: one micro-batch)."""
     end_unix_ns: _Int | None = None
 
 
