@@ -77,7 +77,24 @@ class MicroBatchFix:
         return (("micro_batch", self.micro_batch), ("accumulate", self.accumulate))
 
 
-Fix = WorkerFix | BatchFix | PrecisionFix | MicroBatchFix
+@dataclass(frozen=True, slots=True)
+class PeriodicFix:
+    """Periodic work (checkpoint, evaluation, logging on an interval) every ``every`` steps instead of every
+    ``period``."""
+
+    period: int
+    every: int
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.period < self.every:
+            raise ValueError(f"periodic work every {self.period} steps made every {self.every} is not less often")
+
+    @property
+    def params(self) -> tuple[tuple[str, int | float | str], ...]:
+        return (("period", self.period), ("every", self.every))
+
+
+Fix = WorkerFix | BatchFix | PrecisionFix | MicroBatchFix | PeriodicFix
 """Every fix kind a projection can size."""
 
 _AUTOCAST = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}

@@ -144,9 +144,12 @@ OUTLIER_MIN_EXCESS = 0.25
 #: rules judge them all.
 OUTLIER_MAX_FRACTION = 0.2
 #: Spikes are periodic (every Nth step: checkpoint, evaluation, logging) when at least this many
-#: recur and at least PERIODIC_MATCH of the gaps between them are the same number of steps.
+#: recur at one period and phase and at least PERIODIC_MATCH of the steps on it (first to last spike) spiked.
 PERIODIC_MIN_SPIKES = 3
 PERIODIC_MATCH = 0.75
+#: Outliers off the period (stalls, a scheduler hiccup) that do not break it: at most this many, or a
+#: quarter as many as the spikes on it (two scheduler outliers broke an every-12th-step evaluation).
+PERIODIC_EXTRA = 2
 SPIKE_MIN_SHARE = Threshold(
     0.05, OURS + ": periodic spikes taking 5% of run time are worth doing less often or off the step"
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PrecisionFix, WorkerFix
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Finding
@@ -31,6 +31,8 @@ def candidate_text(finding: Finding, batch_samples: float | None = None) -> str 
         return f"batch_size={max(1, round(batch_samples * fix.multiplier))}"
     if isinstance(fix, MicroBatchFix):
         return f"batch_size={fix.micro_batch},accumulate={fix.accumulate}"
+    if isinstance(fix, PeriodicFix):  # whichever knob the script reads (it reads the one it has)
+        return f"eval_every={fix.every},checkpoint_every={fix.every}"
     return None
 
 

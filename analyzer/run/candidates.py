@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from analyzer.analysis.fixes import BatchFix, Fix, MicroBatchFix, PrecisionFix, WorkerFix
+from analyzer.analysis.fixes import BatchFix, Fix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
 from analyzer.run.trial_env import TrialSetting
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ def setting_of(fix: Fix | None, batch: int | None = None) -> TrialSetting | None
         return TrialSetting(dataloader=(("batch_size", max(1, round(batch * fix.multiplier))),))
     if isinstance(fix, MicroBatchFix):
         return TrialSetting(dataloader=(("batch_size", fix.micro_batch),), script=(("accumulate", fix.accumulate),))
+    if isinstance(fix, PeriodicFix):
+        return TrialSetting(script=(("eval_every", fix.every), ("checkpoint_every", fix.every)))
     return None
 
 
@@ -93,6 +95,12 @@ def derive(
         out.append(Candidate(setting, "projection" if hit else source, *(hit or (None, None))))
 
     for setting in by_projection:
+        if setting.script:  # only the user knows whether the script reads the knob
+            notes.append(
+                f"projected {setting.label()}: not tried unless given with --candidates (the script must read "
+                "its GPUANALYZE_TRIAL_* variable)"
+            )
+            continue
         add(setting, "projection")
     current = current_workers or 0
     counts = [k for k in WORKER_COUNTS if k <= max(1, cores) and k != current]
