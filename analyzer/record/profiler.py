@@ -26,7 +26,7 @@ from analyzer.record.loaders import LoaderWatch
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
-from analyzer.record.patches import Patches
+from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
 from analyzer.record.steps import StepTimes
@@ -349,6 +349,8 @@ class Profiler:
                 self._steps.backward(elapsed_ns)
                 if self._timer is not None:
                     self._timer.end(S.BACKWARD_MS)
+            elif kind in DATA_KINDS and self._evaluating():
+                return  # an evaluation loader: its time is the step's host time, its samples no training's
             elif kind == "fetch" and self._loaders.loader is None and not self._data_depth:  # a plain loop's fetch
                 self._steps.data(elapsed_ns, cpu_ns)
                 if result is not None:
@@ -365,6 +367,15 @@ class Profiler:
                     self._loaders.saw_batch(result, self._steps.step)
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
+
+    def _evaluating(self) -> bool:
+        """Evaluation, not training: gradients off and every profiled model in eval mode (a validation loop's
+        ``model.eval()`` and ``torch.no_grad()``); either alone is not enough (frozen layers, a fetch under
+        no_grad)."""
+        models = self._models
+        if not models or self._grad_enabled():
+            return False
+        return all(not getattr(m, "training", True) for _, m in models)
 
     @guarded
     def _data_enter(self) -> None:
