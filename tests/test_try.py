@@ -160,9 +160,9 @@ def _projection(fix, step_ms=10.0, low=None, high=None):
     return Projection(step_ms=step_ms, current_ms=30.0, rule="r", bound="b", fix=fix, low_ms=low, high_ms=high)
 
 
-def _report(*fixes, device="cpu"):
+def _report(*fixes, device="cpu", cpu_bf16=None):
     findings = [SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(f)) for f in fixes]
-    return SimpleNamespace(findings=findings, run=SimpleNamespace(device=device))
+    return SimpleNamespace(findings=findings, run=SimpleNamespace(device=device, cpu_bf16=cpu_bf16))
 
 
 def test_candidates_start_with_the_projected_fix_and_stay_within_the_cores():
@@ -194,9 +194,19 @@ def test_accelerator_settings_only_with_an_accelerator():
     labels = [c.setting.label() for c in on_gpu]
     assert labels[0] == "autocast=bf16" and on_gpu[0].source == "projection"
     assert {"autocast=fp16", "tf32=true", "num_workers=4, pin_memory=true"} <= set(labels)
-    on_cpu, notes = derive(report, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    fp16 = _report(PrecisionFix("float16"), device="cuda")
+    on_cpu, notes = derive(fp16, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
     assert not any(c.setting.needs_accelerator for c in on_cpu)
-    assert any("projected but not tried" in n and "autocast=bf16" in n for n in notes)
+    assert any("projected but not tried" in n and "autocast=fp16" in n for n in notes)
+
+
+def test_a_cpu_with_native_bf16_tries_bf16_autocast():
+    plain, notes = derive(_report(), cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    assert "autocast=bf16" not in [c.setting.label() for c in plain] and any("no native bf16" in n for n in notes)
+    native = _report(cpu_bf16="avx512_bf16")
+    found, _ = derive(native, cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    assert "autocast=bf16" in [c.setting.label() for c in found]
+    assert not parse_setting("autocast=bf16").needs_accelerator and parse_setting("autocast=fp16").needs_accelerator
     asked, notes = given_candidates([parse_setting("tf32=1"), parse_setting("num_workers=1")], None, accelerator=False)
     assert [c.setting.label() for c in asked] == ["num_workers=1"] and "needs an accelerator" in notes[0]
 

@@ -208,6 +208,10 @@ OVERSUBSCRIBED_SHARE = Threshold(0.25, OURS + ": a quarter of the run waiting fo
 #: Fewest cores ``cores_free`` reports: a job that ran at all had some CPU, and a projection that
 #: divides by the free cores must not divide by zero.
 MIN_FREE_CORES = 0.25
+#: bf16 / fp32 matmul products per instruction on a CPU with AVX512_BF16: VDPBF16PS multiplies two bf16
+#: pairs per fp32 lane where an fp32 FMA multiplies one (Intel 64 and IA-32 Architectures Software
+#: Developer's Manual, Vol. 2, VDPBF16PS); AMX tiles do more, so the fast end of a CPU bf16 projection.
+CPU_BF16_SPEEDUP = 2.0
 #: Low-priority (positive nice) busy time below this many cores' worth is not worth a note: cores_free
 #: counts niced work as yielding to the job only from here (a nice-19 thread gets 15/1024 of a core a
 #: nice-0 thread wants: sched_prio_to_weight in the Linux kernel's kernel/sched/core.c).

@@ -159,3 +159,17 @@ def flag(text: str | None) -> bool | None:
     """A /proc/sys switch ("0" or "1"); None when it was not read or says something else."""
     value = (text or "").strip()
     return {"0": False, "1": True}.get(value)
+
+
+#: CPU flags (``/proc/cpuinfo``) of native bf16 arithmetic: AVX512_BF16 (VDPBF16PS) and AMX_BF16 tiles.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def bf16_flags(text: str | None) -> str | None:
+    """The native bf16 flags of the first CPU in ``/proc/cpuinfo``, comma-joined ('' none); None when unread."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            have = set(value.split())
+            return ",".join(f for f in BF16_FLAGS if f in have)
+    return None

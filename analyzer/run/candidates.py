@@ -5,7 +5,8 @@ Standard set: ``num_workers`` in 1, 2, 4, 8 up to the cores this job may use (no
 baseline already ran with); ``persistent_workers`` and ``prefetch_factor=4`` with the most
 promising worker count (the projected one, else the largest tried); and, only when the baseline
 ran on an accelerator, ``pin_memory``, autocast bf16 and fp16, and TF32. On a CPU run those are
-skipped, and the notes say so. When the baseline's DataLoader has a batch size B, ``batch_size``
+skipped, and the notes say so, except autocast bf16 on a CPU with native bf16 (RunInfo.cpu_bf16).
+When the baseline's DataLoader has a batch size B, ``batch_size``
 2B (BATCH_FACTOR) is tried too (a ``batch_multiplier`` projection gives its own multiple); it is
 compared per sample, and the learning rate for it is the user's call. Script knobs
 (``accumulate``, ``eval_every``, ``checkpoint_every``) are tried only when given with
@@ -119,8 +120,12 @@ def derive(
             add(TrialSetting(autocast=precision), "standard")
         add(TrialSetting(tf32=True), "standard")
     else:
+        native = report is not None and bool(report.run.cpu_bf16)
+        if native:
+            add(TrialSetting(autocast="bf16"), "standard")
         notes.append(
-            "pin_memory, autocast (bf16/fp16) and TF32 not tried: the baseline ran on the CPU (no accelerator)"
+            "pin_memory, autocast fp16 and TF32 not tried: the baseline ran on the CPU (no accelerator)"
+            + ("" if native else "; autocast bf16 neither: the CPU has no native bf16 (or the trace does not say)")
         )
     skipped = [s.label() for s in by_projection if s.needs_accelerator and not accelerator]
     if skipped:

@@ -72,6 +72,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     unlimited or unknown. ``cpu_count`` is the CPUs in the affinity mask."""
     host_cpus: _Int | None = None
     """1.3: the CPUs the host has online (``os.cpu_count()``), beyond this process's affinity mask."""
+    cpu_bf16: _Name | None = None
+    """The CPU's native bf16 flags from /proc/cpuinfo (``avx512_bf16``, ``amx_bf16``, comma-joined; '' none);
+    None when not read."""
 
     @property
     def world(self) -> int:
