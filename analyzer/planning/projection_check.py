@@ -268,28 +268,37 @@ def _rank_balance(p: _Pair) -> ProjectionCheck | None:
     return p.check("rank_balance", fix, "sync", f.projection, recommended=True)
 
 
-def _micro_batch(p: _Pair) -> ProjectionCheck | None:
+def _micro_split(p: _Pair) -> tuple[int, int, str] | None:
+    """(micro-batches per step before, after, what changed) when AFTER re-split the same samples per step
+    into other micro-batches (fetched batch size or fetches per step changed); None otherwise."""
     b, a = p.before.end, p.after.end
-    if b is None or a is None or not b.fetches or not a.fetches or not b.steps or not a.steps:
+    if b is None or a is None or not (b.fetches and a.fetches and b.steps and a.steps):
         return None
     s0, s1 = p.before.metrics.batch_samples, p.after.metrics.batch_samples
     if not s0 or not s1 or abs(s1 - s0) > SAME_SAMPLES * s0:
         return None
     a0, a1 = round(b.fetches / b.steps), round(a.fetches / a.steps)
-    if a0 == a1 and (b.fetch_samples == a.fetch_samples or not b.fetch_samples or not a.fetch_samples):
+    sized = bool(b.fetch_samples and a.fetch_samples)
+    if a0 == a1 and (not sized or b.fetch_samples == a.fetch_samples):
         return None
-    each = f" of {b.fetch_samples} -> {a.fetch_samples} sample(s)" if b.fetch_samples and a.fetch_samples else ""
-    fix = f"micro-batches {a0} -> {a1} per step{each}, {s0:.0f} samples per step"
+    each = f" of {b.fetch_samples} -> {a.fetch_samples} sample(s)" if sized else ""
+    return a0, a1, f"micro-batches {a0} -> {a1} per step{each}, {s0:.0f} samples per step"
+
+
+def _micro_batch(p: _Pair) -> ProjectionCheck | None:
+    split = _micro_split(p)
+    if split is None:
+        return None
+    a0, a1, fix = split
     f = p.finding("batch_size", "micro_batch_overhead")
     own = f.projection.fix if f is not None else None
     if f is not None and isinstance(own, MicroBatchFix) and own.accumulate == a1:
         return p.check("micro_batch", fix, "batch_size", f.projection, recommended=True)
     if a1 < a0 and a0 % a1 == 0:
         proj = micro_projection(p.ctx, a0, a0 // a1)
-        return p.check("micro_batch", fix, "batch_size", proj, recommended=False)
-    return p.check(
-        "micro_batch", fix, "batch_size", p.redone(p.ctx.wall, "no model for more micro-batches"), recommended=False
-    )
+    else:
+        proj = p.redone(p.ctx.wall, "no model for more micro-batches")
+    return p.check("micro_batch", fix, "batch_size", proj, recommended=False)
 
 
 def _periodic(p: _Pair) -> ProjectionCheck | None:

@@ -36,6 +36,13 @@ class LoaderWatch:
         if self.loader is not None and owner is self.loader and result is not None:
             self._iters.add(result)
 
+    def saw(self, kind: str, owner: Any, result: Any, *, in_block: bool) -> bool:
+        """A DataLoader call (``iter`` or ``fetch``): the iterator recorded where it is made, then whether
+        its time is data wait."""
+        if kind == "iter":
+            self.saw_iter(owner, result)
+        return self.is_training_data(owner, in_block=in_block)
+
     def is_training_data(self, owner: Any, *, in_block: bool) -> bool:
         """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
         block counts), and from the profile's own loader (or an iterator it made) when one was given.

@@ -23,7 +23,7 @@ from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
-from analyzer.record.models import Named, discover, named_models
+from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
 from analyzer.record.patches import DATA_KINDS, Patches
@@ -349,7 +349,7 @@ class Profiler:
                 self._steps.backward(elapsed_ns)
                 if self._timer is not None:
                     self._timer.end(S.BACKWARD_MS)
-            elif kind in DATA_KINDS and self._evaluating():
+            elif kind in DATA_KINDS and evaluating(self._models, self._grad_enabled()):
                 return  # an evaluation loader: its time is the step's host time, its samples no training's
             elif kind == "fetch" and self._loaders.loader is None and not self._data_depth:  # a plain loop's fetch
                 self._steps.data(elapsed_ns, cpu_ns)
@@ -357,25 +357,12 @@ class Profiler:
                     self._loaders.saw_batch(result, self._steps.step)
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
-            else:
-                if kind == "iter":
-                    self._loaders.saw_iter(owner, result)
-                if not self._loaders.is_training_data(owner, in_block=self._data_depth > 0):
-                    return
+            elif self._loaders.saw(kind, owner, result, in_block=self._data_depth > 0):
                 self._steps.data(elapsed_ns, cpu_ns)
                 if kind == "fetch" and result is not None:
                     self._loaders.saw_batch(result, self._steps.step)
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
-
-    def _evaluating(self) -> bool:
-        """Evaluation, not training: gradients off and every profiled model in eval mode (a validation loop's
-        ``model.eval()`` and ``torch.no_grad()``); either alone is not enough (frozen layers, a fetch under
-        no_grad)."""
-        models = self._models
-        if not models or self._grad_enabled():
-            return False
-        return all(not getattr(m, "training", True) for _, m in models)
 
     @guarded
     def _data_enter(self) -> None:

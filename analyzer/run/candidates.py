@@ -97,40 +97,63 @@ def derive(
 
     for setting in by_projection:
         if setting.script:  # only the user knows whether the script reads the knob
-            notes.append(
-                f"projected {setting.label()}: not tried unless given with --candidates (the script must read "
-                "its GPUANALYZE_TRIAL_* variable)"
-            )
-            continue
-        add(setting, "projection")
+            notes.append(f"projected {setting.label()}: {_SCRIPT_NOTE}")
+        else:
+            add(setting, "projection")
     current = current_workers or 0
     counts = [k for k in WORKER_COUNTS if k <= max(1, cores) and k != current]
     for k in counts:
         add(TrialSetting(dataloader=(("num_workers", k),)), "standard")
-    projected_workers = [dict(s.dataloader).get("num_workers") for s in by_projection]
-    best = next((int(k) for k in projected_workers if k), None) or (max(counts) if counts else current)
+    best = _best_workers(by_projection, counts, current)
     if best > 0:
         for extra in (("persistent_workers", True), ("prefetch_factor", PREFETCH)):
             add(TrialSetting(dataloader=(("num_workers", best), extra)), "standard")
     if current_batch is not None:
         add(TrialSetting(dataloader=(("batch_size", current_batch * BATCH_FACTOR),)), "standard")
+    native = report is not None and bool(report.run.cpu_bf16)
+    for setting in _device_settings(best, accelerator=accelerator, cpu_bf16=native):
+        add(setting, "standard")
+    notes += _device_notes(by_projection, accelerator=accelerator, cpu_bf16=native)
+    return out, notes
+
+
+#: Why a projected script knob is not tried on its own.
+_SCRIPT_NOTE = "not tried unless given with --candidates (the script must read its GPUANALYZE_TRIAL_* variable)"
+
+
+def _best_workers(by_projection: dict[TrialSetting, tuple[Projection, str]], counts: list[int], current: int) -> int:
+    """The most promising worker count: the projected one, else the largest tried, else the current."""
+    projected_workers = [dict(s.dataloader).get("num_workers") for s in by_projection]
+    return next((int(k) for k in projected_workers if k), None) or (max(counts) if counts else current)
+
+
+def _device_notes(
+    by_projection: dict[TrialSetting, tuple[Projection, str]], *, accelerator: bool, cpu_bf16: bool
+) -> list[str]:
+    """What the device settings left out on a CPU run, and why."""
     if accelerator:
-        add(TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))), "standard")
-        for precision in ("bf16", "fp16"):
-            add(TrialSetting(autocast=precision), "standard")
-        add(TrialSetting(tf32=True), "standard")
-    else:
-        native = report is not None and bool(report.run.cpu_bf16)
-        if native:
-            add(TrialSetting(autocast="bf16"), "standard")
-        notes.append(
-            "pin_memory, autocast fp16 and TF32 not tried: the baseline ran on the CPU (no accelerator)"
-            + ("" if native else "; autocast bf16 neither: the CPU has no native bf16 (or the trace does not say)")
-        )
-    skipped = [s.label() for s in by_projection if s.needs_accelerator and not accelerator]
+        return []
+    notes = [
+        "pin_memory, autocast fp16 and TF32 not tried: the baseline ran on the CPU (no accelerator)"
+        + ("" if cpu_bf16 else "; autocast bf16 neither: the CPU has no native bf16 (or the trace does not say)")
+    ]
+    skipped = [s.label() for s in by_projection if s.needs_accelerator]
     if skipped:
         notes.append(f"projected but not tried without an accelerator: {'; '.join(skipped)}")
-    return out, notes
+    return notes
+
+
+def _device_settings(best: int, *, accelerator: bool, cpu_bf16: bool) -> list[TrialSetting]:
+    """The standard set's device settings: pin_memory (with ``best`` workers), autocast and TF32 on an
+    accelerator; on a CPU only bf16 autocast, and only where the CPU has native bf16."""
+    if not accelerator:
+        return [TrialSetting(autocast="bf16")] if cpu_bf16 else []
+    return [
+        TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))),
+        TrialSetting(autocast="bf16"),
+        TrialSetting(autocast="fp16"),
+        TrialSetting(tf32=True),
+    ]
 
 
 def given(
