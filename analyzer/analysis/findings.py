@@ -107,7 +107,8 @@ class Finding:
     bottleneck: Bottleneck
     cause: str
     """The sub-cause, e.g. 'input_pipeline', 'host_sync', 'exposed_communication', 'straggler',
-    'launch_overhead', 'per_step_overhead', 'fp32_math', 'memory_bound', 'unattributed_host'."""
+    'launch_overhead', 'per_step_overhead', 'micro_batch_overhead', 'fp32_math', 'cpu_fp32_math', 'memory_bound',
+    'unattributed_host', 'periodic_spikes'."""
     severity: Severity
     share: float
     """Fraction of step time in [0, 1] that this finding's cause takes."""
