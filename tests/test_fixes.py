@@ -24,12 +24,13 @@ def _loading_trace(trace_factory):
 def test_the_worker_plan_is_searched_once_per_evaluation_and_travels_as_a_worker_fix(trace_factory, monkeypatch):
     searched = []
     real = workers._from_zero
-    monkeypatch.setattr(workers, "_from_zero", lambda ctx, data, k: searched.append(k) or real(ctx, data, k))
+    monkeypatch.setattr(workers, "_from_zero", lambda ctx, data, k: searched.append((ctx, k)) or real(ctx, data, k))
     report = analyze(_loading_trace(trace_factory))
     f = report.findings[0]
     assert f.bottleneck == "data_loading" and f.projection.fix == WorkerFix(5)
-    # one search over 1..max_workers (the default plan), not one per detect/evidence/project/batch_size call
-    assert len(searched) == len(set(searched))
+    # per evaluation (the run's and each resample's), one search over 1..max_workers, not one per
+    # detect/evidence/project/batch_size call
+    assert searched and len(searched) == len({(id(c), k) for c, k in searched})  # contexts kept alive: ids unique
     assert dict(f.projection.params) == {"num_workers": 5}  # the JSON report's pairs, from the fix
     assert any("num_workers=5" in rec for rec in f.recommendations)
     assert setting_of(f.projection.fix).label() == "num_workers=5"
@@ -65,3 +66,19 @@ def test_asking_whether_a_call_is_data_wait_records_nothing():
     other.saw_iter(SimpleNamespace(num_workers=2), SimpleNamespace())
     other.saw_iter(SimpleNamespace(num_workers=1), SimpleNamespace())
     assert other.workers == 2
+
+
+def test_a_resampled_context_does_not_reuse_the_plans_of_another(trace_factory):
+    import dataclasses
+
+    from analyzer.analysis.host_facts import HostFacts
+    from analyzer.analysis.road import trace_road
+    from analyzer.analysis.rules import Context
+    from gpuanalyze.ingest.reader import load_trace
+
+    t = load_trace(_loading_trace(trace_factory))
+    ctx = Context(m=trace_road(t).metrics, run=t.run, end=t.end, ceilings=None, host=HostFacts(4, 4))
+    plan = workers.worker_plan(ctx, 50.0)
+    other = dataclasses.replace(ctx, host=HostFacts(4, 1))  # as stability.py replaces the metrics
+    assert other.memo == {} and ctx.memo
+    assert workers.worker_plan(other, 50.0) != plan  # one free core: its own plan, not the cached one

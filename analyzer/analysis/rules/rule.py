@@ -44,8 +44,12 @@ class Context:
     """Measured ceilings of the machine the trace was recorded on (None when there are none for it)."""
     host: HostFacts
     """The cores free to the job and how busy the host was (``analysis.host_facts``)."""
-    memo: dict[tuple[object, ...], object] = field(default_factory=dict, compare=False, repr=False)
-    """What the rules compute once per evaluation and share (the worker plan, rules.workers.worker_plan)."""
+    memo: dict[tuple[object, ...], object] = field(init=False, compare=False, repr=False)
+    """What the rules compute once per evaluation and share (the worker plan, rules.workers.worker_plan); every
+    Context has its own (``dataclasses.replace`` for a resample starts empty: its metrics differ)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memo", {})
 
     @property
     def wall(self) -> float:
