@@ -100,6 +100,8 @@ def _judged(
         findings = tuple(dataclasses.replace(f, savings=savings(f.projection.saved_ms, cost_)) for f in findings)
     if host.oversubscribed:
         notes = (*notes, OVERSUBSCRIBED_NOTE)
+    if host.priority is not None:
+        notes = (*notes, host.priority)
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,

@@ -11,11 +11,20 @@ recommendations name), and recorded again (AFTER). Per pair it prints the verdic
 confidence level, the fix, the step before, the projected step (per current batch of samples for
 a batch change: Projection.per_batch_of), the projection's interval [low, high] (n/a when the
 analyzer gives none), the measured AFTER step on the same basis, the error (projected - measured)
-/ measured, whether the measurement is inside the interval and whether AFTER is slower than
-BEFORE. A healthy ('none') verdict projects no change: AFTER reruns the loop (or applies the
-would-be fix, to check that it indeed changes nothing). Then mean, median and worst error, the
-interval coverage, the medium/high-confidence recommendations that made the step slower, and each
+/ measured, whether the measurement is inside the interval, the interval's width relative to the
+step before, and whether AFTER is slower than BEFORE. A healthy ('none') verdict projects no
+change: AFTER reruns the loop (or applies the would-be fix, to check that it indeed changes
+nothing). Then mean, median and worst error, the interval coverage, the share within 5% and 10%,
+the median width, the medium/high-confidence recommendations that made the step slower, and each
 target met or missed with the reason.
+
+Then the same statistics **leave-one-family-out** (``lofo``): the constants the models fit on these
+pairs (REMOVAL_RESIDUE and REMOVAL_RESIDUE_HIGH for a cause removed by a change the projection cannot
+size; BATCH_UNMEASURED_FIXED for the per-call share a batch, micro-batch or CPU-precision projection
+does not measure) are chosen on every family but one from a small grid (median |error| first, then
+the narrowest high end that still covers 80% of the training pairs), and the held-out family's
+BEFORE traces are analysed again with them: its projections are out of sample. Models with no
+constant fitted on the pairs (workers, stragglers) project the same in both.
 
 --load busy runs the pairs beside N background busy loops (default: one per core this process may
 use), each `python -c` running `while the parent lives: spin` (a `while 1: pass` that also ends if
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -45,12 +55,27 @@ import torch
 import analyzer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.leave_one_family_out import lofo
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000): pass\n"
 """A background busy loop: `while 1: pass`, checking every million iterations that its parent lives."""
 MEDIAN_TARGET = 0.10
 COVERAGE_TARGET = 0.80
+WIDTH_TARGET = 0.30
+"""Median range width, as a share of the step before, the leave-one-family-out target."""
+#: The constants fitted on the pairs, per model group, and the grid leave-one-family-out chooses from.
+GRID: dict[str, list[dict[str, float]]] = {
+    "removal": [
+        {"REMOVAL_RESIDUE": r, "REMOVAL_RESIDUE_HIGH": h}
+        for r, h in itertools.product((0.0, 0.05, 0.1, 0.15, 0.2, 0.3), (0.2, 0.3, 0.45, 0.6))
+        if h > r
+    ],
+    "unmeasured": [{"BATCH_UNMEASURED_FIXED": f} for f in (0.25, 0.35, 0.5, 0.65)],
+}
+#: Which group a pair's applied fix belongs to (its projection uses that group's constants).
+UNMEASURED_FIXES = ("batch", "micro_batch", "precision")
+REMOVAL_FIXES = ("balance", "sync_every", "prefetch_thread", "cheaper_batches", "cheaper_loading", "log_every")
 
 
 @dataclass(slots=True)
@@ -79,6 +104,28 @@ class Pair:
     """The BEFORE run's host facts the rules saw (HostFacts: run queue, free cores, oversubscribed)."""
     rule: str = ""
     """What the projection was built from (Projection.rule)."""
+    family: str = ""
+    finding: tuple[str, str] | None = None
+    """(bottleneck, cause) of the finding whose fix was applied."""
+    before_path: str | None = None
+    """The BEFORE trace (kept while the mode runs, for leave-one-family-out)."""
+    fix_key: str | None = None
+
+    @property
+    def width(self) -> float | None:
+        """The interval's width as a share of the step before."""
+        if self.low_ms is None or self.high_ms is None or self.before_ms <= 0:
+            return None
+        return (self.high_ms - self.low_ms) / self.before_ms
+
+    @property
+    def group(self) -> str | None:
+        """The fitted-constant group whose constants the pair's projection uses (None: none)."""
+        if self.fix_key in UNMEASURED_FIXES:
+            return "unmeasured"
+        if self.fix_key in REMOVAL_FIXES or (self.bound and self.fix_key not in (None, "none")):
+            return "removal"
+        return None
 
 
 def _cores() -> int:
@@ -112,7 +159,8 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
     case = case.steps(quick)
     start = case.loop if case.loop is not None else case.ddp_batches
     assert start is not None
-    before = analyzer.analyze(case.record(start, tmp, f"{tag}b", quick))
+    before_path = case.record(start, tmp, f"{tag}b", quick)
+    before = analyzer.analyze(before_path)
     top = before.findings[0] if before.findings else None
     base = {"mode": mode, "case": case.name, "kind": case.kind, "verdict": before.bottleneck}
     if top is None:
@@ -128,7 +176,7 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
         cause=cause,
         confidence=conf,
         fix=fix.label() if fix else None,
-        bound=top is not None and not top.projection.params,
+        bound=top is not None and top.projection.fix is None,
         before_ms=before_ms,
         projected_ms=top.projection.step_ms if top else (before_ms if fix else None),
         low_ms=top.projection.low_ms if top else None,
@@ -140,6 +188,10 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
         recommendation=top is not None,
         host=_host(before),
         rule=top.projection.rule if top else "",
+        family=case.family,
+        finding=(top.bottleneck, top.cause) if top else None,
+        before_path=str(before_path),
+        fix_key=fix.key if fix else None,
     )
     variant = case.apply(fix) if fix else None
     if fix is None or variant is None:
@@ -179,7 +231,7 @@ def _host(report: Any) -> dict[str, Any] | None:
 
 HEADER = (
     f"{'case':32} {'verdict/cause':31} {'conf':6} {'fix':22} {'before':>8} {'projected':>9} "
-    f"{'interval':>17} {'measured':>8} {'error':>7} {'inside':>6} {'slower':>6}"
+    f"{'interval':>17} {'measured':>8} {'error':>7} {'inside':>6} {'width':>6} {'slower':>6}"
 )
 
 
@@ -196,10 +248,11 @@ def row(p: Pair) -> str:
     interval = f"[{p.low_ms:.2f}, {p.high_ms:.2f}]" if p.low_ms is not None and p.high_ms is not None else "n/a"
     fix = (p.fix or "-") + ("*" if p.bound else "")
     error = f"{p.error:+7.1%}" if p.error is not None else f"{'n/a':>7}"
+    width = f"{p.width:6.0%}" if p.width is not None else f"{'n/a':>6}"
     line = (
         f"{p.case[:32]:32} {vc[:31]:31} {p.confidence:6} {fix[:22]:22} {p.before_ms:8.2f} "
         f"{_ms(p.projected_ms, 9)} {interval:>17} {_ms(p.measured_ms, 8)} {error} "
-        f"{_yes(p.inside):>6} {_yes(p.slower):>6}"
+        f"{_yes(p.inside):>6} {width} {_yes(p.slower):>6}"
     )
     return line + (f"\n{'':32} {p.note}" if p.note else "")
 
@@ -213,8 +266,9 @@ def summarise(pairs: list[Pair], mode: str) -> dict[str, Any]:
     coverage = sum(bool(p.inside) for p in with_interval) / len(with_interval) if with_interval else None
     slower = [p.case for p in done if p.recommendation and p.confidence in ("medium", "high") and p.slower]
     median = statistics.median(errs) if errs else None
+    widths = [p.width for p in with_interval if p.width is not None]
     targets = []
-    if mode == "quiet":
+    if mode in ("quiet", "lofo"):
         off = [f"{p.case} ({p.error:+.0%})" for p in done if p.error is not None and abs(p.error) > MEDIAN_TARGET]
         targets.append(
             {
@@ -235,6 +289,15 @@ def summarise(pairs: list[Pair], mode: str) -> dict[str, Any]:
             ),
         }
     )
+    if mode == "lofo":
+        wide = [f"{p.case} ({p.width:.0%})" for p in with_interval if p.width is not None and p.width > WIDTH_TARGET]
+        targets.append(
+            {
+                "target": f"median width <= {WIDTH_TARGET:.0%} of the step",
+                "met": bool(widths) and statistics.median(widths) <= WIDTH_TARGET,
+                "why": "wider than 30%: " + "; ".join(wide) if wide else "",
+            }
+        )
     targets.append(
         {
             "target": "no medium/high-confidence recommendation makes the step slower",
@@ -252,6 +315,9 @@ def summarise(pairs: list[Pair], mode: str) -> dict[str, Any]:
         "median_abs_error": median,
         "worst_error": worst.error if worst else None,
         "worst_case": worst.case if worst else None,
+        "within_5": sum(e <= 0.05 for e in errs) / len(errs) if errs else None,
+        "within_10": sum(e <= 0.10 for e in errs) / len(errs) if errs else None,
+        "median_width": statistics.median(widths) if widths else None,
         "with_interval": len(with_interval),
         "coverage": coverage,
         "slower_medium_high": slower,
@@ -269,7 +335,11 @@ def print_summary(s: dict[str, Any]) -> None:
         f"signed mean {pct(s['mean_signed_error'], True)}"
     )
     cov = "n/a" if s["coverage"] is None else f"{s['coverage']:.0%} of {s['with_interval']}"
-    print(f"interval coverage {cov}; medium/high-confidence recommendations slower: {len(s['slower_medium_high'])}")
+    print(
+        f"within 5% {pct(s['within_5'])}, within 10% {pct(s['within_10'])}; interval coverage {cov}, median width "
+        f"{pct(s['median_width'])} of the step; medium/high-confidence recommendations slower: "
+        f"{len(s['slower_medium_high'])}"
+    )
     for t in s["targets"]:
         print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}" + (f": {t['why']}" if t["why"] else ""))
     print("  (* = projection with no setting, an upper bound on the gain; error > 0 means projected slower)")
@@ -288,10 +358,20 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict
             pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick))
             print(row(pairs[-1]), flush=True)
         load_end = os.getloadavg()
+        held, chosen = lofo(pairs, GRID)  # while the BEFORE traces exist
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
-    print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end")
+    print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
     print_summary(summary)
+    families = sorted({p.family for p in pairs})
+    print(f"-- {mode}, leave-one-family-out ({len(families)} families: {', '.join(families)}):")
+    for p in held:
+        if p.group:
+            print(row(p), flush=True)
+    out_of_sample = summarise(held, "lofo")
+    print_summary(out_of_sample)
+    for c in chosen:
+        print(f"   without {c['held_out']}: " + "; ".join(f"{g} {v}" for g, v in c.items() if g != "held_out"))
     return {
         "mode": mode,
         "busy_procs": n,
@@ -301,6 +381,7 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict
         "seconds": seconds,
         "pairs": [asdict(p) for p in pairs],
         "summary": summary,
+        "lofo": {"pairs": [asdict(p) for p in held], "summary": out_of_sample, "chosen": chosen},
     }
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared loops in tests/scenarios
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PrecisionFix, WorkerFix
 from tests.scenarios.fixes import FixLoop, record
 
-SETTINGS = ("num_workers", "batch")
-"""Fixes that are a projection's setting (Projection.params): the projection is for exactly them."""
+SETTINGS = ("num_workers", "batch", "precision", "micro_batch")
+"""Fixes that are a projection's setting (Projection.fix): the projection is for exactly them."""
 QUICK = 6
 """--quick runs this fraction of each case's steps."""
 EVERY_N = 50
@@ -31,11 +32,13 @@ EVERY_N = 50
 @dataclass(frozen=True, slots=True)
 class Fix:
     key: str
-    """num_workers, batch, balance, sync_every, prefetch_thread, cheaper_batches, cheaper_loading,
-    log_every, none."""
-    value: int | float | bool | None = None
+    """num_workers, batch, precision, micro_batch, balance, sync_every, prefetch_thread, cheaper_batches,
+    cheaper_loading, log_every, none."""
+    value: int | float | bool | str | None = None
     persistent: bool = False
-    """num_workers only: with persistent_workers=True (when the finding recommends it too)."""
+    """num_workers only: with persistent_workers=True (when the finding also recommends it)."""
+    accumulate: int = 1
+    """micro_batch only: micro-batches per optimizer step (``value`` is the micro-batch's samples)."""
 
     def label(self) -> str:
         if self.key == "num_workers":
@@ -44,6 +47,8 @@ class Fix:
             return f"batch x{self.value:g}" if isinstance(self.value, int | float) else "batch"
         if self.key in ("log_every", "sync_every"):
             return f"{self.key}={self.value}"
+        if self.key == "micro_batch":
+            return f"micro {self.value} x {self.accumulate}"
         return self.key
 
 
@@ -64,14 +69,18 @@ def _names(rec: str) -> list[str]:
 
 def fixes_of(finding: Any) -> list[Fix]:
     """The fixes a finding recommends, in order (see the module docstring); [] when it names none."""
-    params = dict(finding.projection.params)
+    fix = finding.projection.fix
     recs = [r.lower() for r in finding.recommendations]
     fixes: list[Fix] = []
-    if "num_workers" in params:
-        persistent = any("persistent_workers=true" in r for r in recs)
-        fixes.append(Fix("num_workers", int(params["num_workers"]), persistent))
-    if "batch_multiplier" in params:
-        fixes.append(Fix("batch", params["batch_multiplier"]))
+    if isinstance(fix, WorkerFix):
+        persistent = fix.persistent or any("persistent_workers=true" in r for r in recs)
+        fixes.append(Fix("num_workers", fix.workers, persistent))
+    if isinstance(fix, BatchFix):
+        fixes.append(Fix("batch", fix.multiplier))
+    if isinstance(fix, PrecisionFix) and fix.autocast == "bf16":
+        fixes.append(Fix("precision", "bf16"))
+    if isinstance(fix, MicroBatchFix):
+        fixes.append(Fix("micro_batch", fix.micro_batch, accumulate=fix.accumulate))
     if finding.cause == "straggler":
         fixes.append(Fix("balance"))
     if finding.cause == "host_sync":
@@ -88,6 +97,8 @@ class Case:
     name: str
     kind: str
     """The kind of fix the case exists for (what it covers)."""
+    family: str
+    """The fix family (leave-one-family-out validation holds out every case of one family at a time)."""
     loop: FixLoop | None = None
     ddp_batches: tuple[int, int] | None = None
     """A DDP case (tests/scenarios/ddp.py, gloo, 2 ranks): each rank's batch size."""
@@ -134,6 +145,10 @@ class Case:
         if k == "batch" and isinstance(fix.value, int | float) and fix.value == int(fix.value) > 1:
             m = int(fix.value)
             return replace(c, batch=c.batch * m, steps=max(self.min_steps, c.steps // m))
+        if k == "precision" and not c.autocast_bf16:
+            return replace(c, autocast_bf16=True)
+        if k == "micro_batch" and isinstance(fix.value, int) and c.accumulate > fix.accumulate:
+            return replace(c, batch=fix.value, accumulate=fix.accumulate)
         if k == "prefetch_thread" and c.function_loader:
             return replace(c, prefetch_thread=True)
         if k == "log_every" and c.log_every:
@@ -167,12 +182,15 @@ _PY_BATCH = FixLoop(function_loader=True, fn_python_reps=2, batch=64, features=5
 _HEALTHY = FixLoop(batch=256, features=1024, hidden=2048, steps=48)
 
 CASES: tuple[Case, ...] = (
-    Case("sleep 1.5 ms/sample (I/O-like)", "num_workers", _SLEEP),
-    Case("sleep 0.3 ms/sample (I/O-like)", "num_workers", FixLoop(sample_sleep_s=0.0003, steps=180)),
-    Case("numpy __getitem__, 20 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=20, steps=180)),
-    Case("numpy __getitem__, 5 passes", "num_workers (CPU-bound)", FixLoop(sample_numpy_reps=5, steps=300)),
+    Case("sleep 1.5 ms/sample (I/O-like)", "num_workers", "workers", _SLEEP),
+    Case("sleep 0.3 ms/sample (I/O-like)", "num_workers", "workers", FixLoop(sample_sleep_s=0.0003, steps=180)),
+    Case(
+        "numpy __getitem__, 20 passes", "num_workers (CPU-bound)", "workers", FixLoop(sample_numpy_reps=20, steps=180)
+    ),
+    Case("numpy __getitem__, 5 passes", "num_workers (CPU-bound)", "workers", FixLoop(sample_numpy_reps=5, steps=300)),
     Case(
         "6 short epochs, workers restart",
+        "persistent_workers",
         "persistent_workers",
         FixLoop(sample_sleep_s=0.0005, epochs=6, steps=24),
         min_steps=6,
@@ -180,33 +198,72 @@ CASES: tuple[Case, ...] = (
     Case(
         "in memory, batch 128, per sample",
         "cheaper batch construction",
+        "cheaper_loading",
         FixLoop(batch=128, features=16, hidden=16, layers=1, steps=900),
         prefer=("cheaper_batches", "cheaper_loading"),
     ),
-    Case("batch 1, tiny MLP", "batch size (overhead-bound)", FixLoop(batch=1, features=16, hidden=32, steps=1200)),
-    Case("batch 2, 64-wide MLP", "batch size (overhead-bound)", FixLoop(batch=2, features=64, hidden=128, steps=900)),
+    Case(
+        "batch 1, tiny MLP",
+        "batch size (overhead-bound)",
+        "batch",
+        FixLoop(batch=1, features=16, hidden=32, steps=1200),
+    ),
+    Case(
+        "batch 2, 64-wide MLP",
+        "batch size (overhead-bound)",
+        "batch",
+        FixLoop(batch=2, features=64, hidden=128, steps=900),
+    ),
     Case(
         "batch 8, 512-wide MLP",
         "batch size (compute-bound)",
+        "batch",
         FixLoop(batch=8, features=512, hidden=1024, steps=240),
     ),
     Case(
         "get_batch sleeps 8 ms (prof.data)",
         "custom loader: prefetch thread",
+        "prefetch_thread",
         FixLoop(function_loader=True, fn_sleep_s=0.008, batch=64, features=512, hidden=1024, steps=120),
         prefer=("prefetch_thread",),
     ),
-    Case("pure-Python get_batch, thread?", "custom loader: prefetch thread", _PY_BATCH, prefer=("prefetch_thread",)),
-    Case("pure-Python get_batch, cheaper", "custom loader made cheaper", _PY_BATCH, prefer=("cheaper_loading",)),
-    Case("grad stats .tolist() every step", "logging frequency", FixLoop(log_every=1, steps=240)),
+    Case(
+        "pure-Python get_batch, thread?",
+        "custom loader: prefetch thread",
+        "prefetch_thread",
+        _PY_BATCH,
+        prefer=("prefetch_thread",),
+    ),
+    Case(
+        "pure-Python get_batch, cheaper",
+        "custom loader made cheaper",
+        "cheaper_loading",
+        _PY_BATCH,
+        prefer=("cheaper_loading",),
+    ),
+    Case("grad stats .tolist() every step", "logging frequency", "logging", FixLoop(log_every=1, steps=240)),
     Case(
         "loss.item() every step (CPU)",
         "host syncs per step",
+        "host_syncs",
         replace(_HEALTHY, item_every=1),
         none_check={"item_every": EVERY_N},
         min_steps=10,
     ),
-    Case("healthy, 1024-wide MLP b256", "none (change nothing)", _HEALTHY, min_steps=10),
+    Case("healthy, 1024-wide MLP b256", "none (change nothing)", "none", _HEALTHY, min_steps=10),
+    Case(
+        "micro-batch 2 x 8, 64-wide MLP",
+        "fewer, larger micro-batches",
+        "micro_batch",
+        FixLoop(batch=2, accumulate=8, features=64, hidden=128, steps=150),
+    ),
+    Case(
+        "fp32 1024-wide MLP b128, bf16 CPU",
+        "bf16 autocast (CPU)",
+        "precision",
+        FixLoop(batch=128, features=1024, hidden=2048, steps=48),
+        min_steps=10,
+    ),
     # shards large enough that rank 1's extra work, not the all-reduce itself, is what the ranks wait for
-    Case("DDP 2 ranks, rank 1 shard +30%", "straggler balance", ddp_batches=(1024, 1344)),
+    Case("DDP 2 ranks, rank 1 shard +30%", "straggler balance", "straggler", ddp_batches=(1024, 1344)),
 )

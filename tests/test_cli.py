@@ -38,7 +38,7 @@ EXPECTED = {
     "cpu_data_loading.arrow": "data_loading",
     "cpu_healthy.arrow": "none",
     "h200_data_loading.arrow": "data_loading",
-    "h200_cpu_healthy_scenario.arrow": "batch_size",
+    "h200_cpu_healthy_scenario.arrow": "data_loading",
     "h200_small_batch.arrow": "batch_size",
     "h200_sync.arrow": "batch_size",
     "h200_fp32_compute.arrow": "kernels",

@@ -120,3 +120,31 @@ def test_a_directory_of_rank_files_takes_the_lowest_rank_readings(tmp_path):
     report = analyze(tmp_path)
     assert report.host is not None and report.host.sampled and report.host.samples == 10
     assert report.host.run_queue == 1.0 and not report.host.oversubscribed
+
+
+def test_low_priority_work_does_not_take_a_core_from_the_job(tmp_path):
+    # 2 CPUs, one busy with this run, the other with a niced background loop: both are free to the job
+    readings = [
+        sample(i, busy_cores=2.0, niced_cores=1.0, nice=0, process_cpu_cores=1.0, workers_cpu_cores=None)
+        for i in range(5)
+    ]
+    facts = host_facts(RunInfo(cpu_count=2, host_cpus=2), readings)
+    assert facts.cores_free == pytest.approx(2.0) and facts.niced_cores == pytest.approx(1.0)
+    assert facts.priority is not None and "niced" in facts.priority and "autogroup" not in facts.priority
+    # the same load at the job's priority takes the core
+    equal = [
+        sample(i, busy_cores=2.0, niced_cores=0.0, nice=0, process_cpu_cores=1.0, workers_cpu_cores=None)
+        for i in range(5)
+    ]
+    assert host_facts(RunInfo(cpu_count=2, host_cpus=2), equal).cores_free == pytest.approx(1.0)
+    # a niced job: its own time is in the nice column, so niced work competes with it
+    niced_job = [
+        sample(i, busy_cores=2.0, niced_cores=2.0, nice=10, process_cpu_cores=1.0, workers_cpu_cores=None)
+        for i in range(5)
+    ]
+    facts = host_facts(RunInfo(cpu_count=2, host_cpus=2), niced_job)
+    assert facts.cores_free == pytest.approx(1.0) and facts.priority is None
+    report = analyze(_trace(tmp_path, readings))
+    assert any("low-priority" in n for n in report.notes)  # the report says what it assumed
+    grouped = [sample(i, busy_cores=2.0, niced_cores=1.0, nice=0, autogroup=True) for i in range(5)]
+    assert "autogroup" in (host_facts(RunInfo(cpu_count=2, host_cpus=2), grouped).priority or "")

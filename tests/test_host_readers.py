@@ -48,11 +48,18 @@ def test_cpu_ticks_of_the_host_and_of_an_affinity_mask():
     assert R.procs_running(STAT) == 5 and R.procs_running("cpu 1 2 3 4") is None
 
 
+def test_cpu_ticks_keep_the_low_priority_time_apart():
+    stat = "cpu  100 40 50 800 50 0 0 0 0 0\ncpu0 60 40 20 300 0 0 0 0 0 0\ncpu1 40 0 30 500 50 0 0 0 0 0\n"
+    assert R.cpu_ticks(stat) == R.CpuTicks(busy=190, total=1040, nice=40)
+    assert R.cpu_ticks(stat, frozenset({1})).nice == 0
+    assert R.flag("1\n") is True and R.flag("0") is False and R.flag(None) is None and R.flag("x") is None
+
+
 def test_process_stat_with_spaces_and_parentheses_in_its_name():
-    fields = ["S", "41"] + ["0"] * 9 + ["300", "200"] + ["0"] * 8 + ["1000"] + ["0"] * 20
+    fields = ["S", "41"] + ["0"] * 9 + ["300", "200"] + ["0"] * 3 + ["5"] + ["0"] * 4 + ["1000"] + ["0"] * 20
     text = "1234 (python (worker) 1) " + " ".join(fields)
     stat = R.proc_stat(text)
-    assert stat == R.ProcStat(ppid=41, cpu_ticks=500, rss_pages=1000)
+    assert stat == R.ProcStat(ppid=41, cpu_ticks=500, rss_pages=1000, nice=5)
     assert R.proc_stat("garbage") is None and R.proc_stat(None) is None
 
 

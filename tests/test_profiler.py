@@ -2,6 +2,7 @@ import functools
 import time
 import warnings
 
+import polars as pl
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -396,6 +397,31 @@ def test_gradient_accumulation_gives_one_row_per_optimizer_step_from_the_first(t
     assert f.get_column(S.BATCH_SAMPLES).to_list() == [32, 32, 32]
     assert (f.get_column(S.DATA_WAIT_MS) >= 4 * 8 * 1.0).all()  # four batches of 8 samples x 1 ms each
     assert (f.get_column(S.OPTIMIZER_MS) > 0).all()
+    end = load_trace(prof.path).end
+    assert end is not None and (end.fetches, end.fetch_samples) == (12, 8)  # one fetch per micro-batch of 8
+
+
+def test_an_evaluation_loader_is_neither_data_wait_nor_training_samples(tmp_path):
+    """Every 4th step a validation pass (model.eval(), torch.no_grad()) fetches 4 batches of 8 samples from a
+    loader that sleeps 4 ms per sample: its time is the step's host time, its samples are not trained."""
+    model, opt, loader = make_loop(small(steps=12))
+    _, _, val = make_loop(small(steps=4, sample_cost_s=0.004))
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow")) as prof:
+        for i, (x, y) in enumerate(loader):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if i % 4 == 3:
+                model.eval()
+                with torch.no_grad():
+                    for vx, vy in val:
+                        torch.nn.functional.mse_loss(model(vx), vy)
+                model.train()
+    f = load_trace(prof.path).frame
+    assert f.get_column(S.BATCH_SAMPLES).to_list() == [8] * 12  # only the training batch of each step
+    assert f.get_column(S.DATA_WAIT_MS).max() < 4 * 8 * 4.0 / 2  # the 128 ms validation fetches are not data wait
+    spike = f.filter(pl.col(S.STEP) % 4 == 0).filter(pl.col(S.STEP) > 0)
+    assert (spike.get_column(S.WALL_MS) > 4 * 8 * 4.0).all()  # the validation pass is in the next step's time
 
 
 def test_a_loop_that_never_steps_an_optimizer_gets_a_row_per_forward(tmp_path):

@@ -47,9 +47,10 @@ def test_periodic_spikes_are_a_finding_with_period_and_cost(trace_factory):
     f = next(f for f in r.findings if f.cause == "periodic_spikes")
     assert f.bottleneck == "host" and "Every 10 steps" in f.summary
     n = len(r.steady.outliers)
-    assert f.projection.saved_ms == pytest.approx(n * 60.0 / r.metrics.steps, rel=0.05)
+    excess = n * 60.0 / r.metrics.steps
+    assert f.projection.saved_ms == pytest.approx(excess / 2, rel=0.05)  # every 20 steps instead of 10
     assert all(e.passed for e in f.evidence)
-    assert f.share == pytest.approx(f.projection.saved_ms / f.projection.current_ms)
+    assert f.share == pytest.approx(excess / f.projection.current_ms, rel=0.05)  # what the spikes take
 
 
 def test_irregular_stalls_are_not_called_periodic(trace_factory):
@@ -153,3 +154,32 @@ def test_out_of_core_leaves_outliers_out_of_the_rules_and_resamples_whole_steps(
     assert r.metrics.ranks == 2 and set(r.steady.outliers) == {20, 40}
     assert r.stability is not None and r.stability.value is not None
     assert any("left out of the rules" in n for n in r.notes)  # as for a trace held in memory
+
+
+def test_a_periodic_evaluation_is_found_beside_two_scheduler_stalls(trace_factory):
+    # every 12th step evaluates for 60 ms; two stalls off the period (steps 17 and 50) must not break it
+    rows = [make_row(i, wall=80.0 if i % 12 == 0 or i in (17, 50) else 20.0) for i in range(96)]
+    r = analyze(trace_factory(rows))
+    assert r.steady.period == 12 and set(r.steady.periodic) == {12, 24, 36, 48, 60, 72, 84}
+    assert {17, 50} <= set(r.steady.outliers) - set(r.steady.periodic)
+    f = next(f for f in r.findings if f.cause == "periodic_spikes")
+    assert "Every 12 steps" in f.summary
+
+
+def test_a_periodic_spike_projects_the_work_half_as_often_with_its_own_range(trace_factory):
+    from analyzer.analysis.fixes import PeriodicFix
+    from analyzer.planning.settling_trial import candidate_text
+    from analyzer.run.candidates import derive
+
+    rows = [make_row(i, wall=80.0 if i % 10 == 0 else 20.0) for i in range(80)]
+    r = analyze(trace_factory(rows))
+    f = next(f for f in r.findings if f.cause == "periodic_spikes")
+    p = f.projection
+    excess = len(r.steady.spikes) * 60.0 / r.metrics.steps
+    assert p.fix == PeriodicFix(period=10, every=20)
+    assert p.step_ms == pytest.approx(p.current_ms - excess / 2, rel=0.02)  # every 20 steps: half the excess stays
+    assert p.low_ms <= p.current_ms - excess <= p.high_ms  # off the step entirely is inside the range
+    assert p.high_ms < p.current_ms  # and the fix helps at the slow end
+    assert candidate_text(f) == "eval_every=20,checkpoint_every=20"
+    found, notes = derive(r, cores=1, accelerator=False, current_workers=0)
+    assert all(not c.setting.script for c in found) and any("eval_every=20" in n for n in notes)

@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PrecisionFix, WorkerFix  # noqa: E402
 from benchmarks.projection_validation import Pair, background_load, summarise  # noqa: E402
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of  # noqa: E402
 from tests.scenarios.fixes import FixLoop, run_loop  # noqa: E402
@@ -37,7 +38,7 @@ def test_every_case_loop_and_its_fix_train_a_couple_of_steps(case):
     assert case.loop is not None
     before = tiny(case.loop)
     losses = run_loop(before)
-    assert len(losses) == before.steps * before.epochs and all(v == v for v in losses)
+    assert len(losses) == before.steps * before.epochs * before.accumulate and all(v == v for v in losses)
     assert run_loop(before) == losses  # seeded: the same numbers every run
     fix = case.choose(fixes_for(case))
     assert fix is not None
@@ -60,6 +61,10 @@ def fixes_for(case: Case) -> list[Fix]:
         return [Fix("cheaper_loading")]
     if kind == "logging frequency":
         return [Fix("log_every", 50)]
+    if kind == "fewer, larger micro-batches":
+        return [Fix("micro_batch", 16, accumulate=1)]
+    if kind == "bf16 autocast (CPU)":
+        return [Fix("precision", "bf16")]
     return [Fix("none")]
 
 
@@ -97,14 +102,14 @@ def test_bad_loop_settings_are_refused():
         FixLoop(sample_sleep_s=-1.0)
 
 
-def finding(cause: str, params: tuple = (), recs: tuple[str, ...] = ()) -> SimpleNamespace:
-    return SimpleNamespace(cause=cause, projection=SimpleNamespace(params=params), recommendations=recs)
+def finding(cause: str, fix: object = None, recs: tuple[str, ...] = ()) -> SimpleNamespace:
+    return SimpleNamespace(cause=cause, projection=SimpleNamespace(fix=fix), recommendations=recs)
 
 
 def test_fixes_of_reads_the_projection_setting_first_then_the_cause_then_the_advice():
     f = finding(
         "input_pipeline",
-        (("num_workers", 2),),
+        WorkerFix(2),
         (
             "Load in parallel: DataLoader(num_workers=2)",
             "Keep workers alive with persistent_workers=True.",
@@ -116,8 +121,11 @@ def test_fixes_of_reads_the_projection_setting_first_then_the_cause_then_the_adv
     assert fixes_of(finding("host_sync"))[0].key == "sync_every"
     host = finding("unattributed_host", recs=("wrap it", "Look for per-step logging ... and do it every N steps."))
     assert [x.key for x in fixes_of(host)] == ["log_every"]
-    assert fixes_of(finding("per_step_overhead", (("batch_multiplier", 2),))) == [Fix("batch", 2)]
-    assert fixes_of(finding("fp32_math", (("precision", "bfloat16"),))) == []
+    assert fixes_of(finding("per_step_overhead", BatchFix(2))) == [Fix("batch", 2)]
+    assert fixes_of(finding("fp32_math", PrecisionFix("float16"))) == []  # fp16 autocast: no CPU loop knob
+    assert fixes_of(finding("cpu_fp32_math", PrecisionFix("bfloat16"))) == [Fix("precision", "bf16")]
+    micro = fixes_of(finding("micro_batch_overhead", MicroBatchFix(16, 1)))
+    assert micro == [Fix("micro_batch", 16, accumulate=1)]
 
 
 def test_advice_against_a_thread_is_not_read_as_a_thread():

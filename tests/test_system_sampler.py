@@ -47,6 +47,7 @@ def test_readings_land_in_the_trace_and_no_thread_is_left(tmp_path):
     assert 1 <= len(texts) <= trace.frame.height
     sample = decode_host_sample(texts[-1])
     assert sample.rss_bytes and sample.rss_bytes > 0 and sample.process_cpu_cores is not None
+    assert sample.niced_cores is not None and sample.nice == os.nice(0)  # low-priority time kept apart
     assert trace.run.host_cpus == os.cpu_count()
     host = host_facts(trace.run, samples_of(trace.frame))
     assert host.sampled and host.samples == len(texts) and 0 < host.cores_free <= host.cores_available

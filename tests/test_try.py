@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analyzer.analysis.findings import Projection
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PrecisionFix, WorkerFix
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.run import trial_env
@@ -155,17 +156,17 @@ def test_worker_only_settings_are_skipped_for_a_loader_left_without_workers():
 
 
 # -- candidates -----------------------------------------------------------------------------------
-def _projection(params, step_ms=10.0, low=None, high=None):
-    return Projection(step_ms=step_ms, current_ms=30.0, rule="r", bound="b", params=params, low_ms=low, high_ms=high)
+def _projection(fix, step_ms=10.0, low=None, high=None):
+    return Projection(step_ms=step_ms, current_ms=30.0, rule="r", bound="b", fix=fix, low_ms=low, high_ms=high)
 
 
-def _report(*params, device="cpu"):
-    findings = [SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(p)) for p in params]
-    return SimpleNamespace(findings=findings, run=SimpleNamespace(device=device))
+def _report(*fixes, device="cpu", cpu_bf16=None):
+    findings = [SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(f)) for f in fixes]
+    return SimpleNamespace(findings=findings, run=SimpleNamespace(device=device, cpu_bf16=cpu_bf16))
 
 
 def test_candidates_start_with_the_projected_fix_and_stay_within_the_cores():
-    report = _report((("num_workers", 3),))
+    report = _report(WorkerFix(3))
     found, notes = derive(report, cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
     labels = [c.setting.label() for c in found]
     assert labels[0] == "num_workers=3" and found[0].source == "projection" and found[0].projection is not None
@@ -188,14 +189,24 @@ def test_candidates_leave_out_the_current_worker_count_and_respect_many_cores():
 
 
 def test_accelerator_settings_only_with_an_accelerator():
-    report = _report((("precision", "bfloat16"),), device="cuda")
+    report = _report(PrecisionFix("bfloat16"), device="cuda")
     on_gpu, _ = derive(report, cores=4, accelerator=True, current_workers=0)  # type: ignore[arg-type]
     labels = [c.setting.label() for c in on_gpu]
     assert labels[0] == "autocast=bf16" and on_gpu[0].source == "projection"
     assert {"autocast=fp16", "tf32=true", "num_workers=4, pin_memory=true"} <= set(labels)
-    on_cpu, notes = derive(report, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    fp16 = _report(PrecisionFix("float16"), device="cuda")
+    on_cpu, notes = derive(fp16, cores=4, accelerator=False, current_workers=0)  # type: ignore[arg-type]
     assert not any(c.setting.needs_accelerator for c in on_cpu)
-    assert any("projected but not tried" in n and "autocast=bf16" in n for n in notes)
+    assert any("projected but not tried" in n and "autocast=fp16" in n for n in notes)
+
+
+def test_a_cpu_with_native_bf16_tries_bf16_autocast():
+    plain, notes = derive(_report(), cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    assert "autocast=bf16" not in [c.setting.label() for c in plain] and any("no native bf16" in n for n in notes)
+    native = _report(cpu_bf16="avx512_bf16")
+    found, _ = derive(native, cores=2, accelerator=False, current_workers=0)  # type: ignore[arg-type]
+    assert "autocast=bf16" in [c.setting.label() for c in found]
+    assert not parse_setting("autocast=bf16").needs_accelerator and parse_setting("autocast=fp16").needs_accelerator
     asked, notes = given_candidates([parse_setting("tf32=1"), parse_setting("num_workers=1")], None, accelerator=False)
     assert [c.setting.label() for c in asked] == ["num_workers=1"] and "needs an accelerator" in notes[0]
 
@@ -204,7 +215,7 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
     found, _ = derive(None, cores=1, accelerator=False, current_workers=0, current_batch=8)
     assert "batch_size=16" in [c.setting.label() for c in found]
     assert all(not c.setting.changes_batch for c in derive(None, cores=1, accelerator=False, current_workers=0)[0])
-    report = _report((("batch_multiplier", 4),))
+    report = _report(BatchFix(4))
     projected, _ = derive(report, cores=1, accelerator=False, current_workers=0, current_batch=8)  # type: ignore[arg-type]
     assert projected[0].setting.label() == "batch_size=32" and projected[0].source == "projection"
     micro = parse_setting("batch_size=16,accumulate=2")
@@ -224,25 +235,20 @@ def test_a_loader_with_its_own_batch_sampler_keeps_it():
 
 
 @pytest.mark.parametrize(
-    "params",
-    [
-        (("num_workers", 4),),
-        (("num_workers", 2), ("persistent_workers", True)),
-        (("precision", "bfloat16"),),
-        (("batch_multiplier", 2),),
-    ],
+    "fix",
+    [WorkerFix(4), WorkerFix(2, persistent=True), PrecisionFix("bfloat16"), BatchFix(2), MicroBatchFix(8, 2)],
 )
-def test_the_analysis_names_the_trial_that_settles_its_advice(params):
+def test_the_analysis_names_the_trial_that_settles_its_advice(fix):
     from analyzer.planning.settling_trial import candidate_text, settling_trial
 
-    finding = SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(params))
+    finding = SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(fix))
     report = SimpleNamespace(findings=[finding], metrics=SimpleNamespace(batch_samples=8.0))
     line = settling_trial(report, "python train.py")  # type: ignore[arg-type]
     text = candidate_text(finding, 8.0)  # type: ignore[arg-type]
     assert line == f"gpuanalyze run --try --candidates {text} -- python train.py"
-    assert parse_setting(text) == setting_of(params, 8)  # the same setting run --try derives from it
+    assert parse_setting(text) == setting_of(fix, 8)  # the same setting run --try derives from it
     assert settling_trial(SimpleNamespace(findings=[], metrics=None)) is None  # type: ignore[arg-type]
-    cheaper = SimpleNamespace(projection=_projection((("getitem_speedup", 2),)))
+    cheaper = SimpleNamespace(projection=_projection(None))
     assert candidate_text(cheaper) is None  # type: ignore[arg-type]
 
 
@@ -263,9 +269,9 @@ def test_the_try_says_whether_it_settles_the_analysis_advice(tmp_path):
 
 
 def test_a_projection_that_needs_code_changes_is_no_candidate():
-    assert setting_of((("batch_multiplier", 4),)) is None
-    assert setting_of(()) is None
-    assert setting_of((("num_workers", 4),)) == TrialSetting(dataloader=(("num_workers", 4),))
+    assert setting_of(BatchFix(4)) is None  # the baseline's batch size unknown
+    assert setting_of(None) is None
+    assert setting_of(WorkerFix(4)) == TrialSetting(dataloader=(("num_workers", 4),))
 
 
 # -- measuring and recommending ------------------------------------------------------------------

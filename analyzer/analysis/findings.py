@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from analyzer.analysis.fixes import Fix
+
 Bottleneck = Literal["data_loading", "batch_size", "kernels", "sync", "host", "none", "unknown"]
 """``host``: host work no phase accounts for (not forward, backward, optimizer, data or sync);
 ``none``: a healthy run (docs/thresholds.md); ``unknown``: not healthy, but the trace does not
@@ -56,8 +58,9 @@ class Projection:
     """The arithmetic, with the measured numbers, in words."""
     bound: str
     """What limits the projected step once this is fixed (e.g. 'GPU busy 12.30 ms')."""
-    params: tuple[tuple[str, int | float | str], ...] = ()
-    """The concrete fix the projection assumes, e.g. (("num_workers", 4),)."""
+    fix: Fix | None = None
+    """The concrete fix the projection assumes (analysis.fixes, e.g. ``WorkerFix(workers=4)``); None for a
+    cause removed by a change the projection cannot size."""
     per_batch_of: float | None = None
     """Set when the projection is per current batch worth of samples (a larger-batch fix)."""
     low_ms: float | None = None
@@ -69,6 +72,11 @@ class Projection:
     @property
     def saved_ms(self) -> float:
         return max(0.0, self.current_ms - self.step_ms)
+
+    @property
+    def params(self) -> tuple[tuple[str, int | float | str], ...]:
+        """The fix as (name, value) pairs, e.g. (("num_workers", 4),), for the JSON report (empty: no fix)."""
+        return () if self.fix is None else self.fix.params
 
     @property
     def assured_saved_ms(self) -> float:
@@ -99,7 +107,8 @@ class Finding:
     bottleneck: Bottleneck
     cause: str
     """The sub-cause, e.g. 'input_pipeline', 'host_sync', 'exposed_communication', 'straggler',
-    'launch_overhead', 'per_step_overhead', 'fp32_math', 'memory_bound', 'unattributed_host'."""
+    'launch_overhead', 'per_step_overhead', 'micro_batch_overhead', 'fp32_math', 'cpu_fp32_math', 'memory_bound',
+    'unattributed_host', 'periodic_spikes'."""
     severity: Severity
     share: float
     """Fraction of step time in [0, 1] that this finding's cause takes."""

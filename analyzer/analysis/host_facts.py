@@ -30,7 +30,8 @@ class HostFacts:
     cgroup CPU quota (whichever is smaller), shared among the ranks on the node."""
     cores_free: float
     """Of those, the cores not taken by other work on the host while the run was measured
-    (``cores_available`` when nothing else was measured); never above ``cores_available``."""
+    (``cores_available`` when nothing else was measured); never above ``cores_available``. Only work that
+    competes at the job's priority takes a core: low-priority (niced) work yields it (``priority``)."""
     load_avg: float | None = None
     """The host's mean 1-minute load average over the run (None when not sampled)."""
     cpu_util_pct: float | None = None
@@ -62,6 +63,10 @@ class HostFacts:
     """Highest GPU temperature."""
     gpu_sm_clock_mhz: float | None = None
     """Mean SM clock (a low one under load is throttling)."""
+    niced_cores: float | None = None
+    """Cores' worth of low-priority (positive nice) busy time on the job's CPUs (None when not sampled)."""
+    priority: str | None = None
+    """What ``cores_free`` assumed about the other work's priority, in words (None when nothing was niced)."""
 
     def __post_init__(self) -> None:
         assert self.cores_available >= 1 and 0 < self.cores_free <= self.cores_available, self
@@ -98,9 +103,10 @@ def host_facts(run: RunInfo, samples: Sequence[HostSample] = ()) -> HostFacts:
     def most(name: str) -> Any:
         return _max([getattr(s, name) for s in samples])
 
+    niced = _yielding(samples)
     return HostFacts(
         cores_available=share,
-        cores_free=max(min(T.MIN_FREE_CORES, share), _free_cores(samples, share, limit, local)),
+        cores_free=max(min(T.MIN_FREE_CORES, share), _free_cores(samples, share, limit, local, niced is not None)),
         load_avg=mean("load_avg"),
         cpu_util_pct=mean("cpu_util_pct"),
         process_cpu_cores=mean("process_cpu_cores"),
@@ -117,14 +123,40 @@ def host_facts(run: RunInfo, samples: Sequence[HostSample] = ()) -> HostFacts:
         gpu_power_w=mean("gpu_power_w"),
         gpu_temp_c=most("gpu_temp_c"),
         gpu_sm_clock_mhz=mean("gpu_sm_clock_mhz"),
+        niced_cores=mean("niced_cores"),
+        priority=niced,
     )
 
 
-def _free_cores(samples: Sequence[HostSample], share: float, limit: float, local: int) -> float:
+def _yielding(samples: Sequence[HostSample]) -> str | None:
+    """Whether the other work's low-priority (niced) time is taken to yield its cores to the job, in words;
+    None when nothing ran niced or the job itself is niced (its own time is then in the nice column).
+
+    The scheduler (CFS) shares a core by weight: a nice-19 thread gets 15/1024 of a core a nice-0 thread
+    wants (kernel/sched/core.c, sched_prio_to_weight). With autogroup on (most desktops), nice ranks
+    threads within one session only; a niced process of another session competes as an equal group."""
+    niced = _mean([s.niced_cores for s in samples])
+    own = _max([s.nice for s in samples])
+    if not niced or niced < T.NICED_MIN_CORES or (own is not None and own > 0):
+        return None
+    text = f"{niced:.2g} core(s) of low-priority (niced) work counted as free: it yields to the job at nice {own or 0}"
+    if any(s.autogroup for s in samples):
+        text += "; assumed in the job's session (autogroup is on: a niced process of another session competes)"
+    return text
+
+
+def _free_cores(samples: Sequence[HostSample], share: float, limit: float, local: int, yielding: bool) -> float:
     """The job's cores less the other work on the CPUs it may use (their busy time less this
-    process and its workers), averaged over the readings."""
+    process and its workers, and less low-priority work when it yields: ``_yielding``), averaged over
+    the readings."""
     others = [
-        max(0.0, s.busy_cores - (s.process_cpu_cores or 0.0) - (s.workers_cpu_cores or 0.0))
+        max(
+            0.0,
+            s.busy_cores
+            - (s.process_cpu_cores or 0.0)
+            - (s.workers_cpu_cores or 0.0)
+            - ((s.niced_cores or 0.0) if yielding else 0.0),
+        )
         for s in samples
         if s.busy_cores is not None
     ]

@@ -4,7 +4,8 @@ reflects evidence, stability and the host, and periodic spikes as a finding of t
 
 The rules see the steady steps (``ctx.m``: outliers and settling steps left out, analysis.steady);
 the run's cost is the mean of every analysed step (``full``), so every projection gets back the
-time the left-out steps add to the mean (the fix leaves them as they are).
+time the left-out steps add to the mean (the fix leaves them as they are), less the part of it the
+finding's own cause owns (analysis.left_out: those stalls leave with the fix).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Confidence, Finding, ranking_key
+from analyzer.analysis.left_out import cause_part, owned_left_out_ms
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules import Context, Verdict, classify
 from analyzer.analysis.rules.rule import confidence_level
@@ -56,7 +58,9 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
     verdict = classify(ctx)
     stab = stability(ctx, verdict, classify)
     delta = full.step_mean_ms - ctx.wall
-    findings = [_finish(ctx, f, delta, full.step_mean_ms, stab, steady.spread) for f in verdict.findings]
+    findings = [
+        _finish(ctx, f, _back(f, delta, full, steady), full.step_mean_ms, stab, steady.spread) for f in verdict.findings
+    ]
     spikes = spike_finding(ctx, full, steady)
     if spikes is not None:
         findings.append(spikes)
@@ -69,6 +73,15 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
     else:
         verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
     return Judged(verdict, stab, steady, _notes(steady))
+
+
+def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:
+    """What the left-out steps add back to ``f``'s projection: their excess, less the part ``f``'s cause owns
+    (analysis.left_out: a loader stall leaves with the loader's fix)."""
+    column = cause_part(f)
+    if column is None or delta <= 0:
+        return delta
+    return max(0.0, delta - owned_left_out_ms(full, steady, column))
 
 
 def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:

@@ -1,14 +1,18 @@
 """Periodic spikes: every Nth step far slower than the rest (checkpoint, evaluation, logging).
 
 A finding of its own, with the period and the cost: the spikes' excess over the median step, on
-the mean step time and as a share of run time. Its projection (every spike as fast as a usual
-step) is an upper bound: doing the periodic work less often or off the step saves part of it.
+the mean step time and as a share of run time. Its projection is the periodic work run half as
+often (every 2N steps: half the excess stays), a ``PeriodicFix`` that ``run --try`` applies through
+the script's ``eval_every``/``checkpoint_every`` knobs; its range spans the work off the step
+entirely (asynchronous: none of the excess stays) to half as often, each widened by the run-to-run
+noise (PROJECTION_NOISE).
 """
 
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Finding, Projection
+from analyzer.analysis.fixes import PeriodicFix
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules.rule import Context, Detection, confidence
 from analyzer.analysis.steady import SteadyState
@@ -18,7 +22,7 @@ def spike_finding(ctx: Context, full: StepMetrics, steady: SteadyState) -> Findi
     """The periodic-spike finding, when spikes recur with a period and cost SPIKE_MIN_SHARE of run time."""
     if steady.period is None or steady.spike_share < T.SPIKE_MIN_SHARE.value:
         return None
-    n = len(steady.outliers)
+    n = len(steady.spikes)
     per_step = n * steady.spike_ms / steady.steps
     current = full.step_mean_ms
     saved = min(per_step, current)
@@ -50,14 +54,19 @@ def spike_finding(ctx: Context, full: StepMetrics, steady: SteadyState) -> Findi
             f"{T.PERIODIC_MATCH:.0%} of the gaps between spikes are {steady.period} steps (ours, docs/thresholds.md)",
         ),
     )
-    point = current - saved
+    every = 2 * steady.period
+    point = current - saved / 2
+    removed = current - saved
     projection = Projection(
         step_ms=point,
         current_ms=current,
-        rule=f"mean step {current:.2f} ms minus the spikes' excess {n} x {steady.spike_ms:.2f} ms over "
-        f"{steady.steps} steps = {point:.2f} ms (an upper bound: less often or off the step saves part of it)",
-        bound=f"the spikes as fast as a usual step: {point:.2f} ms",
-        low_ms=point * (1 - T.PROJECTION_NOISE),
+        rule=f"mean step {current:.2f} ms with the spikes' excess {n} x {steady.spike_ms:.2f} ms over "
+        f"{steady.steps} steps ({saved:.2f} ms per step) paid every {every} steps instead of every "
+        f"{steady.period}: {current:.2f} - {saved:.2f} / 2 = {point:.2f} ms; off the step entirely "
+        f"(asynchronous): {removed:.2f} ms",
+        bound=f"half the periodic work: {point:.2f} ms",
+        fix=PeriodicFix(period=steady.period, every=every),
+        low_ms=removed * (1 - T.PROJECTION_NOISE),
         high_ms=point * (1 + T.PROJECTION_NOISE),
     )
     return Finding(
@@ -69,8 +78,8 @@ def spike_finding(ctx: Context, full: StepMetrics, steady: SteadyState) -> Findi
         evidence=evidence,
         recommendations=(
             f"Every {steady.period} steps something runs on the step: checkpoint, evaluation or logging on a "
-            "fixed interval. Do it less often, asynchronously (e.g. torch.distributed.checkpoint.async_save, "
-            "evaluation in another process) or make it cheaper.",
+            f"fixed interval. Do it less often (every {every} steps halves its cost), asynchronously (e.g. "
+            "torch.distributed.checkpoint.async_save, evaluation in another process) or make it cheaper.",
         ),
         consistency=steady.period_match,
         confidence=confidence(d, evidence, False),

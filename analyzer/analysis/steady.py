@@ -18,6 +18,8 @@ from gpuanalyze.ingest import schema as S
 
 #: 1.4826 x the median absolute deviation estimates a normal distribution's standard deviation.
 MAD_TO_SD = 1.4826
+#: Candidate periods tried (the most common gaps between outliers and sums of consecutive gaps).
+_CANDIDATES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +38,11 @@ class SteadyState:
     period: int | None = None
     """Every ``period``-th step spikes (None: the outliers do not recur regularly)."""
     period_match: float = 0.0
-    """Share of the gaps between outliers that equal the period, in [0, 1]."""
+    """Share of the steps on the period (from its first spike to its last) that spiked, in [0, 1]."""
+    periodic: tuple[int, ...] = ()
+    """The outliers on the period (a few others, stalls off it, do not break it)."""
     spike_ms: float = 0.0
-    """Mean excess of an outlier step over the median, ms."""
+    """Mean excess over the median of a periodic spike (of an outlier step when there is no period), ms."""
     left_out_ms: float = 0.0
     """Excess over the median of every step left out (settling and outliers), summed, ms per rank."""
     drift: float = 0.0
@@ -52,10 +56,15 @@ class SteadyState:
         return frozenset(self.settling) | frozenset(self.outliers)
 
     @property
+    def spikes(self) -> tuple[int, ...]:
+        """The periodic spikes when there is a period, else every outlier."""
+        return self.periodic if self.period is not None else self.outliers
+
+    @property
     def spike_share(self) -> float:
-        """Share of run time the outliers' excess takes."""
+        """Share of run time the spikes' excess takes."""
         total = self.steps * self.median_ms + self.left_out_ms
-        return len(self.outliers) * self.spike_ms / total if total > 0 else 0.0
+        return len(self.spikes) * self.spike_ms / total if total > 0 else 0.0
 
 
 def steady_state(m: StepMetrics) -> SteadyState:
@@ -83,7 +92,8 @@ def steady_state(m: StepMetrics) -> SteadyState:
     settling = steps[:lead]
     later = np.flatnonzero(flagged[lead:]) + lead
     outliers = steps[later]
-    period, match = _period(outliers)
+    period, match, on = _period(outliers)
+    spiking = later[np.isin(outliers, on)] if period is not None else later
     kept = np.ones(wall.size, dtype=bool)
     kept[:lead] = False
     kept[later] = False
@@ -94,7 +104,8 @@ def steady_state(m: StepMetrics) -> SteadyState:
         outliers=tuple(int(s) for s in outliers),
         period=period,
         period_match=match,
-        spike_ms=float(np.mean(wall[later] - med)) if later.size else 0.0,
+        periodic=tuple(int(s) for s in on),
+        spike_ms=float(np.mean(wall[spiking] - med)) if spiking.size else 0.0,
         left_out_ms=float(np.sum(wall[~kept] - med)),
         drift=_drift(wall[kept]),
         spread=_spread(wall[kept]),
@@ -125,16 +136,46 @@ def _outliers(wall: np.ndarray, med: float) -> np.ndarray:
     return flagged
 
 
-def _period(outliers: np.ndarray) -> tuple[int | None, float]:
-    """The most common gap between outlier steps, when enough of them recur at it."""
+def _period(outliers: np.ndarray) -> tuple[int | None, float, np.ndarray]:
+    """(period, match, the outliers on it): the N and phase most outliers recur at, robust to a few stalls
+    off it. Of every N >= 2 and phase, the one holding the most outliers (then the best match, then the
+    shortest N), when at least PERIODIC_MIN_SPIKES are on it, at least PERIODIC_MATCH of the steps on the
+    period between its first and last spike spiked, and at most PERIODIC_EXTRA (or a quarter as many as
+    on it) are off it; else (None, best match seen, none)."""
+    none = np.empty(0, dtype=outliers.dtype)
     if outliers.size < T.PERIODIC_MIN_SPIKES:
-        return None, 0.0
-    gaps = np.diff(outliers)
-    values, counts = np.unique(gaps, return_counts=True)
-    best = int(np.argmax(counts))
-    match = float(counts[best] / gaps.size)
-    gap = int(values[best])
-    return (gap, match) if gap >= 2 and match >= T.PERIODIC_MATCH else (None, match)
+        return None, 0.0, none
+    best: tuple[int, float, int] | None = None
+    best_on = none
+    seen = 0.0
+    for n in _candidate_periods(outliers):
+        phases, counts = np.unique(outliers % n, return_counts=True)
+        phase = int(phases[int(np.argmax(counts))])
+        on = outliers[outliers % n == phase]
+        expected = int(on.max() - on.min()) // n + 1
+        match = on.size / expected
+        seen = max(seen, match if on.size >= T.PERIODIC_MIN_SPIKES else 0.0)
+        extra = outliers.size - on.size
+        if on.size < T.PERIODIC_MIN_SPIKES or match < T.PERIODIC_MATCH:
+            continue
+        if extra > max(T.PERIODIC_EXTRA, on.size // 4):
+            continue
+        key = (on.size, match, -n)
+        if best is None or key > best:
+            best, best_on = key, on
+    if best is None:
+        return None, seen, none
+    return -best[2], best[1], best_on
+
+
+def _candidate_periods(outliers: np.ndarray) -> list[int]:
+    """Periods worth trying: the gaps between outliers and the sums of two or three consecutive gaps (a stall
+    between two spikes splits their gap), the most common _CANDIDATES of them."""
+    gaps = np.diff(np.sort(outliers))
+    sums = [gaps, gaps[:-1] + gaps[1:], gaps[:-2] + gaps[1:-1] + gaps[2:]]
+    values, counts = np.unique(np.concatenate([g for g in sums if g.size]), return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:_CANDIDATES]
+    return sorted(int(v) for v in values[order] if v >= 2)
 
 
 def _spread(wall: np.ndarray) -> float:

@@ -150,9 +150,12 @@ OUTLIER_MIN_EXCESS = 0.25
 #: rules judge them all.
 OUTLIER_MAX_FRACTION = 0.2
 #: Spikes are periodic (every Nth step: checkpoint, evaluation, logging) when at least this many
-#: recur and at least PERIODIC_MATCH of the gaps between them are the same number of steps.
+#: recur at one period and phase and at least PERIODIC_MATCH of the steps on it (first to last spike) spiked.
 PERIODIC_MIN_SPIKES = 3
 PERIODIC_MATCH = 0.75
+#: Outliers off the period (stalls, a scheduler hiccup) that do not break it: at most this many, or a
+#: quarter as many as the spikes on it (two scheduler outliers broke an every-12th-step evaluation).
+PERIODIC_EXTRA = 2
 SPIKE_MIN_SHARE = Threshold(
     0.05, OURS + ": periodic spikes taking 5% of run time are worth doing less often or off the step"
 )
@@ -209,3 +212,11 @@ OVERSUBSCRIBED_SHARE = Threshold(0.25, OURS + ": a quarter of the run waiting fo
 #: Fewest cores ``cores_free`` reports: a job that ran at all had some CPU, and a projection that
 #: divides by the free cores must not divide by zero.
 MIN_FREE_CORES = 0.25
+#: bf16 / fp32 matmul products per instruction on a CPU with AVX512_BF16: VDPBF16PS multiplies two bf16
+#: pairs per fp32 lane where an fp32 FMA multiplies one (Intel 64 and IA-32 Architectures Software
+#: Developer's Manual, Vol. 2, VDPBF16PS); AMX tiles do more, so the fast end of a CPU bf16 projection.
+CPU_BF16_SPEEDUP = 2.0
+#: Low-priority (positive nice) busy time below this many cores' worth is not worth a note: cores_free
+#: counts niced work as yielding to the job only from here (a nice-19 thread gets 15/1024 of a core a
+#: nice-0 thread wants: sched_prio_to_weight in the Linux kernel's kernel/sched/core.c).
+NICED_MIN_CORES = 0.05

@@ -13,7 +13,14 @@ How AFTER shows each fix (docs/cost.md, "Checking a projection after the fact"):
   function under ``prof.data()``, prefetching);
 - logging: lead time (host work before a step's first phase, e.g. logging after the optimizer
   step) fell by half or more;
-- rank balance: the straggler's excess fell by half or more (BEFORE's straggler finding).
+- rank balance: the straggler's excess fell by half or more (BEFORE's straggler finding);
+- micro-batch: the samples of a fetched batch (or the fetches per step) changed while the samples per
+  optimizer step stayed (gradient accumulation re-split);
+- eval / checkpoint: BEFORE's periodic spikes came less often or went (an evaluation when most of the
+  spikes' excess is outside unattributed host time, a checkpoint when it is in it).
+
+A micro-batch or periodic change also moves the data wait and the lead time: the loader and logging
+checks are not made beside it.
 """
 
 from __future__ import annotations
@@ -22,18 +29,37 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Finding, Projection
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, WorkerFix
 from analyzer.analysis.host_facts import host_facts
+from analyzer.analysis.metrics import STEP_RANKS, STEP_WALL
 from analyzer.analysis.rules import Context
+from analyzer.analysis.rules.accumulation import micro_projection
 from analyzer.analysis.rules.batch_size import batch_projection
 from analyzer.analysis.rules.data_loading import worker_plan
+from analyzer.analysis.steady import SteadyState
 from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.outcome import Report
 from analyzer.planning.step_series import StepSeries
 from gpuanalyze.ingest import schema as S
 
-CheckKind = Literal["workers", "batch", "precision", "host_syncs", "loader", "logging", "rank_balance"]
+CheckKind = Literal[
+    "workers",
+    "batch",
+    "precision",
+    "host_syncs",
+    "loader",
+    "logging",
+    "rank_balance",
+    "micro_batch",
+    "eval",
+    "checkpoint",
+]
+#: Samples per step count as unchanged within this fraction (a micro-batch change keeps them).
+SAME_SAMPLES = 0.05
 #: A per-step cost counts as removed when AFTER has at most this fraction of BEFORE's.
 FELL = 0.5
 #: An imported Kineto trace's end status: its loader_workers says single (0) or multi-process (1), not how many.
@@ -146,7 +172,8 @@ def _workers(p: _Pair) -> ProjectionCheck | None:
         return None
     fix, w1 = change
     f = p.finding("data_loading")
-    advised = dict(f.projection.params).get("num_workers") if f is not None else None
+    own = f.projection.fix if f is not None else None
+    advised = own.workers if isinstance(own, WorkerFix) else None
     if f is not None and advised is not None and w1 in (None, advised):
         return p.check("workers", fix, "data_loading", f.projection, recommended=True)
     plan = worker_plan(p.ctx, p.ctx.ms(p.before.metrics.effective[S.DATA_WAIT_MS]), workers=w1)
@@ -164,7 +191,7 @@ def _batch(p: _Pair) -> ProjectionCheck | None:
     f = p.finding("batch_size")
     fix = f"batch {b0:.0f} -> {b1:.0f}"
     measured = p.measured / k
-    if f is not None and dict(f.projection.params).get("batch_multiplier") == k:
+    if f is not None and isinstance(f.projection.fix, BatchFix) and f.projection.fix.multiplier == k:
         return p.check("batch", fix, "batch_size", f.projection, recommended=True, measured=measured)
     proj = batch_projection(p.ctx, k, f"batch {b0:.0f} -> {b1:.0f} (x{k:g}, as applied)")
     return p.check("batch", fix, "batch_size", proj, recommended=False, measured=measured)
@@ -202,7 +229,7 @@ def _loader(p: _Pair) -> ProjectionCheck | None:
         return None
     fix = f"data wait {d0:.2f} -> {d1:.2f} ms per step, same DataLoader workers (loader or prof.data() change)"
     f = p.finding("data_loading")
-    if f is not None and "num_workers" not in dict(f.projection.params):
+    if f is not None and not isinstance(f.projection.fix, WorkerFix):
         return p.check("loader", fix, "data_loading", f.projection, recommended=True)
     step = max(ctx.wall - (d0 - d1), ctx.busy)
     rule = f"step {ctx.wall:.2f} ms minus the data wait removed ({d0:.2f} - {d1:.2f} ms)" + (
@@ -241,7 +268,89 @@ def _rank_balance(p: _Pair) -> ProjectionCheck | None:
     return p.check("rank_balance", fix, "sync", f.projection, recommended=True)
 
 
+def _micro_split(p: _Pair) -> tuple[int, int, str] | None:
+    """(micro-batches per step before, after, what changed) when AFTER re-split the same samples per step
+    into other micro-batches (fetched batch size or fetches per step changed); None otherwise."""
+    b, a = p.before.end, p.after.end
+    if b is None or a is None or not (b.fetches and a.fetches and b.steps and a.steps):
+        return None
+    s0, s1 = p.before.metrics.batch_samples, p.after.metrics.batch_samples
+    if not s0 or not s1 or abs(s1 - s0) > SAME_SAMPLES * s0:
+        return None
+    a0, a1 = round(b.fetches / b.steps), round(a.fetches / a.steps)
+    sized = bool(b.fetch_samples and a.fetch_samples)
+    if a0 == a1 and (not sized or b.fetch_samples == a.fetch_samples):
+        return None
+    each = f" of {b.fetch_samples} -> {a.fetch_samples} sample(s)" if sized else ""
+    return a0, a1, f"micro-batches {a0} -> {a1} per step{each}, {s0:.0f} samples per step"
+
+
+def _micro_batch(p: _Pair) -> ProjectionCheck | None:
+    split = _micro_split(p)
+    if split is None:
+        return None
+    a0, a1, fix = split
+    f = p.finding("batch_size", "micro_batch_overhead")
+    own = f.projection.fix if f is not None else None
+    if f is not None and isinstance(own, MicroBatchFix) and own.accumulate == a1:
+        return p.check("micro_batch", fix, "batch_size", f.projection, recommended=True)
+    if a1 < a0 and a0 % a1 == 0:
+        proj = micro_projection(p.ctx, a0, a0 // a1)
+    else:
+        proj = p.redone(p.ctx.wall, "no model for more micro-batches")
+    return p.check("micro_batch", fix, "batch_size", proj, recommended=False)
+
+
+def _periodic(p: _Pair) -> ProjectionCheck | None:
+    sb, sa = p.before.steady, p.after.steady
+    if sb is None or sb.period is None or not sb.spikes or sa is None:
+        return None
+    n0 = sb.period
+    n1 = sa.period if sa.period is not None and sa.spikes else None
+    if n1 is not None and n1 <= n0:
+        return None
+    kind: CheckKind = "checkpoint" if _host_share_of_spikes(p.before, sb) >= 0.5 else "eval"
+    what = "checkpoint" if kind == "checkpoint" else "evaluation"
+    fix = f"{what} every {n0} -> {'never on the step' if n1 is None else f'every {n1}'} steps"
+    f = p.finding("host", "periodic_spikes")
+    own = f.projection.fix if f is not None else None
+    if f is not None and isinstance(own, PeriodicFix) and n1 == own.every:
+        return p.check(kind, fix, "host", f.projection, recommended=True)
+    excess = len(sb.spikes) * sb.spike_ms / p.before.metrics.steps if p.before.metrics.steps else 0.0
+    left = 0.0 if n1 is None else n0 / n1
+    current = p.before.metrics.step_mean_ms
+    step = current - excess * (1.0 - left)
+    rule = f"mean step {current:.2f} ms minus the spikes' {excess:.2f} ms per step x (1 - {left:.2f}) = {step:.2f} ms"
+    proj = Projection(
+        step_ms=step,
+        current_ms=current,
+        rule=rule,
+        bound="as applied",
+        low_ms=step * (1 - T.PROJECTION_NOISE),
+        high_ms=step * (1 + T.PROJECTION_NOISE),
+    )
+    return p.check(kind, fix, "host", proj, recommended=False)
+
+
+def _host_share_of_spikes(report: Report, steady: SteadyState) -> float:
+    """Share of the spikes' excess over the median step that is unattributed host time (a checkpoint's
+    torch.save, logging) rather than data, forward and backward (an evaluation pass)."""
+    ps = report.metrics.per_step
+    if ps.height == 0 or S.OTHER_MS not in ps.columns or STEP_WALL not in ps.columns:
+        return 0.0
+    wall = ps.get_column(STEP_WALL).to_numpy() / np.maximum(ps.get_column(STEP_RANKS).to_numpy(), 1)
+    other = ps.get_column(S.OTHER_MS).fill_null(0.0).to_numpy() * wall
+    on = np.isin(ps.get_column(S.STEP).to_numpy(), np.asarray(steady.spikes))
+    if not on.any() or on.all():
+        return 0.0
+    excess = float(np.sum(wall[on] - steady.median_ms))
+    host = float(np.sum(other[on] - np.median(other[~on])))
+    return max(0.0, host) / excess if excess > 0 else 0.0
+
+
 KINDS: tuple[Callable[[_Pair], ProjectionCheck | None], ...] = (
+    _micro_batch,
+    _periodic,
     _workers,
     _batch,
     _precision,
@@ -260,4 +369,7 @@ def projection_checks(
     ctx = Context(m=before.metrics, run=before.run, end=before.end, ceilings=None, host=host_facts(before.run))
     lead = (steps[0].lead_ms if steps[0] else None, steps[1].lead_ms if steps[1] else None)
     pair = _Pair(before, after, ctx, {f.bottleneck: f for f in before.findings}, lead)
-    return tuple(c for kind in KINDS if (c := kind(pair)) is not None)
+    checks = [c for kind in KINDS if (c := kind(pair)) is not None]
+    if any(c.kind in ("micro_batch", "eval", "checkpoint") for c in checks):  # they move data wait and lead time
+        checks = [c for c in checks if c.kind not in ("loader", "logging")]
+    return tuple(checks)

@@ -11,31 +11,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
+
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Finding
     from analyzer.planning.outcome import Report
-
-#: Projection parameters a trial applies as they are (DataLoader arguments).
-_AS_IS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
-#: What a projection's ``precision`` means as a trial's autocast setting.
-_PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 
 
 def candidate_text(finding: Finding, batch_samples: float | None = None) -> str | None:
     """``num_workers=4`` / ``autocast=bf16`` / ``batch_size=64``: the fix of ``finding`` as a
     ``--candidates`` value, or None when no trial can apply it without editing the code
     (a larger batch needs the current batch size, ``batch_samples``)."""
-    parts = []
-    for key, value in finding.projection.params:
-        if key in _AS_IS and isinstance(value, int):
-            parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
-        elif key == "precision" and isinstance(value, str) and value.lower() in _PRECISION:
-            parts.append(f"autocast={_PRECISION[value.lower()]}")
-        elif key == "batch_multiplier" and isinstance(value, (int, float)) and value > 0 and batch_samples:
-            parts.append(f"batch_size={max(1, round(batch_samples * value))}")
-        else:
-            return None
-    return ",".join(parts) or None
+    fix = finding.projection.fix
+    if isinstance(fix, WorkerFix):
+        return f"num_workers={fix.workers}" + (",persistent_workers=true" if fix.persistent else "")
+    if isinstance(fix, PrecisionFix) and fix.autocast is not None:
+        return f"autocast={fix.autocast}"
+    if isinstance(fix, BatchFix) and batch_samples:
+        return f"batch_size={max(1, round(batch_samples * fix.multiplier))}"
+    if isinstance(fix, MicroBatchFix):
+        return f"batch_size={fix.micro_batch},accumulate={fix.accumulate}"
+    if isinstance(fix, PeriodicFix):  # whichever knob the script reads (it reads the one it has)
+        return f"eval_every={fix.every},checkpoint_every={fix.every}"
+    return None
 
 
 def settling_trial(report: Report, command: str = "python train.py") -> str | None:

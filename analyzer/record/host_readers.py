@@ -58,11 +58,13 @@ class CpuTicks:
 
     busy: int
     total: int
+    nice: int = 0
+    """Of the busy ticks, user time at a positive nice value (the ``nice`` column): low-priority work."""
 
 
 def cpu_ticks(text: str, cpus: frozenset[int] | None = None) -> CpuTicks | None:
     """``/proc/stat``: summed over ``cpus`` (the per-CPU lines), or the ``cpu`` total line when None."""
-    busy = total = 0
+    busy = total = nice = 0
     seen = False
     for line in text.splitlines():
         if not line.startswith("cpu"):
@@ -82,8 +84,9 @@ def cpu_ticks(text: str, cpus: frozenset[int] | None = None) -> CpuTicks | None:
         idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
         busy += sum(ticks) - idle
         total += sum(ticks)
+        nice += ticks[1]
         seen = True
-    return CpuTicks(busy, total) if seen else None
+    return CpuTicks(busy, total, nice) if seen else None
 
 
 def procs_running(text: str) -> int | None:
@@ -114,6 +117,8 @@ class ProcStat:
     cpu_ticks: int
     """utime + stime, in clock ticks."""
     rss_pages: int
+    nice: int = 0
+    """The process's nice value (-20 to 19; field 19)."""
 
 
 def proc_stat(text: str | None) -> ProcStat | None:
@@ -124,9 +129,14 @@ def proc_stat(text: str | None) -> ProcStat | None:
     if close < 0:
         return None
     fields = text[close + 2 :].split()
-    # fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15, rss 24
+    # fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15, nice 19, rss 24
     try:
-        return ProcStat(ppid=int(fields[1]), cpu_ticks=int(fields[11]) + int(fields[12]), rss_pages=int(fields[21]))
+        return ProcStat(
+            ppid=int(fields[1]),
+            cpu_ticks=int(fields[11]) + int(fields[12]),
+            rss_pages=int(fields[21]),
+            nice=int(fields[16]),
+        )
     except (ValueError, IndexError):
         return None
 
@@ -143,3 +153,23 @@ def involuntary_switches(text: str | None) -> int | None:
 def child_pids(text: str | None) -> list[int]:
     """``/proc/<pid>/task/<tid>/children``: space-separated pids."""
     return [int(p) for p in (text or "").split() if p.isdigit()]
+
+
+def flag(text: str | None) -> bool | None:
+    """A /proc/sys switch ("0" or "1"); None when it was not read or says something else."""
+    value = (text or "").strip()
+    return {"0": False, "1": True}.get(value)
+
+
+#: CPU flags (``/proc/cpuinfo``) of native bf16 arithmetic: AVX512_BF16 (VDPBF16PS) and AMX_BF16 tiles.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def bf16_flags(text: str | None) -> str | None:
+    """The native bf16 flags of the first CPU in ``/proc/cpuinfo``, comma-joined ('' none); None when unread."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            have = set(value.split())
+            return ",".join(f for f in BF16_FLAGS if f in have)
+    return None

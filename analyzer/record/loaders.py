@@ -12,7 +12,7 @@ from analyzer.record.steps import StepTimes
 class LoaderWatch:
     """The profile's DataLoader (None: every one), the iterators it made, and its batches' facts."""
 
-    __slots__ = ("_iters", "batch_bytes", "loader", "samples_from_loader", "workers")
+    __slots__ = ("_iters", "batch_bytes", "fetch_samples", "fetches", "loader", "samples_from_loader", "workers")
 
     def __init__(self, loader: Any, *, samples_from_loader: bool) -> None:
         self.loader = loader
@@ -23,26 +23,44 @@ class LoaderWatch:
         """The most worker processes of any loader iterated."""
         self.batch_bytes: int | None = None
         """Bytes of the first batch seen."""
+        self.fetches = 0
+        """Training batches fetched (one per micro-batch under gradient accumulation)."""
+        self.fetch_samples: int | None = None
+        """Samples of the first batch seen."""
 
-    def is_training_data(self, kind: str, owner: Any, result: Any, *, in_block: bool) -> bool:
-        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
-        block counts), and from the profile's own loader when one was given."""
-        if kind == "iter" and hasattr(owner, "num_workers"):
+    def saw_iter(self, owner: Any, result: Any) -> None:
+        """``iter(owner)`` made ``result``: where a DataLoader is seen, record its workers (the most of
+        any loader iterated) and, for the profile's own loader, the iterator its fetches come from."""
+        if hasattr(owner, "num_workers"):
             self.workers = max(self.workers or 0, int(owner.num_workers))
+        if self.loader is not None and owner is self.loader and result is not None:
+            self._iters.add(result)
+
+    def saw(self, kind: str, owner: Any, result: Any, *, in_block: bool) -> bool:
+        """A DataLoader call (``iter`` or ``fetch``): the iterator recorded where it is made, then whether
+        its time is data wait."""
+        if kind == "iter":
+            self.saw_iter(owner, result)
+        return self.is_training_data(owner, in_block=in_block)
+
+    def is_training_data(self, owner: Any, *, in_block: bool) -> bool:
+        """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
+        block counts), and from the profile's own loader (or an iterator it made) when one was given.
+        A predicate: it records nothing (``saw_iter`` does)."""
         if in_block:
             return False
         loader = self.loader
-        if loader is None:
-            return True
-        if kind == "iter" and owner is loader and result is not None:
-            self._iters.add(result)
-        return owner is loader or owner in self._iters
+        return loader is None or owner is loader or owner in self._iters
 
     def saw_batch(self, batch: Any, step: StepTimes) -> None:
-        """A fetched batch: its bytes (the first one) and its samples, counted in ``step``."""
-        if self.batch_bytes is None:
+        """A fetched batch: counted, its bytes and samples (the first one), and its samples counted in ``step``."""
+        self.fetches += 1
+        first = self.fetches == 1
+        if first:
             self.batch_bytes = batch_bytes_of(batch)
-        if self.samples_from_loader:
+        if self.samples_from_loader or first:
             n = batch_size_of(batch)
-            if n is not None:  # step.add_samples(n, from_loader=True), inline
+            if first:
+                self.fetch_samples = n
+            if n is not None and self.samples_from_loader:  # step.add_samples(n, from_loader=True), inline
                 step.loader_samples = n if step.loader_samples is None else step.loader_samples + n

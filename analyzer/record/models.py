@@ -16,6 +16,15 @@ from typing import Any
 Named = list[tuple[str, Any]]
 
 
+def evaluating(models: Named | None, grad_enabled: bool) -> bool:
+    """Evaluation, not training: gradients off and every profiled model in eval mode (a validation loop's
+    ``model.eval()`` and ``torch.no_grad()``); either alone is not enough (frozen layers, a fetch under
+    no_grad)."""
+    if not models or grad_enabled:
+        return False
+    return all(not getattr(m, "training", True) for _, m in models)
+
+
 def named_models(model: Any) -> Named | None:
     """(name, module) pairs for what the user passed; None means "find them" (no model given).
 

@@ -23,10 +23,10 @@ from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
-from analyzer.record.models import Named, discover, named_models
+from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
-from analyzer.record.patches import Patches
+from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
 from analyzer.record.steps import StepTimes
@@ -154,6 +154,8 @@ class Profiler:
                 steps=self.steps_recorded,
                 loader_workers=self._loaders.workers,
                 batch_bytes=self._loaders.batch_bytes,
+                fetches=self._loaders.fetches or None,
+                fetch_samples=self._loaders.fetch_samples,
             )
         )
 
@@ -347,13 +349,15 @@ class Profiler:
                 self._steps.backward(elapsed_ns)
                 if self._timer is not None:
                     self._timer.end(S.BACKWARD_MS)
+            elif kind in DATA_KINDS and evaluating(self._models, self._grad_enabled()):
+                return  # an evaluation loader: its time is the step's host time, its samples no training's
             elif kind == "fetch" and self._loaders.loader is None and not self._data_depth:  # a plain loop's fetch
                 self._steps.data(elapsed_ns, cpu_ns)
                 if result is not None:
                     self._loaders.saw_batch(result, self._steps.step)
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
-            elif self._loaders.is_training_data(kind, owner, result, in_block=self._data_depth > 0):
+            elif self._loaders.saw(kind, owner, result, in_block=self._data_depth > 0):
                 self._steps.data(elapsed_ns, cpu_ns)
                 if kind == "fetch" and result is not None:
                     self._loaders.saw_batch(result, self._steps.step)

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from analyzer.machine.driver import driver_version
+from analyzer.record.host_readers import bf16_flags
 from analyzer.record.system_sampler import cpu_quota_cores
 from gpuanalyze.ingest.runinfo import RunInfo
 
@@ -161,6 +162,7 @@ def collect_run_info(
         recorder=recorder,
         cpu_quota_cores=_quota(),
         host_cpus=os.cpu_count(),
+        cpu_bf16=_cpu_bf16(),
     )
     if where.local_rank is not None:
         info["local_rank"] = where.local_rank
@@ -184,6 +186,16 @@ def _quota() -> float | None:
         return cpu_quota_cores()
     except Exception:  # noqa: BLE001 - a fact we could not read is unknown
         return None
+
+
+def _cpu_bf16() -> str | None:
+    """The CPU's native bf16 flags (host_readers.bf16_flags), None off Linux or unreadable (never raises)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            head = f.read(1 << 16)  # the first CPU's block holds its flags
+    except OSError:
+        return None
+    return bf16_flags(head)
 
 
 def _unique_params(models: Sequence[Any]) -> list[Any]:

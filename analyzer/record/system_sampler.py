@@ -81,6 +81,13 @@ def _rate(now: float | None, before: float | None, seconds: float) -> float | No
     return None if now is None or before is None else max(0.0, now - before) / seconds
 
 
+def _nice_share(now: R.CpuTicks | None, before: R.CpuTicks | None) -> float | None:
+    """Share of the ticks between two readings that were busy at a positive nice value."""
+    if now is None or before is None or now.total <= before.total:
+        return None
+    return min(1.0, max(0.0, (now.nice - before.nice) / (now.total - before.total)))
+
+
 def _busy_share(now: R.CpuTicks | None, before: R.CpuTicks | None) -> float | None:
     """Busy share of the ticks between two readings."""
     if now is None or before is None or now.total <= before.total:
@@ -99,6 +106,7 @@ class SystemSampler:
         self._cpus = affinity()
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page = int(os.sysconf("SC_PAGE_SIZE")) if hasattr(os, "sysconf") else 4096
+        self._autogroup = R.flag(_read(proc / "sys" / "kernel" / "sched_autogroup_enabled"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._latest: tuple[int, str] = (0, "")
@@ -186,6 +194,7 @@ class SystemSampler:
         seconds = max(1e-9, (now.mono_ns - before.mono_ns) / 1e9)
         ticks = self._tick * seconds
         host, mine = _busy_share(now.host, before.host), _busy_share(now.mine, before.mine)
+        niced = _nice_share(now.mine, before.mine)
         cpus = len(self._cpus) if self._cpus is not None else (os.cpu_count() or 1)
         own, was = now.own, before.own
         kids = now.children
@@ -197,6 +206,9 @@ class SystemSampler:
             interval_s=seconds,
             cpu_util_pct=None if host is None else 100.0 * host,
             busy_cores=None if mine is None else cpus * mine,
+            niced_cores=None if niced is None else cpus * niced,
+            nice=own.nice if own is not None and -20 <= own.nice <= 19 else None,
+            autogroup=self._autogroup,
             run_queue=None if now.running is None else max(0, now.running - 1),  # less the sampler itself
             load_avg=now.load,
             process_cpu_cores=_rate(own.cpu_ticks if own else None, was.cpu_ticks if was else None, ticks),

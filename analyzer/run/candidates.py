@@ -5,7 +5,8 @@ Standard set: ``num_workers`` in 1, 2, 4, 8 up to the cores this job may use (no
 baseline already ran with); ``persistent_workers`` and ``prefetch_factor=4`` with the most
 promising worker count (the projected one, else the largest tried); and, only when the baseline
 ran on an accelerator, ``pin_memory``, autocast bf16 and fp16, and TF32. On a CPU run those are
-skipped, and the notes say so. When the baseline's DataLoader has a batch size B, ``batch_size``
+skipped, and the notes say so, except autocast bf16 on a CPU with native bf16 (RunInfo.cpu_bf16).
+When the baseline's DataLoader has a batch size B, ``batch_size``
 2B (BATCH_FACTOR) is tried too (a ``batch_multiplier`` projection gives its own multiple); it is
 compared per sample, and the learning rate for it is the user's call. Script knobs
 (``accumulate``, ``eval_every``, ``checkpoint_every``) are tried only when given with
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from analyzer.run.trial_env import LOADER_KEYS, TrialSetting
+from analyzer.analysis.fixes import BatchFix, Fix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
+from analyzer.run.trial_env import TrialSetting
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
@@ -30,8 +32,6 @@ BATCH_FACTOR = 2
 WORKER_COUNTS = (1, 2, 4, 8)
 #: prefetch_factor of the standard set (PyTorch's default is 2).
 PREFETCH = 4
-#: What a projection's ``precision`` parameter means as an autocast setting.
-_PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,31 +46,29 @@ class Candidate:
     """``bottleneck/cause`` of the finding whose projection this is."""
 
 
-def setting_of(params: Sequence[tuple[str, int | float | str]], batch: int | None = None) -> TrialSetting | None:
-    """The trial setting a projection's parameters describe, or None when a trial cannot apply
-    them without editing the code (a cheaper ``__getitem__``; a larger batch when the baseline's
-    DataLoader batch size ``batch`` is unknown)."""
-    loader: list[tuple[str, int | bool]] = []
-    autocast = None
-    for key, value in params:
-        if key == "batch_multiplier" and isinstance(value, (int, float)) and batch is not None and value > 0:
-            loader.append(("batch_size", max(1, round(batch * value))))
-        elif key in LOADER_KEYS and isinstance(value, int):
-            loader.append((key, bool(value) if LOADER_KEYS[key] is bool else int(value)))
-        elif key == "precision" and isinstance(value, str) and value.lower() in _PRECISION:
-            autocast = _PRECISION[value.lower()]
-        else:
-            return None
-    if not loader and autocast is None:
-        return None
-    return TrialSetting(dataloader=tuple(loader), autocast=autocast)
+def setting_of(fix: Fix | None, batch: int | None = None) -> TrialSetting | None:
+    """The trial setting a projection's fix describes, or None when a trial cannot apply it without
+    editing the code (no sized fix: a cheaper ``__getitem__``; a larger batch or micro-batches when
+    the baseline's DataLoader batch size ``batch`` is unknown)."""
+    if isinstance(fix, WorkerFix):
+        loader: tuple[tuple[str, int | bool], ...] = (("num_workers", fix.workers),)
+        return TrialSetting(dataloader=loader + ((("persistent_workers", True),) if fix.persistent else ()))
+    if isinstance(fix, PrecisionFix) and fix.autocast is not None:
+        return TrialSetting(autocast=fix.autocast)
+    if isinstance(fix, BatchFix) and batch is not None:
+        return TrialSetting(dataloader=(("batch_size", max(1, round(batch * fix.multiplier))),))
+    if isinstance(fix, MicroBatchFix):
+        return TrialSetting(dataloader=(("batch_size", fix.micro_batch),), script=(("accumulate", fix.accumulate),))
+    if isinstance(fix, PeriodicFix):
+        return TrialSetting(script=(("eval_every", fix.every), ("checkpoint_every", fix.every)))
+    return None
 
 
 def projected(report: Report | None, batch: int | None = None) -> dict[TrialSetting, tuple[Projection, str]]:
     """Each setting a finding of ``report`` projected, with that projection (the first finding's wins)."""
     found: dict[TrialSetting, tuple[Projection, str]] = {}
     for finding in () if report is None else report.findings:
-        setting = setting_of(finding.projection.params, batch)
+        setting = setting_of(finding.projection.fix, batch)
         if setting is not None and setting not in found:
             found[setting] = (finding.projection, f"{finding.bottleneck}/{finding.cause}")
     return found
@@ -98,31 +96,64 @@ def derive(
         out.append(Candidate(setting, "projection" if hit else source, *(hit or (None, None))))
 
     for setting in by_projection:
-        add(setting, "projection")
+        if setting.script:  # only the user knows whether the script reads the knob
+            notes.append(f"projected {setting.label()}: {_SCRIPT_NOTE}")
+        else:
+            add(setting, "projection")
     current = current_workers or 0
     counts = [k for k in WORKER_COUNTS if k <= max(1, cores) and k != current]
     for k in counts:
         add(TrialSetting(dataloader=(("num_workers", k),)), "standard")
-    projected_workers = [dict(s.dataloader).get("num_workers") for s in by_projection]
-    best = next((int(k) for k in projected_workers if k), None) or (max(counts) if counts else current)
+    best = _best_workers(by_projection, counts, current)
     if best > 0:
         for extra in (("persistent_workers", True), ("prefetch_factor", PREFETCH)):
             add(TrialSetting(dataloader=(("num_workers", best), extra)), "standard")
     if current_batch is not None:
         add(TrialSetting(dataloader=(("batch_size", current_batch * BATCH_FACTOR),)), "standard")
+    native = report is not None and bool(report.run.cpu_bf16)
+    for setting in _device_settings(best, accelerator=accelerator, cpu_bf16=native):
+        add(setting, "standard")
+    notes += _device_notes(by_projection, accelerator=accelerator, cpu_bf16=native)
+    return out, notes
+
+
+#: Why a projected script knob is not tried on its own.
+_SCRIPT_NOTE = "not tried unless given with --candidates (the script must read its GPUANALYZE_TRIAL_* variable)"
+
+
+def _best_workers(by_projection: dict[TrialSetting, tuple[Projection, str]], counts: list[int], current: int) -> int:
+    """The most promising worker count: the projected one, else the largest tried, else the current."""
+    projected_workers = [dict(s.dataloader).get("num_workers") for s in by_projection]
+    return next((int(k) for k in projected_workers if k), None) or (max(counts) if counts else current)
+
+
+def _device_notes(
+    by_projection: dict[TrialSetting, tuple[Projection, str]], *, accelerator: bool, cpu_bf16: bool
+) -> list[str]:
+    """What the device settings left out on a CPU run, and why."""
     if accelerator:
-        add(TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))), "standard")
-        for precision in ("bf16", "fp16"):
-            add(TrialSetting(autocast=precision), "standard")
-        add(TrialSetting(tf32=True), "standard")
-    else:
-        notes.append(
-            "pin_memory, autocast (bf16/fp16) and TF32 not tried: the baseline ran on the CPU (no accelerator)"
-        )
-    skipped = [s.label() for s in by_projection if s.needs_accelerator and not accelerator]
+        return []
+    notes = [
+        "pin_memory, autocast fp16 and TF32 not tried: the baseline ran on the CPU (no accelerator)"
+        + ("" if cpu_bf16 else "; autocast bf16 neither: the CPU has no native bf16 (or the trace does not say)")
+    ]
+    skipped = [s.label() for s in by_projection if s.needs_accelerator]
     if skipped:
         notes.append(f"projected but not tried without an accelerator: {'; '.join(skipped)}")
-    return out, notes
+    return notes
+
+
+def _device_settings(best: int, *, accelerator: bool, cpu_bf16: bool) -> list[TrialSetting]:
+    """The standard set's device settings: pin_memory (with ``best`` workers), autocast and TF32 on an
+    accelerator; on a CPU only bf16 autocast, and only where the CPU has native bf16."""
+    if not accelerator:
+        return [TrialSetting(autocast="bf16")] if cpu_bf16 else []
+    return [
+        TrialSetting(dataloader=(("num_workers", best), ("pin_memory", True))),
+        TrialSetting(autocast="bf16"),
+        TrialSetting(autocast="fp16"),
+        TrialSetting(tf32=True),
+    ]
 
 
 def given(

@@ -65,7 +65,7 @@ class TrialSetting:
     """DataLoader arguments (keys of LOADER_KEYS) given to every DataLoader the script creates,
     replacing what the script passed."""
     autocast: str | None = None
-    """'bf16' or 'fp16': run each outermost module forward under ``torch.autocast`` (accelerators only)."""
+    """'bf16' or 'fp16': run each outermost module forward under ``torch.autocast`` (fp16 on accelerators only)."""
     tf32: bool = False
     """Allow TF32 for matmuls and cuDNN convolutions (accelerators only)."""
     script: tuple[tuple[str, int], ...] = ()
@@ -108,8 +108,9 @@ class TrialSetting:
 
     @property
     def needs_accelerator(self) -> bool:
-        """pin_memory, autocast and TF32 only mean something with an accelerator."""
-        return self.autocast is not None or self.tf32 or dict(self.dataloader).get("pin_memory") is True
+        """pin_memory, fp16 autocast and TF32 only mean something with an accelerator (bf16 autocast runs on a
+        CPU too: natively on one with AVX512_BF16/AMX)."""
+        return self.autocast == "fp16" or self.tf32 or dict(self.dataloader).get("pin_memory") is True
 
     def label(self) -> str:
         """``num_workers=2, persistent_workers=true`` (``current settings`` for the baseline)."""

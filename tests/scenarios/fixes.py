@@ -64,6 +64,10 @@ class FixLoop:
     """After optimizer.step(), every N steps (0: never): per-parameter gradient statistics via .tolist()."""
     log_values: int = 20000
     """Gradient values per parameter the logging reads."""
+    accumulate: int = 1
+    """Batches (micro-batches) per optimizer step: gradient accumulation."""
+    autocast_bf16: bool = False
+    """Forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)."""
 
     def __post_init__(self) -> None:
         if min(self.steps, self.epochs, self.batch, self.features, self.hidden, self.layers) < 1:
@@ -72,6 +76,8 @@ class FixLoop:
             raise ValueError("loading costs must not be negative")
         if min(self.num_workers, self.item_every, self.log_every) < 0:
             raise ValueError("num_workers, item_every and log_every must not be negative")
+        if self.accumulate < 1:
+            raise ValueError("accumulate must be at least 1")
         if self.prefetch_thread and not self.function_loader:
             raise ValueError("prefetch_thread feeds a custom batch function (function_loader=True)")
 
@@ -103,7 +109,7 @@ def make_loader(cfg: FixLoop) -> Any:
     import torch
     from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
-    n = cfg.steps * cfg.batch
+    n = cfg.steps * cfg.batch * cfg.accumulate
 
     class Samples(Dataset):
         def __init__(self) -> None:
@@ -143,7 +149,7 @@ def make_get_batch(cfg: FixLoop) -> Callable[[int], Batch]:
     """A nanoGPT-style batch function: batch i, the same values whichever way it is built."""
     import torch
 
-    n = cfg.steps * cfg.epochs
+    n = cfg.steps * cfg.epochs * cfg.accumulate
     g = torch.Generator().manual_seed(cfg.seed)
     xs = torch.randn(n, cfg.batch, cfg.features, generator=g)
     ys = xs.sum(dim=2, keepdim=True)
@@ -200,10 +206,20 @@ def run_loop(cfg: FixLoop, prof: Any = None, model: Any = None, optimizer: Any =
     data_block: Callable[[], Any] = prof.data if prof is not None else contextlib.nullcontext
 
     def one_step(step: int, x: Any, y: Any) -> None:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16 else contextlib.nullcontext()
+        with cast:
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        if cfg.accumulate > 1:
+            (loss / cfg.accumulate).backward()
+            if step % cfg.accumulate != cfg.accumulate - 1:
+                losses.append(loss.detach())
+                return
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
         if cfg.log_every and step % cfg.log_every == 0:
             _log_grads(model, cfg.log_values)
         losses.append(loss.item() if cfg.item_every and step % cfg.item_every == 0 else loss.detach())
@@ -211,7 +227,7 @@ def run_loop(cfg: FixLoop, prof: Any = None, model: Any = None, optimizer: Any =
     step = 0
     if cfg.function_loader:
         get_batch = make_get_batch(cfg)
-        n = cfg.steps * cfg.epochs
+        n = cfg.steps * cfg.epochs * cfg.accumulate
         source = prefetched(get_batch, n) if cfg.prefetch_thread else (get_batch(i) for i in range(n))
         for _ in range(n):
             with data_block():

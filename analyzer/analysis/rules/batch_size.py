@@ -14,7 +14,15 @@ from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import BatchFix, MicroBatchFix
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
+from analyzer.analysis.rules.accumulation import (
+    enlargement,
+    micro_batch_samples,
+    micro_batches,
+    micro_projection,
+    per_micro_ms,
+)
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
@@ -120,7 +128,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         f"batch x{k:g}",
         {"the work that grows with the batch": at(hi_f)},
         rule,
-        params=(("batch_multiplier", k),),
+        fix=BatchFix(k),
         per_batch_of=m.batch_samples,
         model=(at(hi_f), at(lo_f)),
     )
@@ -145,6 +153,7 @@ class BatchSize(Rule):
     bottleneck = "batch_size"
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
+        "micro_batch_overhead": ("micro_batches_per_step", "per_micro_batch_share"),
         "launch_overhead": ("kernel_median_us", "idle_from_launch_or_host_wait", "idle_owned_by_launch"),
         "host_overhead": ("idle_from_launch_or_host_wait", "idle_owned_by_launch"),
     }
@@ -157,6 +166,9 @@ class BatchSize(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         m = ctx.m
+        micro = self._micro(ctx, relaxed)
+        if micro is not None:
+            return micro
         floor = T.RELAXED if relaxed else T.IDLE_MODERATE.value
         if ctx.gpu:
             idle = unexplained_idle(ctx)
@@ -190,9 +202,48 @@ class BatchSize(Rule):
             + ": a larger batch spreads it over more samples.",
         )
 
+    def _micro(self, ctx: Context, relaxed: bool) -> Detection | None:
+        """Gradient accumulation over micro-batches whose per-micro-batch work a larger micro-batch spreads."""
+        a = micro_batches(ctx)
+        if a is None or enlargement(ctx, a) < 2:
+            return None
+        share = per_micro_ms(ctx) / ctx.wall if ctx.wall > 0 else 0.0
+        if share < (T.RELAXED if relaxed else T.PER_STEP_FIXED.value):
+            return None
+        each = micro_batch_samples(ctx, a)
+        return Detection(
+            cause="micro_batch_overhead",
+            share=share * T.BATCH_UNMEASURED_FIXED if ctx.m.batch_split is None else share,
+            consistency=1.0,
+            evidence_steps=ctx.m.steps,
+            summary=f"Each optimizer step runs {a} micro-batches"
+            + (f" of {each} sample(s)" if each else "")
+            + f"; fetching and forward + backward, paid once per micro-batch, take {share:.0%} of the step: "
+            "their per-call part is paid as many times.",
+        )
+
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
         m = ctx.m
         ev: list[Evidence] = []
+        if d.cause == "micro_batch_overhead":
+            return (
+                Evidence(
+                    "micro_batches_per_step",
+                    float(micro_batches(ctx) or 1),
+                    2.0,
+                    ">=",
+                    "micro-batches",
+                    "batches fetched per optimizer step (the end marker's fetches over steps): gradient accumulation",
+                ),
+                Evidence(
+                    "per_micro_batch_share",
+                    per_micro_ms(ctx) / ctx.wall,
+                    T.PER_STEP_FIXED.value,
+                    ">=",
+                    "fraction of step time",
+                    "fetch + forward + backward, paid once per micro-batch (docs/projections.md)",
+                ),
+            )
         if ctx.gpu:
             util = m.gpu_util or 0.0
             ev.append(
@@ -278,11 +329,21 @@ class BatchSize(Rule):
         return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
+        if d.cause == "micro_batch_overhead":
+            a = micro_batches(ctx) or 1
+            return micro_projection(ctx, a, enlargement(ctx, a))
         k, why = batch_multiplier(ctx)
         return batch_projection(ctx, k, why) if k > 1 else None
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
-        k = dict(p.params).get("batch_multiplier", 2)
+        if isinstance(p.fix, MicroBatchFix):
+            return (
+                f"Use fewer, larger micro-batches: DataLoader(batch_size={p.fix.micro_batch}) with "
+                f"{p.fix.accumulate} gradient-accumulation step(s) per optimizer step: the same samples per step, "
+                "so the learning rate stays; each micro-batch's per-call costs are then paid fewer times.",
+                "If memory is short, take the largest micro-batch that fits; measure it with the trial below.",
+            )
+        k = p.fix.multiplier if isinstance(p.fix, BatchFix) else T.DEFAULT_BATCH_MULTIPLIER
         m = ctx.m
         recs: list[str | tuple[str, bool]] = []
         if ctx.forward_only:

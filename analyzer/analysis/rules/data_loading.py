@@ -16,6 +16,7 @@ from typing import ClassVar, TypeGuard
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
 from analyzer.analysis.rules.workers import WorkerPlan, cores_free, loader_cpu_share, worker_plan
 from gpuanalyze.ingest import schema as S
@@ -185,7 +186,7 @@ class DataLoading(Rule):
                 f"loading with num_workers={plan.workers}",
                 limits,
                 f"{base}; {plan.rule}",
-                params=(("num_workers", plan.workers),),
+                fix=plan.fix,
                 model=(plan.low_ms or plan.step_ms, plan.high_ms or plan.step_ms),
             )
         how = ""
@@ -206,7 +207,8 @@ class DataLoading(Rule):
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
-        workers = dict(p.params).get("num_workers")
+        fix = p.fix
+        workers = fix.workers if isinstance(fix, WorkerFix) else None
         current = ctx.end.loader_workers if ctx.end is not None else None
         cpu = loader_cpu_share(ctx)
         recs: list[str | tuple[str, bool]] = []

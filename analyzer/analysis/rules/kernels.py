@@ -14,6 +14,8 @@ from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import PrecisionFix
+from analyzer.analysis.rules import cpu_precision
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.datasheet import lookup
 from analyzer.machine.tensor_cores import TensorCores, capability, tensor_cores
@@ -65,6 +67,7 @@ class Kernels(Rule):
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "fp32_math": ("fp32_gemm_conv_share",),
         "memory_bound": ("memory_bound_kernel_share",),
+        cpu_precision.CAUSE: ("cpu_native_bf16", "cpu_compute_share"),
     }
 
     def _shares(self, ctx: Context) -> tuple[float, float, bool]:
@@ -78,7 +81,7 @@ class Kernels(Rule):
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if not ctx.gpu:
-            return None
+            return cpu_precision.detect(ctx, relaxed)
         util = ctx.m.gpu_util or 0.0
         fp32, memory, measured = self._shares(ctx)
         fp32_on = fp32 >= (T.RELAXED if relaxed else T.FP32_MATH.value)
@@ -109,6 +112,8 @@ class Kernels(Rule):
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        if d.cause == cpu_precision.CAUSE:
+            return cpu_precision.evidence(ctx)
         fp32, memory, measured = self._shares(ctx)
         util = ctx.m.gpu_util or 0.0
         ev = [
@@ -152,6 +157,8 @@ class Kernels(Rule):
         return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
+        if d.cause == cpu_precision.CAUSE:
+            return cpu_precision.project(ctx)
         fp32, memory, measured = self._shares(ctx)
         util = ctx.m.gpu_util or 0.0
         busy = ctx.busy
@@ -179,19 +186,19 @@ class Kernels(Rule):
             + " + ".join(parts)
             + ("" if measured else "; no kernel statistics: all GPU-busy time treated as fp32 matmul, an upper bound")
         )
-        params: tuple[tuple[str, int | float | str], ...] = (
-            (("precision", dtype),) if tensor_cores and fp32 > 0 and dtype is not None else ()
-        )
+        fix = PrecisionFix(dtype) if tensor_cores and fp32 > 0 and dtype is not None else None
         return bounded(
             ctx,
             ctx.wall - saved,
             "faster kernels",
             {"the host time around the kernels": ctx.wall - busy},
             rule,
-            params=params,
+            fix=fix,
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause == cpu_precision.CAUSE:
+            return cpu_precision.advise(ctx)
         fp32, memory, measured = self._shares(ctx)
         recs = []
         if fp32 >= T.FP32_MATH.value or d.cause == "fp32_math":

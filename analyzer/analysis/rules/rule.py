@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
@@ -25,6 +25,7 @@ from analyzer.analysis.findings import (
     Projection,
     Severity,
 )
+from analyzer.analysis.fixes import Fix
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.owners import IdleOwnership, ownership
@@ -44,6 +45,12 @@ class Context:
     """Measured ceilings of the machine the trace was recorded on (None when there are none for it)."""
     host: HostFacts
     """The cores free to the job and how busy the host was (``analysis.host_facts``)."""
+    memo: dict[tuple[object, ...], object] = field(init=False, compare=False, repr=False)
+    """What the rules compute once per evaluation and share (the worker plan, rules.workers.worker_plan); every
+    Context has its own (``dataclasses.replace`` for a resample starts empty: its metrics differ)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memo", {})
 
     @property
     def wall(self) -> float:
@@ -211,7 +218,7 @@ def bounded(
     what: str,
     limits: dict[str, float],
     rule: str,
-    params: tuple[tuple[str, int | float | str], ...] = (),
+    fix: Fix | None = None,
     per_batch_of: float | None = None,
     model: tuple[float, float] | None = None,
 ) -> Projection:
@@ -219,14 +226,14 @@ def bounded(
     the limit once the cause is fixed: GPU-busy time, the compute path, ...) and kept within
     [0, current step]: never below what remains, never slower than now. ``model``: the (low, high)
     steps the model's assumptions allow (default: the point itself when the projection has a setting,
-    ``params``; without one the projection is a cause removed by a change it cannot size, and the range
+    ``fix``; without one the projection is a cause removed by a change it cannot size, and the range
     spans all of it removed to REMOVAL_RESIDUE_HIGH of it remaining); analysis.intervals widens them
     by step-to-step variation."""
     wall = ctx.wall
     bound = what
     if model is not None:
         low, high = model
-    elif params:
+    elif fix is not None:
         low, high = step, step
     else:
         # A cause removed by a change the projection cannot size (cheaper loading, logging less often,
@@ -251,7 +258,7 @@ def bounded(
         current_ms=wall,
         rule=rule,
         bound=f"{bound}: {step:.2f} ms",
-        params=params,
+        fix=fix,
         per_batch_of=per_batch_of,
         low_ms=low,
         high_ms=high,

@@ -19,8 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.fixes import WorkerFix
+from analyzer.analysis.rules.accumulation import micro_batches
 from analyzer.analysis.rules.rule import Context
 
 #: Fixed-point passes for the step time that the workers' core usage depends on.
@@ -44,11 +47,13 @@ def max_workers(ctx: Context) -> int:
 
 
 def handover_ms(ctx: Context) -> tuple[float, float]:
-    """Per-batch hand-over cost (in the training process, in a worker) of passing a batch between
-    processes; the worker's part grows with the batch's bytes when the trace recorded them."""
+    """Per-step hand-over cost (in the training process, in a worker) of passing batches between
+    processes: per batch, the worker's part growing with the batch's bytes when the trace recorded
+    them, times the batches fetched per step (micro-batches under gradient accumulation)."""
     size = ctx.end.batch_bytes if ctx.end is not None else None
     side = T.WORKER_SIDE_COST_MS + (T.WORKER_SIDE_MS_PER_MIB * size / 2**20 if size else 0.0)
-    return T.WORKER_MAIN_COST_MS, side
+    n = micro_batches(ctx) or 1
+    return n * T.WORKER_MAIN_COST_MS, n * side
 
 
 def loader_cpu_share(ctx: Context) -> float | None:
@@ -93,6 +98,11 @@ class WorkerPlan:
     high_ms: float | None = None
     """The step with twice the hand-over and the workers' cores taken from compute."""
 
+    @property
+    def fix(self) -> WorkerFix | None:
+        """The fix this plan sizes (None: no more workers are possible)."""
+        return WorkerFix(self.workers) if self.workers > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class _Model:
@@ -122,7 +132,16 @@ class _Model:
 
 def worker_plan(ctx: Context, data_ms: float, workers: int | None = None) -> WorkerPlan | None:
     """The projected step with more DataLoader workers (``workers``, default: what the free cores
-    allow); None when the trace does not say how many ran."""
+    allow); None when the trace does not say how many ran. Computed once per evaluation: the rules
+    that read it (data_loading's detection, evidence and projection, batch_size's per-step fetch)
+    share it through ``ctx.memo``."""
+    key = ("worker_plan", round(data_ms, 9), workers)
+    if key not in ctx.memo:
+        ctx.memo[key] = _plan(ctx, data_ms, workers)
+    return cast("WorkerPlan | None", ctx.memo[key])
+
+
+def _plan(ctx: Context, data_ms: float, workers: int | None) -> WorkerPlan | None:
     current = ctx.end.loader_workers if ctx.end is not None else None
     if current is None:
         return None

@@ -28,6 +28,13 @@ class HostSample(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Host-wide CPU utilisation (every online CPU, not idle nor iowait)."""
     busy_cores: _Float | None = None
     """Cores' worth of busy time on the CPUs this process may run on (its affinity mask)."""
+    niced_cores: _Float | None = None
+    """Of ``busy_cores``, user time at a positive nice value (``/proc/stat``'s nice column): low-priority work."""
+    nice: Annotated[int, msgspec.Meta(ge=-20, le=19)] | None = None
+    """This process's nice value."""
+    autogroup: bool | None = None
+    """The kernel groups processes by session for scheduling (``sched_autogroup_enabled``): nice then ranks
+    processes within a session only."""
     run_queue: _Count | None = None
     """Threads running or ready to run on the host (``procs_running``), the sampler's own excluded."""
     load_avg: _Float | None = None

@@ -79,6 +79,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     unrecorded_launches: _Int | None = None
     """An imported trace with launch, copy or memset calls but no device activity at all: how many calls. The GPU
     ran work the trace did not record (CUPTI activity off or lost), so it is not a CPU-only run."""
+    cpu_bf16: _Name | None = None
+    """The CPU's native bf16 flags from /proc/cpuinfo (``avx512_bf16``, ``amx_bf16``, comma-joined; '' none);
+    None when not read."""
 
     @property
     def world(self) -> int:
@@ -104,6 +107,11 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Largest DataLoader num_workers seen (0: loading ran in the training process)."""
     batch_bytes: _Int | None = None
     """Bytes of the tensors in the first batch fetched (what a worker process would pass per batch)."""
+    fetches: _Int | None = None
+    """Batches the training loop fetched over the recorded steps (more than the steps: gradient accumulation,
+    one micro-batch per fetch)."""
+    fetch_samples: _Int | None = None
+    """Samples in the first batch fetched (under gradient accumulation: one micro-batch)."""
     end_unix_ns: _Int | None = None
 
 

@@ -1,0 +1,100 @@
+"""Gradient accumulation as micro-batches x the cost of one micro-batch.
+
+A step of ``A`` micro-batches (the trace's end marker: ``fetches`` over ``steps``, one fetch per
+micro-batch) pays, per micro-batch, a fetch and a forward + backward; each of those is a fixed
+per-call part (the DataLoader's call, launching or dispatching the ops, Python between them) plus a
+part that grows with the micro-batch's samples. The same samples per optimizer step in ``A / k``
+micro-batches ``k`` times larger keep the per-sample part and divide the per-call part by ``k``; the
+optimizer step and the rest of the step stay. A smaller batch within the run (analysis.batch_split)
+measures the per-call share; without one the range spans all of it growing with the samples (no
+saving: the slow end) to none of it (the fast end), and the point is the middle
+(BATCH_UNMEASURED_FIXED). The learning rate stays: the samples per optimizer step do not change.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Projection
+from analyzer.analysis.fixes import MicroBatchFix
+from analyzer.analysis.rules.rule import Context, bounded
+from gpuanalyze.ingest import schema as S
+
+
+def micro_batches(ctx: Context) -> int | None:
+    """Micro-batches per optimizer step (fetches per recorded step, rounded), None when the trace does not
+    say or there is one per step."""
+    end = ctx.end
+    if end is None or not end.fetches or not end.steps:
+        return None
+    a = round(end.fetches / end.steps)
+    return a if a >= 2 else None
+
+
+def micro_batch_samples(ctx: Context, a: int) -> int | None:
+    """Samples of one micro-batch: the first batch fetched, else the step's samples over ``a``."""
+    end = ctx.end
+    if end is not None and end.fetch_samples:
+        return end.fetch_samples
+    b = ctx.m.batch_samples
+    return max(1, round(b / a)) if b else None
+
+
+def enlargement(ctx: Context, a: int) -> int:
+    """How many times larger a micro-batch the fix assumes: the largest divisor of ``a`` that memory allows
+    (peak memory against the device's, as for a larger batch; a CPU run assumed to fit ``a``)."""
+    m = ctx.m
+    cap = a
+    if m.peak_mem_bytes and m.gpu_memory_bytes:
+        cap = max(1, math.floor(T.MEMORY_USABLE * m.gpu_memory_bytes / m.peak_mem_bytes))
+    return max(d for d in range(1, a + 1) if a % d == 0 and d <= cap)
+
+
+def per_micro_ms(ctx: Context) -> float:
+    """Mean ms per step repeated once per micro-batch: the fetch (data wait) and forward + backward."""
+    m = ctx.m
+    fb = (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
+    return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb
+
+
+def micro_projection(ctx: Context, a: int, k: int) -> Projection:
+    """The step with the same samples in ``a / k`` micro-batches ``k`` times larger."""
+    wall = ctx.wall
+    work = min(per_micro_ms(ctx), wall)
+    micro = micro_batch_samples(ctx, a)
+
+    def at(f: float) -> float:
+        """The step when a share ``f`` of the per-micro-batch work is per call (does not grow with samples)."""
+        return wall - work * f * (1.0 - 1.0 / k)
+
+    split = ctx.m.batch_split
+    if split is not None:
+        f = split.fixed_fraction
+        lo_f, hi_f = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
+        basis = (
+            f"a smaller batch in the run measures {f:.0%} of forward + backward as per call "
+            f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
+        )
+    else:
+        f, lo_f, hi_f = T.BATCH_UNMEASURED_FIXED, 0.0, 1.0
+        basis = (
+            f"no smaller batch in the run measures the per-call share: the point takes {f:.0%}, the range spans "
+            f"none of it ({at(0.0):.2f} ms) to all of it ({at(1.0):.2f} ms)"
+        )
+    each = f"{micro} sample(s)" if micro else "its samples"
+    fix = MicroBatchFix(micro_batch=(micro or 1) * k, accumulate=a // k)
+    rule = (
+        f"{a} micro-batches of {each} per optimizer step, each paying a fetch and a forward + backward: "
+        f"{work:.2f} ms per step (micro-batches x cost of one); in {a // k} micro-batches {k}x larger the per-call "
+        f"part is paid {a // k} time(s): {basis}; step {wall:.2f} - {work:.2f} x {f:.0%} x (1 - 1/{k}) = {at(f):.2f} ms"
+    )
+    return bounded(
+        ctx,
+        at(f),
+        f"micro-batch x{k}",
+        {"the work that grows with the samples": at(hi_f)},
+        rule,
+        fix=fix,
+        model=(at(hi_f), at(lo_f)),
+    )

@@ -1,0 +1,105 @@
+"""kernels on a CPU run: fp32 forward and backward on a CPU with native bf16 arithmetic.
+
+A CPU whose flags (``/proc/cpuinfo``, recorded as ``RunInfo.cpu_bf16``) include AVX512_BF16 or AMX_BF16
+computes bf16 dot products natively: VDPBF16PS multiplies two bf16 pairs per fp32 lane (Intel 64 and
+IA-32 Architectures Software Developer's Manual, Vol. 2, VDPBF16PS), twice the fp32 FMA's products per
+instruction; AMX tiles (TDPBF16PS) more. ``torch.autocast('cpu', dtype=torch.bfloat16)`` runs matmuls
+and convolutions that way. The trace holds no CPU kernel statistics, so the matmul share of forward and
+backward is not measured: the range spans all of it at CPU_BF16_SPEEDUP (the fast end) to none of it
+(no gain, the slow end), the point in the middle; ``run --try --candidates autocast=bf16`` measures it.
+"""
+
+from __future__ import annotations
+
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.findings import Evidence, Projection
+from analyzer.analysis.fixes import PrecisionFix
+from analyzer.analysis.rules.rule import Context, Detection, bounded
+from gpuanalyze.ingest import schema as S
+
+CAUSE = "cpu_fp32_math"
+
+
+def compute_ms(ctx: Context) -> float:
+    """Mean forward + backward ms per step."""
+    m = ctx.m
+    return (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
+
+
+def native_bf16(ctx: Context) -> str | None:
+    """The CPU's native bf16 flags ('avx512_bf16,amx_bf16'), None when it has none or the trace does not say."""
+    return ctx.run.cpu_bf16 or None
+
+
+def detect(ctx: Context, relaxed: bool) -> Detection | None:
+    """fp32 parameters, a CPU with native bf16 and forward + backward a material part of the step."""
+    flags = native_bf16(ctx)
+    if ctx.gpu or flags is None or ctx.run.param_dtype != "float32" or ctx.wall <= 0:
+        return None
+    share = compute_ms(ctx) / ctx.wall
+    if share < (T.RELAXED if relaxed else T.FP32_MATH.value):
+        return None
+    return Detection(
+        cause=CAUSE,
+        share=share * T.BATCH_UNMEASURED_FIXED,
+        consistency=1.0,
+        evidence_steps=ctx.m.steps,
+        summary=f"Forward and backward take {share:.0%} of the step in float32 on a CPU with native bf16 "
+        f"arithmetic ({flags}): matmuls under bf16 autocast run up to {T.CPU_BF16_SPEEDUP:g}x the products per "
+        "instruction.",
+    )
+
+
+def evidence(ctx: Context) -> tuple[Evidence, ...]:
+    return (
+        Evidence(
+            "cpu_native_bf16",
+            1.0 if native_bf16(ctx) else 0.0,
+            1.0,
+            ">=",
+            "flag",
+            f"/proc/cpuinfo flags {native_bf16(ctx) or 'none'}: AVX512_BF16 (VDPBF16PS) or AMX_BF16 (Intel SDM Vol. 2)",
+        ),
+        Evidence(
+            "cpu_compute_share",
+            compute_ms(ctx) / ctx.wall,
+            T.FP32_MATH.value,
+            ">=",
+            "fraction of step time",
+            "forward + backward in float32 (no CPU kernel statistics: the matmul share is not measured)",
+        ),
+    )
+
+
+def project(ctx: Context) -> Projection:
+    compute = min(compute_ms(ctx), ctx.wall)
+    r = T.CPU_BF16_SPEEDUP
+
+    def at(f: float) -> float:
+        """The step when a share ``f`` of forward + backward is matmul that bf16 speeds up ``r`` times."""
+        return ctx.wall - compute * f * (1 - 1 / r)
+
+    f = T.BATCH_UNMEASURED_FIXED
+    rule = (
+        f"forward + backward {compute:.2f} ms, a share f of it matmul at {r:g}x under bf16 autocast "
+        f"(VDPBF16PS: two bf16 products per fp32 lane): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); "
+        f"f not measured (no CPU kernel statistics): the point takes {f:.0%} ({at(f):.2f} ms), the range "
+        f"all of it ({at(1.0):.2f} ms) to none ({at(0.0):.2f} ms)"
+    )
+    return bounded(
+        ctx,
+        at(f),
+        "bf16 matmuls",
+        {"forward + backward at the bf16 rate": at(1.0)},
+        rule,
+        fix=PrecisionFix("bfloat16"),
+        model=(at(1.0), at(0.0)),
+    )
+
+
+def advise(ctx: Context) -> tuple[str, ...]:
+    return (
+        "Run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16): this CPU computes bf16 natively "
+        f"({native_bf16(ctx)}); keep the optimizer's master weights in float32 and check the loss curve.",
+        "Measure it before adopting it: gpuanalyze run --try --candidates autocast=bf16 -- <your command>.",
+    )

@@ -1,0 +1,113 @@
+"""Leave-one-family-out validation of the projections (benchmarks/projection_validation.py).
+
+The constants the projection models fit on the validation pairs (``GRID``: the residue of a cause
+removed by a change the projection cannot size; the per-call share a batch, micro-batch or
+CPU-precision projection does not measure) are chosen on every fix family but one, from a small
+grid: the lowest median |error| on the training pairs, then (ties) the narrowest high end that still
+covers COVERAGE_TARGET of them. The held-out family's BEFORE traces are analysed again with those
+constants, and the finding whose fix was applied gives the out-of-sample projection. A pair whose
+model has no fitted constant (workers, stragglers, a healthy verdict) projects the same in and out
+of sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import analyzer
+from analyzer.analysis import thresholds as T
+
+COVERAGE = 0.80
+
+
+@contextlib.contextmanager
+def constants(values: dict[str, float]) -> Iterator[None]:
+    """The thresholds module with ``values`` in place for the block (restored however it ends)."""
+    saved = {k: getattr(T, k) for k in values}
+    try:
+        for k, v in values.items():
+            setattr(T, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(T, k, v)
+
+
+def reproject(pair: Any, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:
+    """(projected, low, high) of the pair's applied finding on its BEFORE trace analysed with ``values``;
+    None when that finding no longer fires."""
+    with constants(values):
+        report = analyzer.analyze(pair.before_path)
+    f = next((f for f in report.findings if (f.bottleneck, f.cause) == tuple(pair.finding)), None)
+    if f is None:
+        return None
+    p = f.projection
+    return p.step_ms, p.low_ms, p.high_ms
+
+
+def _score(results: Sequence[tuple[Any, tuple[float, float | None, float | None] | None]]) -> tuple[float, int, float]:
+    """(median |error|, 0 when coverage >= COVERAGE else 1, median width) of reprojected pairs."""
+    errs, inside, widths = [], [], []
+    for pair, r in results:
+        if r is None:
+            errs.append(1.0)
+            continue
+        point, low, high = r
+        errs.append(abs(point - pair.measured_ms) / pair.measured_ms)
+        if low is not None and high is not None:
+            inside.append(low <= pair.measured_ms <= high)
+            widths.append((high - low) / pair.before_ms)
+    coverage = sum(inside) / len(inside) if inside else 0.0
+    return (
+        round(statistics.median(errs), 3),
+        0 if coverage >= COVERAGE else 1,
+        statistics.median(widths) if widths else 0.0,
+    )
+
+
+def lofo(pairs: list[Any], grid: dict[str, list[dict[str, float]]]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """(the pairs with their held-out projections, per family the constants chosen without it)."""
+    usable = [i for i, p in enumerate(pairs) if p.error is not None and p.finding is not None and p.group]
+    cache: dict[tuple[int, str, int], tuple[float, float | None, float | None] | None] = {}
+
+    def at(i: int, group: str, j: int) -> tuple[float, float | None, float | None] | None:
+        key = (i, group, j)
+        if key not in cache:
+            cache[key] = reproject(pairs[i], grid[group][j])
+        return cache[key]
+
+    def current(group: str) -> int:
+        """The grid entry of the constants in use (the in-sample choice), else the first."""
+        now = [all(getattr(T, k) == v for k, v in point.items()) for point in grid[group]]
+        return now.index(True) if any(now) else 0
+
+    out: list[Any] = []
+    chosen: list[dict[str, Any]] = []
+    for family in sorted({p.family for p in pairs}):
+        picks: dict[str, int] = {}
+        for group in grid:
+            train = [i for i in usable if pairs[i].family != family and pairs[i].group == group]
+            if not train:
+                picks[group] = current(group)
+                continue
+            scores = [_score([(pairs[i], at(i, group, j)) for i in train]) for j in range(len(grid[group]))]
+            picks[group] = min(range(len(scores)), key=lambda j: scores[j])
+        chosen.append({"held_out": family, **{g: grid[g][j] for g, j in picks.items()}})
+        for i, p in enumerate(pairs):
+            if p.family != family:
+                continue
+            q = dataclasses.replace(p)
+            if i in usable:
+                r = at(i, p.group, picks[p.group])
+                if r is None:
+                    q.note = (q.note + "; " if q.note else "") + "held out: the finding did not fire"
+                else:
+                    q.projected_ms, q.low_ms, q.high_ms = r
+                    q.error = (r[0] - p.measured_ms) / p.measured_ms
+                    q.inside = None if r[1] is None or r[2] is None else r[1] <= p.measured_ms <= r[2]
+            out.append(q)
+    return out, chosen

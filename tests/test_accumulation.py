@@ -1,0 +1,68 @@
+"""Gradient accumulation is modelled as micro-batches x the cost of one: fewer, larger micro-batches
+divide the per-call part, keep the per-sample part and the optimizer, and travel as a MicroBatchFix
+that run --try can apply (batch_size and accumulate)."""
+
+import pytest
+
+from analyzer import analyze
+from analyzer.analysis.fixes import MicroBatchFix
+from analyzer.planning.settling_trial import settling_trial
+from analyzer.run.candidates import setting_of
+from gpuanalyze.ingest.runinfo import EndInfo
+from tests.conftest import make_row
+
+
+def _accumulating(trace_factory, micro: int, fetches_per_step: int, data=6.0, fwd=5.0, bwd=7.0, opt=1.0):
+    wall = data + fwd + bwd + opt + 0.2
+    rows = [
+        make_row(i, wall=wall, data=data, fwd=fwd, bwd=bwd, opt=opt, samples=micro * fetches_per_step, data_cpu=data)
+        for i in range(40)
+    ]
+    end = EndInfo(status="ok", steps=40, loader_workers=0, fetches=40 * fetches_per_step, fetch_samples=micro)
+    return trace_factory(rows, run={"cpu_count": 1}, end=end)
+
+
+def test_eight_micro_batches_of_two_get_the_micro_batch_fix(trace_factory):
+    r = analyze(_accumulating(trace_factory, micro=2, fetches_per_step=8))
+    f = next(f for f in r.findings if f.bottleneck == "batch_size")
+    assert f.cause == "micro_batch_overhead"
+    assert f.projection.fix == MicroBatchFix(micro_batch=16, accumulate=1)
+    p = f.projection
+    # per micro-batch work 18 ms of a 19.2 ms step; half of it per call at the point, 1/8 of that paid
+    assert p.step_ms == pytest.approx(19.2 - 18.0 * 0.5 * (1 - 1 / 8), rel=0.05)
+    assert p.low_ms <= 19.2 - 18.0 * (1 - 1 / 8) + 1.0  # all per call: the fast end
+    assert p.high_ms >= 19.2 * 0.99  # none of it per call: no saving (unmeasured: the range says so)
+    assert f.confidence.level == "low"  # a range reaching the current step is no medium/high advice
+    assert "learning rate stays" in f.recommendations[0] and "batch_size=16" in f.recommendations[0]
+    assert setting_of(p.fix).label() == "batch_size=16, accumulate=1"
+
+
+def test_one_fetch_per_step_is_no_accumulation(trace_factory):
+    r = analyze(_accumulating(trace_factory, micro=16, fetches_per_step=1))
+    assert all(f.cause != "micro_batch_overhead" for f in r.findings)
+
+
+def test_the_trial_that_settles_a_micro_batch_finding(trace_factory):
+    r = analyze(_accumulating(trace_factory, micro=2, fetches_per_step=4, data=0.0, opt=0.2))
+    top = r.findings[0]
+    assert top.cause == "micro_batch_overhead"
+    assert settling_trial(r, "python t.py") == (
+        "gpuanalyze run --try --candidates batch_size=8,accumulate=1 -- python t.py"
+    )
+
+
+def test_workers_hand_over_every_micro_batch(trace_factory):
+    from analyzer.analysis.host_facts import HostFacts
+    from analyzer.analysis.road import trace_road
+    from analyzer.analysis.rules import Context
+    from analyzer.analysis.rules.workers import handover_ms, worker_plan
+    from gpuanalyze.ingest.reader import load_trace
+
+    def ctx(fetches_per_step):
+        t = load_trace(_accumulating(trace_factory, micro=2, fetches_per_step=fetches_per_step))
+        host = HostFacts(cores_available=4, cores_free=4)
+        return Context(m=trace_road(t).metrics, run=t.run, end=t.end, ceilings=None, host=host)
+
+    one, eight = ctx(1), ctx(8)
+    assert handover_ms(eight)[0] == pytest.approx(8 * handover_ms(one)[0])
+    assert worker_plan(eight, 6.0, workers=2).step_ms > worker_plan(one, 6.0, workers=2).step_ms

@@ -1,0 +1,62 @@
+"""Leave-one-family-out validation chooses the fitted constants without the held-out family and projects
+that family with them (benchmarks/leave_one_family_out.py)."""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import leave_one_family_out as L
+
+
+@dataclasses.dataclass
+class _Pair:
+    family: str
+    measured_ms: float
+    before_ms: float = 20.0
+    group: str | None = "removal"
+    finding: tuple[str, str] | None = ("host", "unattributed_host")
+    error: float | None = 0.0
+    projected_ms: float | None = None
+    low_ms: float | None = None
+    high_ms: float | None = None
+    inside: bool | None = None
+    note: str = ""
+    before_path: str = ""
+
+
+GRID = {"removal": [{"REMOVAL_RESIDUE": 0.1}, {"REMOVAL_RESIDUE": 0.3}]}
+
+
+def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monkeypatch):
+    # families B and C are exact with the first constant, A with the second
+    exact = {"A": 1, "B": 0, "C": 0}
+    pairs = [_Pair("A", 10.0), _Pair("B", 10.0), _Pair("B", 12.0), _Pair("C", 11.0), _Pair("W", 9.0, group=None)]
+
+    def reproject(pair, values):
+        j = 0 if values["REMOVAL_RESIDUE"] == 0.1 else 1
+        point = pair.measured_ms * (1.0 if j == exact[pair.family] else 1.2)
+        return point, point * 0.9, point * 1.1
+
+    monkeypatch.setattr(L, "reproject", reproject)
+    held, chosen = L.lofo(pairs, GRID)
+    by_family = {c["held_out"]: c["removal"] for c in chosen}
+    assert by_family["A"] == {"REMOVAL_RESIDUE": 0.1}  # chosen on B and C
+    a = next(p for p in held if p.family == "A")
+    assert a.error == pytest.approx(0.2) and a.inside is False  # out of sample, A is 20% off and outside
+    assert all(p.error == pytest.approx(0.0) for p in held if p.family in ("B", "C"))
+    w = next(p for p in held if p.family == "W")
+    assert w.projected_ms is None and w.error == 0.0  # no fitted constant: projected as in sample
+    assert len(held) == len(pairs)
+
+
+def test_constants_are_restored_after_the_block():
+    from analyzer.analysis import thresholds as T
+
+    before = T.REMOVAL_RESIDUE
+    with pytest.raises(RuntimeError), L.constants({"REMOVAL_RESIDUE": 0.99}):
+        assert T.REMOVAL_RESIDUE == 0.99
+        raise RuntimeError
+    assert before == T.REMOVAL_RESIDUE
