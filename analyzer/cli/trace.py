@@ -1,4 +1,4 @@
-"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON to gpuanalyze traces)."""
+"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON or Nsight Systems captures to gpuanalyze traces)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from analyzer.render.safe import clean
 
 ENGINE_HELP = "Where per-rank work runs: local (a process pool) or ray (Ray tasks; pip install 'gpuanalyze[ray]')."
 WORKERS_HELP = "Worker processes (local engine; default: the CPU cores, one for small inputs)."
+STEP_RANGE_HELP = "Nsight Systems: the NVTX range that is one training step (NAME, or NAME plus a number)."
 MAX_BYTES_HELP = (
     "Most decompressed JSON to read from one Kineto trace, e.g. 8G (default: gzip may expand 100x its size)."
 )
@@ -27,7 +28,11 @@ def max_bytes_option(text: str | None) -> int | None:
 @app.command("import")
 def import_cmd(
     trace: Annotated[
-        str, typer.Argument(help="A PyTorch profiler (Kineto) trace (.json or .json.gz), or a directory of them.")
+        str,
+        typer.Argument(
+            help="A PyTorch profiler (Kineto) trace (.json or .json.gz), a directory of them, or an Nsight Systems "
+            "capture (.sqlite export; .nsys-rep/.qdrep with nsys on PATH)."
+        ),
     ],
     out: Annotated[
         str,
@@ -39,6 +44,7 @@ def import_cmd(
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
     engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
+    step_range: Annotated[str | None, typer.Option("--step-range", metavar="NAME", help=STEP_RANGE_HELP)] = None,
 ) -> None:
     """Convert PyTorch profiler traces to gpuanalyze traces (never writes over its input or, without
     --force, over any file; a directory is imported in parallel and up-to-date outputs are reused)."""
@@ -50,11 +56,18 @@ def import_cmd(
             _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
             return
         from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+        from gpuanalyze.ingest.nsys_import import is_nsys_path
+        from gpuanalyze.ingest.sources import load_nsys
         from gpuanalyze.ingest.stream import ReadLimits
 
         if storage.is_url(trace) or storage.is_url(out):
             raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")
-        loaded = load_kineto(Path(trace), ReadLimits(max_bytes=limit))
+        if is_nsys_path(Path(trace)):
+            loaded = load_nsys(Path(trace), ReadLimits(max_bytes=limit), step_range)
+        elif step_range is not None:
+            raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")
+        else:
+            loaded = load_kineto(Path(trace), ReadLimits(max_bytes=limit))
         write_trace_file(loaded, Path(out), force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))

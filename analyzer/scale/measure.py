@@ -39,9 +39,10 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.nsys_import import is_nsys_path
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.sources import is_json_trace, missing_ranks_note, rank_siblings, run_of
+from gpuanalyze.ingest.sources import is_json_trace, load_nsys, missing_ranks_note, rank_siblings, run_of
 from gpuanalyze.ingest.stream import ReadLimits
 
 #: Below this much input, work runs in this process: starting worker processes would cost more.
@@ -176,6 +177,8 @@ def _stat(path: Path) -> tuple[int, int]:
 
 def _load_one(path: Path, limits: ReadLimits) -> Trace:
     try:
+        if is_nsys_path(path):
+            return load_nsys(path, limits)
         return load_kineto(path, limits) if is_json_trace(path) else load_trace(path)
     except OSError as exc:  # e.g. PermissionError
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc

@@ -80,7 +80,10 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
 OVERLAP_US = 1000.0
 
 
-def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
+NO_STEPS_NOTE = "no ProfilerStep#N annotations: the whole trace is analysed as one step"
+
+
+def _windows(k: KinetoTrace, no_steps: str) -> tuple[list[tuple[int, float, float]], list[str]]:
     if k.steps:
         return k.steps, []
     times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
@@ -88,7 +91,7 @@ def _windows(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]
     if not times:
         raise TraceError(f"{k.path}: no ProfilerStep annotations, kernels or runtime calls to analyse")
     lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
-    return [(0, lo, hi)], ["no ProfilerStep#N annotations: the whole trace is analysed as one step"]
+    return [(0, lo, hi)], [no_steps]
 
 
 class _Marks:
@@ -218,9 +221,13 @@ class _Sources:
         return end
 
 
-def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
-    """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
-    windows, notes = _windows(k)
+def import_kineto(
+    k: KinetoTrace, *, tags: dict[str, str] | None = None, source: str = "kineto", no_steps: str = NO_STEPS_NOTE
+) -> Trace:
+    """The Trace (in memory) of a Kineto trace (or of another profiler's capture read into one: ``source``
+    names it in the run information, ``no_steps`` is the note for a trace without step annotations); the
+    kernel-level stats go into KERNEL_STATS."""
+    windows, notes = _windows(k, no_steps)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     if not has_gpu:
@@ -252,7 +259,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     try:
         run = msgspec.convert(
             {
-                "source": f"kineto:{Path(k.path).name}"[:4096],
+                "source": f"{source}:{Path(k.path).name}"[:4096],
                 "rank": rank,
                 "world_size": k.world_size or 1,
                 "backend": k.backend,

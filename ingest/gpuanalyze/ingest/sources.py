@@ -1,5 +1,5 @@
-"""Open whatever the user points at: a gpuanalyze .arrow trace, a Kineto JSON trace, or a directory
-holding one trace per rank."""
+"""Open whatever the user points at: a gpuanalyze .arrow trace, a Kineto JSON trace, an Nsight Systems
+capture (SQLite export or report), or a directory holding one trace per rank."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.nsys_import import is_nsys_path, load_nsys_ranks
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, decode_run
 from gpuanalyze.ingest.stream import ReadLimits
@@ -116,7 +117,14 @@ def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
         return _load_dir(path, limits)
     if is_json_trace(path):
         return load_kineto(path, limits)
+    if is_nsys_path(path):
+        return load_nsys(path, limits)
     return load_trace(path)
+
+
+def load_nsys(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> Trace:
+    """An Nsight Systems capture as one Trace, its ranks merged (nsys_import.py)."""
+    return _merge(path, load_nsys_ranks(path, limits, step_range))
 
 
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:

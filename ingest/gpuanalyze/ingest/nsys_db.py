@@ -1,0 +1,137 @@
+"""Open an Nsight Systems SQLite export read-only and stream rows out of it.
+
+The file is opened through a read-only, immutable SQLite URI (``file:...?mode=ro&immutable=1``): SQLite
+never writes to it, never takes a lock on it and never creates a journal beside it. Before SQLite sees
+the file, it must be a regular file (never a FIFO or a link to ``/dev/zero``) starting with the SQLite
+header. Tables and their columns are read from ``sqlite_master`` and ``PRAGMA table_info``: any table
+may be missing and every release adds columns (the NVIDIA Nsight Systems user guide, "SQLite schema
+reference"), so nothing is assumed. Rows come out in batches of ``BATCH_ROWS`` (``fetchmany``), so
+memory is bounded whatever the export's size; strings are cut to ``MAX_NAME_CHARS`` in SQL, so a
+hostile ``StringIds`` value never reaches Python whole.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import TraceError
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+BATCH_ROWS = 8192
+#: Tables an Nsight Systems export holds whatever was traced; one of them tells an export from another database.
+EXPORT_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME")
+#: Largest SQLite page cache (KiB, as a negative cache_size) the importer allows itself.
+_CACHE_KIB = 16 * 1024
+
+
+def is_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file that starts with the SQLite header (a FIFO or device is never read)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _uri(path: Path) -> str:
+    return path.absolute().as_uri() + "?mode=ro&immutable=1"
+
+
+class NsysDb:
+    """One export, open read-only: its tables and columns, and row streams (``close`` when done)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            st = path.stat()
+        except FileNotFoundError as exc:
+            raise TraceError(f"{path}: no such file") from exc
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); refusing to read it")
+        if not is_sqlite_file(path):
+            raise TraceError(f"{path}: not an SQLite file (an Nsight Systems export is: nsys export --type sqlite)")
+        try:
+            self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
+            self.conn.execute("PRAGMA query_only = 1")
+            self.conn.execute(f"PRAGMA cache_size = {-_CACHE_KIB}")
+            self.conn.execute("PRAGMA temp_store = FILE")  # sorts for DISTINCT spill to a temporary file, not RAM
+            self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.Error as exc:
+            raise TraceError(f"{path}: not a readable SQLite database ({_reason(exc)})") from exc
+        self._columns: dict[str, frozenset[str]] = {}
+        if not any(t in self.tables for t in EXPORT_MARKERS):
+            self.close()
+            raise TraceError(
+                f"{path}: an SQLite database but not an Nsight Systems export (no StringIds or export metadata table)"
+            )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> NsysDb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def columns(self, table: str) -> frozenset[str]:
+        """The columns of ``table`` (empty when the export has no such table)."""
+        if table not in self.tables:
+            return frozenset()
+        got = self._columns.get(table)
+        if got is None:
+            rows = self._run(f"PRAGMA table_info({quote(table)})", ())
+            got = self._columns[table] = frozenset(str(r[1]) for r in rows)
+        return got
+
+    def has(self, table: str, *columns: str) -> bool:
+        cols = self.columns(table)
+        return bool(cols) and all(c in cols for c in columns)
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
+
+    def small(self, sql: str, params: tuple[Any, ...] = (), limit: int = 4096) -> list[Any]:
+        """The rows of a query expected to be small (metadata, distinct ids), at most ``limit`` of them."""
+        try:
+            return self.conn.execute(sql, params).fetchmany(limit)
+        except sqlite3.Error as exc:
+            raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
+
+    def batches(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[list[Any]]:
+        """The rows of a query, BATCH_ROWS at a time (a corrupt page mid-way is one TraceError)."""
+        try:
+            cur = self.conn.execute(sql, params)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield rows
+        except sqlite3.Error as exc:
+            raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
+
+    def string_sql(self, expr: str) -> str:
+        """SQL for the text of a StringIds id (or a text value) in ``expr``, cut to MAX_NAME_CHARS."""
+        direct = f"CASE WHEN typeof({expr}) = 'text' THEN substr({expr}, 1, {MAX_NAME_CHARS}) END"
+        if not self.has("StringIds", "id", "value"):
+            return direct
+        lookup = f"(SELECT substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id = {expr})"
+        return f"COALESCE({lookup}, {direct})"
+
+
+def quote(name: str) -> str:
+    """An SQL identifier, quoted (names come from the export's own catalogue)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _reason(exc: sqlite3.Error) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__

@@ -1,0 +1,164 @@
+"""Nsight Systems SQLite exports import to the same trace rows as a Kineto trace: synthetic exports to the
+documented schema, across the versions' table and column sets."""
+
+import json
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.nsys_import import WINDOW_NOTE, is_nsys_path, load_nsys_ranks
+from gpuanalyze.ingest.sources import load_any, load_nsys
+from tests.nsys_fixtures import Export, build_export
+
+runner = CliRunner()
+
+
+def _col(trace, name):
+    return trace.frame.get_column(name).to_list()
+
+
+def test_two_processes_with_gpu_rows_are_two_ranks_with_their_steps(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite", Export(pids=(4242, 4243))))
+    assert t.run.world_size == 2 and sorted(set(_col(t, S.RANK))) == [0, 1]
+    assert _col(t, S.STEP) == [0, 1, 2, 0, 1, 2]
+    assert t.run.gpu_name == "NVIDIA H100 80GB HBM3" and t.run.compute_capabilities == ("9.0",)
+    assert t.run.source == "nsys:r.sqlite" and t.run.device == "cuda"
+    assert any("2 processes with GPU activity" in n for n in t.notes)
+
+
+def test_step_rows_carry_kernels_pageable_copies_and_blocking_syncs(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite"))
+    assert _col(t, S.WALL_MS) == pytest.approx([9.0] * 3)
+    assert _col(t, S.GPU_BUSY_MS) == pytest.approx([5.2] * 3)  # the 5 ms kernel and the 0.2 ms copy
+    # cudaStreamSynchronize_v3020 (0.5 ms: blocking by family) and the 5 us cudaMemcpyAsync of pageable memory
+    assert _col(t, S.SYNC_MS) == pytest.approx([0.505] * 3)
+    assert _col(t, S.H2D_MS) == pytest.approx([0.2] * 3)
+    stats = S.decode_kernel_stats(_col(t, S.KERNEL_STATS)[0])
+    assert stats.elementwise_ms == pytest.approx(5.0) and stats.memcpy_h2d_ms == pytest.approx(0.2)
+
+
+def test_start_times_are_on_utc_from_the_session_start(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite"))
+    assert _col(t, S.START_UNIX_NS)[0] == 1_700_000_000_000_000_000 + 100_000_000
+
+
+def test_old_schema_without_enum_tables_imports_the_same(tmp_path):
+    new = load_any(build_export(tmp_path / "new.sqlite"))
+    old = load_any(build_export(tmp_path / "old.sqlite", Export(old_meta=True, enums=False)))
+    for col in (S.WALL_MS, S.GPU_BUSY_MS, S.H2D_MS, S.SYNC_MS):
+        assert _col(old, col) == pytest.approx(_col(new, col))
+    assert any("Nsight Systems 2022.1.3.3" in n for n in old.notes)
+    assert any("Nsight Systems 2025.5.2.266 (command: python train.py)" in n for n in new.notes)
+
+
+def test_nvtx_names_through_string_ids_give_the_same_steps(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite", Export(text_id=True)))
+    assert _col(t, S.STEP) == [0, 1, 2]
+
+
+def test_newer_kernel_columns_are_ignored(tmp_path):
+    e = Export(extra_kernel_columns=("greenContextId", "graphId", "clusterX", "qmdPreexitDone"))
+    assert load_any(build_export(tmp_path / "r.sqlite", e)).frame.height == 3
+
+
+def test_without_a_gpu_table_the_model_is_unknown_and_said(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite", Export(gpu_table=False)))
+    assert t.run.gpu_name is None and any("no TARGET_INFO_GPU" in n for n in t.notes)
+
+
+def test_copies_alone_make_a_rank(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite", Export(tables=("memcpy", "runtime", "nvtx"))))
+    assert t.frame.height == 3 and _col(t, S.H2D_MS) == pytest.approx([0.2] * 3)
+
+
+def test_without_step_ranges_the_capture_is_one_window_and_says_so(tmp_path):
+    t = load_any(build_export(tmp_path / "r.sqlite", Export(step_name=None)))
+    assert t.frame.height == 1 and WINDOW_NOTE in t.notes and t.run.profiler_steps == 0
+
+
+def test_step_range_names_the_step_ranges(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="train_step {}"))
+    assert load_any(path).frame.height == 1  # not a known step name: one window
+    t = load_nsys(path, step_range="train_step")
+    assert _col(t, S.STEP) == [0, 1, 2] and any("NVTX ranges named 'train_step'" in n for n in t.notes)
+    with pytest.raises(TraceError, match=r"no NVTX range named 'train'.*'train_step 0'"):
+        load_nsys(path, step_range="train")
+
+
+def test_our_own_step_and_phase_ranges_give_steps_and_phases(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="gpuanalyze:step#{}", phases=True))
+    t = load_any(path)
+    assert _col(t, S.STEP) == [0, 1, 2]
+    assert _col(t, S.FORWARD_MS) == pytest.approx([5.9] * 3)
+
+
+def test_profiler_steps_win_over_our_own(tmp_path):
+    path = build_export(tmp_path / "r.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+        "SELECT start, end, 59, 'gpuanalyze:step#7', globalTid FROM NVTX_EVENTS"
+    )
+    conn.commit()
+    conn.close()
+    assert _col(load_any(path), S.STEP) == [0, 1, 2]
+
+
+def test_one_trace_per_rank_before_they_are_merged(tmp_path):
+    ranks = load_nsys_ranks(build_export(tmp_path / "r.sqlite", Export(pids=(9, 3))))
+    assert [r.run.rank for r in ranks] == [0, 1] and [r.frame.height for r in ranks] == [3, 3]
+
+
+def test_import_never_writes_to_the_export(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(1, 2)))
+    path.chmod(0o444)
+    tmp_path.chmod(0o555)  # no journal or lock file could be created beside it either
+    try:
+        before, mtime = path.read_bytes(), path.stat().st_mtime_ns
+        load_any(path)
+        assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.sqlite"]
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_sqlite_files_are_told_by_header_or_suffix(tmp_path):
+    path = build_export(tmp_path / "capture")
+    assert is_nsys_path(path) and is_nsys_path(tmp_path / "x.nsys-rep") and is_nsys_path(tmp_path / "y.sqlite")
+    assert not is_nsys_path(tmp_path / "t.json.gz")
+
+
+def test_cli_imports_and_analyses_an_export(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(1, 2)))
+    out = tmp_path / "r.arrow"
+    result = runner.invoke(app, ["import", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "6 step(s)" in result.output
+    data = json.loads(runner.invoke(app, [str(out), "--json"]).output)
+    assert data["ranks"] == 2 and data["steps"] == 6
+    direct = json.loads(runner.invoke(app, [str(path), "--json"]).output)
+    assert direct["ranks"] == 2 and direct["run"]["source"] == "nsys:r.sqlite"
+
+
+def test_cli_step_range_is_for_nsys_captures_only(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="iter{}"))
+    result = runner.invoke(app, ["import", str(path), "-o", str(tmp_path / "o.arrow"), "--step-range", "iter"])
+    assert result.exit_code == 0 and "3 step(s)" in result.output
+    (tmp_path / "t.json").write_text('{"traceEvents": []}')
+    args = ["import", str(tmp_path / "t.json"), "-o", str(tmp_path / "p.arrow"), "--step-range", "x"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--step-range is for Nsight Systems" in result.output
+
+
+def test_a_report_without_nsys_on_path_names_the_export_command(tmp_path, monkeypatch):
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"not really")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = runner.invoke(app, [str(report)])
+    assert result.exit_code == 2
+    assert "nsys export --type sqlite" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
