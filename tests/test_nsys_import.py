@@ -96,6 +96,19 @@ def test_our_own_step_and_phase_ranges_give_steps_and_phases(tmp_path):
     assert _col(t, S.FORWARD_MS) == pytest.approx([5.9] * 3)
 
 
+def test_a_restarted_step_keeps_its_last_range(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="gpuanalyze:step#{}"))
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+        "SELECT start - 1000, start - 500, 59, text, globalTid FROM NVTX_EVENTS WHERE text = 'gpuanalyze:step#1'"
+    )
+    conn.commit()
+    conn.close()
+    t = load_any(path)
+    assert _col(t, S.STEP) == [0, 1, 2] and _col(t, S.WALL_MS) == pytest.approx([9.0] * 3)
+
+
 def test_profiler_steps_win_over_our_own(tmp_path):
     path = build_export(tmp_path / "r.sqlite")
     conn = sqlite3.connect(path)

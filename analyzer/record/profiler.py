@@ -20,6 +20,7 @@ from typing import Any
 from analyzer.record.batch import batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
+from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
@@ -202,7 +203,7 @@ class Profiler:
         if cuda and not self._cuda_on:
             self._cuda_on = True
             self._cuda = torch.cuda
-            self._timer = CudaPhaseTimer()
+            self._timer = phase_timer(opts.nvtx, lambda: self._steps.step.index)
             self._resolver = LazyResolver(self._emit)
             self._patches.install_sync(self._on_patched_call)
             self._patches.time_backward_start(self._before_call)

@@ -288,8 +288,9 @@ class NsysEvents:
             return ""
         for key, steps in self.steps.items():
             ranges = sorted(pick(steps), key=lambda r: r[1])
-            numbers = [n for n, *_ in ranges]
-            own = None not in numbers and len(set(numbers)) == len(numbers)
+            own = all(n is not None for n, *_ in ranges)
+            if own:  # a step restarted (gpuanalyze's first step, after the trace file opened): its last range
+                ranges = sorted({n: r for r in ranges if (n := r[0]) is not None}.values(), key=lambda r: r[1])
             for i, (n, start, end, tid) in enumerate(ranges):
                 step = n if own and n is not None else i
                 event = _Event("X", "user_annotation", f"ProfilerStep#{step}", start, end - start, tid, None)
