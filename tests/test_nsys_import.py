@@ -12,6 +12,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.nsys_import import WINDOW_NOTE, is_nsys_path, load_nsys_ranks
 from gpuanalyze.ingest.sources import load_any, load_nsys
+from tests.conftest import make_row, write_trace
 from tests.nsys_fixtures import Export, build_export
 
 runner = CliRunner()
@@ -175,3 +176,15 @@ def test_a_report_without_nsys_on_path_names_the_export_command(tmp_path, monkey
     assert result.exit_code == 2
     assert "nsys export --type sqlite" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_fleet_reads_exports_beside_other_traces(tmp_path):
+    root = tmp_path / "fleet"
+    root.mkdir()
+    build_export(root / "capture.sqlite", Export(pids=(1, 2)))
+    write_trace(root / "own.arrow", [make_row(i, wall=20.0) for i in range(30)])
+    result = runner.invoke(app, ["fleet", str(root), "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    runs = {r["run"]: r for r in json.loads(result.output)["runs"]}
+    assert set(runs) == {"capture.sqlite", "own.arrow"}
+    assert runs["capture.sqlite"]["ranks"] == 2 and runs["capture.sqlite"]["gpu"] == "NVIDIA H100 80GB HBM3"

@@ -20,13 +20,13 @@ from typing import Any
 from analyzer.record.batch import batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
-from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
 from analyzer.record.models import Named, discover, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
+from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.patches import Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
