@@ -35,6 +35,8 @@ class Export:
     tables: tuple[str, ...] = ("kernel", "memcpy", "runtime", "nvtx")
     extra_kernel_columns: tuple[str, ...] = ()
     kernel_name: str = "void at::native::vectorized_elementwise_kernel<4>(int)"
+    kernels_per_step: int = 1
+    """More kernels per step (benchmarks): each a launch and a 2 us kernel after the first."""
     strings: dict[str, int] = field(default_factory=dict)
 
 
@@ -141,6 +143,24 @@ def _rank(e: Export, cur: sqlite3.Cursor, device: int, pid: int) -> None:
             row = (t0 + MS + MS // 10, t0 + 6 * MS + MS // 10, device, 1, 7, corr, gp, name, name, *extra)
             marks = ",".join("?" * len(row))
             cur.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({marks})", row)
+        _more_kernels(e, cur, t0 + 6 * MS + MS // 10, device, gp, tid, corr)
+        corr += e.kernels_per_step
+
+
+def _more_kernels(e: Export, cur: sqlite3.Cursor, t: int, device: int, gp: int, tid: int, corr: int) -> None:
+    if e.kernels_per_step <= 1 or "kernel" not in e.tables:
+        return
+    name, launch = _sid(e, cur, e.kernel_name), _sid(e, cur, "cudaLaunchKernel_v7000")
+    extra = (0,) * len(e.extra_kernel_columns)
+    marks = ",".join("?" * (9 + len(extra)))
+    kernels, launches = [], []
+    for j in range(1, e.kernels_per_step):
+        c, start = corr + j, t + j * 3000
+        kernels.append((start, start + 2000, device, 1, 7, c, gp, name, name, *extra))
+        launches.append((start - 2500, start - 1000, 0, tid, c, launch, 0, None))
+    cur.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({marks})", kernels)
+    if "runtime" in e.tables:
+        cur.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", launches)
 
 
 def build_export(path: Path, e: Export | None = None) -> Path:

@@ -59,6 +59,17 @@ def test_a_huge_string_is_cut_in_sql(tmp_path):
     assert t.frame.height == 3  # imported; the name reached Python cut to MAX_NAME_CHARS
 
 
+def test_a_value_beyond_sqlites_heap_limit_is_one_error(tmp_path, monkeypatch):
+    from gpuanalyze.ingest import nsys_db
+
+    monkeypatch.setattr(nsys_db, "SQLITE_HEAP_LIMIT", 8 << 20)
+    path = build_export(tmp_path / "r.sqlite", Export(kernel_name="k" * (24 << 20)))
+    with pytest.raises(TraceError, match="more than SQLite's 8 MiB"):
+        load_any(path)
+    conn = sqlite3.connect(":memory:")  # the process's limit is back as it was
+    assert conn.execute("PRAGMA hard_heap_limit").fetchone()[0] == 0
+
+
 def test_text_where_numbers_belong_is_skipped(tmp_path):
     path = build_export(tmp_path / "r.sqlite")
     conn = sqlite3.connect(path)

@@ -7,11 +7,16 @@ header. Tables and their columns are read from ``sqlite_master`` and ``PRAGMA ta
 may be missing and every release adds columns (the NVIDIA Nsight Systems user guide, "SQLite schema
 reference"), so nothing is assumed. Rows come out in batches of ``BATCH_ROWS`` (``fetchmany``), so
 memory is bounded whatever the export's size; strings are cut to ``MAX_NAME_CHARS`` in SQL, so a
-hostile ``StringIds`` value never reaches Python whole.
+hostile ``StringIds`` value never reaches Python whole, and SQLite's own heap is capped at
+``SQLITE_HEAP_LIMIT`` while the export is open (SQLite reads a value whole before cutting it): a larger
+value is one TraceError, not a process that runs out of memory. The cap is process-wide, so it is set and
+put back through ``sqlite3_hard_heap_limit64`` (the pragma can only lower it); where that function cannot
+be reached there is no cap.
 """
 
 from __future__ import annotations
 
+import ctypes
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -27,6 +32,8 @@ BATCH_ROWS = 8192
 EXPORT_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME")
 #: Largest SQLite page cache (KiB, as a negative cache_size) the importer allows itself.
 _CACHE_KIB = 16 * 1024
+#: SQLite's heap while an export is open (process-wide; the previous limit is put back on close).
+SQLITE_HEAP_LIMIT = 256 << 20
 
 
 def is_sqlite_file(path: Path) -> bool:
@@ -38,6 +45,19 @@ def is_sqlite_file(path: Path) -> bool:
             return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
     except OSError:
         return False
+
+
+def _heap_limit(limit: int) -> int | None:
+    """Set SQLite's process-wide hard heap limit (0: none, -1: only ask); the previous one, or None when
+    ``sqlite3_hard_heap_limit64`` cannot be reached."""
+    try:
+        import _sqlite3
+
+        fn = ctypes.CDLL(_sqlite3.__file__).sqlite3_hard_heap_limit64
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    return int(fn(limit))
 
 
 def _uri(path: Path) -> str:
@@ -59,13 +79,18 @@ class NsysDb:
             raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); refusing to read it")
         if not is_sqlite_file(path):
             raise TraceError(f"{path}: not an SQLite file (an Nsight Systems export is: nsys export --type sqlite)")
+        self._heap = _heap_limit(SQLITE_HEAP_LIMIT)
         try:
             self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
             self.conn.execute("PRAGMA query_only = 1")
             self.conn.execute(f"PRAGMA cache_size = {-_CACHE_KIB}")
             self.conn.execute("PRAGMA temp_store = FILE")  # sorts for DISTINCT spill to a temporary file, not RAM
             self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, MemoryError) as exc:
+            if hasattr(self, "conn"):
+                self.close()
+            elif self._heap is not None:
+                _heap_limit(self._heap)
             raise TraceError(f"{path}: not a readable SQLite database ({_reason(exc)})") from exc
         self._columns: dict[str, frozenset[str]] = {}
         if not any(t in self.tables for t in EXPORT_MARKERS):
@@ -76,6 +101,9 @@ class NsysDb:
 
     def close(self) -> None:
         self.conn.close()
+        if self._heap is not None:
+            _heap_limit(self._heap)
+            self._heap = None
 
     def __enter__(self) -> NsysDb:
         return self
@@ -100,14 +128,14 @@ class NsysDb:
     def _run(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         try:
             return self.conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, MemoryError) as exc:
             raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
 
     def small(self, sql: str, params: tuple[Any, ...] = (), limit: int = 4096) -> list[Any]:
         """The rows of a query expected to be small (metadata, distinct ids), at most ``limit`` of them."""
         try:
             return self.conn.execute(sql, params).fetchmany(limit)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, MemoryError) as exc:
             raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
 
     def batches(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[list[Any]]:
@@ -116,7 +144,7 @@ class NsysDb:
             cur = self.conn.execute(sql, params)
             while rows := cur.fetchmany(BATCH_ROWS):
                 yield rows
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, MemoryError) as exc:
             raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
 
     def string_sql(self, expr: str) -> str:
@@ -133,5 +161,7 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _reason(exc: sqlite3.Error) -> str:
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, MemoryError):
+        return f"a value needs more than SQLite's {SQLITE_HEAP_LIMIT >> 20} MiB while the export is read"
     return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
