@@ -188,3 +188,13 @@ def test_fleet_reads_exports_beside_other_traces(tmp_path):
     runs = {r["run"]: r for r in json.loads(result.output)["runs"]}
     assert set(runs) == {"capture.sqlite", "own.arrow"}
     assert runs["capture.sqlite"]["ranks"] == 2 and runs["capture.sqlite"]["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_analyse_with_a_step_range_and_export_a_chrome_trace(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="iter{}"))
+    data = json.loads(runner.invoke(app, [str(path), "--step-range", "iter", "--json"]).output)
+    assert data["steps"] == 3
+    result = runner.invoke(app, [str(path), "--step-range", "nope"])
+    assert result.exit_code == 2 and "no NVTX range named 'nope'" in result.output
+    out = tmp_path / "r.json.gz"
+    assert runner.invoke(app, ["export", str(path), "--chrome-trace", str(out)]).exit_code == 0 and out.stat().st_size

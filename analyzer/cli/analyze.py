@@ -10,7 +10,7 @@ import typer
 from analyzer.cli import options
 from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
-from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, WORKERS_HELP, max_bytes_option
+from analyzer.cli.trace import ENGINE_HELP, MAX_BYTES_HELP, STEP_RANGE_HELP, WORKERS_HELP, max_bytes_option
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.console import MIN_WIDTH
 
@@ -28,6 +28,7 @@ def width_option() -> Any:
 
 if TYPE_CHECKING:
     from analyzer.planning.cost import CostInputs
+    from gpuanalyze.ingest.reader import Trace
 
 
 @app.command("analyze")
@@ -36,8 +37,8 @@ def analyze_cmd(
     trace: Annotated[
         str,
         typer.Argument(
-            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], or a directory (or URL of one) "
-            "of per-rank traces."
+            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], an Nsight Systems .sqlite "
+            "export, or a directory (or URL of one) of per-rank traces."
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
@@ -55,6 +56,7 @@ def analyze_cmd(
     engine: Annotated[str, typer.Option("--engine", help=ENGINE_HELP)] = "local",
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help=MAX_BYTES_HELP)] = None,
+    step_range: Annotated[str | None, typer.Option("--step-range", metavar="NAME", help=STEP_RANGE_HELP)] = None,
     log: LogTo = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
@@ -65,7 +67,7 @@ def analyze_cmd(
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
         report = analyze(
-            trace,
+            trace if step_range is None else _nsys_steps(trace, step_range, max_bytes_option(max_bytes)),
             machine_ceilings=ceilings or True,
             cost=cost,
             flops_per_step=flops_per_step,
@@ -88,6 +90,17 @@ def analyze_cmd(
         log_reports([report], trackers)
     except GpuAnalyzeError as exc:
         fail(str(exc))
+
+
+def _nsys_steps(trace: str, step_range: str, max_bytes: int | None) -> Trace:
+    """An Nsight Systems capture loaded with its steps from the NVTX ranges named ``step_range``."""
+    from gpuanalyze.ingest.nsys_import import is_nsys_path
+    from gpuanalyze.ingest.sources import load_nsys
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    if not is_nsys_path(Path(trace)):
+        raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")
+    return load_nsys(Path(trace), ReadLimits(max_bytes=max_bytes), step_range)
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
