@@ -13,7 +13,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.nsys_import import WINDOW_NOTE, is_nsys_path, load_nsys_ranks
 from gpuanalyze.ingest.sources import load_any, load_nsys
 from tests.conftest import make_row, write_trace
-from tests.nsys_fixtures import Export, build_export
+from tests.nsys_fixtures import Export, build_export, global_pid
 
 runner = CliRunner()
 
@@ -198,3 +198,16 @@ def test_analyse_with_a_step_range_and_export_a_chrome_trace(tmp_path):
     assert result.exit_code == 2 and "no NVTX range named 'nope'" in result.output
     out = tmp_path / "r.json.gz"
     assert runner.invoke(app, ["export", str(path), "--chrome-trace", str(out)]).exit_code == 0 and out.stat().st_size
+
+
+def test_ranks_come_from_gpu_rows_not_from_the_process_list(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(10, 11), step_name=None))
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT)")
+    conn.executemany("INSERT INTO PROCESSES VALUES (?, ?, 'python')", [(global_pid(p), p) for p in range(100, 150)])
+    launcher = global_pid(99) | 99  # torchrun: runtime calls, no GPU rows
+    conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (1000, 900000000, 0, ?, 1, 1, 0, NULL)", (launcher,))
+    conn.commit()
+    conn.close()
+    t = load_any(path)
+    assert t.run.world_size == 2 and max(_col(t, S.WALL_MS)) < 50  # the launcher's 900 ms call is not a rank's
