@@ -47,6 +47,15 @@ def test_a_corrupt_page(tmp_path):
     _one_line_error(path)
 
 
+def test_a_header_that_claims_four_billion_pages(tmp_path):
+    path = build_export(tmp_path / "r.sqlite")
+    data = bytearray(path.read_bytes())
+    data[28:32] = (0xFFFFFFFF).to_bytes(4, "big")  # the in-header database size, in pages
+    data[92:96] = data[24:28]  # "version-valid-for" = the change counter: SQLite trusts that size
+    path.write_bytes(bytes(data))
+    assert "malformed" in _one_line_error(path)
+
+
 def test_a_link_to_dev_zero_is_never_read(tmp_path):
     link = tmp_path / "r.sqlite"
     link.symlink_to("/dev/zero")
@@ -96,3 +105,25 @@ def test_nvtx_only_capture_says_what_is_missing(tmp_path):
     path = build_export(tmp_path / "r.sqlite", Export(tables=("nvtx",)))
     out = _one_line_error(path)
     assert "only 3 NVTX ranges" in out and "no CUDA activity" in out
+
+
+@pytest.mark.slow
+def test_a_300_mb_string_is_refused_in_bounded_memory(tmp_path):
+    import subprocess
+    import sys
+
+    path = build_export(tmp_path / "r.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE StringIds SET value = ? WHERE value LIKE 'void%'", ("k" * 300_000_000,))
+    conn.commit()
+    conn.close()
+    code = (
+        "import sys\n"
+        "from gpuanalyze.ingest.sources import load_any\n"
+        "from analyzer.errors import TraceError\n"
+        "try:\n    load_any(sys.argv[1])\nexcept TraceError as e:\n    print('refused:', e)\n"
+        "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    assert "refused:" in out and "256 MiB" in out
+    assert int(out.split()[-1]) / 1024 <= 600
