@@ -211,3 +211,12 @@ def test_ranks_come_from_gpu_rows_not_from_the_process_list(tmp_path):
     conn.close()
     t = load_any(path)
     assert t.run.world_size == 2 and max(_col(t, S.WALL_MS)) < 50  # the launcher's 900 ms call is not a rank's
+
+
+def test_nvtx_marks_are_not_ranges(tmp_path):
+    path = build_export(tmp_path / "r.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE NVTX_EVENTS SET eventType = 34 WHERE text = 'ProfilerStep#1'")  # NvtxMark
+    conn.commit()
+    conn.close()
+    assert _col(load_any(path), S.STEP) == [0, 2]

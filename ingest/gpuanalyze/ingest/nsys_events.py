@@ -55,8 +55,9 @@ OVERHEAD_NAMES = {
 #: Built-in ENUM_CUPTI_OVERHEAD_TYPE numbering (exports without the table).
 OVERHEAD_CODES = {2: "Driver Compiler", 6: "Runtime Triggered Module Loading", 7: "Lazy Function Loading"}
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
-#: NVTX_EVENTS.eventType of ranges: NvtxPushPopRange, NvtxStartEndRange (marks and domains are not ranges).
-NVTX_RANGES = (59, 60)
+#: NVTX_EVENTS.eventType of ranges: Nvtx(t)PushPopRange, Nvtx(t)StartEndRange (marks and domains are not ranges);
+#: read from ENUM_NSYS_EVENT_TYPE where the export has it.
+NVTX_RANGES = (59, 60, 70, 71)
 OUR_STEP = "gpuanalyze:step#"
 PROFILER_STEP = "ProfilerStep#"
 _PID = "((globalPid >> 24) & 16777215)"
@@ -235,7 +236,7 @@ class NsysEvents:
             return
         texts = [self.db.string_sql(c) for c in ("text", "textId") if c in cols]
         name = f"COALESCE({', '.join(texts)})" if texts else "NULL"
-        kinds = f" AND eventType IN {NVTX_RANGES}" if "eventType" in cols else ""
+        kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
         sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {_TIMED}{kinds}"
         for rows in self.db.batches(sql):
             for start, end, p, tid, text in rows:
@@ -243,6 +244,13 @@ class NsysEvents:
                     continue
                 self._range(p, tid, text, start / 1e3, end / 1e3)
         self._flush_all()
+
+    def _range_types(self) -> tuple[int, ...]:
+        if not self.db.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
+            return NVTX_RANGES
+        rows = self.db.small("SELECT id, substr(name, 1, 64) FROM ENUM_NSYS_EVENT_TYPE")
+        ids = [i for i, n in rows if isinstance(i, int) and str(n).endswith(("PushPopRange", "StartEndRange"))]
+        return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
     def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
         if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
