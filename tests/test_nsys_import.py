@@ -220,3 +220,9 @@ def test_nvtx_marks_are_not_ranges(tmp_path):
     conn.commit()
     conn.close()
     assert _col(load_any(path), S.STEP) == [0, 2]
+
+
+def test_a_directory_of_exports_points_to_fleet(tmp_path):
+    build_export(tmp_path / "a.sqlite")
+    result = runner.invoke(app, [str(tmp_path)])
+    assert result.exit_code == 2 and "gpuanalyze FILE.sqlite, or fleet DIR" in result.output

@@ -46,6 +46,13 @@ def is_nsys_path(path: Path) -> bool:
     return not name.endswith((".arrow", ".json", ".json.gz", ".gz")) and is_sqlite_file(path)
 
 
+def nsys_dir_hint(names: list[str]) -> str:
+    """What to say of a directory with Nsight Systems exports and no other traces ('' without exports)."""
+    if not any(n.lower().endswith(SQLITE_SUFFIXES + REPORT_SUFFIXES) for n in names):
+        return ""
+    return " (Nsight Systems exports are read one per run: gpuanalyze FILE.sqlite, or fleet DIR)"
+
+
 def _export_command(report: Path, out: Path) -> list[str]:
     return ["nsys", "export", "--type", "sqlite", "--output", str(out), str(report)]
 

@@ -115,6 +115,11 @@ def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
         return _load_dir(path, limits)
+    return load_file(path, limits)
+
+
+def load_file(path: Path, limits: ReadLimits | None = None) -> Trace:
+    """One trace file: a Kineto JSON trace, an Nsight Systems capture, or a gpuanalyze .arrow trace."""
     if is_json_trace(path):
         return load_kineto(path, limits)
     if is_nsys_path(path):
