@@ -226,3 +226,8 @@ def test_a_directory_of_exports_points_to_fleet(tmp_path):
     build_export(tmp_path / "a.sqlite")
     result = runner.invoke(app, [str(tmp_path)])
     assert result.exit_code == 2 and "gpuanalyze FILE.sqlite, or fleet DIR" in result.output
+
+
+def test_an_nvtx_text_that_looks_like_a_string_id_is_its_own_name(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(step_name="{}"))  # ranges named "0", "1", "2"
+    assert _col(load_nsys(path, step_range="1"), S.STEP) == [0]

@@ -147,12 +147,14 @@ class NsysDb:
         except (sqlite3.Error, MemoryError) as exc:
             raise TraceError(f"{self.path}: cannot read the export ({_reason(exc)})") from exc
 
-    def string_sql(self, expr: str) -> str:
-        """SQL for the text of a StringIds id (or a text value) in ``expr``, cut to MAX_NAME_CHARS."""
+    def string_sql(self, expr: str, *, ids: bool = True) -> str:
+        """SQL for the text of a StringIds id (or a text value) in ``expr``, cut to MAX_NAME_CHARS; ``ids=False``:
+        a text column, never looked up (an NVTX range named ``12`` is not string 12)."""
         direct = f"CASE WHEN typeof({expr}) = 'text' THEN substr({expr}, 1, {MAX_NAME_CHARS}) END"
-        if not self.has("StringIds", "id", "value"):
+        if not ids or not self.has("StringIds", "id", "value"):
             return direct
-        lookup = f"(SELECT substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id = {expr})"
+        cut = f"substr(value, 1, {MAX_NAME_CHARS})"
+        lookup = f"(SELECT {cut} FROM StringIds WHERE id = {expr} AND typeof({expr}) = 'integer')"
         return f"COALESCE({lookup}, {direct})"
 
 

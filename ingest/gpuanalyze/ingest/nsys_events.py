@@ -234,7 +234,7 @@ class NsysEvents:
         cols = self.db.columns(NVTX)
         if not {"start", "end", "globalTid"} <= cols:
             return
-        texts = [self.db.string_sql(c) for c in ("text", "textId") if c in cols]
+        texts = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in cols]
         name = f"COALESCE({', '.join(texts)})" if texts else "NULL"
         kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
         sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {_TIMED}{kinds}"
