@@ -2,6 +2,7 @@
 documented schema, across the versions' table and column sets."""
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -231,3 +232,31 @@ def test_a_directory_of_exports_points_to_fleet(tmp_path):
 def test_an_nvtx_text_that_looks_like_a_string_id_is_its_own_name(tmp_path):
     path = build_export(tmp_path / "r.sqlite", Export(step_name="{}"))  # ranges named "0", "1", "2"
     assert _col(load_nsys(path, step_range="1"), S.STEP) == [0]
+
+
+def _fake_nsys(bin_dir, body):
+    bin_dir.mkdir()
+    script = bin_dir / "nsys"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+
+
+def test_a_report_is_exported_by_nsys_into_a_temporary_directory(tmp_path, monkeypatch):
+    export = build_export(tmp_path / "made.sqlite", Export(pids=(1, 2)))
+    # nsys export --type sqlite --output OUT REPORT: this one copies a ready export to OUT
+    _fake_nsys(tmp_path / "bin", f'while [ "$1" != "--output" ]; do shift; done; cp {export} "$2"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"a report")
+    data = json.loads(runner.invoke(app, [str(report), "--json"]).output)
+    assert data["ranks"] == 2 and data["run"]["source"] == "nsys:run.nsys-rep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "made.sqlite", "run.nsys-rep"]
+
+
+def test_a_failing_nsys_export_is_one_line(tmp_path, monkeypatch):
+    _fake_nsys(tmp_path / "bin", "echo 'ERROR: cannot open the report' >&2; exit 3\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    report = tmp_path / "run.qdrep"
+    report.write_bytes(b"a report")
+    result = runner.invoke(app, [str(report)])
+    assert result.exit_code == 2 and "nsys export failed (exit 3: ERROR: cannot open the report)" in result.output

@@ -104,10 +104,12 @@ def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
 class NsysEvents:
     """Streams one export's tables into a KinetoSink per rank (``traces`` does it all)."""
 
-    def __init__(self, db: NsysDb, meta: NsysMeta, limits: ReadLimits, step_range: str | None) -> None:
+    def __init__(
+        self, db: NsysDb, meta: NsysMeta, limits: ReadLimits, step_range: str | None, name: str | None = None
+    ) -> None:
         self.db, self.meta, self.limits, self.step_range = db, meta, limits, step_range
-        self.path = str(db.path)
-        self.notes: list[str] = []
+        self.path = name or str(db.path)
+        """What messages name: the user's file (a report, not the export made of it)."""
         self.devices = self._gpu_processes()
         self.ranked = bool(self.devices)
         keys: list[int | None] = list(self.devices) if self.ranked else [None]

@@ -110,7 +110,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
     limits = limits or ReadLimits()
     with sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
-        events = NsysEvents(db, meta, limits, step_range)
+        events = NsysEvents(db, meta, limits, step_range, name=str(path))
         if not events.ranked and not any(
             db.has(t, "start", "end") for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
         ):
