@@ -120,10 +120,14 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
             )
         kineto, kind = events.traces()
         notes = _notes(db, meta, events.ranked, len(kineto))
+        del events  # its sinks' arrays live on in the ranks' traces only, each freed once converted
     if kind:
         notes.append(f"steps from {kind}")
     out = []
-    for k in kineto:
+    kineto.reverse()
+    while kineto:  # rank by rank, so the peak is every rank's events plus one rank's conversion
+        k = kineto.pop()
         k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
         out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
+        del k
     return out
