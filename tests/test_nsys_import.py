@@ -260,3 +260,11 @@ def test_a_failing_nsys_export_is_one_line(tmp_path, monkeypatch):
     report.write_bytes(b"a report")
     result = runner.invoke(app, [str(report)])
     assert result.exit_code == 2 and "nsys export failed (exit 3: ERROR: cannot open the report)" in result.output
+
+
+def test_the_html_report_of_an_export(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(1, 2)))
+    out = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "NVIDIA H100 80GB HBM3" in out.read_text()

@@ -46,8 +46,9 @@ def import_cmd(
     workers: Annotated[int | None, typer.Option("--workers", help=WORKERS_HELP)] = None,
     step_range: Annotated[str | None, typer.Option("--step-range", metavar="NAME", help=STEP_RANGE_HELP)] = None,
 ) -> None:
-    """Convert PyTorch profiler traces to gpuanalyze traces (never writes over its input or, without
-    --force, over any file; a directory is imported in parallel and up-to-date outputs are reused)."""
+    """Convert PyTorch profiler traces or an Nsight Systems capture to gpuanalyze traces (never writes over its
+    input or, without --force, over any file; a directory is imported in parallel and up-to-date outputs are
+    reused)."""
     from analyzer.scale import storage
 
     try:
