@@ -76,7 +76,8 @@ def profile(
     seen); ``dataloader`` limits data-wait timing to that loader (default: every DataLoader;
     ``with prof.data():`` times a custom loader). Further keyword arguments are ProfileOptions
     fields (device, manual_steps, kernel_windows, window_first, window_every, window_steps,
-    flush_interval_s, flush_every_steps, system_interval_s). Needs torch. Raises TypeError for a model it cannot time.
+    flush_interval_s, flush_every_steps, system_interval_s, nvtx). Needs torch. Raises TypeError for a model it
+    cannot time.
     """
     from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler

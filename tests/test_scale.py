@@ -196,14 +196,14 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
 
 
 def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
-    import analyzer.scale.measure as measure_module
+    import gpuanalyze.ingest.sources as sources_module
 
     path = write_trace(tmp_path / "t.arrow", [make_row(i) for i in range(5)])
 
     def denied(p):
         raise PermissionError(13, "Permission denied", str(p))
 
-    monkeypatch.setattr(measure_module, "load_trace", denied)
+    monkeypatch.setattr(sources_module, "load_trace", denied)  # measure reads one file through sources.load_file
     result = runner.invoke(app, [str(path)])
     assert (
         result.exit_code == 2 and result.output.strip() == f"gpuanalyze: error: {path}: cannot read (Permission denied)"

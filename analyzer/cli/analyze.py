@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,14 +12,17 @@ from analyzer.cli.base import app, fail
 from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.errors import GpuAnalyzeError
 
+if TYPE_CHECKING:
+    from gpuanalyze.ingest.reader import Trace
+
 
 @app.command("analyze")
 def analyze_cmd(
     trace: Annotated[
         str,
         typer.Argument(
-            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], or a directory (or URL of one) "
-            "of per-rank traces."
+            help="A trace: .arrow (analyzer.profile), a PyTorch profiler .json[.gz], an Nsight Systems .sqlite "
+            "export, or a directory (or URL of one) of per-rank traces."
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
@@ -43,6 +46,7 @@ def analyze_cmd(
     engine: options.Engine = "local",
     workers: options.Workers = None,
     max_bytes: options.MaxBytes = None,
+    step_range: options.StepRange = None,
     log: LogTo = None,
 ) -> None:
     """Classify the bottleneck of a recorded run, with evidence, recommendations and (with a run length) cost."""
@@ -56,7 +60,7 @@ def analyze_cmd(
         if model_config is not None:
             flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
         report = analyze(
-            trace,
+            trace if step_range is None else _nsys_steps(trace, step_range, options.max_bytes(max_bytes)),
             machine_ceilings=ceilings or True,
             cost=cost,
             flops_per_step=flops_per_step,
@@ -79,6 +83,17 @@ def analyze_cmd(
         log_reports([report], trackers)
     except GpuAnalyzeError as exc:
         fail(str(exc))
+
+
+def _nsys_steps(trace: str, step_range: str, max_bytes: int | None) -> Trace:
+    """An Nsight Systems capture loaded with its steps from the NVTX ranges named ``step_range``."""
+    from gpuanalyze.ingest.nsys_import import is_nsys_path
+    from gpuanalyze.ingest.sources import load_nsys
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    if not is_nsys_path(Path(trace)):
+        raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")
+    return load_nsys(Path(trace), ReadLimits(max_bytes=max_bytes), step_range)
 
 
 def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:

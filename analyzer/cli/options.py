@@ -26,6 +26,14 @@ Width = Annotated[
         help="Lay the report out for this many columns (default: $COLUMNS, else the terminal's, else 80).",
     ),
 ]
+StepRange = Annotated[
+    str | None,
+    typer.Option(
+        "--step-range",
+        metavar="NAME",
+        help="Nsight Systems: the NVTX range that is one training step (NAME, or NAME plus a number).",
+    ),
+]
 Engine = Annotated[
     str,
     typer.Option(

@@ -46,6 +46,9 @@ def run_cmd(
     window_first: Annotated[int, typer.Option(help="Step of the first kernel window.")] = 50,
     window_every: Annotated[int, typer.Option(help="Steps between kernel windows.")] = 2000,
     window_steps: Annotated[int, typer.Option(help="Steps per kernel window.")] = 3,
+    nvtx: Annotated[
+        bool, typer.Option("--nvtx", help="Emit NVTX ranges per step and phase (for nsys profile; CUDA only).")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
     print_env: Annotated[
         bool,
@@ -100,6 +103,7 @@ def run_cmd(
             window_first=window_first,
             window_every=window_every,
             window_steps=window_steps,
+            nvtx=nvtx,
         )
         if print_env:
             directory = (out or Path(env_vars.DEFAULT_OUT)).absolute()

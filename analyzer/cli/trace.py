@@ -1,4 +1,4 @@
-"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON to gpuanalyze traces)."""
+"""Trace conversion: `gpuanalyze import` (PyTorch profiler JSON or Nsight Systems captures to gpuanalyze traces)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ from analyzer.render.safe import clean
 @app.command("import")
 def import_cmd(
     trace: Annotated[
-        str, typer.Argument(help="A PyTorch profiler (Kineto) trace (.json or .json.gz), or a directory of them.")
+        str,
+        typer.Argument(
+            help="A PyTorch profiler (Kineto) trace (.json or .json.gz), a directory of them, or an Nsight Systems "
+            "capture (.sqlite export; .nsys-rep/.qdrep with nsys on PATH)."
+        ),
     ],
     out: Annotated[
         str,
@@ -28,9 +32,11 @@ def import_cmd(
     max_bytes: options.MaxBytes = None,
     engine: options.Engine = "local",
     workers: options.Workers = None,
+    step_range: options.StepRange = None,
 ) -> None:
-    """Convert PyTorch profiler traces to gpuanalyze traces (never writes over its input or, without
-    --force, over any file; a directory is imported in parallel and up-to-date outputs are reused)."""
+    """Convert PyTorch profiler traces or an Nsight Systems capture to gpuanalyze traces (never writes over its
+    input or, without --force, over any file; a directory is imported in parallel and up-to-date outputs are
+    reused)."""
     from analyzer.scale import storage
 
     try:
@@ -39,11 +45,18 @@ def import_cmd(
             _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
             return
         from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+        from gpuanalyze.ingest.nsys_import import is_nsys_path
+        from gpuanalyze.ingest.sources import load_nsys
         from gpuanalyze.ingest.stream import ReadLimits
 
         if storage.is_url(trace) or storage.is_url(out):
             raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")
-        loaded = load_kineto(Path(trace), ReadLimits(max_bytes=limit))
+        if is_nsys_path(Path(trace)):
+            loaded = load_nsys(Path(trace), ReadLimits(max_bytes=limit), step_range)
+        elif step_range is not None:
+            raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")
+        else:
+            loaded = load_kineto(Path(trace), ReadLimits(max_bytes=limit))
         write_trace_file(loaded, Path(out), force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))

@@ -1,7 +1,7 @@
 """The runs beneath a directory (local or an fsspec URL): a trace file, or the rank files of one run.
 
-Rules, per directory: trace files (``.arrow``, profiler ``.json[.gz]``) are grouped by name with
-the rank part removed (``trace.rank3.arrow`` -> ``trace``); one group is one run. A directory that
+Rules, per directory: trace files (``.arrow``, profiler ``.json[.gz]``, Nsight Systems ``.sqlite``) are grouped
+by name with the rank part removed (``trace.rank3.arrow`` -> ``trace``); one group is one run. A directory that
 holds exactly one group of several files is analysed as a directory of ranks; a group of ``.arrow``
 rank files beside other runs is analysed through its first file (which finds its siblings); any
 other file is a run of its own. Subdirectories are searched too; links are not followed.
@@ -19,7 +19,7 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 
 _RANK = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
-_SUFFIXES = (".json.gz", ".json", ".arrow")
+_SUFFIXES = (".json.gz", ".json", ".arrow", ".sqlite")
 #: Levels of subdirectories searched beneath the root (deeper ones are skipped with a note).
 MAX_DEPTH = 64
 #: Marks an odd entry that stands for a directory passed over, not a file.

@@ -41,6 +41,9 @@ class ProfileOptions:
     system_interval_s: float | None = 1.0
     """Seconds between system-sampler readings (host CPU, memory, GPU; off the training thread);
     None switches the sampler off."""
+    nvtx: bool = False
+    """Emit NVTX ranges for each step and timed phase (``gpuanalyze:step#N``, ``gpuanalyze:forward``, ...) so an
+    Nsight Systems capture shows them and ``gpuanalyze`` reads them back from its export; CUDA runs only."""
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)

@@ -26,6 +26,7 @@ from analyzer.record.loaders import LoaderWatch
 from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
+from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
@@ -204,7 +205,7 @@ class Profiler:
         if cuda and not self._cuda_on:
             self._cuda_on = True
             self._cuda = torch.cuda
-            self._timer = CudaPhaseTimer()
+            self._timer = phase_timer(opts.nvtx, lambda: self._steps.step.index)
             self._resolver = LazyResolver(self._emit)
             self._patches.install_sync(self._on_patched_call)
             self._patches.time_backward_start(self._before_call)

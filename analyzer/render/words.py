@@ -109,6 +109,8 @@ def run_state(report: Report) -> tuple[RunState | str, str]:
     if end.status == "disk_full":
         return "disk_full", "incomplete: the disk filled while the trace was written; these are the steps before that"
     if end.status == "imported":
+        if (report.run.source or "").startswith("nsys:"):
+            return "imported", "imported from an Nsight Systems capture (which records no end status)"
         return "imported", "imported from a PyTorch profiler trace (which records no end status)"
     return end.status, f"ended with status '{end.status}'"
 

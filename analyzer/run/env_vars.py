@@ -37,6 +37,7 @@ FIELDS = (
     "window_steps",
     "flush_interval_s",
     "flush_every_steps",
+    "nvtx",
 )
 
 

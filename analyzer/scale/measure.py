@@ -38,10 +38,10 @@ from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, ans
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
-from gpuanalyze.ingest.kineto_import import load_kineto
-from gpuanalyze.ingest.reader import Trace, load_trace
+from gpuanalyze.ingest.nsys_import import nsys_dir_hint
+from gpuanalyze.ingest.reader import Trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.sources import is_json_trace, missing_ranks_note, rank_siblings, run_of
+from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
 from gpuanalyze.ingest.stream import ReadLimits
 
 #: Below this much input, work runs in this process: starting worker processes would cost more.
@@ -176,7 +176,7 @@ def _stat(path: Path) -> tuple[int, int]:
 
 def _load_one(path: Path, limits: ReadLimits) -> Trace:
     try:
-        return load_kineto(path, limits) if is_json_trace(path) else load_trace(path)
+        return load_file(path, limits)
     except OSError as exc:  # e.g. PermissionError
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
@@ -210,7 +210,8 @@ def _measure_dir(path: str, how: _How) -> Measured:
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
     files = [e for e in entries if e.regular and _candidate(e.name)]
     if not files:
-        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
+        hint = nsys_dir_hint([e.name for e in entries])
+        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory{hint}")
     cache, tmp = _cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
     try:
         return _measure_files(path, files, how, cache=cache, notes=notes)

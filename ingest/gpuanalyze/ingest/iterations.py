@@ -13,9 +13,9 @@ one:
   copy) or hands a result back (a device-to-host copy, a sync, a ``.item()``). An iteration of a training or
   serving loop does; a layer inside one forward pass does not;
 - at least MIN_ITERATIONS windows match (two repetitions say nothing about a steady state);
-- the capture must end inside the repeated structure: the ops after the last match are ops of the loop, at most
-  one iteration's worth. One forward pass of a 36-layer model repeats its layer 36 times, then runs the head and
-  sampling: it is one window, not 36 iterations.
+- the capture must end inside the repeated structure: the ops after the last match are ops of the loop (all but
+  MAX_FOREIGN of them, or FOREIGN_SHARE), at most one iteration's worth. One forward pass of a 36-layer model
+  repeats its layer 36 times, then runs the head and sampling: it is one window, not 36 iterations.
 
 What comes before the first iteration (set-up, the first allocation) is not analysed, and said so.
 """
@@ -38,6 +38,10 @@ SIMILARITY = 0.75
 LENGTH_TOLERANCE = 0.5
 #: Share of the windows (all but the last) that must match.
 MATCHING_SHARE = 0.8
+#: Ops after the last iteration's start that no window has, beyond which the capture did not end inside the loop
+#: (a capture cut mid-iteration may end inside an allocation or a copy no full iteration shows at top level).
+MAX_FOREIGN = 2
+FOREIGN_SHARE = 0.05
 #: Distinct occurrence counts tried as the iteration count (the most common ones among op names).
 MAX_CANDIDATES = 16
 #: Outermost ops beyond which no loop is looked for (the search is linear per candidate, in Python).
@@ -119,7 +123,8 @@ def _score(names: np.ndarray, start: np.ndarray, exchanges: np.ndarray, anchor: 
     ]
     tail = names[bounds[-2] :]
     loop = frozenset().union(*sets)
-    if not set(tail.tolist()) <= loop or tail.size > (1 + LENGTH_TOLERANCE) * typical:
+    foreign = sum(1 for n in tail.tolist() if n not in loop)
+    if foreign > max(MAX_FOREIGN, FOREIGN_SHARE * tail.size) or tail.size > (1 + LENGTH_TOLERANCE) * typical:
         return None  # the capture does not end inside the repeated structure
     if sum(match) + last_exchanges < MIN_ITERATIONS or sum(match) < MATCHING_SHARE * len(match):
         return None

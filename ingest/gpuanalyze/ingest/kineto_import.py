@@ -80,9 +80,16 @@ def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
     return mask
 
 
-def windows_of(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str]]:
+NO_STEPS_NOTE = (
+    "no ProfilerStep#N annotations and no iterations found in its top-level ops: the whole trace is analysed as "
+    "one step"
+)
+
+
+def windows_of(k: KinetoTrace, no_steps: str = NO_STEPS_NOTE) -> tuple[list[tuple[int, float, float]], list[str]]:
     """(step, start, end) of every step the trace is cut into, and a note on how: its ProfilerStep windows, else
-    the iterations found in its top-level ops (iterations.py), else the whole trace as one step."""
+    the iterations found in its top-level ops (iterations.py), else the whole trace as one step (``no_steps``
+    says so)."""
     if k.steps:
         return k.steps, []
     times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
@@ -94,10 +101,7 @@ def windows_of(k: KinetoTrace) -> tuple[list[tuple[int, float, float]], list[str
     if found is not None:
         return found.windows, [found.note()]
     lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
-    return [(0, lo, hi)], [
-        "no ProfilerStep#N annotations and no iterations found in its top-level ops: the whole trace is analysed as "
-        "one step"
-    ]
+    return [(0, lo, hi)], [no_steps]
 
 
 def _exchanges(k: KinetoTrace) -> np.ndarray:
@@ -256,9 +260,13 @@ def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
     return [] if has_gpu else ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"]
 
 
-def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trace:
-    """The Trace (in memory) of a Kineto trace; the kernel-level stats go into KERNEL_STATS."""
-    windows, notes = windows_of(k)
+def import_kineto(
+    k: KinetoTrace, *, tags: dict[str, str] | None = None, source: str = "kineto", no_steps: str = NO_STEPS_NOTE
+) -> Trace:
+    """The Trace (in memory) of a Kineto trace (or of another profiler's capture read into one: ``source``
+    names it in the run information, ``no_steps`` is the note for a trace without step annotations or
+    iterations); the kernel-level stats go into KERNEL_STATS."""
+    windows, notes = windows_of(k, no_steps)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     unrecorded = 0 if has_gpu else k.enqueue_calls
@@ -290,7 +298,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
     try:
         run = msgspec.convert(
             {
-                "source": f"kineto:{Path(k.path).name}"[:4096],
+                "source": f"{source}:{Path(k.path).name}"[:4096],
                 "rank": rank,
                 "world_size": k.world_size or 1,
                 "backend": k.backend,

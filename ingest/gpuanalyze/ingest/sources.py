@@ -1,5 +1,5 @@
-"""Open whatever the user points at: a gpuanalyze .arrow trace, a Kineto JSON trace, or a directory
-holding one trace per rank."""
+"""Open whatever the user points at: a gpuanalyze .arrow trace, a Kineto JSON trace, an Nsight Systems
+capture (SQLite export or report), or a directory holding one trace per rank."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.nsys_import import is_nsys_path, load_nsys_ranks
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, read_run
 from gpuanalyze.ingest.stream import ReadLimits
@@ -114,8 +115,15 @@ def load_any(path: str | Path, limits: ReadLimits | None = None) -> Trace:
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
         return _load_dir(path, limits)
+    return load_file(path, limits)
+
+
+def load_file(path: Path, limits: ReadLimits | None = None) -> Trace:
+    """One trace file: a Kineto JSON trace, an Nsight Systems capture, or a gpuanalyze .arrow trace."""
     if is_json_trace(path):
         return load_kineto(path, limits)
+    if is_nsys_path(path):
+        return load_nsys(path, limits)
     return load_trace(path)
 
 
@@ -124,6 +132,11 @@ def load_files(path: Path, files: list[Path]) -> Trace:
     several merged as the ranks of one run."""
     traces = [load_trace(f) for f in files]
     return dataclasses.replace(traces[0], path=path) if len(traces) == 1 else _merge(path, traces)
+
+
+def load_nsys(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> Trace:
+    """An Nsight Systems capture as one Trace, its ranks merged (nsys_import.py)."""
+    return _merge(path, load_nsys_ranks(path, limits, step_range))
 
 
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:

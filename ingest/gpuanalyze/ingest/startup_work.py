@@ -5,7 +5,8 @@ A step made mostly of this is warm-up, not the steady state, whatever its number
 - compilation: torch.compile's phases, which PyTorch wraps in ``record_function("<phase> (dynamo_timed)")``
   (since 2.1; seen in torch 2.13's CPU-op events as ``_compile.compile_inner (dynamo_timed)``,
   ``OutputGraph.call_user_compiler (dynamo_timed)``, ``PyCodeCache.load_by_key_path (dynamo_timed)``, ...),
-  and CUPTI's "Driver Compiler" overhead (PTX JIT). Not "Torch-Compiled Region", "TorchDynamo Cache
+  CUPTI's "Driver Compiler" overhead (PTX JIT), and NVTX ranges that name NVRTC (runtime compilation by a
+  JIT such as nvFuser, read from Nsight Systems captures). Not "Torch-Compiled Region", "TorchDynamo Cache
   Lookup" or "CompiledFunction": every step of a compiled model runs those;
 - device memory: ``cudaMalloc``/``cudaFree``/``cudaHostAlloc`` and their driver and HIP kin (the caching
   allocators keep what they got: a steady step calls none of them); the stream-ordered ``*Async``
@@ -31,6 +32,8 @@ from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
 COMPILATION, ALLOCATION, MODULE_LOADING, DEVICE_SETUP = "compilation", "allocation", "module loading", "device set-up"
 #: torch._dynamo.utils.dynamo_timed's record_function suffix.
 COMPILE_SUFFIX = " (dynamo_timed)"
+#: In the (lower-case) name of an NVTX range of runtime compilation (nvFuser: ``executor_utils::NVRTC``).
+JIT_COMPILER = "nvrtc"
 _CALL_PREFIXES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         ALLOCATION,
@@ -95,7 +98,7 @@ def call_kind(name: str) -> str | None:
 
 def kind_of(name: str) -> str:
     """The kind of start-up work a name recorded by ``StartupSink`` is, in words."""
-    if name.endswith(COMPILE_SUFFIX):
+    if name.endswith(COMPILE_SUFFIX) or JIT_COMPILER in name.lower():
         return COMPILATION
     return OVERHEAD_KINDS.get(name) or call_kind(name) or "start-up"
 

@@ -1,0 +1,133 @@
+"""Import an Nsight Systems capture: an SQLite export (``nsys export --type sqlite``) or, when ``nsys`` is on
+PATH, a ``.nsys-rep``/``.qdrep`` report exported to a temporary directory first.
+
+The export is read read-only (nsys_db.py), its rows become Kineto events per rank (nsys_events.py) and each
+rank goes through the Kineto importer's conversion (kineto_import.import_kineto), so the trace has the same
+rows, kernel statistics and idle owners as a PyTorch profiler trace of the same run. Step start times are
+moved onto UTC with the export's session start time (nsys_meta.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+
+from analyzer.errors import TraceError
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
+from gpuanalyze.ingest.nsys_events import GPU_TABLES, NsysEvents
+from gpuanalyze.ingest.nsys_meta import NsysMeta, read_meta
+from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.stream import ReadLimits
+
+SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: Longest a ``nsys export`` of a report may take.
+EXPORT_TIMEOUT_S = 600
+WINDOW_NOTE = (
+    "no step NVTX ranges (--step-range NAME, ProfilerStep#N, or gpuanalyze:step#N from gpuanalyze run --nvtx): "
+    "the whole capture is analysed as one window"
+)
+
+
+def is_nsys_path(path: Path) -> bool:
+    """A path that names an Nsight Systems capture: a report by its suffix, an export by suffix or SQLite header."""
+    name = path.name.lower()
+    if name.endswith(REPORT_SUFFIXES) or name.endswith(SQLITE_SUFFIXES):
+        return True
+    return not name.endswith((".arrow", ".json", ".json.gz", ".gz")) and is_sqlite_file(path)
+
+
+def nsys_dir_hint(names: list[str]) -> str:
+    """What to say of a directory with Nsight Systems exports and no other traces ('' without exports)."""
+    if not any(n.lower().endswith(SQLITE_SUFFIXES + REPORT_SUFFIXES) for n in names):
+        return ""
+    return " (Nsight Systems exports are read one per run: gpuanalyze FILE.sqlite, or fleet DIR)"
+
+
+def _export_command(report: Path, out: Path) -> list[str]:
+    return ["nsys", "export", "--type", "sqlite", "--output", str(out), str(report)]
+
+
+@contextmanager
+def sqlite_of(path: Path) -> Iterator[Path]:
+    """The SQLite export of ``path``: itself, or a report exported by ``nsys`` into a temporary directory."""
+    if not path.name.lower().endswith(REPORT_SUFFIXES):
+        yield path
+        return
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    nsys = shutil.which("nsys")
+    with tempfile.TemporaryDirectory(prefix="gpuanalyze-nsys-") as tmp:
+        out = Path(tmp) / (path.stem + ".sqlite")
+        if nsys is None:
+            shown = " ".join(_export_command(path, path.with_suffix(".sqlite")))
+            raise TraceError(f"{path}: nsys is not on PATH; export the report first: {shown}")
+        cmd = [nsys, *_export_command(path, out)[1:]]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=EXPORT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TraceError(f"{path}: nsys export failed ({exc})") from exc
+        if done.returncode != 0 or not out.is_file():
+            last = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise TraceError(f"{path}: nsys export failed (exit {done.returncode}: {last[0][:200]})")
+        yield out
+
+
+def _notes(db: NsysDb, meta: NsysMeta, ranked: bool, world: int) -> list[str]:
+    version = f"Nsight Systems {meta.version}" if meta.version else "an Nsight Systems export of unknown version"
+    notes = [f"imported from {version}" + (f" (command: {meta.command[:200]})" if meta.command else "")]
+    if not ranked:
+        missing = [t for t in GPU_TABLES if t not in db.tables]
+        what = f"no {', '.join(missing)} table(s)" if missing else "the CUDA activity tables have no rows"
+        notes.append(
+            f"no GPU activity in the capture ({what}): capture with nsys profile -t cuda,nvtx,osrt to see the GPU"
+        )
+    elif world > 1:
+        notes.append(f"{world} processes with GPU activity in one capture: analysed as ranks 0-{world - 1}")
+    if not meta.gpus:
+        notes.append("the export has no TARGET_INFO_GPU table: GPU model and memory unknown")
+    return notes
+
+
+def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
+    if epoch_ns is None:
+        return trace
+    frame = trace.frame.with_columns((pl.col(S.START_UNIX_NS) + epoch_ns).alias(S.START_UNIX_NS))
+    return dataclasses.replace(trace, frame=frame)
+
+
+def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
+    """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason."""
+    limits = limits or ReadLimits()
+    with sqlite_of(path) as export, NsysDb(export) as db:
+        meta = read_meta(db)
+        events = NsysEvents(db, meta, limits, step_range, name=str(path))
+        if not events.ranked and not any(
+            db.has(t, "start", "end") for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+        ):
+            raise TraceError(
+                f"{path}: the export has no CUDA activity, runtime calls or NVTX ranges to analyse "
+                "(capture with nsys profile -t cuda,nvtx,osrt)"
+            )
+        kineto, kind = events.traces()
+        notes = _notes(db, meta, events.ranked, len(kineto))
+        del events  # its sinks' arrays live on in the ranks' traces only, each freed once converted
+    if kind:
+        notes.append(f"steps from {kind}")
+    out = []
+    kineto.reverse()
+    while kineto:  # rank by rank, so the peak is every rank's events plus one rank's conversion
+        k = kineto.pop()
+        k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
+        out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
+        del k
+    return out

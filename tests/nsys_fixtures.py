@@ -1,0 +1,176 @@
+"""Small Nsight Systems SQLite exports built with sqlite3 to the documented schema (the Nsight Systems user
+guide, "SQLite schema reference"), in the shapes real exports take across versions: the old
+``EXPORT_META_DATA`` table (up to 2023.1) or ``META_DATA_EXPORT`` + ``META_DATA_CAPTURE`` (2024.2 on),
+ENUM tables (2022.4 on) or none, NVTX names in ``text`` or ``textId``, several ranks in one capture."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MS = 1_000_000  # ns
+
+
+def global_pid(pid: int) -> int:
+    return (1 << 48) | (pid << 24)
+
+
+@dataclass(kw_only=True)
+class Export:
+    """What to put in the export; each step of each rank: a 9 ms NVTX range, a 0.2 ms pageable H2D copy, a
+    launch and a 5 ms kernel, and a 0.5 ms cudaStreamSynchronize."""
+
+    pids: tuple[int, ...] = (100,)
+    steps: int = 3
+    step_name: str | None = "ProfilerStep#{}"
+    """NVTX range name per step ('{}' is the step number); None: no step ranges."""
+    phases: bool = False
+    """Also gpuanalyze:forward ranges (analyzer.profile(nvtx=True))."""
+    old_meta: bool = False
+    enums: bool = True
+    gpu_table: bool = True
+    text_id: bool = False
+    """NVTX names through StringIds (textId) instead of text."""
+    tables: tuple[str, ...] = ("kernel", "memcpy", "runtime", "nvtx")
+    extra_kernel_columns: tuple[str, ...] = ()
+    kernel_name: str = "void at::native::vectorized_elementwise_kernel<4>(int)"
+    kernels_per_step: int = 1
+    """More kernels per step (benchmarks): each a launch and a 2 us kernel after the first."""
+    strings: dict[str, int] = field(default_factory=dict)
+
+
+def _sid(e: Export, cur: sqlite3.Cursor, text: str) -> int:
+    if text not in e.strings:
+        e.strings[text] = len(e.strings) + 1
+        cur.execute("INSERT INTO StringIds VALUES (?, ?)", (e.strings[text], text))
+    return e.strings[text]
+
+
+def _schema(e: Export, cur: sqlite3.Cursor) -> None:
+    cur.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    cur.execute("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT)")
+    cur.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '')")
+    version = "2022.1.3.3" if e.old_meta else "2025.5.2.266"
+    if e.old_meta:
+        cur.execute("CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT)")
+        cur.execute("INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_PRODUCT_VERSION', ?)", (version,))
+    else:
+        cur.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
+        cur.execute("CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT)")
+        cur.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', ?)", (version,))
+        cur.executemany(
+            "INSERT INTO META_DATA_CAPTURE VALUES (?, ?)",
+            [("PROCESS_0:COMMAND", "python"), ("PROCESS_0:ARGUMENT_0", "train.py")],
+        )
+    if e.enums:
+        cur.execute("CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER, name TEXT, label TEXT)")
+        cur.executemany(
+            "INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)",
+            [(1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"), (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host")],
+        )
+        cur.execute("CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER, name TEXT, label TEXT)")
+        cur.executemany(
+            "INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)",
+            [(0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"), (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device")],
+        )
+    if e.gpu_table:
+        cur.execute(
+            "CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, totalMemory INTEGER, smCount INTEGER, "
+            "computeMajor INTEGER, computeMinor INTEGER, cuDevice INTEGER)"
+        )
+        for d in range(len(e.pids)):
+            row = (d, "NVIDIA H100 80GB HBM3", 80 << 30, 132, 9, 0, d)
+            cur.execute("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+    dev = "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
+    dev += "globalPid INTEGER"
+    if "kernel" in e.tables:
+        extra = "".join(f", {c} INTEGER" for c in e.extra_kernel_columns)
+        cur.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL ({dev}, demangledName INTEGER, shortName INTEGER{extra})")
+    if "memcpy" in e.tables:
+        cur.execute(
+            f"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY ({dev}, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, "
+            "dstKind INTEGER)"
+        )
+    if "runtime" in e.tables:
+        cur.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER, "
+            "globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER, callchainId INTEGER)"
+        )
+    if "nvtx" in e.tables:
+        cur.execute(
+            "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, "
+            "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER)"
+        )
+
+
+def _nvtx(e: Export, cur: sqlite3.Cursor, tid: int, name: str, start: int, end: int) -> None:
+    text, text_id = (None, _sid(e, cur, name)) if e.text_id else (name, None)
+    cur.execute(
+        "INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, NULL, NULL, NULL, ?, ?, NULL, ?)", (start, end, text, tid, text_id)
+    )
+
+
+def _rank(e: Export, cur: sqlite3.Cursor, device: int, pid: int) -> None:
+    gp = global_pid(pid)
+    tid = gp | pid
+    corr = 0
+    for i in range(e.steps):
+        t0 = 100 * MS + i * 10 * MS + device * 1000
+        if e.step_name is not None and "nvtx" in e.tables:
+            _nvtx(e, cur, tid, e.step_name.format(i), t0, t0 + 9 * MS)
+        if e.phases and "nvtx" in e.tables:
+            _nvtx(e, cur, tid, "gpuanalyze:forward", t0 + MS // 10, t0 + 6 * MS)
+        if "memcpy" in e.tables:
+            corr += 1
+            row = (t0 + MS // 2, t0 + MS // 2 + MS // 5, device, 1, 7, corr, gp, 4096, 1, 0, 2)
+            cur.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+            if "runtime" in e.tables:
+                name = _sid(e, cur, "cudaMemcpyAsync_v3020")
+                rt = (t0 + MS // 2 - 5000, t0 + MS // 2, 0, tid, corr, name, 0, None)
+                cur.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", rt)
+        corr += 1
+        if "runtime" in e.tables:
+            launch = _sid(e, cur, "cudaLaunchKernel_v7000")
+            rt = (t0 + MS, t0 + MS + 10_000, 0, tid, corr, launch, 0, None)
+            cur.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", rt)
+            sync = _sid(e, cur, "cudaStreamSynchronize_v3020")
+            rt = (t0 + 7 * MS, t0 + 7 * MS + MS // 2, 0, tid, corr + 10_000, sync, 0, None)
+            cur.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", rt)
+        if "kernel" in e.tables:
+            name = _sid(e, cur, e.kernel_name)
+            extra = (0,) * len(e.extra_kernel_columns)
+            row = (t0 + MS + MS // 10, t0 + 6 * MS + MS // 10, device, 1, 7, corr, gp, name, name, *extra)
+            marks = ",".join("?" * len(row))
+            cur.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({marks})", row)
+        _more_kernels(e, cur, t0 + 6 * MS + MS // 10, device, gp, tid, corr)
+        corr += e.kernels_per_step
+
+
+def _more_kernels(e: Export, cur: sqlite3.Cursor, t: int, device: int, gp: int, tid: int, corr: int) -> None:
+    if e.kernels_per_step <= 1 or "kernel" not in e.tables:
+        return
+    name, launch = _sid(e, cur, e.kernel_name), _sid(e, cur, "cudaLaunchKernel_v7000")
+    extra = (0,) * len(e.extra_kernel_columns)
+    marks = ",".join("?" * (9 + len(extra)))
+    kernels, launches = [], []
+    for j in range(1, e.kernels_per_step):
+        c, start = corr + j, t + j * 3000
+        kernels.append((start, start + 2000, device, 1, 7, c, gp, name, name, *extra))
+        launches.append((start - 2500, start - 1000, 0, tid, c, launch, 0, None))
+    cur.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({marks})", kernels)
+    if "runtime" in e.tables:
+        cur.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", launches)
+
+
+def build_export(path: Path, e: Export | None = None) -> Path:
+    """Write the export ``e`` describes to ``path``."""
+    e = e or Export()
+    conn = sqlite3.connect(path)
+    cur = conn.cursor()
+    _schema(e, cur)
+    for device, pid in enumerate(e.pids):
+        _rank(e, cur, device, pid)
+    conn.commit()
+    conn.close()
+    return path

@@ -1,0 +1,129 @@
+"""Hostile or wrong SQLite input to the Nsight Systems importer: one line, no traceback, nothing written."""
+
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.errors import TraceError
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.sources import load_any, load_nsys
+from gpuanalyze.ingest.stream import ReadLimits
+from tests.nsys_fixtures import Export, build_export
+
+runner = CliRunner()
+
+
+def _one_line_error(path):
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    return result.output
+
+
+def test_an_sqlite_database_that_is_not_an_export(tmp_path):
+    path = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    conn.commit()
+    conn.close()
+    assert "not an Nsight Systems export" in _one_line_error(path)
+
+
+def test_a_file_that_is_not_sqlite(tmp_path):
+    path = tmp_path / "r.sqlite"
+    path.write_bytes(b"\x00" * 4096)
+    assert "not an SQLite file" in _one_line_error(path)
+
+
+def test_a_corrupt_page(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(steps=200))
+    data = bytearray(path.read_bytes())
+    data[4096 * 2 : 4096 * 6] = b"\xa5" * (4096 * 4)
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError):
+        load_any(path)
+    _one_line_error(path)
+
+
+def test_a_header_that_claims_four_billion_pages(tmp_path):
+    path = build_export(tmp_path / "r.sqlite")
+    data = bytearray(path.read_bytes())
+    data[28:32] = (0xFFFFFFFF).to_bytes(4, "big")  # the in-header database size, in pages
+    data[92:96] = data[24:28]  # "version-valid-for" = the change counter: SQLite trusts that size
+    path.write_bytes(bytes(data))
+    assert "malformed" in _one_line_error(path)
+
+
+def test_a_link_to_dev_zero_is_never_read(tmp_path):
+    link = tmp_path / "r.sqlite"
+    link.symlink_to("/dev/zero")
+    assert "not a regular file" in _one_line_error(link)
+
+
+def test_a_huge_string_is_cut_in_sql(tmp_path):
+    e = Export(kernel_name="k" * (MAX_NAME_CHARS * 50))
+    t = load_any(build_export(tmp_path / "r.sqlite", e))
+    assert t.frame.height == 3  # imported; the name reached Python cut to MAX_NAME_CHARS
+
+
+def test_a_value_beyond_sqlites_heap_limit_is_one_error(tmp_path, monkeypatch):
+    from gpuanalyze.ingest import nsys_db
+
+    monkeypatch.setattr(nsys_db, "SQLITE_HEAP_LIMIT", 8 << 20)
+    path = build_export(tmp_path / "r.sqlite", Export(kernel_name="k" * (24 << 20)))
+    with pytest.raises(TraceError, match="more than SQLite's 8 MiB"):
+        load_any(path)
+    conn = sqlite3.connect(":memory:")  # the process's limit is back as it was
+    assert conn.execute("PRAGMA hard_heap_limit").fetchone()[0] == 0
+
+
+def test_text_where_numbers_belong_is_skipped(tmp_path):
+    path = build_export(tmp_path / "r.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon'")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'x' WHERE rowid = 1")
+    conn.commit()
+    conn.close()
+    t = load_any(path)  # the copies still make the rank
+    assert t.frame.height == 3
+
+
+def test_more_rows_than_the_limit_is_one_error(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(steps=50))
+    with pytest.raises(TraceError, match="more than 20 device, runtime and phase events"):
+        load_nsys(path, ReadLimits(max_kept_events=20))
+
+
+def test_an_export_with_nothing_to_analyse(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(tables=()))
+    assert "no CUDA activity, runtime calls or NVTX ranges" in _one_line_error(path)
+
+
+def test_nvtx_only_capture_says_what_is_missing(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(tables=("nvtx",)))
+    out = _one_line_error(path)
+    assert "only 3 NVTX ranges" in out and "no CUDA activity" in out
+
+
+@pytest.mark.slow
+def test_a_300_mb_string_is_refused_in_bounded_memory(tmp_path):
+    import subprocess
+    import sys
+
+    path = build_export(tmp_path / "r.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE StringIds SET value = ? WHERE value LIKE 'void%'", ("k" * 300_000_000,))
+    conn.commit()
+    conn.close()
+    code = (
+        "import sys\n"
+        "from gpuanalyze.ingest.sources import load_any\n"
+        "from analyzer.errors import TraceError\n"
+        "try:\n    load_any(sys.argv[1])\nexcept TraceError as e:\n    print('refused:', e)\n"
+        "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    assert "refused:" in out and "256 MiB" in out
+    assert int(out.split()[-1]) / 1024 <= 600

@@ -1,0 +1,94 @@
+"""Real Nsight Systems exports made by others (../shared/nsys_traces, README: provenance and an engineer's
+reading of each); skipped when absent. Each imports, or is refused with one line."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.analysis.findings import BOTTLENECKS
+from analyzer.cli import app
+from tests.conftest import SHARED
+
+NSYS = SHARED / "nsys_traces"
+pytestmark = pytest.mark.skipif(not NSYS.is_dir(), reason="../shared/nsys_traces is absent")
+runner = CliRunner()
+REFUSED = {"centerformer_nvtx_only_titanrtx.sqlite"}
+#: file -> (GPU name, compute capability) where the export has a TARGET_INFO_GPU table.
+GPUS = {
+    "nsysai_mock_rtx3080.sqlite": ("NVIDIA GeForce RTX 3080", "8.6"),
+    "vecadd_rtx3060_2025_5.sqlite": ("NVIDIA GeForce RTX 3060", "8.6"),
+    "dlprof_convnet_rtx2070s.sqlite": ("NVIDIA GeForce RTX 2070 SUPER", "7.5"),
+    "nvfuser_matmul_h200.sqlite": ("NVIDIA H200", "9.0"),
+    "uvmtorch_gptneo_nokernels_a5000.sqlite": ("NVIDIA RTX A5000", "8.6"),
+}
+
+
+def _json(name):
+    result = runner.invoke(app, [str(NSYS / name), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _all():
+    return sorted(p.name for p in NSYS.glob("*.sqlite")) if NSYS.is_dir() else []
+
+
+@pytest.mark.parametrize("name", _all())
+def test_every_export_imports_or_is_refused_in_one_line(name):
+    if name in REFUSED:
+        result = runner.invoke(app, [str(NSYS / name)])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+        return
+    data = _json(name)
+    assert data["bottleneck"] in BOTTLENECKS and data["run"]["source"] == f"nsys:{name}"
+    if name in GPUS:
+        gpu, capability = GPUS[name]
+        assert data["run"]["gpu_name"] == gpu and data["run"]["compute_capabilities"] == [capability]
+    # no step ranges in any of them: the FSDP cuts' loops are found in their per-op NVTX ranges (~17 ms
+    # iterations, each fetching its batch), the others are one window
+    how = "iterations found" if name.startswith("nsysai_mfu") else "the whole capture is analysed as one window"
+    assert any(how in n for n in data["notes"]), data["notes"]
+
+
+BEFORE, AFTER = "nsysai_mfu_train_2gpu_before.sqlite", "nsysai_mfu_train_2gpu_after.sqlite"
+
+
+@pytest.mark.parametrize(("name", "busy"), [(BEFORE, (89, 91)), (AFTER, (80, 85))])
+def test_the_two_rank_fsdp_cuts_are_two_ranks_and_kernel_bound(name, busy):
+    data = _json(name)
+    assert data["ranks"] == 2 and data["run"]["world_size"] == 2 and data["run"]["backend"] == "nccl"
+    assert busy[0] <= data["gpu"]["busy_pct"] <= busy[1]
+    t = data["kernels"]["time_ms"]
+    assert 0.45 <= t["attention"] / t["gpu_busy"] <= 0.55  # flash attention about half of kernel time
+    assert 0.03 <= t["communication"] / t["gpu_busy"] <= 0.09  # NCCL 5-7%
+    assert data["kernels"]["blocking_ops"][0]["op"] == "aten::to"  # named from emit_nvtx's aten ranges
+
+
+def test_the_before_after_pair_compares():
+    result = runner.invoke(app, ["compare", str(NSYS / BEFORE), str(NSYS / AFTER)])
+    assert result.exit_code == 0, result.output
+    assert "difference against nsysai_mfu_train_2gpu_before.sqlite" in result.output
+
+
+def test_start_up_bound_captures_say_what_the_start_up_is():
+    dlprof = _json("dlprof_convnet_rtx2070s.sqlite")
+    assert "cudaMalloc (allocation)" in dlprof["confidence_reason"] and dlprof["gpu"]["busy_pct"] < 10
+    nvfuser = _json("nvfuser_matmul_h200.sqlite")
+    assert "executor_utils::NVRTC (compilation) 352 ms" in nvfuser["confidence_reason"]
+
+
+def test_the_vector_add_is_transfer_bound_on_the_gpu():
+    t = _json("vecadd_rtx3060_2025_5.sqlite")["kernels"]["time_ms"]
+    assert t["memcpy"] / t["gpu_busy"] > 0.95
+
+
+def test_a_capture_without_gpu_rows_is_unknown_with_the_reason():
+    data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
+    assert data["bottleneck"] == "unknown" and data["gpu"] is None
+    assert any("no GPU activity in the capture" in n for n in data["notes"])
+
+
+def test_nvtx_only_capture_is_refused_naming_what_it_has():
+    result = runner.invoke(app, [str(NSYS / "centerformer_nvtx_only_titanrtx.sqlite")])
+    assert "only 1,824 NVTX ranges" in result.output and "no CUDA activity" in result.output
