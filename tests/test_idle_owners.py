@@ -283,3 +283,39 @@ def test_allocations_in_every_step_are_churn_not_warm_up(tmp_path):
     one = _steps(6, lambda lo, c: body(lo, c) if c == 0 else body(lo, c)[:2] + body(lo, c)[4:])
     first = analyze(write(tmp_path / "first.json", _doc(one, "NVIDIA A100-SXM4-40GB", (8, 0))))
     assert first.metrics.kernels is not None and first.metrics.kernels.startup_steps == 1  # first allocations
+
+
+def test_graph_replay_that_outlives_the_host_is_queued_work_not_batch_size(tmp_path):
+    """One cudaGraphLaunch per step replays 40 kernels (all with the launch's correlation id); the host returns at
+    once and idles while they run. Gaps between replayed kernels were queued before they began: `queued`, never
+    dispatch, and the verdict is not `batch_size`."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        out = [ev("cuda_runtime", "cudaGraphLaunch", lo + 10, 20, correlation=c + 1)]
+        for j in range(40):
+            out.append(ev("kernel", "ampere_bf16_s16816gemm", lo + 50 + j * 240, 200, stream=7, correlation=c + 1))
+        return out
+
+    events = _steps(6, body)
+    stats = _owners(tmp_path, events)
+    assert _ms(stats, "queued") == pytest.approx(6 * 39 * 0.040, rel=1e-6)  # every gap between replayed kernels
+    assert _ms(stats, "launch") < 0.05 * sum(s.window_idle_ms for s in stats)
+    r = analyze(write(tmp_path / "graph.json", _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))))
+    assert r.bottleneck != "batch_size"
+
+
+def test_an_async_2d_copy_to_pageable_memory_blocks_the_host(tmp_path):
+    """cudaMemcpy2DAsync into pageable memory is synchronous to the host (CUDA API sync behaviour): the device
+    record says Pageable, and the idle while the host sits in the call is the sync's."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        return [
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 10, 5, correlation=c + 1),
+            ev("kernel", "ampere_bf16_s16816gemm", lo + 20, 2000, stream=7, correlation=c + 1),
+            ev("cpu_op", "aten::copy_", lo + 2030, 7000),
+            ev("cuda_runtime", "cudaMemcpy2DAsync", lo + 2040, 6900, correlation=c + 2),
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", lo + 8900, 20, stream=7, correlation=c + 2),
+        ]
+
+    stats = _owners(tmp_path, _steps(6, body))
+    assert _ms(stats, "sync") >= 0.8 * sum(s.window_idle_ms for s in stats)
