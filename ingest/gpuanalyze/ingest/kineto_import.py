@@ -52,7 +52,7 @@ from gpuanalyze.ingest.kineto import (
     KinetoTrace,
     parse_kineto,
 )
-from gpuanalyze.ingest.reader import Trace, frame_of, normalise_frame
+from gpuanalyze.ingest.reader import Trace, clean_rows, frame_of, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.step_windows import OVERLAP_US
 from gpuanalyze.ingest.stream import ReadLimits
@@ -268,7 +268,7 @@ def import_kineto(k: KinetoTrace, *, tags: dict[str, str] | None = None) -> Trac
         table = pa.Table.from_pylist(rows, schema=S.arrow_schema(run, tags))
     except (pa.ArrowException, OverflowError) as exc:
         raise TraceError(f"{k.path}: step values out of range ({str(exc)[:120]})") from exc
-    frame, repair = normalise_frame(frame_of(table))
+    frame, repair = (frame_of(table), []) if clean_rows(rows) else normalise_frame(frame_of(table))
     return Trace(
         path=Path(k.path),
         frame=frame,

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import polars as pl
@@ -373,6 +373,37 @@ def _checks() -> list[pl.Expr]:
         ((rank.diff() > 0) | ((rank.diff() == 0) & (step.diff() > 0))).fill_null(True).all().alias("sorted"),
         ((step.diff().over(rank).fill_null(1) > 0).all()).alias("in_order"),
     ]
+
+
+#: Rows up to which clean_rows checks in Python (beyond, the frame's one-pass check is cheaper).
+CLEAN_ROWS_MAX = 10_000
+
+
+def clean_rows(rows: list[dict[str, Any]]) -> bool:
+    """True when normalise_frame would change nothing in these rows (every value valid, no NaN,
+    (rank, step) strictly increasing), checked without building a frame: for the few rows of a tiny
+    import, building and running the frame's checks costs more than the rest of the import."""
+    if not rows or len(rows) > CLEAN_ROWS_MAX:
+        return False
+    prev: tuple[int, int] | None = None
+    for r in rows:
+        wall, start, step, rank = r.get(S.WALL_MS), r.get(S.START_UNIX_NS), r.get(S.STEP), r.get(S.RANK)
+        if wall is None or start is None or step is None or rank is None:
+            return False
+        if not (0 < wall <= MAX_STEP_MS and -MAX_START_NS <= start <= MAX_START_NS and step >= 0):
+            return False  # NaN fails every comparison
+        if not 0 <= rank <= MAX_RANK or (prev is not None and (rank, step) <= prev):
+            return False
+        prev = (rank, step)
+        for c in _DURATIONS[1:]:
+            v = r.get(c)
+            if v is not None and not 0 <= v <= wall * 1.001:
+                return False
+        for c, lim in _COUNT_LIMITS:
+            v = r.get(c)
+            if v is not None and not 0 <= v <= lim:
+                return False
+    return True
 
 
 def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
