@@ -10,8 +10,9 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analyzer.analysis.contention import assumed_host_note
 from analyzer.analysis.host_facts import host_facts
-from analyzer.analysis.judge import judge
+from analyzer.analysis.judge import cpu_side, judge
 from analyzer.analysis.rules import Context
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
@@ -102,6 +103,9 @@ def _judged(
         notes = (*notes, OVERSUBSCRIBED_NOTE)
     if host.priority is not None:
         notes = (*notes, host.priority)
+    assumed = assumed_host_note(host, loaded.run)
+    if assumed is not None and any(cpu_side(f, ctx.gpu) for f in findings):
+        notes = (*notes, assumed)  # the advice names cores free: say they were not measured
     if metrics.sampled_steps and metrics.kernels is None:
         notes = (
             *notes,

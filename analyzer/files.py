@@ -50,8 +50,9 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool) -> None:
-    """Create or (with ``force``) replace the regular file ``path`` with what ``write`` writes, atomically."""
+def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool, durable: bool = True) -> None:
+    """Create or (with ``force``) replace the regular file ``path`` with what ``write`` writes, atomically.
+    ``durable=False`` skips the fsync (a cache entry that is redone when it is found torn)."""
     check_target(path, force=force)
     parent = path.parent
     try:
@@ -64,7 +65,8 @@ def write_file(path: Path, write: Callable[[BinaryIO], None], *, force: bool) ->
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if force:
             tmp.replace(path)
         else:

@@ -26,8 +26,8 @@ def _meta() -> dict[bytes, bytes]:
     return {S.META_FORMAT: S.FORMAT_NAME.encode(), S.META_VERSION: S.FORMAT_VERSION.encode(), S.META_RUN: b"{}"}
 
 
-def _write(path, batch: pa.RecordBatch, compression: str | None = None):
-    schema = batch.schema.with_metadata(_meta())
+def _write(path, batch: pa.RecordBatch, compression: str | None = None, meta: dict[bytes, bytes] | None = None):
+    schema = batch.schema.with_metadata(meta or _meta())
     opts = pa.ipc.IpcWriteOptions(compression=compression)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema, options=opts) as w:
         w.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
@@ -136,6 +136,20 @@ def test_padding_does_not_grow_a_compressed_bomb_allowance(tmp_path, codec, monk
     path = _write(tmp_path / f"padded.{codec}.arrow", _plain(n, kernel_stats=bomb, padding=noise), codec)
     assert ipc_guard.DEFAULT_LIMITS.allowed(path.stat().st_size) > 6 * 2**20 + n * ipc_guard.ROW_COST
     _refused(path, "compressed", "beyond their size")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_incompressible_metadata_grows_no_allowance(tmp_path, codec, monkeypatch):
+    # megabytes of schema metadata decode to nothing: the ratio is to the batch bodies, not the file
+    monkeypatch.setattr(ipc_guard, "DEFAULT_LIMITS", IpcLimits(min_allowance=2**20))
+    n = 60
+    path = _write(tmp_path / f"meta.{codec}.arrow", _plain(n, kernel_stats=pa.array(["x" * 100_000] * n)), codec)
+    with pa.OSFile(str(path), "rb") as fh:
+        table = pa.ipc.open_stream(fh).read_all()
+    meta = {**table.schema.metadata, b"padding": os.urandom(1_500_000).hex().encode()}  # 3 MB
+    path = _write(path, table.to_batches()[0].replace_schema_metadata(meta), codec, meta=meta)
+    assert path.stat().st_size > 3_000_000  # 100x of it would allow the 6 MB bomb
+    _refused(path, "expand")
 
 
 def test_honest_compressed_trace_stays_under_the_absolute_cap(tmp_path):

@@ -54,8 +54,9 @@ def corpus(tmp_path_factory) -> list[Case]:
     return cases
 
 
-def _run(case: Case, cwd: Path) -> tuple[list[dict[str, Any]], int, str]:
-    """The results of one input's commands, run in one process (killed after 300 s), and its peak RSS."""
+def _run(case: Case, cwd: Path, env_extra: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], int, str]:
+    """The results of one input's commands, run in one process (killed after 300 s), and its peak RSS.
+    ``env_extra``: variables set (a value of None-like "" removes one: an empty HOME's run)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
@@ -68,8 +69,13 @@ def _run(case: Case, cwd: Path) -> tuple[list[dict[str, Any]], int, str]:
         "COLUMNS": "100",
         "GPUANALYZE_CEILINGS": str(cwd / "no-ceilings.json"),
         "GPUANALYZE_CACHE": str(cwd / "import-cache" / case.name.encode("ascii", "replace").hex()[:40]),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("", "ingest", "kernels")),  # this checkout's
     }
+    for name, value in (env_extra or {}).items():
+        if value:
+            env[name] = value
+        else:
+            env.pop(name, None)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.hostile.run_case", json.dumps(commands)],

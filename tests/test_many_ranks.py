@@ -7,6 +7,7 @@ import analyzer.scale.measure as measure
 import analyzer.scale.tasks as tasks
 from analyzer.scale import storage
 from analyzer.scale.tasks import run_file
+from gpuanalyze.ingest.stream import ReadLimits
 from tests.kineto_fixtures import two_step_trace, write
 
 
@@ -43,3 +44,40 @@ def test_many_small_files_use_the_pool():
     few = small[:10]
     assert measure._workers(small, "local", None) is None  # the engine's default: every core
     assert measure._workers(few, "local", None) == 1
+
+
+def _ranks(tmp_path, n=4):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in range(n):
+        write(d / f"rank{r}.json", two_step_trace(rank=r, world=n))
+    return d
+
+
+def test_import_cache_entries_are_written_without_a_per_file_fsync(tmp_path, monkeypatch):
+    import os
+
+    d = _ranks(tmp_path)
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    measure.measure(str(d))
+    assert synced == []  # a torn cache entry is redone, it need not be durable
+    out = tmp_path / "out"
+    out.mkdir()
+    (job,) = measure.file_jobs(storage.list_dir(str(d))[:1], str(out), ReadLimits(), skip=0, reduce=False, force=False)
+    assert run_file(job).error is None and synced  # `gpuanalyze import -o DIR`: the user's files are synced
+
+
+def test_a_reused_import_is_read_by_the_column_reader(tmp_path, monkeypatch):
+    d = _ranks(tmp_path)
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    first = measure.measure(str(d))
+
+    def refused(*_a, **_k):
+        raise AssertionError("a reused import went through load_trace (polars) again")
+
+    monkeypatch.setattr(tasks, "load_trace", refused)
+    second = measure.measure(str(d))
+    assert second.metrics.step_median_ms == first.metrics.step_median_ms and second.metrics.ranks == 4

@@ -34,3 +34,39 @@ def test_gpu_utilisation_from_busy_time(trace_factory):
 def test_zero_steps_is_an_error(trace_factory):
     with pytest.raises(TraceError, match="no steps"):
         trace_road(load_trace(trace_factory([])))
+
+
+def test_consistency_counts_unknown_shares_as_zero_and_matches_polars():
+    import polars as pl
+
+    from analyzer.analysis.metrics import StepMetrics
+
+    frame = pl.DataFrame({"share": [0.5, None, 0.1, 0.9, None]}, schema={"share": pl.Float64})
+
+    class _M:
+        per_step = frame
+        consistency = StepMetrics.consistency
+
+    m = _M()
+    assert m.consistency("share", 0.4) == 0.4  # 2 of 5
+    assert m.consistency("share", 0.4, below=True) == 0.6  # the unknowns count as 0
+    assert m.consistency("absent", 0.4) == 0.0
+
+
+def test_consistency_runs_no_polars_query(monkeypatch):
+    """The stability resampling calls it tens of thousands of times in a fleet: no per-call query."""
+    import polars as pl
+
+    from analyzer.analysis.metrics import StepMetrics
+
+    frame = pl.DataFrame({"share": [0.5, None, 0.1]}, schema={"share": pl.Float64})
+
+    class _M:
+        per_step = frame
+        consistency = StepMetrics.consistency
+
+    def refused(*_a, **_k):
+        raise AssertionError("a polars query per call")
+
+    monkeypatch.setattr(pl.LazyFrame, "_collect_eager", refused)
+    assert _M().consistency("share", 0.4) == 1 / 3

@@ -170,3 +170,29 @@ def test_a_system_column_of_the_wrong_type_is_dropped_with_a_note(tmp_path, args
         result = CliRunner().invoke(app, [str(target), *args])
         assert result.exit_code == 0 and "Traceback" not in result.output, result.output
         assert "column system has an unexpected type (list<item: string>)" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {S.WALL_MS: math.nan},
+        {S.WALL_MS: 0.0},
+        {S.DATA_WAIT_MS: 30.0},
+        {S.DATA_WAIT_MS: math.nan},
+        {S.STEP: 0},  # duplicates step 0
+        {S.RANK: -1},
+        {S.BATCH_SAMPLES: -4},
+    ],
+)
+def test_clean_rows_agrees_with_normalise_frame(change):
+    import polars as pl
+
+    from gpuanalyze.ingest.row_rules import clean_rows, normalise_frame
+
+    rows = [{**S.empty_row(), **make_row(i)} for i in range(3)]
+    rows[1].update(change)
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=S.arrow_schema(RunInfo())))
+    normalised, notes = normalise_frame(frame)
+    unchanged = not notes and normalised.equals(frame) and normalised.height == 3
+    assert clean_rows(rows) == unchanged

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.contention import contended_confidence, contention
 from analyzer.analysis.findings import Confidence, Finding, ranking_key
 from analyzer.analysis.left_out import cause_part, owned_left_out_ms
 from analyzer.analysis.metrics import StepMetrics
@@ -72,7 +73,16 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
     else:
         verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
-    return Judged(verdict, stab, steady, _notes(steady))
+    contended = contention(ctx.host, ctx.run)
+    if contended is None:
+        return Judged(verdict, stab, steady, _notes(steady))
+    # a contended host is evidence about every verdict, "healthy" included (its twin may be 3x faster)
+    conf = contended_confidence(verdict.confidence)
+    ranked = verdict.findings
+    if ranked and ranked[0].confidence == verdict.confidence:
+        ranked = (dataclasses.replace(ranked[0], confidence=conf), *ranked[1:])
+    verdict = Verdict(verdict.bottleneck, conf, ranked, verdict.health)
+    return Judged(verdict, stab, steady, (contended.line(), *_notes(steady)))
 
 
 def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:

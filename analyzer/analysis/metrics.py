@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from analyzer.analysis.aggregate import clamp, number
@@ -107,9 +108,14 @@ class StepMetrics:
         """Fraction of analysed steps whose per-step share crosses ``threshold``."""
         if column not in self.per_step.columns or self.per_step.height == 0:
             return 0.0
-        values = self.per_step.get_column(column).fill_null(0.0)
+        # numpy, not polars Series ops: the stability resampling calls this tens of thousands of
+        # times per fleet, and each polars op is a query of its own (~0.3 ms)
+        series = self.per_step.get_column(column)
+        values = series.to_numpy()
+        if series.null_count():  # unknown shares count as 0 (to_numpy made them NaN)
+            values = np.nan_to_num(values.astype(np.float64), nan=0.0)
         hits = (values < threshold) if below else (values >= threshold)
-        return number(hits.mean() or 0.0)
+        return number(float(hits.mean()) if hits.size else 0.0)
 
 
 def warmup_steps(n: int) -> int:

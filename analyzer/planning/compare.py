@@ -16,6 +16,7 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.gate import GateOptions, GateResult, regression_gate
+from analyzer.planning.host_difference import host_lines
 from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
 from analyzer.planning.run_differences import different_jobs, gate_refusal, run_differences
@@ -153,6 +154,8 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
     if refusal is not None:
         raise GpuAnalyzeError(refusal)
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
+    if len(loaded) == 2 and loaded[0].report is not None and loaded[1].report is not None:
+        differences = (*differences, *host_lines(loaded[0].report.host, loaded[1].report.host, verdict))
     moved = _owners_moved(loaded)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:

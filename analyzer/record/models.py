@@ -34,8 +34,8 @@ def named_models(model: Any) -> Named | None:
     if model is None:
         return None
     module = torch.nn.Module
-    if isinstance(model, module) and not _is_container(model):
-        return [(type(model).__name__, model)]
+    if isinstance(model, module) and (compiled_wrapper(model) or not _is_container(model)):
+        return [(display_name(model), model)]
     if isinstance(model, module):
         items: Iterable[tuple[str | None, Any]] = model.named_children()
     elif isinstance(model, Mapping):
@@ -49,7 +49,7 @@ def named_models(model: Any) -> Named | None:
         raise TypeError(_accepted(model))
     if not all(name is None or isinstance(name, str) for name, _ in pairs):
         raise TypeError("analyzer.profile: the keys of a dict of models must be strings (their names in the trace)")
-    named = unique_names([(name or type(m).__name__, m) for name, m in pairs])
+    named = unique_names([(name or display_name(m), m) for name, m in pairs])
     if len({id(m) for _, m in named}) != len(named):
         raise TypeError("analyzer.profile: the same module is listed twice")
     return named
@@ -84,11 +84,26 @@ def discover(optimizer: Any | None) -> Named:
     stepped = {id(p) for opt in optimizers for p in _params(opt)}
     children = {id(child) for m in modules for child in m._modules.values() if child is not None}
     roots = [m for m in modules if id(m) not in children and any(id(p) in stepped for p in m.parameters())]
-    return unique_names((type(m).__name__, m) for m in roots)
+    return unique_names((display_name(m), m) for m in roots)
 
 
 def _params(optimizer: Any) -> Iterable[Any]:
     return (p for group in optimizer.param_groups for p in group["params"])
+
+
+def compiled_wrapper(model: Any) -> bool:
+    """``torch.compile(module)``'s OptimizedModule: timed as itself (what is called), never taken for
+    a container of its ``_orig_mod`` (its ``forward`` is an instance attribute, not a method)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # a torch without dynamo
+        return False
+    return isinstance(model, OptimizedModule)
+
+
+def display_name(model: Any) -> str:
+    """The model's class name; a compiled wrapper's is the compiled module's."""
+    return type(model._orig_mod if compiled_wrapper(model) else model).__name__
 
 
 def _is_container(model: Any) -> bool:

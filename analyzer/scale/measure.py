@@ -183,8 +183,7 @@ def _load_one(path: Path, limits: ReadLimits) -> Trace:
 
 def cache_root() -> Path:
     """Where `gpuanalyze DIR` keeps imports of Kineto rank files: $GPUANALYZE_CACHE, else the user cache."""
-    env = os.environ.get("GPUANALYZE_CACHE")
-    if env:
+    if env := os.environ.get("GPUANALYZE_CACHE"):
         return Path(env)
     from analyzer.machine.user_cache import gpuanalyze_cache
 
@@ -240,6 +239,7 @@ def file_jobs(
     reduce: bool = True,
     force: bool,
     without: Without = frozenset(),
+    is_cache: bool = False,
 ) -> list[FileJob]:
     jobs = []
     outs: dict[str, str] = {}
@@ -250,7 +250,9 @@ def file_jobs(
             raise GpuAnalyzeError(f"{outs[out]} and {e.name} would both import to {_name(out)}; keep one of them")
         if out is not None:
             outs[out] = e.name
-        jobs.append(FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip, without))
+        jobs.append(
+            FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip, without, is_cache)
+        )
     return jobs
 
 
@@ -391,7 +393,7 @@ def _reduce(
     book = _Files(path)
     alt_skip: int | None = None
     alts: list[RankPartial] | None = []
-    jobs = file_jobs(files, cache, how.limits, skip=skip, force=True, without=without)
+    jobs = file_jobs(files, cache, how.limits, skip=skip, force=True, without=without, is_cache=True)
     try:
         groups = _groups(jobs, engine.parallelism)
         for group in engine.map(run_files, groups, window=2 * engine.parallelism):  # ~25 MB a result

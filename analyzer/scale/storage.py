@@ -146,12 +146,12 @@ def local_copy(path: str) -> Iterator[Path]:
         yield local
 
 
-def write(path: str, write_fn: Callable[[BinaryIO], None], *, force: bool) -> None:
+def write(path: str, write_fn: Callable[[BinaryIO], None], *, force: bool, durable: bool = True) -> None:
     """Write ``path`` (local: analyzer.files.write_file's safe write; URL: upload) with what ``write_fn`` writes."""
     if not is_url(path):
         from analyzer.files import write_file
 
-        write_file(Path(path), write_fn, force=force)
+        write_file(Path(path), write_fn, force=force, durable=durable)
         return
     fs, p = _fs(path)
     if fs.exists(p) and not force:

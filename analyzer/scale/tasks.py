@@ -101,6 +101,9 @@ class FileJob:
     """Warm-up steps per rank (analysis)."""
     without: Without = frozenset()
     """Post-warm-up steps left out (the steady state's, analysis.road's second reduction)."""
+    cache: bool = False
+    """``out`` is the import cache: written without an fsync (a torn entry is redone: its end
+    marker or provenance is missing), a per-file cost thousands of tiny files would pay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ class FileResult:
 def _import(job: FileJob) -> tuple[Trace, bool, bool]:
     """(trace, reused, imported) of a Kineto job."""
     prov = provenance(source_name(job.source), job.size, job.mtime_ns)
-    if job.out is not None and storage.exists(job.out) and recorded_provenance(job.out) == prov:
+    if job.out is not None and _up_to_date(job, prov):
         with storage.local_copy(job.out) as local:
             return load_trace(local), True, False
     limits = ReadLimits(max_bytes=job.max_bytes)
@@ -151,20 +154,39 @@ def _import(job: FileJob) -> tuple[Trace, bool, bool]:
         kt = parse_kineto(job.source, limits)
     trace = import_kineto(kt, tags={PROVENANCE: prov})
     if job.out is not None:
-        storage.write(job.out, trace_writer(trace), force=job.force)
+        storage.write(job.out, trace_writer(trace), force=job.force, durable=not job.cache)
     return trace, False, True
+
+
+def _up_to_date(job: FileJob, prov: str) -> bool:
+    assert job.out is not None
+    return storage.exists(job.out) and recorded_provenance(job.out) == prov
+
+
+def _reused_columns(job: FileJob) -> FileResult | None:
+    """A Kineto job whose import is up to date and local, read as the plain .arrow it is (the
+    column reader, without polars: the fixed cost of thousands of tiny files); None otherwise."""
+    if job.out is None or storage.is_url(job.out) or not storage.is_regular(job.out):
+        return None
+    cols = load_columns(job.out)  # the provenance is read from the same schema, not opened again
+    if cols is None or cols.tags.get(PROVENANCE) != provenance(source_name(job.source), job.size, job.mtime_ns):
+        return None
+    return dataclasses.replace(_from_columns(job, cols, job.out), reused=True)
 
 
 def run_file(job: FileJob) -> FileResult:
     """Import and/or reduce one file; errors come back in ``FileResult.error``."""
     try:
         if job.kineto:
+            reused_cols = _reused_columns(job)
+            if reused_cols is not None:
+                return reused_cols
             trace, reused, imported = _import(job)
             return _from_trace(job, trace, job.out, reused=reused, imported=imported)
         if not storage.is_url(job.source):
             cols = load_columns(job.source)  # the common case: a file the reader leaves as it is
             if cols is not None:
-                return _from_columns(job, cols)
+                return _from_columns(job, cols, job.source)
         with storage.local_copy(job.source) as local:
             trace = load_trace(local)
         return _from_trace(job, trace, job.source, reused=False, imported=False)
@@ -230,7 +252,7 @@ def _reduced(
     return partials, own, tuple(partial_of(per_rank[r], r, own) for r in ranks)
 
 
-def _from_columns(job: FileJob, cols: TraceColumns) -> FileResult:
+def _from_columns(job: FileJob, cols: TraceColumns, arrow: str) -> FileResult:
     rank, step = cols.columns[S.RANK].values, cols.columns[S.STEP].values
     bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
     per_rank = {
@@ -241,13 +263,13 @@ def _from_columns(job: FileJob, cols: TraceColumns) -> FileResult:
     fast = job.reduce and not cols.notes and not (cols.absent & set(_RAW_COLUMNS))
     return dataclasses.replace(
         _result(job, cols, per_rank),
-        arrow=job.source,
+        arrow=arrow,
         steps=cols.rows,
         first_step=int(step.min()),
         last_step=int(step.max()),
         ranks=tuple(sorted(per_rank)),
         fast=fast,
-        stamp=storage.stat(job.source) if job.reduce else (0, 0),
+        stamp=storage.stat(arrow) if job.reduce else (0, 0),
     )
 
 
@@ -278,8 +300,9 @@ def _from_trace(job: FileJob, trace: Trace, arrow: str | None, *, reused: bool, 
         per_rank = {r: frame_columns(by_step(parts[(r,)])) for r in ranks}
         if arrow is not None and not storage.is_url(arrow):
             stamp = storage.stat(arrow)
-            # a note means the reader dropped or repaired something (e.g. clamped a phase to its step)
-            fast = not trace.notes and _raw_matches(Path(arrow), frame)
+            # a note means the reader dropped or repaired something; a file imported here was
+            # written from this very frame (its raw rows are these rows)
+            fast = not trace.notes and (imported or _raw_matches(Path(arrow), frame))
     return dataclasses.replace(
         _result(job, trace, per_rank),
         arrow=arrow,

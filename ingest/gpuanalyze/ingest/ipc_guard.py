@@ -13,9 +13,11 @@ only then is the message handed to pyarrow:
 - a record batch's body must be in the file, its buffers inside its body, and the bytes it decodes
   to (a compressed buffer's declared uncompressed size, else its size) plus the cost of its rows
   once conformed to the format (``ROW_COST`` bytes each) must stay within the per-batch and the
-  total limit (``IpcLimits``: 100x the file, at least 64 MiB, like the gzip guard of byte_source.py);
-  compressed buffers also within an absolute cap on what they inflate to (256 MiB), so incompressible
-  padding that grows the file cannot grow a bomb's allowance with it (our writer never compresses).
+  total limit (``IpcLimits``: 100x the record batch bodies read, at least 64 MiB, like the gzip guard
+  of byte_source.py). The ratio is to the bodies, not the file: incompressible metadata (a schema or
+  batch metadata of megabytes) decodes to nothing and grows no allowance. Compressed buffers also
+  stay within an absolute cap on what they inflate to (8 GiB: an honest 1M-step zstd trace with its
+  kernel statistics inflates ~1 GiB), whatever the file's size.
 
 A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
 """
@@ -51,21 +53,22 @@ class IpcLimits:
     """How many bytes an Arrow trace may decode to."""
 
     ratio: float = 100.0
-    """Most decoded bytes per byte of file (compressed bodies expand; plain ones do not)."""
+    """Most decoded bytes per byte of record batch body read (compressed bodies expand; plain ones do not)."""
     min_allowance: int = 64 * MiB
     """Decoded bytes a small file may always reach."""
     max_batch_bytes: int = 512 * MiB
     """Most decoded bytes of one record batch."""
-    max_inflated: int = 256 * MiB
+    max_inflated: int = 8 << 30
     """Most bytes the compressed (zstd/LZ4) buffers of a file may decode to beyond their size, in
-    total, whatever the file's size (the ratio alone grows with incompressible padding)."""
+    total, whatever the file's size."""
 
     def __post_init__(self) -> None:
         if self.ratio <= 0 or min(self.min_allowance, self.max_batch_bytes, self.max_inflated) <= 0:
             raise ValueError("IpcLimits: every limit must be positive")
 
-    def allowed(self, file_size: int) -> int:
-        return max(self.min_allowance, int(self.ratio * file_size))
+    def allowed(self, body_bytes: int) -> int:
+        """Decoded bytes allowed after ``body_bytes`` of record batch bodies."""
+        return max(self.min_allowance, int(self.ratio * body_bytes))
 
 
 #: The limits the reader applies (load_trace takes no limits of its own).
@@ -167,6 +170,8 @@ class IpcReader:
         self.path, self.fh = path, fh
         self.limits = limits or DEFAULT_LIMITS
         self.decoded = 0
+        self.bodies = 0
+        """Bytes of the record batch bodies read so far (what the ratio is to)."""
         self.inflated = 0
         """Bytes the compressed buffers read so far decode to beyond their size."""
         self._map = mapped
@@ -309,7 +314,8 @@ class IpcReader:
         if rows < 0:
             raise _Corrupt
         cost = decoded + rows * ROW_COST
-        allowed = self.limits.allowed(self._size())
+        self.bodies += len(body)
+        allowed = self.limits.allowed(self.bodies)
         self.decoded += cost
         if cost > self.limits.max_batch_bytes or self.decoded > allowed:
             what = "compressed columns that expand" if compressed else "columns that expand"

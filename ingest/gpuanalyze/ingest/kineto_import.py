@@ -54,7 +54,7 @@ from gpuanalyze.ingest.kineto import (
     parse_kineto,
 )
 from gpuanalyze.ingest.reader import Trace, frame_of
-from gpuanalyze.ingest.row_rules import normalise_frame
+from gpuanalyze.ingest.row_rules import clean_rows, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.runtime_calls import BLOCKING, SCALAR_READ_OPS
 from gpuanalyze.ingest.step_windows import OVERLAP_US
@@ -318,7 +318,7 @@ def import_kineto(
         table = pa.Table.from_pylist(rows, schema=S.arrow_schema(run, tags))
     except (pa.ArrowException, OverflowError) as exc:
         raise TraceError(f"{k.path}: step values out of range ({str(exc)[:120]})") from exc
-    frame, repair = normalise_frame(frame_of(table))
+    frame, repair = (frame_of(table), []) if clean_rows(rows) else normalise_frame(frame_of(table))
     return Trace(
         path=Path(k.path),
         frame=frame,

@@ -1,0 +1,52 @@
+"""The hosts of the two runs a gate compares: when they differ (free cores, load), how much of a
+slowdown the difference alone could explain, and whether the measured change is beyond it."""
+
+from __future__ import annotations
+
+from analyzer.analysis.host_facts import HostFacts
+from analyzer.planning.gate import GateResult
+
+#: Free-core ratio (BEFORE / AFTER, either way) from which the hosts are said to differ.
+FREE_CORES_RATIO = 1.25
+#: Load-average difference (absolute) from which the hosts are said to differ.
+LOAD_DIFFERENCE = 1.0
+
+
+def _describe(h: HostFacts) -> str:
+    load = "" if h.load_avg is None else f", load {h.load_avg:.1f}"
+    return f"{h.cores_free:.1f} of {h.cores_available:g} cores free{load}"
+
+
+def host_lines(before: HostFacts | None, after: HostFacts | None, gate: GateResult | None) -> list[str]:
+    """Notes for the comparison: the two hosts when they differ (only measured facts: a run without
+    system readings is unknown, said once), and the gate's change against what the host explains."""
+    if before is None or after is None:
+        return []
+    if not (before.sampled and after.sampled):
+        if before.sampled or after.sampled:
+            which = "BEFORE" if not before.sampled else "AFTER"
+            return [f"host: {which} has no system readings, so whether the two hosts differed is unknown"]
+        return []
+    ratio = before.cores_free / after.cores_free
+    loads = (before.load_avg, after.load_avg)
+    load_gap = abs(loads[0] - loads[1]) if loads[0] is not None and loads[1] is not None else 0.0
+    if max(ratio, 1 / ratio) < FREE_CORES_RATIO and load_gap < LOAD_DIFFERENCE:
+        return []
+    lines = [f"host: BEFORE {_describe(before)}, AFTER {_describe(after)}"]
+    explained = max(0.0, ratio - 1.0) * 100  # a CPU-bound step slows as its free cores shrink
+    for check in gate.checks if gate is not None else ():
+        if check.metric != "step_time":
+            continue
+        if explained <= 0:
+            lines.append(f"host: AFTER had no fewer free cores; its {check.change_pct:+.1f}% is not the host's")
+        elif check.change_pct > explained:
+            lines.append(
+                f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; the measured "
+                f"{check.change_pct:+.1f}% is beyond that"
+            )
+        else:
+            lines.append(
+                f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; the measured "
+                f"{check.change_pct:+.1f}% is within that: rerun both on one quiet host before trusting the gate"
+            )
+    return lines
