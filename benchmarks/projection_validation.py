@@ -20,8 +20,9 @@ target met or missed with the reason.
 
 Then the same statistics **leave-one-family-out** (``lofo``): the constants the models fit on these
 pairs (REMOVAL_RESIDUE and REMOVAL_RESIDUE_HIGH for a cause removed by a change the projection cannot
-size; BATCH_UNMEASURED_FIXED for the per-call share a batch, micro-batch or CPU-precision projection
-does not measure) are chosen on every family but one from a small grid (median |error| first, then
+size; BATCH_UNMEASURED_FIXED, MICRO_UNMEASURED_FIXED, CPU_MATMUL_UNMEASURED: each the share its own
+model, batch, micro-batch or CPU precision, does not measure) are chosen on every family but one from a
+small grid (median |error| first, then
 the narrowest high end that still covers 80% of the training pairs), and the held-out family's
 BEFORE traces are analysed again with them: its projections are out of sample. Models with no
 constant fitted on the pairs (workers, stragglers) project the same in both.
@@ -71,7 +72,9 @@ GRID: dict[str, list[dict[str, float]]] = {
         for r, h in itertools.product((0.0, 0.05, 0.1, 0.15, 0.2, 0.3), (0.2, 0.3, 0.45, 0.6))
         if h > r
     ],
-    "unmeasured": [{"BATCH_UNMEASURED_FIXED": f} for f in (0.25, 0.35, 0.5, 0.65)],
+    "batch": [{"BATCH_UNMEASURED_FIXED": f} for f in (0.25, 0.35, 0.5, 0.65)],
+    "micro_batch": [{"MICRO_UNMEASURED_FIXED": f} for f in (0.5, 0.65, 0.8, 0.9)],
+    "precision": [{"CPU_MATMUL_UNMEASURED": f} for f in (0.5, 0.75, 0.9, 1.0)],
 }
 #: Which group a pair's applied fix belongs to (its projection uses that group's constants).
 UNMEASURED_FIXES = ("batch", "micro_batch", "precision")
@@ -121,8 +124,8 @@ class Pair:
     @property
     def group(self) -> str | None:
         """The fitted-constant group whose constants the pair's projection uses (None: none)."""
-        if self.fix_key in UNMEASURED_FIXES:
-            return "unmeasured"
+        if self.fix_key in UNMEASURED_FIXES:  # each model its own constant
+            return self.fix_key
         if self.fix_key in REMOVAL_FIXES or (self.bound and self.fix_key not in (None, "none")):
             return "removal"
         return None

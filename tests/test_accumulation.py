@@ -5,6 +5,7 @@ that run --try can apply (batch_size and accumulate)."""
 import pytest
 
 from analyzer import analyze
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.fixes import MicroBatchFix
 from analyzer.planning.settling_trial import settling_trial
 from analyzer.run.candidates import setting_of
@@ -28,8 +29,8 @@ def test_eight_micro_batches_of_two_get_the_micro_batch_fix(trace_factory):
     assert f.cause == "micro_batch_overhead"
     assert f.projection.fix == MicroBatchFix(micro_batch=16, accumulate=1)
     p = f.projection
-    # per micro-batch work 18 ms of a 19.2 ms step; half of it per call at the point, 1/8 of that paid
-    assert p.step_ms == pytest.approx(19.2 - 18.0 * 0.5 * (1 - 1 / 8), rel=0.05)
+    # per micro-batch work 18 ms of a 19.2 ms step; the micro-batch model's own share per call, 1/8 of it paid
+    assert p.step_ms == pytest.approx(19.2 - 18.0 * T.MICRO_UNMEASURED_FIXED * (1 - 1 / 8), rel=0.05)
     assert p.low_ms <= 19.2 - 18.0 * (1 - 1 / 8) + 1.0  # all per call: the fast end
     assert p.high_ms >= 19.2 * 0.99  # none of it per call: no saving (unmeasured: the range says so)
     assert f.confidence.level == "low"  # a range reaching the current step is no medium/high advice
@@ -66,3 +67,16 @@ def test_workers_hand_over_every_micro_batch(trace_factory):
     one, eight = ctx(1), ctx(8)
     assert handover_ms(eight)[0] == pytest.approx(8 * handover_ms(one)[0])
     assert worker_plan(eight, 6.0, workers=2).step_ms > worker_plan(one, 6.0, workers=2).step_ms
+
+
+def test_the_micro_batch_point_takes_its_own_per_call_share_not_the_batch_models(trace_factory, monkeypatch):
+    trace = _accumulating(trace_factory, micro=2, fetches_per_step=8)
+
+    def point():
+        return next(f for f in analyze(trace).findings if f.bottleneck == "batch_size").projection.step_ms
+
+    before = point()
+    monkeypatch.setattr(T, "BATCH_UNMEASURED_FIXED", 0.1)
+    assert point() == before
+    monkeypatch.setattr(T, "MICRO_UNMEASURED_FIXED", 0.3)
+    assert point() > before

@@ -2,6 +2,7 @@
 that says the matmul share is not measured, and the trial that measures it; not where it has none."""
 
 from analyzer import analyze
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.fixes import PrecisionFix
 from analyzer.planning.settling_trial import candidate_text
 from analyzer.record.host_readers import bf16_flags
@@ -33,3 +34,27 @@ def test_bf16_flags_from_cpuinfo():
     text = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile amx_bf16\n\nprocessor\t: 1\n"
     assert bf16_flags(text) == "avx512_bf16,amx_bf16"
     assert bf16_flags("flags\t: fpu avx2\n") == "" and bf16_flags("") is None and bf16_flags(None) is None
+
+
+def test_amx_bounds_the_fast_end_at_the_tile_rate_not_the_avx512_one(trace_factory):
+    avx = next(
+        f for f in analyze(_compute_bound(trace_factory, cpu_bf16="avx512_bf16")).findings if f.bottleneck == "kernels"
+    )
+    amx = next(
+        f
+        for f in analyze(_compute_bound(trace_factory, cpu_bf16="avx512_bf16,amx_bf16")).findings
+        if f.bottleneck == "kernels"
+    )
+    # forward + backward 18 ms of a 20 ms step: all of it matmul at 2x (AVX512_BF16: 11 ms) or 16x (AMX: 3.1 ms),
+    # each widened by the step's own noise
+    assert avx.projection.low_ms > 9.0
+    assert amx.projection.low_ms < 6.0
+
+
+def test_the_precision_point_takes_its_own_matmul_share_not_the_batch_models(trace_factory, monkeypatch):
+    trace = _compute_bound(trace_factory, cpu_bf16="avx512_bf16")
+    before = next(f for f in analyze(trace).findings if f.bottleneck == "kernels").projection.step_ms
+    monkeypatch.setattr(T, "BATCH_UNMEASURED_FIXED", 0.1)
+    assert next(f for f in analyze(trace).findings if f.bottleneck == "kernels").projection.step_ms == before
+    monkeypatch.setattr(T, "CPU_MATMUL_UNMEASURED", 1.0)
+    assert next(f for f in analyze(trace).findings if f.bottleneck == "kernels").projection.step_ms < before

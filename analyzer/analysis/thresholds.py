@@ -190,6 +190,12 @@ BATCH_SPLIT_SLACK = 0.2
 #: middle of the range nothing measured narrows (benchmarks/projection_validation.py: overhead-bound CPU
 #: MLPs at batch 1-8 measured 25-45% of the way up from "none grows"; docs/projections.md).
 BATCH_UNMEASURED_FIXED = 0.5
+#: The micro-batch model's own: without a smaller batch in the run, the share of one micro-batch's fetch and
+#: forward + backward its point takes as per call (not growing with its samples). Accumulation splits a step
+#: into micro-batches of a few samples, where eager dispatch (a fixed cost per op and per DataLoader call) is
+#: most of each; benchmarks/projection_validation.py measured 2 x 8 -> 16 x 1 at 5x faster (a per-call share
+#: near 0.9; one pair, so in sample for that family). The range still spans 0 to 1.
+MICRO_UNMEASURED_FIXED = 0.8
 #: A projection of a cause removed by a change it cannot size (cheaper batches or loading, a prefetching
 #: thread, logging or reading metrics every N steps) keeps this share of the removed time at its point
 #: and REMOVAL_RESIDUE_HIGH at its slow end: benchmarks/projection_validation.py on a quiet 2-core host
@@ -216,6 +222,15 @@ MIN_FREE_CORES = 0.25
 #: pairs per fp32 lane where an fp32 FMA multiplies one (Intel 64 and IA-32 Architectures Software
 #: Developer's Manual, Vol. 2, VDPBF16PS); AMX tiles do more, so the fast end of a CPU bf16 projection.
 CPU_BF16_SPEEDUP = 2.0
+#: The same with AMX_BF16: TDPBF16PS on AMX tiles peaks at 1024 bf16 FLOPs per cycle per core against 64 fp32
+#: FLOPs for AVX-512 FMA on two ports (Intel 64 and IA-32 Architectures Optimization Reference Manual, ch.
+#: "Intel Advanced Matrix Extensions", peak throughput table): 16x, the fast end where the CPU has AMX.
+CPU_AMX_BF16_SPEEDUP = 16.0
+#: The CPU-precision model's own: the share of fp32 forward + backward its point takes as matmul/convolution
+#: (what bf16 autocast speeds up) when the trace holds no CPU kernel statistics; the range spans 0 to 1.
+#: Dense CPU training loops spend most of forward + backward in GEMM (oneDNN/MKL); benchmarks/
+#: projection_validation.py measured bf16 1.9-4.4x faster on AVX512_BF16, all beyond the 2x fast end.
+CPU_MATMUL_UNMEASURED = 0.75
 #: Low-priority (positive nice) busy time below this many cores' worth is not worth a note: cores_free
 #: counts niced work as yielding to the job only from here (a nice-19 thread gets 15/1024 of a core a
 #: nice-0 thread wants: sched_prio_to_weight in the Linux kernel's kernel/sched/core.c).

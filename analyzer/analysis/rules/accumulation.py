@@ -7,8 +7,8 @@ part that grows with the micro-batch's samples. The same samples per optimizer s
 micro-batches ``k`` times larger keep the per-sample part and divide the per-call part by ``k``; the
 optimizer step and the rest of the step stay. A smaller batch within the run (analysis.batch_split)
 measures the per-call share; without one the range spans all of it growing with the samples (no
-saving: the slow end) to none of it (the fast end), and the point is the middle
-(BATCH_UNMEASURED_FIXED). The learning rate stays: the samples per optimizer step do not change.
+saving: the slow end) to none of it (the fast end), the point at MICRO_UNMEASURED_FIXED (this model's
+own constant). The learning rate stays: the samples per optimizer step do not change.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
             f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
         )
     else:
-        f, lo_f, hi_f = T.BATCH_UNMEASURED_FIXED, 0.0, 1.0
+        f, lo_f, hi_f = T.MICRO_UNMEASURED_FIXED, 0.0, 1.0
         basis = (
             f"no smaller batch in the run measures the per-call share: the point takes {f:.0%}, the range spans "
             f"none of it ({at(0.0):.2f} ms) to all of it ({at(1.0):.2f} ms)"

@@ -213,7 +213,7 @@ class BatchSize(Rule):
         each = micro_batch_samples(ctx, a)
         return Detection(
             cause="micro_batch_overhead",
-            share=share * T.BATCH_UNMEASURED_FIXED if ctx.m.batch_split is None else share,
+            share=share * T.MICRO_UNMEASURED_FIXED if ctx.m.batch_split is None else share,
             consistency=1.0,
             evidence_steps=ctx.m.steps,
             summary=f"Each optimizer step runs {a} micro-batches"

@@ -6,7 +6,9 @@ IA-32 Architectures Software Developer's Manual, Vol. 2, VDPBF16PS), twice the f
 instruction; AMX tiles (TDPBF16PS) more. ``torch.autocast('cpu', dtype=torch.bfloat16)`` runs matmuls
 and convolutions that way. The trace holds no CPU kernel statistics, so the matmul share of forward and
 backward is not measured: the range spans all of it at CPU_BF16_SPEEDUP (the fast end) to none of it
-(no gain, the slow end), the point in the middle; ``run --try --candidates autocast=bf16`` measures it.
+(no gain, the slow end), the point at CPU_MATMUL_UNMEASURED (this model's own constant); the speed-up bound is
+per flag: CPU_AMX_BF16_SPEEDUP where the CPU has AMX_BF16, else CPU_BF16_SPEEDUP;
+``run --try --candidates autocast=bf16`` measures it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def native_bf16(ctx: Context) -> str | None:
     return ctx.run.cpu_bf16 or None
 
 
+def speedup(ctx: Context) -> float:
+    """The bf16 / fp32 matmul rate bound of this CPU's flags: AMX tiles where it has AMX_BF16, else VDPBF16PS."""
+    flags = (native_bf16(ctx) or "").split(",")
+    return T.CPU_AMX_BF16_SPEEDUP if "amx_bf16" in flags else T.CPU_BF16_SPEEDUP
+
+
 def detect(ctx: Context, relaxed: bool) -> Detection | None:
     """fp32 parameters, a CPU with native bf16 and forward + backward a material part of the step."""
     flags = native_bf16(ctx)
@@ -41,11 +49,11 @@ def detect(ctx: Context, relaxed: bool) -> Detection | None:
         return None
     return Detection(
         cause=CAUSE,
-        share=share * T.BATCH_UNMEASURED_FIXED,
+        share=share * T.CPU_MATMUL_UNMEASURED,
         consistency=1.0,
         evidence_steps=ctx.m.steps,
         summary=f"Forward and backward take {share:.0%} of the step in float32 on a CPU with native bf16 "
-        f"arithmetic ({flags}): matmuls under bf16 autocast run up to {T.CPU_BF16_SPEEDUP:g}x the products per "
+        f"arithmetic ({flags}): matmuls under bf16 autocast run up to {speedup(ctx):g}x the products per "
         "instruction.",
     )
 
@@ -73,16 +81,17 @@ def evidence(ctx: Context) -> tuple[Evidence, ...]:
 
 def project(ctx: Context) -> Projection:
     compute = min(compute_ms(ctx), ctx.wall)
-    r = T.CPU_BF16_SPEEDUP
+    r = speedup(ctx)
 
     def at(f: float) -> float:
         """The step when a share ``f`` of forward + backward is matmul that bf16 speeds up ``r`` times."""
         return ctx.wall - compute * f * (1 - 1 / r)
 
-    f = T.BATCH_UNMEASURED_FIXED
+    f = T.CPU_MATMUL_UNMEASURED
+    how = "AMX tiles (TDPBF16PS)" if r == T.CPU_AMX_BF16_SPEEDUP else "VDPBF16PS: two bf16 products per fp32 lane"
     rule = (
         f"forward + backward {compute:.2f} ms, a share f of it matmul at {r:g}x under bf16 autocast "
-        f"(VDPBF16PS: two bf16 products per fp32 lane): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); "
+        f"({how}): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); "
         f"f not measured (no CPU kernel statistics): the point takes {f:.0%} ({at(f):.2f} ms), the range "
         f"all of it ({at(1.0):.2f} ms) to none ({at(0.0):.2f} ms)"
     )
