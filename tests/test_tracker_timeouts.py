@@ -69,6 +69,7 @@ def test_wandb_gets_a_short_init_timeout_unless_the_user_sets_one(monkeypatch):
     assert init_timeout() == INIT_TIMEOUT_S
 
 
+@pytest.mark.slow  # a CLI subprocess killed mid-request: end to end
 def test_a_terminated_tracker_call_removes_its_temporary_report(tmp_path, silent_server):
     _needs("mlflow")
     tmp = tmp_path / "tmp"

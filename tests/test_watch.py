@@ -160,6 +160,7 @@ def test_a_replaced_path_is_said_and_the_file_first_opened_still_shown(tmp_path)
         writer.close(EndInfo(status="ok"))
 
 
+@pytest.mark.slow  # a watch subprocess following a live writer: end to end
 def test_watch_piped_writes_a_line_as_the_run_goes_and_says_a_replacement(tmp_path):
     path = tmp_path / "t.arrow"
     writer = _live_writer(path, 30, wall=20.0, data=15.0)

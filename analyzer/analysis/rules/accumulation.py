@@ -18,7 +18,7 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
-from analyzer.analysis.rules.rule import Context, bounded
+from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
 from gpuanalyze.ingest import schema as S
 
 
@@ -69,15 +69,13 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
         return wall - work * f * (1.0 - 1.0 / k)
 
     split = ctx.m.batch_split
+    f, lo_f, hi_f = fixed_share_range(None if split is None else split.fixed_fraction, T.MICRO_UNMEASURED_FIXED)
     if split is not None:
-        f = split.fixed_fraction
-        lo_f, hi_f = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
         basis = (
             f"a smaller batch in the run measures {f:.0%} of forward + backward as per call "
             f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
         )
     else:
-        f, lo_f, hi_f = T.MICRO_UNMEASURED_FIXED, 0.0, 1.0
         basis = (
             f"no smaller batch in the run measures the per-call share: the point takes {f:.0%}, the range spans "
             f"none of it ({at(0.0):.2f} ms) to all of it ({at(1.0):.2f} ms)"

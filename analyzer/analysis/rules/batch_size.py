@@ -25,7 +25,7 @@ from analyzer.analysis.rules.accumulation import (
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
 
@@ -102,16 +102,15 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         return rest - work * f + (fixed + work * f) / k
 
     split = m.batch_split
+    measured = None if split is None else (min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
+    f, lo_f, hi_f = fixed_share_range(measured)
     if split is not None:
-        f = min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0
-        lo_f, hi_f = max(0.0, f - T.BATCH_SPLIT_SLACK), min(1.0, f + T.BATCH_SPLIT_SLACK)
         basis = (
             f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
             f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
             f"{work:.2f} ms compute is fixed"
         )
     else:
-        f, lo_f, hi_f = T.BATCH_UNMEASURED_FIXED, 0.0, 1.0
         basis = (
             f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
             f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "

@@ -78,37 +78,14 @@ class Host(Rule):
         )
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
-        if d.cause == "cpu_work":
-            cpu = ctx.ms(d.share)
-            return bounded(
-                ctx,
-                ctx.wall - cpu,
-                "CPU work off the GPU's path",
-                {"GPU-busy time": ctx.busy},
-                f"step {ctx.wall:.2f} ms minus {cpu:.2f} ms of GPU idle owned by CPU ops, if that work ran on the "
-                "GPU, in DataLoader workers, or overlapped with queued GPU work",
-            )
-        if d.cause == "input_preprocessing":
-            pre = ctx.ms(d.share)
-            return bounded(
-                ctx,
-                ctx.wall - pre,
-                "preprocessing off the training loop",
-                {"GPU-busy time": ctx.busy},
-                f"step {ctx.wall:.2f} ms minus {pre:.2f} ms of host work before the first kernel, if DataLoader "
-                "workers (or the GPU) did it while the GPU runs the previous batch",
-            )
-        other = ctx.ms(d.share)
-        instrumented = ctx.wall - other
+        bound, gpu_busy, sentence = _PROJECTIONS.get(d.cause, _UNATTRIBUTED)
+        removed = ctx.ms(d.share)
         return bounded(
             ctx,
-            instrumented,
-            "the instrumented phases",
-            {},
-            (
-                f"step {ctx.wall:.2f} ms minus unattributed host time {other:.2f} ms, if that work were removed or "
-                "overlapped (an upper bound: what the time is spent on is unknown)"
-            ),
+            ctx.wall - removed,
+            bound,
+            {"GPU-busy time": ctx.busy} if gpu_busy else {},
+            sentence.format(wall=ctx.wall, removed=removed),
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
@@ -200,3 +177,27 @@ def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
         summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) is host work before the step's first kernel, "
         "outside DataLoader waits, while the GPU has nothing to run: input preprocessing in the training loop.",
     )
+
+
+#: Per cause: what the projected step is bound by, whether GPU-busy time bounds it too, and its sentence
+#: (``wall``: the step, ``removed``: the host time taken off it, both in ms).
+_PROJECTIONS: dict[str, tuple[str, bool, str]] = {
+    "cpu_work": (
+        "CPU work off the GPU's path",
+        True,
+        "step {wall:.2f} ms minus {removed:.2f} ms of GPU idle owned by CPU ops, if that work ran on the "
+        "GPU, in DataLoader workers, or overlapped with queued GPU work",
+    ),
+    "input_preprocessing": (
+        "preprocessing off the training loop",
+        True,
+        "step {wall:.2f} ms minus {removed:.2f} ms of host work before the first kernel, if DataLoader "
+        "workers (or the GPU) did it while the GPU runs the previous batch",
+    ),
+}
+_UNATTRIBUTED = (
+    "the instrumented phases",
+    False,
+    "step {wall:.2f} ms minus unattributed host time {removed:.2f} ms, if that work were removed or "
+    "overlapped (an upper bound: what the time is spent on is unknown)",
+)
