@@ -152,3 +152,15 @@ def test_two_sources_with_one_output_name_are_refused(tmp_path):
     result = runner.invoke(app, ["import", str(src), "-o", str(out)])
     assert result.exit_code == 2 and "would both import to rank0.arrow" in result.output
     assert list(out.iterdir()) == []
+
+
+def test_import_of_a_directory_of_nsys_exports_says_what_to_run(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    (src / "report1.sqlite").write_bytes(b"SQLite format 3\x00")
+    res = CliRunner().invoke(app, ["import", str(src), "-o", str(out)])
+    assert res.exit_code != 0
+    assert "Traceback" not in res.output
+    assert "gpuanalyze FILE.sqlite" in res.output
+    assert list(out.iterdir()) == []

@@ -477,7 +477,8 @@ def _kineto_files(source: str) -> tuple[list[storage.Entry], list[str]]:
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular]
     files = [e for e in entries if e.regular]
     if not files:
-        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory")
+        hint = nsys_dir_hint([e.name for e in storage.list_dir(source)])
+        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory{hint}")
     return files, notes
 
 
