@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.scale import storage
-from analyzer.scale.measure import cache_root, measure
+from analyzer.scale.import_cache import cache_root
+from analyzer.scale.measure import measure
 from analyzer.scale.tasks import PROVENANCE, recorded_provenance
 from gpuanalyze.ingest.reader import load_trace
 from tests.kineto_fixtures import two_step_trace, write
@@ -151,4 +152,16 @@ def test_two_sources_with_one_output_name_are_refused(tmp_path):
     out.mkdir()
     result = runner.invoke(app, ["import", str(src), "-o", str(out)])
     assert result.exit_code == 2 and "would both import to rank0.arrow" in result.output
+    assert list(out.iterdir()) == []
+
+
+def test_import_of_a_directory_of_nsys_exports_says_what_to_run(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    (src / "report1.sqlite").write_bytes(b"SQLite format 3\x00")
+    res = CliRunner().invoke(app, ["import", str(src), "-o", str(out)])
+    assert res.exit_code != 0
+    assert "Traceback" not in res.output
+    assert "gpuanalyze FILE.sqlite" in res.output
     assert list(out.iterdir()) == []

@@ -10,10 +10,7 @@ Files that cannot be read are skipped with a note; a directory where none can be
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +31,7 @@ from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
 from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
+from analyzer.scale.import_cache import cache_dir
 from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
@@ -181,29 +179,6 @@ def _load_one(path: Path, limits: ReadLimits) -> Trace:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
-def cache_root() -> Path:
-    """Where `gpuanalyze DIR` keeps imports of Kineto rank files: $GPUANALYZE_CACHE, else the user cache."""
-    if env := os.environ.get("GPUANALYZE_CACHE"):
-        return Path(env)
-    from analyzer.machine.user_cache import gpuanalyze_cache
-
-    return gpuanalyze_cache("imports")
-
-
-def _cache_dir(source_dir: str) -> tuple[str, tempfile.TemporaryDirectory[str] | None]:
-    """The import cache of one input directory (a temporary one when the cache cannot be written)."""
-    key = source_dir if storage.is_url(source_dir) else str(Path(source_dir).resolve())
-    d = cache_root() / hashlib.sha256(key.encode()).hexdigest()[:16]
-    try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if os.access(d, os.W_OK):
-            return str(d), None
-    except OSError:
-        pass
-    tmp = tempfile.TemporaryDirectory(prefix="gpuanalyze-import-")
-    return tmp.name, tmp
-
-
 def _measure_dir(path: str, how: _How) -> Measured:
     entries = storage.list_dir(path)
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
@@ -211,7 +186,7 @@ def _measure_dir(path: str, how: _How) -> Measured:
     if not files:
         hint = nsys_dir_hint([e.name for e in entries])
         raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory{hint}")
-    cache, tmp = _cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
+    cache, tmp = cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
     try:
         return _measure_files(path, files, how, cache=cache, notes=notes)
     finally:
@@ -479,7 +454,8 @@ def _kineto_files(source: str) -> tuple[list[storage.Entry], list[str]]:
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular]
     files = [e for e in entries if e.regular]
     if not files:
-        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory")
+        hint = nsys_dir_hint([e.name for e in storage.list_dir(source)])
+        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory{hint}")
     return files, notes
 
 
