@@ -106,7 +106,11 @@ def test_real_balanced_ddp_run_has_no_straggler(tmp_path):
 
     run_ddp(tmp_path / "trace.arrow", world=2, slow_rank=-1, steps=25)
     data = json.loads(runner.invoke(app, [str(tmp_path / "trace.arrow"), "--json"]).output)
-    assert data["stragglers"] == [] and data["ranks"] == 2
+    assert data["ranks"] == 2
+    # equal work on both ranks: no rank is slower in any phase of its work. On a busy 2-core host (CI's can be:
+    # seen with two busy loops, rank 1 started 1.5 ms late on 16 of 23 steps) the scheduler really does start a
+    # rank late, which is named as phase "start" (before the step), never as slower forward/backward/data
+    assert all(s["phase"] == "start" for s in data["stragglers"]), data["stragglers"]
 
 
 def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):

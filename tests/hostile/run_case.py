@@ -86,6 +86,28 @@ def main() -> None:
                 }
             )
     sys.__stdout__.write(json.dumps(results))
+    peak = _peak_rss_kb()
+    if peak is not None:
+        sys.__stderr__.write(f"\n{PEAK_PREFIX}{peak}\n")
+
+
+#: The last stderr line: this process's peak RSS (kB) since exec, and its reaped children's.
+PEAK_PREFIX = "peak_rss_kb="
+
+
+def _peak_rss_kb() -> int | None:
+    """VmHWM (this process's mm since exec: unlike ru_maxrss it inherits nothing from the process that forked
+    it, e.g. a test run that compiled with inductor first), and the largest reaped child's; None off Linux."""
+    import resource
+
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    if hwm is None:
+        return None
+    return max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 if __name__ == "__main__":
