@@ -67,6 +67,12 @@ class HostOps:
         none = np.empty(0)
         return cls(none, none, np.empty(0, np.int64), np.empty(0, np.int32), ())
 
+    def named(self, prefixes: tuple[str, ...]) -> np.ndarray:
+        """Which ops' names start with one of ``prefixes`` (a mask over the ops, tested once per distinct name)."""
+        if self.start.size == 0:
+            return np.zeros(0, bool)
+        return np.array([n.startswith(prefixes) for n in self.names], dtype=bool)[self.name]
+
 
 def role_of(name: str, cat: str) -> int:
     """CallSites.role by name and category alone: 0 for a CPU op, 1 for a caller, -1 for a CPU event not kept."""

@@ -65,8 +65,8 @@ def parse_size(text: str) -> int:
     return value
 
 
-def open_regular(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading only if it is a regular file (never a FIFO, device or /dev/zero link)."""
+def require_regular(path: Path) -> None:
+    """A one-line TraceError unless ``path`` is a regular file (never a FIFO, device or /dev/zero link)."""
     try:
         st = path.stat()
     except FileNotFoundError as exc:
@@ -77,6 +77,11 @@ def open_regular(path: Path) -> IO[bytes]:
         raise TraceError(f"{path}: is a directory; pass one trace file")
     if not stat.S_ISREG(st.st_mode):
         raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); refusing to read it")
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading only if it is a regular file (require_regular)."""
+    require_regular(path)
     try:
         return open(path, "rb")
     except OSError as exc:

@@ -263,8 +263,7 @@ def _named_ops(k: KinetoTrace, prefixes: tuple[str, ...]) -> _Seg:
     ops = k.host_ops
     if ops.start.size == 0:
         return _EMPTY
-    hit = np.array([n.startswith(prefixes) for n in ops.names], dtype=bool)
-    sel = hit[ops.name]
+    sel = ops.named(prefixes)
     return _seg(ops.start[sel], ops.end[sel])
 
 

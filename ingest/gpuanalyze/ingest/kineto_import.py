@@ -115,10 +115,7 @@ def _exchanges(k: KinetoTrace) -> np.ndarray:
         corr = np.unique(k.gpu_correlation[host_copy & (k.gpu_correlation >= 0)])
         if corr.size:
             parts.append(k.runtime.start[np.isin(k.runtime_correlation, corr)])
-    ops = k.host_ops
-    if ops.start.size:
-        scalar = np.array([n.startswith(SCALAR_READ_OPS) for n in ops.names], dtype=bool)
-        parts.append(ops.start[scalar[ops.name]])
+    parts.append(k.host_ops.start[k.host_ops.named(SCALAR_READ_OPS)])
     return np.sort(np.concatenate(parts))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import TraceError
+from gpuanalyze.ingest.byte_source import require_regular
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -69,14 +70,7 @@ class NsysDb:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            st = path.stat()
-        except FileNotFoundError as exc:
-            raise TraceError(f"{path}: no such file") from exc
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
-        if not stat.S_ISREG(st.st_mode):
-            raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); refusing to read it")
+        require_regular(path)
         if not is_sqlite_file(path):
             raise TraceError(f"{path}: not an SQLite file (an Nsight Systems export is: nsys export --type sqlite)")
         self._heap = _heap_limit(SQLITE_HEAP_LIMIT)
