@@ -162,21 +162,32 @@ def test_ctrl_c_to_the_process_group_ends_the_run_promptly(tmp_path, moment, run
     fraction of its length once its workers are up): the worker compile, each measured phase. The run
     ends with exit 130, no worker left and no shared memory."""
     delay = moment * run_after_workers_s
-    proc = _start(tmp_path)
-    try:
-        # all workers started: past the few milliseconds per worker in which main ignores SIGINT
-        _wait_for(lambda: len(_workers(proc.pid)) >= (os.cpu_count() or 1), 60, "the loader workers")
-        time.sleep(delay)
-        t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = _finish(proc, timeout=10)
-        ended = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    for _attempt in range(4):
+        tmp = tmp_path / f"try{_attempt}"
+        tmp.mkdir()
+        proc = _start(tmp)
+        try:
+            # all workers started: past the few milliseconds per worker in which main ignores SIGINT
+            _wait_for(lambda: len(_workers(proc.pid)) >= (os.cpu_count() or 1), 60, "the loader workers")  # noqa: B023
+            time.sleep(delay)
+            t0 = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = _finish(proc, timeout=10)
+            ended = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        if not (tmp / "ceilings.json").exists():
+            break
+        # the run had saved its results before the signal came (a run can be faster than the calibrated
+        # one on a machine whose load changes): that moment was past the run's end, so try earlier
+        assert "nothing saved" not in err, (out, err)
+        delay /= 2
+    else:
+        pytest.fail(f"every run had ended before the signal (last delay {delay:.2f} s)")
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err.strip().splitlines()[-1] == "gpuanalyze: interrupted; nothing saved"
-    assert "Traceback" not in err and not (tmp_path / "ceilings.json").exists()
+    assert "Traceback" not in err
     assert ended < 3.0, f"took {ended:.2f} s to end after Ctrl-C"  # ~0.2-0.7 s idle; slack for a loaded box
     _wait_for(lambda: not _group(proc.pid), 5, "the workers to exit")
     assert _segments(proc.pid) == []
