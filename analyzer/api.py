@@ -22,6 +22,7 @@ from gpuanalyze.ingest.reader import Trace
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, Loaded
+    from analyzer.planning.step_series import StepSeries
     from analyzer.render.chart_data import ChartData
     from analyzer.render.html_report import HtmlReport
     from analyzer.scale.measure import Measured
@@ -218,11 +219,25 @@ def load_compared(path: Path, defaults: CostInputs, ceilings: Ceilings | None) -
     return load_option(path, defaults, ceilings, analyze_trace=_analyze_for_compare)
 
 
-def _analyze_for_compare(trace: Path, cost: CostInputs | None, ceilings: Ceilings | None) -> tuple[Report, Trace]:
+def _analyze_for_compare(
+    trace: Path, cost: CostInputs | None, ceilings: Ceilings | None
+) -> tuple[Report, StepSeries, dict[str, str]]:
+    """The trace's report, its analysed steps one by one, and its tags. A .arrow file or a run's rank
+    files: the steps from their columns (only the step series' are kept, and only until the series
+    is made), then the report as ``analyze`` makes it (from the columns again, in bounded memory):
+    nothing of the run is held twice. Anything else (a directory, a Kineto or Nsight file) is loaded
+    once, in memory, and both come from that."""
+    from analyzer.planning.step_series import COLUMNS, step_series
+    from analyzer.scale.file_rows import arrow_input, rows_of, trace_rank_rows
     from gpuanalyze.ingest.sources import load_any
 
+    if arrow_input(trace):
+        rows, tags = trace_rank_rows(trace, COLUMNS)
+        steps = step_series(rows)
+        del rows
+        return analyze(trace, ceilings=ceilings, cost=cost), steps, tags
     loaded = load_any(trace)
-    return analyze(loaded, ceilings=ceilings, cost=cost), loaded
+    return analyze(loaded, ceilings=ceilings, cost=cost), step_series(rows_of(loaded, COLUMNS)), loaded.tags
 
 
 def _notebook_view(self: Report) -> str:

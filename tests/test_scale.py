@@ -196,6 +196,7 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
 
 
 def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
+    import gpuanalyze.ingest.columns as columns_module
     import gpuanalyze.ingest.sources as sources_module
 
     path = write_trace(tmp_path / "t.arrow", [make_row(i) for i in range(5)])
@@ -203,7 +204,10 @@ def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
     def denied(p):
         raise PermissionError(13, "Permission denied", str(p))
 
-    monkeypatch.setattr(sources_module, "load_trace", denied)  # measure reads one file through sources.load_file
+    # measure reads one file through the column reader (which gives None for an unreadable file), then
+    # through sources.load_file, which says why
+    monkeypatch.setattr(columns_module, "map_file", denied)
+    monkeypatch.setattr(sources_module, "load_trace", denied)
     result = runner.invoke(app, [str(path)])
     assert (
         result.exit_code == 2 and result.output.strip() == f"gpuanalyze: error: {path}: cannot read (Permission denied)"

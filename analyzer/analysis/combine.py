@@ -68,6 +68,11 @@ class StepSums:
         if v.steps.size == 0:
             return
         steps = v.steps.astype(np.int64, copy=False)
+        if self.steps.size == 0:  # the first rank: its values are the sums (0 + x, made one at a time)
+            self.steps = steps.copy()
+            first = _step_values(v)
+            self.sums = {k: np.add(first.pop(k, 0.0), np.zeros(steps.size)) for k in _SUMS}
+            return
         run = self._slice(steps)
         at = self._place(steps) if run is None else run
         for k, values in _step_values(v).items():
@@ -103,6 +108,10 @@ class StepSums:
         return slice(int(idx[0]), int(idx[-1]) + 1) if run else idx
 
     def merge(self, other: StepSums) -> StepSums:
+        """The sums of both; when one holds no step, the other itself (its arrays are shared, not copied:
+        a union with nothing is what it was, and 1M steps' sums are ~0.1 GiB)."""
+        if other.steps.size == 0 or self.steps.size == 0:
+            return self if other.steps.size == 0 else other
         out = StepSums()
         for part in (self, other):
             if part.steps.size:
@@ -110,8 +119,12 @@ class StepSums:
         return out
 
     def absorb(self, other: StepSums) -> None:
-        """Add ``other``'s sums into these (in place where both have the same steps)."""
+        """Add ``other``'s sums into these (in place where both have the same steps; into sums that hold no
+        step yet, ``other``'s arrays are taken over, not copied: ``other`` is not used again)."""
         if other.steps.size == 0:
+            return
+        if self.steps.size == 0:  # every sum starts from zeros, so 0 + x is x bit for bit (no -0.0 to lose)
+            self.steps, self.sums = other.steps, dict(other.sums)
             return
         if np.array_equal(self.steps, other.steps):
             for k in _SUMS:

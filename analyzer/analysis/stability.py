@@ -6,13 +6,14 @@ range (analysis.intervals). Resampling works on ``StepMetrics.per_step`` (one ro
 shares summed over the ranks that ran it), so a run measured out of core is resampled the same
 way: whole steps, every rank of a step together. What per_step does not hold stays as measured
 (the cross-rank analysis, kernel statistics, per-step consistency, medians). The resample is
-vectorised: one index matrix, every share of every resample in one numpy reduction.
+vectorised: one index matrix per chunk of resamples (bounded memory on long runs), every share of
+those resamples in one numpy reduction.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,9 +49,10 @@ def _arrays(m: StepMetrics) -> dict[str, np.ndarray] | None:
     return out
 
 
-def resampled(m: StepMetrics, idx: np.ndarray) -> list[StepMetrics]:
-    """StepMetrics for each row of ``idx`` (resample x step indices into per_step)."""
-    a = _arrays(m)
+def resampled(m: StepMetrics, idx: np.ndarray, arrays: dict[str, np.ndarray] | None = None) -> list[StepMetrics]:
+    """StepMetrics for each row of ``idx`` (resample x step indices into per_step); ``arrays``: per_step's
+    columns as ``_arrays`` gives them (read once for every chunk of resamples)."""
+    a = arrays if arrays is not None else _arrays(m)
     assert a is not None
     wall = a[STEP_WALL]
     ranks = np.maximum(a[STEP_RANKS], 1)
@@ -89,21 +91,35 @@ def resampled(m: StepMetrics, idx: np.ndarray) -> list[StepMetrics]:
     return out
 
 
+#: Step indices drawn at once (a chunk of resamples x steps): bounds the bootstrap's memory on long runs
+#: (64 resamples of 1M steps in one matrix held 0.5 GiB of indices and as much again per gathered column).
+CHUNK_INDICES = 1 << 21
+
+
+def _index_chunks(n: int, chunk: int | None = None) -> Iterator[np.ndarray]:
+    """The BOOTSTRAP_RESAMPLES x ``n`` step indices of the seeded bootstrap, a few resamples (rows) at a
+    time: the same draws, row for row, as one ``integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))`` call."""
+    rng = np.random.default_rng(0)
+    rows = max(1, (chunk or CHUNK_INDICES) // max(n, 1))
+    for start in range(0, T.BOOTSTRAP_RESAMPLES, rows):
+        yield rng.integers(0, n, size=(min(rows, T.BOOTSTRAP_RESAMPLES - start), n))
+
+
 def stability(ctx: Context, verdict: Verdict, classify: Callable[[Context], Verdict]) -> Stability:
     """Bootstrap the verdict over BOOTSTRAP_RESAMPLES resamples of the analysed steps (seeded: the
     same trace gives the same stability)."""
     n = ctx.m.per_step.height
-    if _arrays(ctx.m) is None:
+    arrays = _arrays(ctx.m)
+    if arrays is None:
         return Stability(None, 0, f"not computed: {n} step(s), fewer than {T.FEW_STEPS}")
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, n, size=(T.BOOTSTRAP_RESAMPLES, n))
     same = 0
     seen: dict[Key, list[float]] = {}
-    for m in resampled(ctx.m, idx):
-        v = classify(dataclasses.replace(ctx, m=m))
-        same += v.bottleneck == verdict.bottleneck
-        for f in v.findings:
-            seen.setdefault((f.bottleneck, f.cause), []).append(f.projection.step_ms)
+    for idx in _index_chunks(n):
+        for m in resampled(ctx.m, idx, arrays):
+            v = classify(dataclasses.replace(ctx, m=m))
+            same += v.bottleneck == verdict.bottleneck
+            for f in v.findings:
+                seen.setdefault((f.bottleneck, f.cause), []).append(f.projection.step_ms)
     value = same / T.BOOTSTRAP_RESAMPLES
     tail = (1 - T.BOOTSTRAP_COVERAGE) / 2
     projected: dict[Key, tuple[float, float]] = {}

@@ -21,10 +21,9 @@ from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
 from analyzer.planning.run_differences import different_jobs, gate_refusal, run_differences
 from analyzer.planning.run_label import run_label, unique_labels
-from analyzer.planning.step_series import StepSeries, step_series
+from analyzer.planning.step_series import StepSeries
 from analyzer.planning.toml_config import read_toml
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
 
 __all__ = ["Comparison", "Loaded", "ProjectionCheck", "RunOption", "compare", "load_option"]
 
@@ -90,9 +89,9 @@ class Loaded:
     """What was given on the command line (labels are made unique by it)."""
 
 
-AnalyzeTrace = Callable[[Path, "CostInputs | None", "Ceilings | None"], tuple[Report, Trace]]
-"""How a trace becomes a Report (and the Trace it was measured from): given by the caller
-(``analyzer.api``), which sits above planning."""
+AnalyzeTrace = Callable[[Path, "CostInputs | None", "Ceilings | None"], tuple[Report, StepSeries, dict[str, str]]]
+"""How a trace becomes a Report, with its analysed steps (step_series.step_series of its rows) and its
+user tags: given by the caller (``analyzer.api``), which sits above planning."""
 
 
 def load_option(
@@ -137,9 +136,9 @@ def _from_trace(
     trace: Path, name: str | None, inputs: CostInputs, ceilings: Ceilings | None, analyze_trace: AnalyzeTrace
 ) -> Loaded:
     """``name``: the config file's; None labels the run from its tags or path (``run_label``)."""
-    report, measured = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
-    option = RunOption.from_report(name or run_label(trace, measured.tags), report, inputs.price_per_gpu_hour)
-    return Loaded(option, report, step_series(measured), trace)
+    report, steps, tags = analyze_trace(trace, inputs if inputs.has_length else None, ceilings)
+    option = RunOption.from_report(name or run_label(trace, tags), report, inputs.price_per_gpu_hour)
+    return Loaded(option, report, steps, trace)
 
 
 def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison:

@@ -1,19 +1,21 @@
 """The analysed steps of a compared run, step by step: what the regression gate resamples and what
 the logging-frequency check reads (``lead_ms``), from the same rows the analysis used (warm-up and
-sampled-window rows left out by ``analysis.partial.analysed_rows``).
+sampled-window rows left out by ``analysis.partial.analysed_columns``), read as numpy columns:
+only the few columns it needs (``COLUMNS``), never a wide frame of the whole run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from analyzer.analysis.metrics import warmup_steps
-from analyzer.analysis.partial import analysed_rows
+from analyzer.analysis.partial import Rows, analysed_columns
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.columns import Column
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +34,29 @@ class StepSeries:
         return int(self.step_ms.size)
 
 
-def step_series(trace: Trace) -> StepSeries:
-    """The analysed steps of ``trace`` (every rank), one value per step number."""
-    frame = trace.frame
-    if frame.height == 0:
+#: The columns the step series reads (compare loads only these: ``scale.file_rows.trace_rank_rows``).
+COLUMNS = (S.STEP, S.RANK, S.WALL_MS, S.BATCH_SAMPLES, S.LEAD_MS, S.KERNEL_STATS)
+
+
+def _series(col: Column, name: str) -> pl.Series:
+    """A numpy column as a polars Series, null where unknown (the reader's frame holds it so)."""
+    values = pl.Series(name, col.values)
+    return values if col.valid is None else values.set(pl.Series(~col.valid), None)
+
+
+def step_series(per_rank: Mapping[int, Rows]) -> StepSeries:
+    """The analysed steps of a run (every rank; rows per rank as numpy columns, sorted by step), one
+    value per step number: the rows ``analysis.partial.analysed_columns`` picks, grouped by step."""
+    ranks = [per_rank[r] for r in sorted(per_rank) if len(per_rank[r][S.STEP])]
+    if not ranks:
         return StepSeries(np.empty(0), None, None)
-    ranks = [part.sort(S.STEP) for part in frame.partition_by(S.RANK, maintain_order=True)]
-    skip = warmup_steps(min(r.height for r in ranks))
-    picked = [analysed_rows(r, skip) for r in ranks]
+    skip = warmup_steps(min(len(r[S.STEP]) for r in ranks))
+    picked = [analysed_columns(r, skip) for r in ranks]
     mixed = any(not all_sampled for _, _, all_sampled in picked)
-    rows = pl.concat([f for _, f, all_sampled in picked if not (mixed and all_sampled)])
+    kept = [f for _, f, all_sampled in picked if not (mixed and all_sampled)]
+    rows = pl.DataFrame(
+        [pl.concat([_series(f[c], c) for f in kept]) for c in (S.STEP, S.WALL_MS, S.BATCH_SAMPLES, S.LEAD_MS)]
+    )
     per_step = (
         rows.group_by(S.STEP)
         .agg(

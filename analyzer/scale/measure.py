@@ -15,27 +15,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-import pyarrow as pa
-
 from analyzer.analysis.chart_sums import ChartSums, chart_grid, trace_chart_sums
 from analyzer.analysis.combine import AnswerFn, Answers, Combined, Combiner
 from analyzer.analysis.host_facts import samples_of
 from analyzer.analysis.metrics import StepMetrics, warmup_steps
 from analyzer.analysis.partial import RankPartial, Without
 from analyzer.analysis.quantiles import Bracket
-from analyzer.analysis.road import measured, trace_road
+from analyzer.analysis.road import measured, rows_road, trace_road
 from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.scale import storage
 from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
+from analyzer.scale.file_rows import file_columns, file_samples, rank_rows
 from analyzer.scale.import_cache import cache_dir
 from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
-from gpuanalyze.ingest.ipc_guard import IpcReader
+from gpuanalyze.ingest.host_sample import HostSample
 from gpuanalyze.ingest.nsys_import import nsys_dir_hint
 from gpuanalyze.ingest.reader import Trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -103,28 +100,6 @@ def measure_trace(trace: Trace, *, charts: bool = False) -> Measured:
     )
 
 
-def _file_samples(path: str | None) -> tuple[HostSample, ...]:
-    """The ``system`` readings of one local trace file, read column-wise through the reader's guard
-    (each Arrow message checked before it is decoded); none when unreadable."""
-    if path is None or storage.is_url(path):
-        return ()
-    texts: list[str] = []
-    try:
-        with open(path, "rb") as fh:
-            reader = IpcReader(Path(path), fh)
-            if S.SYSTEM not in reader.schema.names:
-                return ()
-            if reader.schema.field(S.SYSTEM).type not in (pa.string(), pa.large_string()):
-                return ()  # a list or struct where text is expected: the reader notes it as unknown
-            for item in reader.batches():
-                if item is None:  # cut short: the readings before the cut
-                    break
-                texts += [t for t in item[0].column(S.SYSTEM).to_pylist() if t is not None]
-        return tuple(sorted((decode_host_sample(t) for t in texts), key=lambda h: h.unix_ns))
-    except (OSError, ValueError, TypeError, pa.ArrowException, msgspec.MsgspecError, GpuAnalyzeError):
-        return ()  # the reader reports bad files; here only facts
-
-
 def measure(
     path: str | Path,
     *,
@@ -141,7 +116,7 @@ def measure(
         if storage.is_dir(p):
             return _measure_dir(p, how)
         with storage.local_copy(p) as local:
-            return measure_trace(_load_one(local, how.limits), charts=charts)
+            return _measure_file(local, how)
     local = Path(p)
     if local.suffix == ".arrow" and (siblings := rank_siblings(local)) and (not local.exists() or local in siblings):
         entries = [storage.Entry(str(s), s.name, *_stat(s)) for s in siblings]
@@ -151,7 +126,28 @@ def measure(
         raise TraceError(f"{local}: no such file or directory")
     if local.is_dir():
         return _measure_dir(p, how)
-    return measure_trace(_load_one(local, how.limits), charts=charts)
+    return _measure_file(local, how)
+
+
+def _measure_file(local: Path, how: _How) -> Measured:
+    """One file in this process: from its numpy columns when the column reader reads it (a .arrow
+    trace the reader leaves as it is: no polars frame, the same rows, run information and notes),
+    else from the reader's trace (charts are drawn from its frame)."""
+    cols = None if how.charts else file_columns(local)
+    if cols is None:
+        return measure_trace(_load_one(local, how.limits), charts=how.charts)
+    road = rows_road(rank_rows(cols), cols.run.gpu_memory_bytes)
+    return Measured(
+        str(local),
+        cols.run,
+        cols.end,
+        cols.complete,
+        cols.notes,
+        road.metrics,
+        road.steady,
+        road.judged,
+        samples=file_samples(str(local)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +319,7 @@ def _measure_files(
         steady=road.steady,
         judged=road.judged,
         charts=sums,
-        samples=_file_samples(first.arrow),
+        samples=file_samples(first.arrow),
     )
 
 

@@ -37,6 +37,7 @@ from analyzer.analysis.partial import (
 from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
+from analyzer.scale.file_rows import rank_rows
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
 from gpuanalyze.ingest.kineto import parse_kineto_stream
@@ -253,12 +254,8 @@ def _reduced(
 
 
 def _from_columns(job: FileJob, cols: TraceColumns, arrow: str) -> FileResult:
-    rank, step = cols.columns[S.RANK].values, cols.columns[S.STEP].values
-    bounds = [0, *(np.flatnonzero(np.diff(rank)) + 1).tolist(), rank.size]
-    per_rank = {
-        int(rank[a]): {c: col.rows(slice(a, b)) for c, col in cols.columns.items()}
-        for a, b in itertools.pairwise(bounds)
-    }
+    step = cols.columns[S.STEP].values
+    per_rank = rank_rows(cols)
     # the rows are the file's raw rows: the quantile and chart passes may read its columns directly
     fast = job.reduce and not cols.notes and not (cols.absent & set(_RAW_COLUMNS))
     return dataclasses.replace(

@@ -271,7 +271,10 @@ def raw_columns(path: str | Path, names: Collection[str]) -> dict[str, Column]:
 
 
 def _raw(mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
-    reader = pa.ipc.open_stream(pa.py_buffer(mm))
+    schema = pa.ipc.open_stream(pa.py_buffer(mm)).schema
+    fields = sorted({i for i in (schema.get_field_index(c) for c in names) if i >= 0})
+    # only these columns are decoded (a zstd file's other columns are never inflated)
+    reader = pa.ipc.open_stream(pa.py_buffer(mm), options=pa.ipc.IpcReadOptions(included_fields=fields))
     batches = [b for b in reader if b.num_rows]
     index = {name: i for i, name in enumerate(reader.schema.names)}
     n = sum(b.num_rows for b in batches)
