@@ -229,13 +229,17 @@ def _analyze_for_compare(
     once, in memory, and both come from that."""
     from analyzer.planning.step_series import COLUMNS, step_series
     from analyzer.scale.file_rows import arrow_input, rows_of, trace_rank_rows
+    from analyzer.scale.memory import release
     from gpuanalyze.ingest.sources import load_any
 
     if arrow_input(trace):
         rows, tags = trace_rank_rows(trace, COLUMNS)
         steps = step_series(rows)
         del rows
-        return analyze(trace, ceilings=ceilings, cost=cost), steps, tags
+        release()  # the columns read for the series, before the analysis reads them again
+        result = analyze(trace, ceilings=ceilings, cost=cost)
+        release()  # what the rules and the bootstrap freed, before the next run is read
+        return result, steps, tags
     loaded = load_any(trace)
     return analyze(loaded, ceilings=ceilings, cost=cost), step_series(rows_of(loaded, COLUMNS)), loaded.tags
 

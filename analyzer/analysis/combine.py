@@ -269,6 +269,7 @@ class Combiner:
         drop, windows = _dropped_windows(parts)
         used = [p for p in parts if not (drop and p.all_sampled) and p.n]
         sums = self._main if drop else self._main.merge(self._alt)
+        self._main, self._alt = StepSums(), StepSums()  # handed to the result (finish is the last step)
         n = sum(p.n for p in used)
         rows = sum(p.rows for p in parts)
         t = _totals(parts, used)

@@ -54,6 +54,8 @@ def step_series(per_rank: Mapping[int, Rows]) -> StepSeries:
     picked = [analysed_columns(r, skip) for r in ranks]
     mixed = any(not all_sampled for _, _, all_sampled in picked)
     kept = [f for _, f, all_sampled in picked if not (mixed and all_sampled)]
+    if len(kept) == 1:
+        return _one_rank(kept[0])
     rows = pl.DataFrame(
         [pl.concat([_series(f[c], c) for f in kept]) for c in (S.STEP, S.WALL_MS, S.BATCH_SAMPLES, S.LEAD_MS)]
     )
@@ -73,4 +75,16 @@ def step_series(per_rank: Mapping[int, Rows]) -> StepSeries:
         step_ms=per_step.get_column("step_time").cast(pl.Float64).to_numpy(),
         samples=per_step.get_column("samples").cast(pl.Float64).to_numpy() if has_samples else None,
         lead_ms=float(per_step.get_column("lead").drop_nulls().mean()) if lead.len() else None,  # type: ignore[arg-type]
+    )
+
+
+def _one_rank(f: Rows) -> StepSeries:
+    """The series of one rank's analysed rows (one per step, in step order): the rows themselves, as
+    the group-by of several ranks gives them (a group of one), without a hash table of every step."""
+    samples, lead = f[S.BATCH_SAMPLES], f[S.LEAD_MS]
+    known_lead = lead.known()
+    return StepSeries(
+        step_ms=f[S.WALL_MS].values.astype(np.float64),
+        samples=samples.values.astype(np.float64) if samples.count() == len(samples) and len(samples) else None,
+        lead_ms=float(pl.Series(known_lead).mean()) if known_lead.size else None,  # type: ignore[arg-type]
     )

@@ -25,7 +25,7 @@ from analyzer.analysis.road import measured, rows_road, trace_road
 from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, TraceError
-from analyzer.scale import storage
+from analyzer.scale import memory, storage
 from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.file_rows import file_columns, file_samples, rank_rows
@@ -109,9 +109,15 @@ def measure(
     charts: bool = False,
 ) -> Measured:
     """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run;
-    ``charts``: also what the report's charts draw (one more pass over the rank files)."""
-    how = _How(engine, workers, limits or ReadLimits(), charts)
-    p = str(path)
+    ``charts``: also what the report's charts draw (one more pass over the rank files). What the
+    passes freed is given back to the system at the end (scale.memory: the next run starts low)."""
+    try:
+        return _measure(str(path), _How(engine, workers, limits or ReadLimits(), charts))
+    finally:
+        memory.release()
+
+
+def _measure(p: str, how: _How) -> Measured:
     if storage.is_url(p):
         if storage.is_dir(p):
             return _measure_dir(p, how)

@@ -29,6 +29,7 @@ from analyzer.analysis.partial import (
     KERNEL_MEDIAN,
     RankPartial,
     Rows,
+    StepVectors,
     Without,
     bracket_answers,
     bracket_answers_of,
@@ -36,7 +37,7 @@ from analyzer.analysis.partial import (
 )
 from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
-from analyzer.scale import storage
+from analyzer.scale import memory, storage
 from analyzer.scale.file_rows import rank_rows
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
@@ -199,6 +200,11 @@ def run_file(job: FileJob) -> FileResult:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
 
 
+#: File size from which the reduction gives what reading the file freed back (scale.memory) when it
+#: ends: a long file's decoded batches and columns are 0.1-0.3 GiB; thousands of tiny files skip it.
+RELEASE_BYTES = 4 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class FileGroup:
     """Files one task reduces together (consecutive ranks): its result carries their per-step sums,
@@ -231,6 +237,9 @@ def run_files(group: FileGroup) -> GroupResult:
             for p in res.partials:
                 reduced.add(p)
             results.append(dataclasses.replace(res, partials=()))
+            if job.size >= RELEASE_BYTES:
+                del res
+                memory.release()  # the file's decoded batches and columns, before the next file's
     return GroupResult(tuple(results), reduced)
 
 
@@ -246,11 +255,20 @@ def _reduced(
     if not job.reduce or not per_rank:
         return (), None, ()
     ranks = sorted(per_rank)
-    partials = tuple(partial_of(per_rank[r], r, job.skip, job.without) for r in ranks)
+    partials = tuple(_owning(partial_of(per_rank[r], r, job.skip, job.without)) for r in ranks)
     own = warmup_steps(min(len(per_rank[r][S.STEP]) for r in ranks))
     if own >= job.skip or job.without:
         return partials, None, ()
-    return partials, own, tuple(partial_of(per_rank[r], r, own) for r in ranks)
+    return partials, own, tuple(_owning(partial_of(per_rank[r], r, own)) for r in ranks)
+
+
+def _owning(p: RankPartial) -> RankPartial:
+    """The partial with its step vectors copied where they are views of the file's columns: the file's
+    columns (every column of every row) are then freed when the reduction of the file ends, not when
+    the driver has added the vectors to its sums."""
+    v = p.vectors
+    arrays = [a if a.base is None else a.copy() for a in dataclasses.astuple(v)]
+    return dataclasses.replace(p, vectors=StepVectors(*arrays))
 
 
 def _from_columns(job: FileJob, cols: TraceColumns, arrow: str) -> FileResult:
@@ -357,7 +375,15 @@ class BracketJob:
 
 
 def answer_file(job: BracketJob) -> list[Answers]:
-    """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file."""
+    """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file. Only
+    files too long for exact sketches get here: what reading it freed is given back (scale.memory)."""
+    try:
+        return _answer_file(job)
+    finally:
+        memory.release()
+
+
+def _answer_file(job: BracketJob) -> list[Answers]:
     if job.fast and KERNEL_MEDIAN not in job.wanted:
         if storage.stat(job.arrow) != job.stamp:
             raise GpuAnalyzeError(f"{job.arrow}: the file changed during the analysis; run it again")

@@ -29,6 +29,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import reader as R
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
+from gpuanalyze.ingest.ipc_guard import DEFAULT_LIMITS, ROW_COST, IpcReader
 from gpuanalyze.ingest.read_ahead import map_file, read_ahead
 from gpuanalyze.ingest.row_rules import DURATIONS, RULES, passes_numpy
 from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
@@ -101,7 +102,9 @@ def load_columns(path: str | Path) -> TraceColumns | None:
             return None
         mm = map_file(path)
         try:
-            return _columns(path, R.read_stream(path, mm))
+            sink = _Sink(_declared_rows(path, mm))
+            stream = R.read_stream(path, mm, keep=sink)
+            return _columns(path, stream, sink)
         finally:
             with contextlib.suppress(BufferError):  # a view still alive (a traceback): unmapped with it
                 mm.close()
@@ -119,22 +122,99 @@ def _exact(schema: pa.Schema) -> bool:
     return all(schema.field(f.name).type == f.type if f.name in names else f.name in S.ADDED_IN_MINOR for f in S.FIELDS)
 
 
-def _columns(path: Path, stream: R.Stream) -> TraceColumns | None:
+def _declared_rows(path: Path, mm: mmap.mmap) -> int:
+    """The rows the file's record batches declare (headers only), refused beyond what the reader's
+    limits let its bytes decode to (the guard checks each batch again as it is read)."""
+    n = IpcReader.mapped(path, mm).rows_ahead()
+    if n * ROW_COST > DEFAULT_LIMITS.allowed(len(mm)):
+        raise ValueError("more rows declared than the file may decode to")
+    return n
+
+
+class _Sink:
+    """Copies each record batch's columns into the file's arrays as the reader reads it (read_stream's
+    ``keep``), so a compressed file's decoded batches are never all held: the arrays, preallocated
+    for the rows the headers declare, are all that grows."""
+
+    def __init__(self, n: int, names: Collection[str] = READ) -> None:
+        self.n = n
+        self.names = names
+        """The columns copied (READ's: what load_columns checks and returns)."""
+        self.at = 0
+        self.fits = True
+        """Every batch had the format's exact schema and fitted the declared rows (else: None, load_trace)."""
+        self.index: dict[str, int] | None = None
+        self.values: dict[str, np.ndarray] = {}
+        self.valid: dict[str, np.ndarray] = {}
+        self.nulls: dict[str, int] = {}
+        self.texts: dict[str, np.ndarray] = {}
+
+    def _start(self, schema: pa.Schema) -> None:
+        self.index = {name: i for i, name in enumerate(schema.names)}
+        self.fits = self.names != READ or _exact(schema)
+        kept = [c for c in NUMERIC if c in self.index and c in self.names]
+        arena = _Arena(self.n, [NUMERIC[c] for c in kept])
+        self.values = {c: arena.take(NUMERIC[c]) for c in kept}
+        self.nulls = dict.fromkeys(self.values, 0)
+        texts = [c for c in (S.KERNEL_STATS, S.SYSTEM) if c in self.index and c in self.names]
+        self.texts = {c: np.full(self.n, None, dtype=object) for c in texts}
+        self.nulls.update(dict.fromkeys(self.texts, 0))
+
+    def __call__(self, schema: pa.Schema, batch: pa.RecordBatch) -> None:
+        if self.index is None:
+            self._start(schema)
+        assert self.index is not None
+        k = batch.num_rows
+        if not self.fits or self.at + k > self.n:
+            self.fits = False
+            return
+        at, index = self.at, self.index
+        for c, out in self.values.items():
+            arr = batch.column(index[c])
+            if arr.null_count < k:
+                out[at : at + k] = _values(arr, out.dtype.type)
+            self._validity(c, arr)
+        for c, texts in self.texts.items():
+            arr = batch.column(index[c])
+            if arr.null_count < k:
+                texts[at : at + k] = arr.to_pylist()
+            self._validity(c, arr)
+        self.at += k
+
+    def _validity(self, c: str, arr: pa.Array) -> None:
+        """Which of one batch's values are known, held once any value of the column is null."""
+        if arr.null_count:
+            if c not in self.valid:
+                self.valid[c] = np.ones(self.n, dtype=bool)
+            self.valid[c][self.at : self.at + len(arr)] = _validity(arr)
+            self.nulls[c] += arr.null_count
+
+    def numeric(self, c: str, dtype: type[np.generic], m: int) -> Column:
+        """Column ``c`` of the ``m`` rows read: all-null as unknown zeros, no validity when all known."""
+        if c not in self.values or self.nulls[c] == m:
+            return _unknown(m, dtype)
+        values = self.values[c][:m]
+        return Column(values) if self.nulls[c] == 0 else Column(values, self.valid[c][:m])
+
+    def text(self, c: str, m: int) -> Column | None:
+        """Text column ``c`` of the ``m`` rows read, an object array of str (None when every value is null)."""
+        if c not in self.texts or self.nulls[c] == m:
+            return None
+        valid = self.valid[c][:m] if c in self.valid else np.ones(m, dtype=bool)
+        return Column(self.texts[c][:m], valid)
+
+
+def _columns(path: Path, stream: R.Stream, sink: _Sink) -> TraceColumns | None:
     n = stream.rows
-    if n == 0 or not _exact(stream.schema):
+    if n == 0 or not _exact(stream.schema) or not sink.fits or sink.at != n:
         return None
     index = {name: i for i, name in enumerate(stream.schema.names)}
-
-    def chunks(c: str) -> list[pa.Array]:
-        return [b.column(index[c]) for b in stream.batches]
-
-    arena = _Arena(n, [t for c, t in NUMERIC.items() if c in index])
-    cols = {c: _numeric(chunks(c), t, arena.take(t)) if c in index else _unknown(n, t) for c, t in NUMERIC.items()}
+    cols = {c: sink.numeric(c, t, n) for c, t in NUMERIC.items()}
     cols = {c: _nan_unknown(col) if c in DURATIONS else col for c, col in cols.items()}
     if not (_valid_rows(cols) and _in_order(cols[S.RANK].values, cols[S.STEP].values)):
         return None
-    kernel = _texts(chunks(S.KERNEL_STATS), n) if S.KERNEL_STATS in index else None
-    system = _texts(chunks(S.SYSTEM), n) if S.SYSTEM in index else None
+    kernel = sink.text(S.KERNEL_STATS, n) if S.KERNEL_STATS in index else None
+    system = sink.text(S.SYSTEM, n) if S.SYSTEM in index else None
     for texts, decode in ((kernel, S.decode_kernel_stats), (system, decode_host_sample)):
         for text in texts.known() if texts is not None else ():
             decode(text)  # raises on a malformed value: load_trace names it
@@ -164,21 +244,6 @@ def _unknown(n: int, dtype: type[np.generic]) -> Column:
     return Column(np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))
 
 
-def _numeric(chunks: list[pa.Array], dtype: type[np.generic], out: np.ndarray | None = None) -> Column:
-    """One numeric column from its batches' arrays: values copied out of the mapping (into ``out``
-    when given), except those of an all-null column, which are never read."""
-    n = sum(len(c) for c in chunks)
-    nulls = sum(c.null_count for c in chunks)
-    if nulls == n:
-        return _unknown(n, dtype)
-    values = out if out is not None else np.empty(n, dtype)
-    if chunks:
-        np.concatenate([_values(c, dtype) for c in chunks], out=values)
-    if nulls == 0:
-        return Column(values)
-    return Column(values, np.concatenate([_validity(c) for c in chunks]))
-
-
 def _values(c: pa.Array, dtype: type[np.generic]) -> np.ndarray:
     """The values buffer of one array (whatever it holds at null positions)."""
     if len(c) == 0:
@@ -199,16 +264,6 @@ def _validity(c: pa.Array) -> np.ndarray:
         return np.zeros(len(c), dtype=bool)
     out: np.ndarray = c.is_valid().to_numpy(zero_copy_only=False)
     return out
-
-
-def _texts(chunks: list[pa.Array], n: int) -> Column | None:
-    """A string column as an object array with its validity; None when every value is null."""
-    if sum(c.null_count for c in chunks) == n:
-        return None
-    values = np.empty(n, dtype=object)
-    values[:] = pa.chunked_array(chunks, type=pa.string()).to_pylist()
-    valid = np.concatenate([_validity(c) for c in chunks])
-    return Column(values, valid)
 
 
 def _nan_unknown(col: Column) -> Column:
@@ -260,31 +315,34 @@ def frame_columns(frame: pl.DataFrame, names: Collection[str] = ()) -> dict[str,
 
 def raw_columns(path: str | Path, names: Collection[str]) -> dict[str, Column]:
     """Columns of a file load_columns accepted (and unchanged since: the caller compares its size and
-    modification time), read again without checking it again: only ``names`` are paged in."""
+    modification time), read again without checking it again: only ``names`` are paged in and
+    decoded, one record batch at a time into their arrays."""
     read_ahead(path, names)
     mm = map_file(Path(path))
     try:
-        return _raw(mm, names)
+        return _raw(Path(path), mm, names)
     finally:
         with contextlib.suppress(BufferError):
             mm.close()
 
 
-def _raw(mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
+def _raw(path: Path, mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]:
     schema = pa.ipc.open_stream(pa.py_buffer(mm)).schema
     fields = sorted({i for i in (schema.get_field_index(c) for c in names) if i >= 0})
     # only these columns are decoded (a zstd file's other columns are never inflated)
     reader = pa.ipc.open_stream(pa.py_buffer(mm), options=pa.ipc.IpcReadOptions(included_fields=fields))
-    batches = [b for b in reader if b.num_rows]
-    index = {name: i for i, name in enumerate(reader.schema.names)}
-    n = sum(b.num_rows for b in batches)
-    arena = _Arena(n, [NUMERIC[c] for c in names if c != S.KERNEL_STATS])
+    sink = _Sink(IpcReader.mapped(path, mm).rows_ahead(), names)
+    for batch in reader:
+        if batch.num_rows:
+            sink(batch.schema, batch)
+    if not sink.fits:  # more rows than its headers declared when load_columns read it
+        raise TraceError(f"{path}: the file changed during the analysis; run it again")
+    n = sink.at
     out = {}
     for c in names:
-        chunks = [b.column(index[c]) for b in batches]
         if c == S.KERNEL_STATS:
-            out[c] = _texts(chunks, n) or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
+            out[c] = sink.text(c, n) or Column(np.full(n, None, dtype=object), np.zeros(n, dtype=bool))
         else:
-            col = _numeric(chunks, NUMERIC[c], arena.take(NUMERIC[c]))
+            col = sink.numeric(c, NUMERIC[c], n)
             out[c] = _nan_unknown(col) if c in DURATIONS else col
     return out

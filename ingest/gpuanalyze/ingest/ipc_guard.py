@@ -266,6 +266,24 @@ class IpcReader:
                 raise TraceError(f"{self.path}: corrupt trace (an Arrow record batch with bad metadata)") from None
             yield pa.ipc.read_record_batch(self._message(msg, body), self.schema), custom
 
+    def rows_ahead(self) -> int:
+        """Rows the record batches from here on declare, read from their headers alone (nothing is
+        decoded, nothing checked: ``batches`` checks each); the reader is left where it was. A
+        preallocation size: a stream may hold fewer (cut short) or refuse more (its limits)."""
+        at = self.fh.tell()
+        rows = 0
+        try:
+            while isinstance(msg := self._next(), _Message) and msg.kind == _RECORD_BATCH and msg.header is not None:
+                if msg.body_length > self._remaining():
+                    break
+                self.fh.seek(self.fh.tell() + msg.body_length)
+                rows += max(0, msg.flat.scalar(msg.header, 0, "<q"))
+        except _Corrupt:
+            pass
+        finally:
+            self.fh.seek(at)
+        return rows
+
     def _body(self, length: int) -> bytes | pa.Buffer:
         if self._map is None:
             return self.fh.read(length)

@@ -77,24 +77,31 @@ class Stream:
     tags: dict[str, str]
     meta_notes: tuple[str, ...]
     """The metadata fields (run information, tags, end marker) dropped for their type or range."""
+    handed: int = 0
+    """Rows of the batches handed to ``read_stream``'s ``keep`` as they were read (not in ``batches``)."""
 
     @property
     def rows(self) -> int:
-        return sum(b.num_rows for b in self.batches)
+        return self.handed + sum(b.num_rows for b in self.batches)
 
 
-def read_stream(path: Path, mapped: mmap.mmap | None = None) -> Stream:
+Keep = Callable[[pa.Schema, pa.RecordBatch], None]
+"""Takes each validated record batch as it is read (with the stream's schema), instead of the list."""
+
+
+def read_stream(path: Path, mapped: mmap.mmap | None = None, keep: Keep | None = None) -> Stream:
     """The schema, metadata and validated record batches of a trace file; raises TraceError for a
     non-trace. ``mapped``: the file, memory-mapped (read_ahead.map_file): the batches are then views
-    of it."""
+    of it. ``keep``: hand it each batch as it is read, and hold none (``Stream.batches`` is empty):
+    a compressed file's decoded batches are then never all in memory at once."""
     live = is_being_written(path)  # before reading: a writer that closes meanwhile wrote its end marker
     if mapped is not None:
-        return _stream(path, lambda: IpcReader.mapped(path, mapped), live)
+        return _stream(path, lambda: IpcReader.mapped(path, mapped), live, keep)
     with open(path, "rb") as fh:
-        return _stream(path, lambda: IpcReader(path, fh), live)
+        return _stream(path, lambda: IpcReader(path, fh), live, keep)
 
 
-def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool) -> Stream:
+def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool, keep: Keep | None = None) -> Stream:
     try:
         reader = open_reader()
     except TraceError:
@@ -107,8 +114,15 @@ def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool) -> Str
     notes: list[str] = []
     run = _meta(path, meta, S.META_RUN, runinfo.read_run, RunInfo(), notes)
     tags: dict[str, str] = _meta(path, meta, S.META_TAGS, runinfo.read_tags, dict[str, str](), notes)
-    batches, end, truncated = _read_batches(path, reader, notes)
-    return Stream(meta, reader.schema, version, batches, end, truncated, live, run, tags, tuple(notes))
+    handed = [0]
+
+    def hand(batch: pa.RecordBatch) -> None:
+        assert keep is not None
+        keep(reader.schema, batch)
+        handed[0] += batch.num_rows
+
+    batches, end, truncated = _read_batches(path, reader, notes, None if keep is None else hand)
+    return Stream(meta, reader.schema, version, batches, end, truncated, live, run, tags, tuple(notes), handed[0])
 
 
 def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]:
@@ -214,9 +228,12 @@ def _check_columns(path: Path, arrow_schema: pa.Schema) -> None:
         raise TraceError(f"{path}: not a valid trace, missing column(s) {', '.join(missing)}")
 
 
-def _read_batches(path: Path, reader: IpcReader, notes: list[str]) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
+def _read_batches(
+    path: Path, reader: IpcReader, notes: list[str], hand: Callable[[pa.RecordBatch], None] | None = None
+) -> tuple[list[pa.RecordBatch], EndInfo | None, bool]:
     """The record batches (each checked against the limits before it is decoded: ipc_guard.py), the
-    end marker, and whether the stream was cut inside a batch."""
+    end marker, and whether the stream was cut inside a batch; with ``hand``, each batch goes to it
+    as it is read and none is returned."""
     batches: list[pa.RecordBatch] = []
     end: EndInfo | None = None
     items = reader.batches()
@@ -234,7 +251,9 @@ def _read_batches(path: Path, reader: IpcReader, notes: list[str]) -> tuple[list
         if custom is not None and S.END_KEY in custom:
             end, dropped = _decode(path, "end marker", custom[S.END_KEY], runinfo.read_end)
             notes.extend(dropped)
-        if batch.num_rows:
+        if batch.num_rows and hand is not None:
+            hand(batch)
+        elif batch.num_rows:
             batches.append(batch)
 
 
