@@ -44,7 +44,8 @@ def generate(directory: Path, steps: int) -> tuple[Path, Path]:
 
 
 def _zstd(path: Path) -> None:
-    """Rewrite the trace with zstd-compressed bodies, as the recorder writes them (~15 MB per 1M steps)."""
+    """Rewrite the trace with zstd-compressed bodies, as the recorder writes them (~56 MiB per 1M steps:
+    the fixture's random timings compress little)."""
     import pyarrow as pa
 
     with pa.OSFile(str(path), "rb") as src:

@@ -105,6 +105,16 @@ def _variants(d: Path) -> dict[str, Path]:
             w.write_table(t.replace_schema_metadata(table.schema.metadata), max_chunksize=7)
             S.write_end_marker(w, schema, EndInfo(status="ok", steps=t.num_rows))
         out[name] = path
+    # zstd bodies in many batches (read one batch at a time into preallocated arrays), whole and cut
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    for name, keep in (("zstd", None), ("zstd_cut", -200)):
+        path = d / f"{name}.arrow"
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as w:
+            w.write_table(table, max_chunksize=4)
+            S.write_end_marker(w, table.schema, EndInfo(status="ok", steps=table.num_rows))
+        if keep is not None:
+            path.write_bytes(path.read_bytes()[:keep])
+        out[name] = path
     return out
 
 
@@ -113,6 +123,7 @@ def test_accepted_files_give_the_readers_rows_notes_and_metadata(tmp_path):
     accepted = {name for name, p in files.items() if same_as_reader(p)}
     # the common files take the fast path; those the reader repairs, sorts or refuses do not
     assert {"clean", "nan_part", "two_ranks", "unclosed", "sampled", "cut", "no_lead", "extra"} <= accepted
+    assert {"zstd", "zstd_cut"} <= accepted
     assert not accepted & {"nan_wall", "inf_part", "negative", "over_wall", "huge_batch", "out_of_order"}
     assert not accepted & {"duplicated", "ranks_interleaved", "bad_stats", "int_batch", "no_busy"}
 

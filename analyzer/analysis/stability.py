@@ -93,7 +93,7 @@ def resampled(m: StepMetrics, idx: np.ndarray, arrays: dict[str, np.ndarray] | N
 
 #: Step indices drawn at once (a chunk of resamples x steps): bounds the bootstrap's memory on long runs
 #: (64 resamples of 1M steps in one matrix held 0.5 GiB of indices and as much again per gathered column).
-CHUNK_INDICES = 1 << 21
+CHUNK_INDICES = 1 << 20
 
 
 def _index_chunks(n: int, chunk: int | None = None) -> Iterator[np.ndarray]:

@@ -5,7 +5,9 @@ load_trace conforms, checks, repairs and sorts every file into a polars frame: a
 format's types and every row is valid and in (rank, step) order. ``load_columns`` reads such a file
 memory-mapped, through the same guard (ipc_guard) and the same batch validation as load_trace, checks
 every row in one numpy pass against the same rules, and returns the columns the step metrics read:
-columns nobody reads (and values of all-null columns) are never paged in. Any other file gives None,
+columns nobody reads (and values of all-null columns) are never paged in. Each record batch is copied
+into arrays preallocated for the rows the stream's headers declare and then dropped, so a compressed
+file's decoded batches are never all held (a 1M-step zstd file: 0.13 GiB). Any other file gives None,
 and the caller reads it with load_trace (which says what it repaired, or why it refuses the file).
 
 When it gives columns, they are load_trace's rows exactly (a NaN duration unknown, as there), with the

@@ -1,0 +1,177 @@
+"""Long runs in bounded memory, with the numbers of the in-memory definitions: the stability bootstrap
+drawn a few resamples at a time (the same draws), a file analysed from its columns (the report of
+its loaded trace), compare's step series from the step columns (the frame's group-by), and the gate
+on two long runs under a memory bound (benchmarks/gate_scale.py measures 1M steps)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import analyzer.analysis.stability as stab
+from analyzer.analysis.host_facts import host_facts
+from analyzer.analysis.metrics import warmup_steps
+from analyzer.analysis.partial import analysed_rows
+from analyzer.analysis.rules import Context, classify
+from analyzer.api import _analyze_for_compare, _measured, analyze
+from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
+from analyzer.render.json_report import report_dict
+from analyzer.scale.file_rows import rows_of
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.sources import load_any
+from tests.conftest import make_row, write_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((ROOT / "sample_traces").glob("*.arrow"))
+
+
+def _loading(i: int) -> dict:
+    return make_row(i, wall=20.0 + (i % 5), data=10.0, fwd=4.0, bwd=5.0, opt=1.0)
+
+
+@pytest.mark.parametrize("n", [7, 1000, 1001])
+def test_the_bootstrap_in_chunks_draws_what_one_matrix_draws(n):
+    whole = np.random.default_rng(0).integers(0, n, size=(stab.T.BOOTSTRAP_RESAMPLES, n))
+    for chunk in (1, 3 * n, 10**9):
+        assert np.array_equal(np.concatenate(list(stab._index_chunks(n, chunk))), whole)
+
+
+def test_stability_drawn_one_resample_at_a_time_is_the_same(trace_factory, monkeypatch):
+    path = trace_factory([_loading(i) for i in range(60)])
+    at_once = analyze(path)
+    monkeypatch.setattr(stab, "CHUNK_INDICES", 1)  # one resample per chunk
+    one_by_one = analyze(path)
+    assert one_by_one.stability == at_once.stability and at_once.stability.value is not None
+    assert report_dict(one_by_one) == report_dict(at_once)
+
+
+def test_the_stability_bootstrap_holds_no_matrix_of_every_resampled_step(trace_factory):
+    """100,000 steps: 64 resamples of every step in one matrix are 51 MB of indices (and as much per
+    gathered column); drawn in chunks, far less is held at once."""
+    path = trace_factory([_loading(i) for i in range(60)])
+    loaded = _measured(path, engine="local", workers=1, max_bytes=None, charts=False)
+    m = loaded.judged
+    small = m.per_step
+    n = 100_000
+    big = small.select(pl.all().gather(np.arange(n) % small.height)).with_columns(pl.Series(S.STEP, np.arange(n)))
+    ctx = Context(
+        m=dataclasses.replace(m, per_step=big),
+        run=loaded.run,
+        end=loaded.end,
+        ceilings=None,
+        host=host_facts(loaded.run),
+    )
+    verdict = classify(ctx)
+    tracemalloc.start()
+    try:
+        result = stab.stability(ctx, verdict, classify)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.value is not None and result.resamples == stab.T.BOOTSTRAP_RESAMPLES
+    matrix = stab.T.BOOTSTRAP_RESAMPLES * n * 8
+    assert peak < matrix / 2, f"{peak / 2**20:.0f} MiB held; the whole index matrix is {matrix / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_a_file_analysed_from_its_columns_reports_what_its_loaded_trace_does(path):
+    assert report_dict(analyze(path)) == report_dict(analyze(load_any(path)))
+
+
+def _frame_series(frame: pl.DataFrame) -> StepSeries:
+    """The step series by the frame's group-by over every rank's analysed rows (the definition)."""
+    ranks = [part.sort(S.STEP) for part in frame.partition_by(S.RANK, maintain_order=True)]
+    skip = warmup_steps(min(r.height for r in ranks))
+    picked = [analysed_rows(r, skip) for r in ranks]
+    mixed = any(not all_sampled for _, _, all_sampled in picked)
+    rows = pl.concat([f for _, f, all_sampled in picked if not (mixed and all_sampled)])
+    per_step = (
+        rows.group_by(S.STEP)
+        .agg(
+            pl.col(S.WALL_MS).max().alias("t"),
+            pl.col(S.BATCH_SAMPLES).sum().alias("s"),
+            pl.col(S.BATCH_SAMPLES).null_count().alias("z"),
+            pl.col(S.LEAD_MS).mean().alias("lead"),
+        )
+        .sort(S.STEP)
+    )
+    has = per_step.height > 0 and int(per_step.get_column("z").sum()) == 0
+    lead = rows.get_column(S.LEAD_MS).drop_nulls()
+    return StepSeries(
+        per_step.get_column("t").cast(pl.Float64).to_numpy(),
+        per_step.get_column("s").cast(pl.Float64).to_numpy() if has else None,
+        float(per_step.get_column("lead").drop_nulls().mean()) if lead.len() else None,  # type: ignore[arg-type]
+    )
+
+
+def _same(a: StepSeries, b: StepSeries) -> bool:
+    samples = (a.samples is None and b.samples is None) or (
+        a.samples is not None and b.samples is not None and np.array_equal(a.samples, b.samples)
+    )
+    return np.array_equal(a.step_ms, b.step_ms) and samples and a.lead_ms == b.lead_ms
+
+
+def _series_traces(tmp: Path) -> list[Path]:
+    stats = '{"gpu_busy_ms": 2.0, "kernel_count": 4, "kernel_median_us": 3.0, "top_kernels": []}'
+    rows = [{**_loading(i), S.LEAD_MS: 0.1 * (i % 7), S.BATCH_SAMPLES: 32 - i % 3} for i in range(80)]
+    sampled = [{**r, S.KERNEL_STATS: stats if 20 <= i < 26 else None} for i, r in enumerate(rows)]
+    unknown = [
+        {**r, S.BATCH_SAMPLES: None if i == 40 else r[S.BATCH_SAMPLES], S.LEAD_MS: None} for i, r in enumerate(rows)
+    ]
+    two = [*rows, *[{**r, S.RANK: 1, S.WALL_MS: r[S.WALL_MS] + (i % 3)} for i, r in enumerate(rows[5:])]]
+    cases = {"one": rows, "sampled": sampled, "unknown": unknown, "two_ranks": two}
+    return [write_trace(tmp / f"{name}.arrow", r) for name, r in cases.items()]
+
+
+def test_compare_step_series_from_columns_equal_the_frame_group_by(tmp_path):
+    for path in [*_series_traces(tmp_path), *SAMPLES]:
+        want = _frame_series(load_any(path).frame)
+        got = _analyze_for_compare(path, None, None)[1]
+        assert _same(got, want), path.name
+        assert _same(step_series(rows_of(load_any(path), COLUMNS)), want), path.name
+
+
+def _peak_rss_mib(cmd: list[str]) -> tuple[int, float]:
+    """(exit status, peak RSS in MiB) of ``cmd`` run in a fresh process (its own VmHWM, read by a wrapper)."""
+    wrapper = (
+        "import resource, subprocess, sys; "
+        "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+        "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("", "ingest", "kernels"))}
+    out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, check=True)
+    rc, peak = out.stdout.split()
+    return int(rc), float(peak)
+
+
+@pytest.mark.slow
+def test_the_gate_on_two_long_runs_stays_in_bounded_memory(tmp_path):
+    """200,000 steps per run: the gate held 521 MiB when each run was a polars frame and the bootstrap
+    one matrix of every step; measured from columns, ~280 MiB (imports alone are ~90)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.gate_scale import generate
+
+    before, after = generate(tmp_path, 200_000)
+    rc, peak = _peak_rss_mib(
+        [sys.executable, "-m", "analyzer", "compare", str(before), str(after), "--fail-if-slower", "10"]
+    )
+    assert rc == 1  # AFTER's forward is 2 ms longer (+13%)
+    assert peak < 400, f"peak RSS {peak:.0f} MiB"
+    verdict = subprocess.run(
+        [sys.executable, "-m", "analyzer", "compare", str(before), str(after), "--fail-if-slower", "10", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("", "ingest", "kernels"))},
+        check=False,
+    )
+    gate = json.loads(verdict.stdout)["gate"]
+    assert gate["failed"] is True
