@@ -183,3 +183,29 @@ def test_a_periodic_spike_projects_the_work_half_as_often_with_its_own_range(tra
     assert candidate_text(f) == "eval_every=20,checkpoint_every=20"
     found, notes = derive(r, cores=1, accelerator=False, current_workers=0)
     assert all(not c.setting.script for c in found) and any("eval_every=20" in n for n in notes)
+
+
+def test_a_headline_ranked_first_by_its_saving_gets_its_own_stability_line():
+    """When the ranking by saved step time puts a finding first that is not the share-based verdict of the
+    resamples, the stability says how many resamples find the headline, never "give <other verdict>" under it."""
+    from analyzer.analysis.stability import Stability
+
+    st = Stability(
+        1.0, 64, "64 of 64 resamples of the 23 steps give data_loading", fired={("batch_size", "x"): 40}, steps=23
+    )
+    head = st.of_headline("batch_size", "x", "data_loading")
+    assert head.value == 40 / 64
+    assert head.reason.startswith("40 of 64 resamples of the 23 steps find batch_size (x)")
+    assert "give data_loading in 64" in head.reason
+    other = st.of_headline("spikes", "periodic", "data_loading")  # not a share-based finding: not resampled
+    assert other.value is None and other.reason.startswith("not resampled for spikes")
+
+
+@pytest.mark.parametrize("name", ["cpu_data_loading", "cpu_healthy", "h200_small_batch", "h200_sync"])
+def test_the_stability_line_speaks_of_the_headline(name):
+    from pathlib import Path
+
+    r = analyze(Path(__file__).parent.parent / "sample_traces" / f"{name}.arrow")
+    assert r.stability is not None
+    if r.stability.value is not None:
+        assert f"give {r.bottleneck}" in r.stability.reason or f"find {r.bottleneck}" in r.stability.reason

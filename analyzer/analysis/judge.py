@@ -68,7 +68,9 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
     ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
     if ranked:
         top = ranked[0]
-        conf = _stable(top.confidence, stab.value if top.bottleneck == verdict.bottleneck else None)
+        if top.bottleneck != verdict.bottleneck:
+            stab = stab.of_headline(top.bottleneck, top.cause, verdict.bottleneck)
+        conf = _stable(top.confidence, stab.value)
         ranked = (dataclasses.replace(top, confidence=conf), *ranked[1:])
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
     else:

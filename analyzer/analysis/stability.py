@@ -38,6 +38,26 @@ class Stability:
     projected: dict[Key, tuple[float, float]] = dataclasses.field(default_factory=dict)
     """Per finding: the (low, high) BOOTSTRAP_COVERAGE percentiles of its projected mean step over the
     resamples where it fires (the step-to-step part of its range)."""
+    fired: dict[Key, int] = dataclasses.field(default_factory=dict)
+    """Per finding: how many resamples have it."""
+    steps: int = 0
+    """Steps resampled."""
+
+    def of_headline(self, bottleneck: str, cause: str, classified: str) -> Stability:
+        """The stability of a headline that the ranking by saved step time put first although the share-based
+        verdict of the resamples is ``classified``: how many resamples have the headline's finding at all,
+        saying which verdict they give (never a line about one verdict under another's headline)."""
+        if self.value is None:
+            return self
+        found = self.fired.get((bottleneck, cause))
+        if found is None:
+            reason = f"not resampled for {bottleneck}; {self.reason}"
+            return dataclasses.replace(self, value=None, reason=reason)
+        reason = (
+            f"{found} of {self.resamples} resamples of the {self.steps} steps find {bottleneck} ({cause}), first by "
+            f"the step time its fix saves; by share they give {classified} in {round(self.value * self.resamples)}"
+        )
+        return dataclasses.replace(self, value=found / self.resamples, reason=reason)
 
 
 def _arrays(m: StepMetrics) -> dict[str, np.ndarray] | None:
@@ -118,8 +138,8 @@ def stability(ctx: Context, verdict: Verdict, classify: Callable[[Context], Verd
         for m in resampled(ctx.m, idx, arrays):
             v = classify(dataclasses.replace(ctx, m=m))
             same += v.bottleneck == verdict.bottleneck
-            for f in v.findings:
-                seen.setdefault((f.bottleneck, f.cause), []).append(f.projection.step_ms)
+            for key, step_ms in {(f.bottleneck, f.cause): f.projection.step_ms for f in v.findings}.items():
+                seen.setdefault(key, []).append(step_ms)
     value = same / T.BOOTSTRAP_RESAMPLES
     tail = (1 - T.BOOTSTRAP_COVERAGE) / 2
     projected: dict[Key, tuple[float, float]] = {}
@@ -129,4 +149,5 @@ def stability(ctx: Context, verdict: Verdict, classify: Callable[[Context], Verd
             lo, hi = np.quantile(np.asarray(steps), [tail, 1 - tail])
             projected[(f.bottleneck, f.cause)] = (float(lo), float(hi))
     reason = f"{same} of {T.BOOTSTRAP_RESAMPLES} resamples of the {n} steps give {verdict.bottleneck}"
-    return Stability(value, T.BOOTSTRAP_RESAMPLES, reason, projected)
+    fired = {key: len(steps) for key, steps in seen.items()}
+    return Stability(value, T.BOOTSTRAP_RESAMPLES, reason, projected, fired, n)
