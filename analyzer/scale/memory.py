@@ -11,7 +11,6 @@ they hold free: Arrow's ``release_unused`` and glibc's ``malloc_trim`` (elsewher
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from collections.abc import Callable
 
@@ -21,12 +20,9 @@ import pyarrow as pa
 @functools.cache
 def _trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        fn: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
+    try:  # the symbols this process already has loaded (find_library would run ldconfig)
+        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
         return None
     return fn
 
