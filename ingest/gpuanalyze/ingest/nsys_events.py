@@ -23,6 +23,10 @@ the process id, the Nsight Systems schema's encoding), not from ``PROCESSES`` (w
 process on the host); they are numbered by their lowest CUDA device, then pid. Rows of other processes
 (a launcher, a compile worker) are left out. A capture without GPU rows is one CPU-only trace.
 
+Host-side evidence (nsys_host.py): synchronisation records mark the runtime calls that waited for the
+device, loop-thread OS waits for input are DataLoader waits, and ThreadNames names the loop thread and tells
+a multi-process DataLoader.
+
 Steps are NVTX ranges: ``--step-range NAME`` (``NAME``, or ``NAME`` plus a number), else ``ProfilerStep#N``,
 else gpuanalyze's own ``gpuanalyze:step#N`` (``analyzer.profile(nvtx=True)``); without any, the capture
 is one window.
@@ -30,6 +34,7 @@ is one window.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,9 +42,21 @@ from dataclasses import dataclass, field
 import msgspec
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kineto import KinetoSink, KinetoTrace
+from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.kineto_events import _Args, _Event
 from gpuanalyze.ingest.nsys_db import NsysDb
+from gpuanalyze.ingest.nsys_host import (
+    MAX_WAITS,
+    NsysSink,
+    OsWaits,
+    Threads,
+    loader_note,
+    osrt_waits,
+    read_syncs,
+    sync_calls,
+    thread_label,
+    thread_names,
+)
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
 from gpuanalyze.ingest.stream import ReadLimits
 
@@ -113,11 +130,25 @@ class NsysEvents:
         self.devices = self._gpu_processes()
         self.ranked = bool(self.devices)
         keys: list[int | None] = list(self.devices) if self.ranked else [None]
-        self.sinks = {k: KinetoSink(self.path, limits) for k in keys}
+        self.syncs, self._syncs_cut = read_syncs(db)
+        self.sinks = {k: NsysSink(self.path, limits, self._waits_of(k)) for k in keys}
+        self.calls: dict[int, Counter[int]] = {}
+        """pid -> runtime calls per thread (globalTid): the loop thread makes most."""
+        self.os_waits: dict[int, OsWaits] = {}
+        self.threads: dict[int, Threads] = {}
+        self.capture_workers = 0
+        self.loop: dict[int, int] = {}
+        """pid -> its loop thread (globalTid)."""
+        self._sync_only_ranks: list[int] = []
         self.steps = {k: _Steps() for k in keys}
         self.buffers: dict[int | None, list[_Event]] = {k: [] for k in keys}
         self.nvtx_names: Counter[str] = Counter()
         self._runtime_names: dict[str, str] = {}
+
+    def _waits_of(self, key: int | None) -> set[int]:
+        if key is not None:
+            return self.syncs.get(key, set())
+        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else set()
 
     def _gpu_processes(self) -> dict[int, int | None]:
         """pid -> lowest CUDA device of its GPU rows, in rank order."""
@@ -211,11 +242,64 @@ class NsysEvents:
         name = self.db.string_sql("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
         corr = self._col(RUNTIME, "correlationId")
         sql = f"SELECT start, end, {_TID_PID}, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}"
+        calls = self.calls
         for rows in self.db.batches(sql):
             for start, end, p, tid, c, raw in rows:
                 call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
                 self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(None, c)))
+                if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
+                    got[tid] += 1
+                elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
+                    calls[p] = Counter({tid: 1})
         self._flush_all()
+
+    def _sync_only(self) -> None:
+        """The synchronisation records of the ranks without runtime calls, as the calls they stand for."""
+        ranks = [p for p in self.syncs if p not in self.calls and (p in self.sinks or not self.ranked)]
+        for rows in sync_calls(self.db, ranks):
+            for p, start, end, call in rows:
+                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None))
+        self._flush_all()
+        self._sync_only_ranks = ranks
+
+    def _loop_threads(self) -> dict[int, int]:
+        """pid -> the thread that made most of its runtime calls (of the ranks kept)."""
+        return {p: c.most_common(1)[0][0] for p, c in self.calls.items() if c and (p in self.sinks or not self.ranked)}
+
+    def _host(self) -> None:
+        loop = self.loop = self._loop_threads()
+        ranks = {k: v for k, v in self.sinks.items() if k is not None}
+        self.os_waits = osrt_waits(self.db, loop, ranks)
+        pids = [p for p in self.sinks if p is not None] or list(loop)
+        self.threads, self.capture_workers = thread_names(self.db, pids, loop)
+
+    def _rank_notes(self, key: int | None, sink: NsysSink) -> tuple[list[str], bool]:
+        """This rank's notes on its host side, and whether its DataLoader has worker processes."""
+        pid = key if key is not None else next(iter(self.loop), None)
+        threads = self.threads.get(pid) if pid is not None else None
+        notes = []
+        if sink.marked:
+            notes.append(
+                f"{sink.marked:,} runtime call(s) waited for the device by CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
+                "though their names do not say so: counted as blocking"
+            )
+        if pid in self._sync_only_ranks:
+            notes.append(
+                "no runtime calls: host waits read from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION alone (their kind from "
+                "syncType, whose numbering differs across nsys releases)"
+            )
+        waits = self.os_waits.get(pid) if pid is not None else None
+        if pid is not None and waits is not None and (text := waits.note(thread_label(threads, self.loop.get(pid)))):
+            notes.append(text)
+        note, workers = loader_note(threads, self.capture_workers, len(self.sinks))
+        if note:
+            notes.append(note)
+        if self._syncs_cut:
+            notes.append(
+                f"more than {MAX_WAITS:,} synchronisation records: past them, blocking calls are read from their "
+                "names only"
+            )
+        return notes, workers
 
     def _overhead(self) -> None:
         if not self.db.has(OVERHEAD, "start", "end", "globalTid", "overheadType"):
@@ -315,6 +399,8 @@ class NsysEvents:
         self._runtime()
         self._overhead()
         self._nvtx()
+        self._sync_only()
+        self._host()
         kind = self._chosen_steps()
         world = len(self.sinks)
         backend = "nccl" if any("nccl" in k.name.lower() for s in self.sinks.values() for k in s.kinds) else None
@@ -332,8 +418,12 @@ class NsysEvents:
             if backend:
                 dist["backend"] = backend
             meta = {"distributedInfo": msgspec.json.encode(dist)}
-            gpu = gpu_for(self.meta.gpus, self.devices.get(key) if key is not None else None)
+            gpu = gpu_for(self.meta, self.devices.get(key) if key is not None else None, key)
             if gpu is not None:
                 meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
-            out.append(sink.finish(meta, []))
+            notes, workers = self._rank_notes(key, sink)
+            k = sink.finish(meta, notes)
+            if workers and k.loader_workers is None:
+                k = dataclasses.replace(k, loader_workers=1)
+            out.append(k)
         return out, kind

@@ -25,6 +25,7 @@ from gpuanalyze.ingest.kineto_import import import_kineto
 from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
 from gpuanalyze.ingest.nsys_events import GPU_TABLES, NsysEvents
 from gpuanalyze.ingest.nsys_meta import NsysMeta, read_meta
+from gpuanalyze.ingest.nsys_notes import merge_rank_notes
 from gpuanalyze.ingest.reader import Trace
 from gpuanalyze.ingest.stream import ReadLimits
 
@@ -130,4 +131,5 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
         k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
         out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
         del k
-    return out
+    merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
+    return [dataclasses.replace(t, notes=merged) for t in out]
