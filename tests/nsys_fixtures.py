@@ -27,6 +27,8 @@ class Export:
     """NVTX range name per step ('{}' is the step number); None: no step ranges."""
     phases: bool = False
     """Also gpuanalyze:forward ranges (analyzer.profile(nvtx=True))."""
+    phase_names: tuple[str, ...] = ()
+    """More phase ranges per step, each from 0.1 to 6 ms into the step."""
     old_meta: bool = False
     enums: bool = True
     gpu_table: bool = True
@@ -179,8 +181,8 @@ def _rank(e: Export, cur: sqlite3.Cursor, device: int, pid: int) -> None:
         t0 = 100 * MS + i * 10 * MS + device * 1000
         if e.step_name is not None and "nvtx" in e.tables:
             _nvtx(e, cur, tid, e.step_name.format(i), t0, t0 + 9 * MS)
-        if e.phases and "nvtx" in e.tables:
-            _nvtx(e, cur, tid, "gpuanalyze:forward", t0 + MS // 10, t0 + 6 * MS)
+        for phase in ("gpuanalyze:forward",) * e.phases + e.phase_names if "nvtx" in e.tables else ():
+            _nvtx(e, cur, tid, phase, t0 + MS // 10, t0 + 6 * MS)
         if "memcpy" in e.tables:
             corr += 1
             row = (t0 + MS // 2, t0 + MS // 2 + MS // 5, device, 1, 7, corr, gp, 4096, 1, 0, 2)

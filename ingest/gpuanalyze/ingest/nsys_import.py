@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from analyzer.errors import TraceError
@@ -107,8 +108,10 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
 
 
 def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
-    """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason."""
+    """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason. The ranks are
+    read and converted one at a time, so the peak is one rank's events and their conversion."""
     limits = limits or ReadLimits()
+    out = []
     with sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
         events = NsysEvents(db, meta, limits, step_range, name=str(path))
@@ -119,17 +122,21 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 f"{path}: the export has no CUDA activity, runtime calls or NVTX ranges to analyse "
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
-        kineto, kind = events.traces()
-        notes = _notes(db, meta, events.ranked, len(kineto))
-        del events  # its sinks' arrays live on in the ranks' traces only, each freed once converted
-    if kind:
-        notes.append(f"steps from {kind}")
-    out = []
-    kineto.reverse()
-    while kineto:  # rank by rank, so the peak is every rank's events plus one rank's conversion
-        k = kineto.pop()
-        k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
-        out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
-        del k
+        kind = events.step_kind()
+        notes = _notes(db, meta, events.ranked, len(events.keys))
+        if kind:
+            notes.append(f"steps from {kind}")
+        for k in events.traces():
+            k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
+            out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
+            del k
+        backend = events.backend
     merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
-    return [dataclasses.replace(t, notes=merged) for t in out]
+    return [
+        dataclasses.replace(
+            t,
+            notes=merged,
+            run=msgspec.structs.replace(t.run, backend=backend) if backend and t.run.backend is None else t.run,
+        )
+        for t in out
+    ]
