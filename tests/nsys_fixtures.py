@@ -30,6 +30,10 @@ class Export:
     phase_names: tuple[str, ...] = ()
     """More phase ranges per step, each from 0.1 to 6 ms into the step."""
     old_meta: bool = False
+    no_meta: bool = False
+    """No metadata table at all (StringIds and the activity tables only)."""
+    time_columns: tuple[str, str] = ("start", "end")
+    """The activity tables' time columns (another exporter's layout names them otherwise)."""
     enums: bool = True
     gpu_table: bool = True
     text_id: bool = False
@@ -64,7 +68,9 @@ def _schema(e: Export, cur: sqlite3.Cursor) -> None:
     cur.execute("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT)")
     cur.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '')")
     version = "2022.1.3.3" if e.old_meta else "2025.5.2.266"
-    if e.old_meta:
+    if e.no_meta:
+        pass
+    elif e.old_meta:
         cur.execute("CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT)")
         cur.execute("INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_PRODUCT_VERSION', ?)", (version,))
     else:
@@ -105,7 +111,8 @@ def _schema(e: Export, cur: sqlite3.Cursor) -> None:
             cur.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, ?, ?)", row)
     if e.host:
         _host_schema(e, cur)
-    dev = "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
+    times = f"{e.time_columns[0]} INTEGER, {e.time_columns[1]} INTEGER"
+    dev = f"{times}, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
     dev += "globalPid INTEGER"
     if "kernel" in e.tables:
         extra = "".join(f", {c} INTEGER" for c in e.extra_kernel_columns)
@@ -117,12 +124,12 @@ def _schema(e: Export, cur: sqlite3.Cursor) -> None:
         )
     if "runtime" in e.tables:
         cur.execute(
-            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER, "
+            f"CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME ({times}, eventClass INTEGER, "
             "globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER, callchainId INTEGER)"
         )
     if "nvtx" in e.tables:
         cur.execute(
-            "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, "
+            f"CREATE TABLE NVTX_EVENTS ({times}, eventType INTEGER, rangeId INTEGER, "
             "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER)"
         )
 

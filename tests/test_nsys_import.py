@@ -268,3 +268,20 @@ def test_the_html_report_of_an_export(tmp_path):
     result = runner.invoke(app, ["report", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "NVIDIA H100 80GB HBM3" in out.read_text()
+
+
+def test_an_export_without_a_metadata_table_imports_and_says_its_version_is_unknown(tmp_path):
+    new = load_any(build_export(tmp_path / "new.sqlite"))
+    old = load_any(build_export(tmp_path / "old.sqlite", Export(no_meta=True, enums=False)))
+    assert _col(old, S.SYNC_MS) == pytest.approx(_col(new, S.SYNC_MS))
+    assert any("names no nsys version" in n for n in old.notes)
+    assert any("an Nsight Systems export of unknown version" in n for n in old.notes)
+
+
+def test_an_export_layout_without_the_columns_read_is_refused_in_one_line(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(no_meta=True, time_columns=("startTime", "endTime")))
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "an export layout this importer does not read" in result.output
+    assert "CUPTI_ACTIVITY_KIND_KERNEL has no start, end" in result.output
+    assert "nsys export --type sqlite" in result.output

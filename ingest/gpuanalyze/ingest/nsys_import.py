@@ -84,9 +84,39 @@ def sqlite_of(path: Path) -> Iterator[Path]:
         yield out
 
 
+#: The columns each activity table must have to be read (every export under ../shared/nsys_traces, 2022.1 to
+#: 2026.2, has them).
+NEEDED = {
+    **{t: ("start", "end") for t in GPU_TABLES},
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid"),
+    "NVTX_EVENTS": ("start", "end", "globalTid"),
+}
+
+
+def _layout(db: NsysDb, path: Path) -> list[str]:
+    """Activity tables present without the columns they are read by: one TraceError when no table can be read
+    (an export layout this importer does not read), else a note naming those skipped."""
+    odd = {t: [c for c in cols if c not in db.columns(t)] for t, cols in NEEDED.items() if t in db.tables}
+    odd = {t: missing for t, missing in odd.items() if missing}
+    if not odd:
+        return []
+    shown = "; ".join(f"{t} has no {', '.join(m)}" for t, m in odd.items())
+    if all(t in odd for t in NEEDED if t in db.tables):
+        raise TraceError(
+            f"{path}: an export layout this importer does not read ({shown}); export the report again with a "
+            "current nsys: nsys export --type sqlite REPORT"
+        )
+    return [f"skipped tables of an unknown layout ({shown})"]
+
+
 def _notes(db: NsysDb, meta: NsysMeta, ranked: bool, world: int) -> list[str]:
     version = f"Nsight Systems {meta.version}" if meta.version else "an Nsight Systems export of unknown version"
     notes = [f"imported from {version}" + (f" (command: {meta.command[:200]})" if meta.command else "")]
+    if not meta.version:
+        notes.append(
+            "the export names no nsys version (no META_DATA_EXPORT or EXPORT_META_DATA table: an older exporter); "
+            "its tables are read by their columns"
+        )
     if not ranked:
         missing = [t for t in GPU_TABLES if t not in db.tables]
         what = f"no {', '.join(missing)} table(s)" if missing else "the CUDA activity tables have no rows"
@@ -114,6 +144,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
     out = []
     with sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
+        skipped = _layout(db, path)
         events = NsysEvents(db, meta, limits, step_range, name=str(path))
         if not events.ranked and not any(
             db.has(t, "start", "end") for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
@@ -123,7 +154,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
         kind = events.step_kind()
-        notes = _notes(db, meta, events.ranked, len(events.keys))
+        notes = _notes(db, meta, events.ranked, len(events.keys)) + skipped
         if kind:
             notes.append(f"steps from {kind}")
         for k in events.traces():
