@@ -50,7 +50,7 @@ SYNC_CALLS = {
     "CONTEXT_SYNCHRONIZE": "cudaDeviceSynchronize",
 }
 #: Synchronisation records kept to mark runtime calls (beyond: the rest are read by name only, said in a note).
-MAX_WAITS = 1 << 20
+MAX_WAITS = 1 << 18
 #: OS calls that wait for a file, pipe or socket (glibc names; ``64`` variants are the same calls).
 IO_WAITS = frozenset(
     [
