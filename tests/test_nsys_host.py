@@ -83,3 +83,13 @@ def test_notes_of_several_ranks_are_said_once(tmp_path):
     osrt = [n for n in t.notes if n.startswith("OS runtime calls")]
     assert len(osrt) == 2 and all("(on rank" in n for n in osrt)  # each rank's loop thread has its own tid
     assert sum("pin-memory thread" in n for n in t.notes) == 1  # the same on both ranks: once, no ranks named
+
+
+def test_worker_threads_of_other_processes_name_the_loader_of_a_single_rank_only():
+    from gpuanalyze.ingest.nsys_host import Threads, loader_note
+
+    none = Threads()
+    assert loader_note(none, capture_workers=2, world=1)[1] is True  # the workers are the one rank's
+    assert loader_note(none, capture_workers=2, world=2) == (None, False)  # whose workers: unknown
+    assert loader_note(Threads(workers=1), capture_workers=1, world=2)[1] is True
+    assert loader_note(None, capture_workers=5, world=1) == (None, False)

@@ -285,3 +285,21 @@ def test_an_export_layout_without_the_columns_read_is_refused_in_one_line(tmp_pa
     assert "an export layout this importer does not read" in result.output
     assert "CUPTI_ACTIVITY_KIND_KERNEL has no start, end" in result.output
     assert "nsys export --type sqlite" in result.output
+
+
+def test_ranks_are_read_one_at_a_time(tmp_path):
+    from gpuanalyze.ingest.nsys_db import NsysDb
+    from gpuanalyze.ingest.nsys_events import NsysEvents
+    from gpuanalyze.ingest.nsys_meta import read_meta
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(10, 11)))
+    with NsysDb(path) as db:
+        events = NsysEvents(db, read_meta(db), ReadLimits(), None)
+        events.step_kind()
+        ranks = events.traces()
+        first = next(ranks)
+        assert first.rank == 0 and set(events.calls) == {10}  # rank 1's rows not read yet
+        second = next(ranks)
+        assert second.rank == 1 and set(events.calls) == {11}
+        assert first.gpu.size == second.gpu.size == 6

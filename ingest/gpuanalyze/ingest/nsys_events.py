@@ -284,7 +284,7 @@ class NsysEvents:
         waits = self.os_waits.get(pid) if pid is not None else None
         if pid is not None and waits is not None and (text := waits.note(thread_label(threads, self.loop.get(pid)))):
             notes.append(text)
-        note, workers = loader_note(threads, self.capture_workers, len(self.sinks))
+        note, workers = loader_note(threads, self.capture_workers, len(self.keys))
         if note:
             notes.append(note)
         if self._syncs_cut:
