@@ -1,7 +1,7 @@
 """Nsight Systems SQLite import: time and peak memory, side by side with plain sqlite3 queries as the floor.
 
     python benchmarks/nsys_import.py                        # the largest shared export and a synthetic one
-    python benchmarks/nsys_import.py --steps 2000 --kernels 2000   # about 1 GB of export (built once, reused)
+    python benchmarks/nsys_import.py --steps 2000 --kernels 2000   # 659 MB, 16 million rows (built once, reused)
 
 Imports run in fresh processes, alternating with the floor --repeats times:
 

@@ -268,3 +268,38 @@ def test_the_html_report_of_an_export(tmp_path):
     result = runner.invoke(app, ["report", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "NVIDIA H100 80GB HBM3" in out.read_text()
+
+
+def test_an_export_without_a_metadata_table_imports_and_says_its_version_is_unknown(tmp_path):
+    new = load_any(build_export(tmp_path / "new.sqlite"))
+    old = load_any(build_export(tmp_path / "old.sqlite", Export(no_meta=True, enums=False)))
+    assert _col(old, S.SYNC_MS) == pytest.approx(_col(new, S.SYNC_MS))
+    assert any("names no nsys version" in n for n in old.notes)
+    assert any("an Nsight Systems export of unknown version" in n for n in old.notes)
+
+
+def test_an_export_layout_without_the_columns_read_is_refused_in_one_line(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(no_meta=True, time_columns=("startTime", "endTime")))
+    result = runner.invoke(app, [str(path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "an export layout this importer does not read" in result.output
+    assert "CUPTI_ACTIVITY_KIND_KERNEL has no start, end" in result.output
+    assert "nsys export --type sqlite" in result.output
+
+
+def test_ranks_are_read_one_at_a_time(tmp_path):
+    from gpuanalyze.ingest.nsys_db import NsysDb
+    from gpuanalyze.ingest.nsys_events import NsysEvents
+    from gpuanalyze.ingest.nsys_meta import read_meta
+    from gpuanalyze.ingest.stream import ReadLimits
+
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(10, 11)))
+    with NsysDb(path) as db:
+        events = NsysEvents(db, read_meta(db), ReadLimits(), None)
+        events.step_kind()
+        ranks = events.traces()
+        first = next(ranks)
+        assert first.rank == 0 and set(events.calls) == {10}  # rank 1's rows not read yet
+        second = next(ranks)
+        assert second.rank == 1 and set(events.calls) == {11}
+        assert first.gpu.size == second.gpu.size == 6

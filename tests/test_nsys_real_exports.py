@@ -92,3 +92,26 @@ def test_a_capture_without_gpu_rows_is_unknown_with_the_reason():
 def test_nvtx_only_capture_is_refused_naming_what_it_has():
     result = runner.invoke(app, [str(NSYS / "centerformer_nvtx_only_titanrtx.sqlite")])
     assert "only 1,824 NVTX ranges" in result.output and "no CUDA activity" in result.output
+
+
+def test_the_fsdp_cuts_notes_are_said_once_with_the_rank_they_differ_on():
+    notes = _json(BEFORE)["notes"]
+    found = [n for n in notes if "iterations found" in n]
+    assert len(found) == 1 and found[0].endswith("9.5 ms before the first is not analysed (on rank 1)")
+    # each rank has a pin-memory thread (ThreadNames): said once
+    assert sum("pin-memory thread (pt_data_pin)" in n for n in notes) == 1
+
+
+def test_synchronisation_records_add_no_blocking_call_names_already_say():
+    # every record of the real exports belongs to a *Synchronize call, a stream wait or an event query
+    for name in ("dlprof_convnet_rtx2070s.sqlite", BEFORE, "vecadd_rtx3060_2025_5.sqlite"):
+        assert not any("waited for the device" in n for n in _json(name)["notes"])
+
+
+def test_os_runtime_calls_of_the_loop_thread_are_read_where_the_export_has_them():
+    notes = _json("vecadd_rtx3060_2025_5.sqlite")["notes"]
+    assert any(n.startswith("OS runtime calls (OSRT_API) on the loop thread 'vecAdd'") for n in notes)
+    # a capture without GPU rows: the loop's reads are a note, not a data-loading verdict
+    data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
+    assert data["bottleneck"] == "unknown"
+    assert any("file/pipe/socket waits" in n for n in data["notes"])

@@ -27,11 +27,11 @@ from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
 from analyzer.record.nvtx_marks import phase_timer
+from analyzer.record.nvtx_phases import NvtxPhases, nvtx_phases
 from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.record.run_facts import collect_run_info, gpu_uuid, placement, run_id
 from analyzer.record.steps import StepTimes
-from analyzer.record.system_sampler import SystemSampler
+from analyzer.record.trace_open import open_trace
 from analyzer.record.trace_output import TraceOutput
 from analyzer.record.windows import KernelWindows
 from gpuanalyze.ingest import schema as S
@@ -88,6 +88,7 @@ class Profiler:
         self._patches = Patches()
         self._cuda_on = False
         self._timer: CudaPhaseTimer | None = None
+        self._nvtx: NvtxPhases | None = None
         self._resolver: LazyResolver | None = None
         self._depth = 0
         self._model_stack: list[tuple[str, int]] = []
@@ -209,6 +210,7 @@ class Profiler:
             self._resolver = LazyResolver(self._emit)
             self._patches.install_sync(self._on_patched_call)
             self._patches.time_backward_start(self._before_call)
+            self._nvtx = nvtx_phases(opts.nvtx, torch.cuda)  # after the patches: it wraps their wrappers
             torch.cuda.reset_peak_memory_stats()
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
@@ -222,26 +224,18 @@ class Profiler:
 
     def _open_writer(self) -> None:
         """Create the trace file (first step boundary): rank, run id and models are known now."""
-        where = placement()
-        models = self._models or []
-        run = collect_run_info(
-            [m for _, m in models],
-            "cuda" if self._cuda_on else "cpu",
-            where=where,
-            run=run_id(where),
-            model_names=[name for name, _ in models],
-            recorder=self._recorder,
-        )
+        cuda = self._cuda if self._cuda_on else None
         interval = self.options.system_interval_s
-        sampler = None
-        if interval is not None:
-            sampler = SystemSampler(interval_s=interval, gpu_uuid=gpu_uuid(self._cuda) if self._cuda_on else None)
-        self._output.open(run, rank=where.rank, world_size=where.world_size, sampler=sampler)
-        trainable = [p for _, m in models for p in m.parameters() if p.requires_grad]
-        if where.world_size > 1 and trainable:
-            # The first parameter is normally the last to receive its gradient in backward: time after
-            # it until backward returns is the rank waiting for gradient all-reduce (exposed comm).
-            self._handles.append(trainable[0].register_post_accumulate_grad_hook(self._on_last_grad))
+        handle = open_trace(
+            self._output,
+            self._models,
+            cuda=cuda,
+            recorder=self._recorder,
+            interval_s=interval,
+            on_last_grad=self._on_last_grad,
+        )
+        if handle is not None:
+            self._handles.append(handle)
 
     # -- hooks ------------------------------------------------------------------------------
     # The hooks that run at every step check and catch what ``guarded`` does, inline: its call
@@ -469,6 +463,8 @@ class Profiler:
             handle.remove()
         self._handles.clear()
         self._module_hooks.remove()
+        if self._nvtx is not None:
+            self._nvtx.remove()
         self._patches.remove()
         if self in _active:
             _active.remove(self)

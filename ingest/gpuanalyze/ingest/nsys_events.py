@@ -23,24 +23,44 @@ the process id, the Nsight Systems schema's encoding), not from ``PROCESSES`` (w
 process on the host); they are numbered by their lowest CUDA device, then pid. Rows of other processes
 (a launcher, a compile worker) are left out. A capture without GPU rows is one CPU-only trace.
 
-Steps are NVTX ranges: ``--step-range NAME`` (``NAME``, or ``NAME`` plus a number), else ``ProfilerStep#N``,
-else gpuanalyze's own ``gpuanalyze:step#N`` (``analyzer.profile(nvtx=True)``); without any, the capture
-is one window.
+Host-side evidence (nsys_host.py): synchronisation records mark the runtime calls that waited for the
+device, loop-thread OS waits for input are DataLoader waits, and ThreadNames names the loop thread and tells
+a multi-process DataLoader.
+
+Steps are NVTX ranges (nsys_steps.py): ``--step-range NAME``, else ``ProfilerStep#N``, else gpuanalyze's own
+``gpuanalyze:step#N``; without any, the capture is one window.
+
+The ranks are read one at a time (``traces`` yields each rank's trace before it reads the next: every query
+filters on the rank's process id), so memory holds one rank's events, not the capture's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import msgspec
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kineto import KinetoSink, KinetoTrace
+from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.kineto_events import _Args, _Event
 from gpuanalyze.ingest.nsys_db import NsysDb
+from gpuanalyze.ingest.nsys_host import (
+    MAX_WAITS,
+    NsysSink,
+    OsWaits,
+    Threads,
+    loader_note,
+    osrt_waits,
+    read_syncs,
+    sync_calls,
+    thread_label,
+    thread_names,
+)
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
+from gpuanalyze.ingest.nsys_steps import Steps, classify, describe, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -58,8 +78,6 @@ GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
 #: NVTX_EVENTS.eventType of ranges: Nvtx(t)PushPopRange, Nvtx(t)StartEndRange (marks and domains are not ranges);
 #: read from ENUM_NSYS_EVENT_TYPE where the export has it.
 NVTX_RANGES = (59, 60, 70, 71)
-OUR_STEP = "gpuanalyze:step#"
-PROFILER_STEP = "ProfilerStep#"
 _PID = "((globalPid >> 24) & 16777215)"
 _TID_PID = "((globalTid >> 24) & 16777215)"
 _TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
@@ -69,22 +87,7 @@ MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
-_STEP_NUMBER = re.compile(r"[\s#:_=-]*(\d{1,15})$")
 _MAX_COUNTED_NAMES = 4096
-
-
-@dataclass(slots=True)
-class _Steps:
-    """Candidate step ranges of one rank: (number or None, start us, end us, thread)."""
-
-    named: list[tuple[int | None, float, float, int]] = field(default_factory=list)
-    profiler: list[tuple[int | None, float, float, int]] = field(default_factory=list)
-    ours: list[tuple[int | None, float, float, int]] = field(default_factory=list)
-
-
-def _number(rest: str) -> int | None:
-    m = _STEP_NUMBER.fullmatch(rest)
-    return int(m.group(1)) if m else None
 
 
 def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
@@ -102,7 +105,7 @@ def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
 
 
 class NsysEvents:
-    """Streams one export's tables into a KinetoSink per rank (``traces`` does it all)."""
+    """Streams one export's tables into a KinetoSink per rank, a rank at a time (``traces`` does it all)."""
 
     def __init__(
         self, db: NsysDb, meta: NsysMeta, limits: ReadLimits, step_range: str | None, name: str | None = None
@@ -112,12 +115,31 @@ class NsysEvents:
         """What messages name: the user's file (a report, not the export made of it)."""
         self.devices = self._gpu_processes()
         self.ranked = bool(self.devices)
-        keys: list[int | None] = list(self.devices) if self.ranked else [None]
-        self.sinks = {k: KinetoSink(self.path, limits) for k in keys}
-        self.steps = {k: _Steps() for k in keys}
-        self.buffers: dict[int | None, list[_Event]] = {k: [] for k in keys}
+        self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
+        self.syncs, self._syncs_cut = read_syncs(db)
+        self.sinks: dict[int | None, NsysSink] = {}
+        """The rank being read (one sink at a time)."""
+        self._where = ""
+        """The SQL filter on the rank's process id ({pid} is the table's process id expression)."""
+        self.backend: str | None = None
+        """'nccl' once a rank ran NCCL kernels."""
+        self.calls: dict[int, Counter[int]] = {}
+        """pid -> runtime calls per thread (globalTid): the loop thread makes most."""
+        self.os_waits: dict[int, OsWaits] = {}
+        self.threads: dict[int, Threads] = {}
+        self.capture_workers = 0
+        self.loop: dict[int, int] = {}
+        """pid -> its loop thread (globalTid)."""
+        self._sync_only_ranks: list[int] = []
+        self.steps: dict[int | None, Steps] = {}
+        self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
         self._runtime_names: dict[str, str] = {}
+
+    def _waits_of(self, key: int | None) -> set[int]:
+        if key is not None:
+            return self.syncs.get(key, set())
+        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else set()
 
     def _gpu_processes(self) -> dict[int, int | None]:
         """pid -> lowest CUDA device of its GPU rows, in rank order."""
@@ -166,7 +188,8 @@ class NsysEvents:
             return
         pid = _PID if "globalPid" in self.db.columns(table) else "0"
         stream, corr = self._col(table, "streamId"), self._col(table, "correlationId")
-        sql = f"SELECT start, end, {pid}, {stream}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}"
+        where = self._where.format(pid=pid)
+        sql = f"SELECT start, end, {pid}, {stream}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
         for rows in self.db.batches(sql):
             for row in rows:
                 start, end, p, s, c, name = row[:6]
@@ -210,12 +233,66 @@ class NsysEvents:
             return
         name = self.db.string_sql("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
         corr = self._col(RUNTIME, "correlationId")
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}"
+        where = self._where.format(pid=_TID_PID)
+        sql = f"SELECT start, end, {_TID_PID}, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}{where}"
+        calls = self.calls
         for rows in self.db.batches(sql):
             for start, end, p, tid, c, raw in rows:
                 call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
                 self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(None, c)))
+                if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
+                    got[tid] += 1
+                elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
+                    calls[p] = Counter({tid: 1})
         self._flush_all()
+
+    def _sync_only(self) -> None:
+        """The synchronisation records of the ranks without runtime calls, as the calls they stand for."""
+        ranks = [p for p in self.syncs if p not in self.calls and (p in self.sinks or not self.ranked)]
+        for rows in sync_calls(self.db, ranks):
+            for p, start, end, call in rows:
+                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None))
+        self._flush_all()
+        self._sync_only_ranks = ranks
+
+    def _loop_threads(self) -> dict[int, int]:
+        """pid -> the thread that made most of its runtime calls (of the ranks kept)."""
+        return {p: c.most_common(1)[0][0] for p, c in self.calls.items() if c and (p in self.sinks or not self.ranked)}
+
+    def _host(self) -> None:
+        loop = self.loop = self._loop_threads()
+        ranks = {k: v for k, v in self.sinks.items() if k is not None}
+        self.os_waits = osrt_waits(self.db, loop, ranks)
+        pids = [p for p in self.sinks if p is not None] or list(loop)
+        self.threads, self.capture_workers = thread_names(self.db, pids, loop)
+
+    def _rank_notes(self, key: int | None, sink: NsysSink) -> tuple[list[str], bool]:
+        """This rank's notes on its host side, and whether its DataLoader has worker processes."""
+        pid = key if key is not None else next(iter(self.loop), None)
+        threads = self.threads.get(pid) if pid is not None else None
+        notes = []
+        if sink.marked:
+            notes.append(
+                f"{sink.marked:,} runtime call(s) waited for the device by CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
+                "though their names do not say so: counted as blocking"
+            )
+        if pid in self._sync_only_ranks:
+            notes.append(
+                "no runtime calls: host waits read from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION alone (their kind from "
+                "syncType, whose numbering differs across nsys releases)"
+            )
+        waits = self.os_waits.get(pid) if pid is not None else None
+        if pid is not None and waits is not None and (text := waits.note(thread_label(threads, self.loop.get(pid)))):
+            notes.append(text)
+        note, workers = loader_note(threads, self.capture_workers, len(self.keys))
+        if note:
+            notes.append(note)
+        if self._syncs_cut:
+            notes.append(
+                f"more than {MAX_WAITS:,} synchronisation records: past them, blocking calls are read from their "
+                "names only"
+            )
+        return notes, workers
 
     def _overhead(self) -> None:
         if not self.db.has(OVERHEAD, "start", "end", "globalTid", "overheadType"):
@@ -224,7 +301,8 @@ class NsysEvents:
         if self.db.has("ENUM_CUPTI_OVERHEAD_TYPE", "id", "name"):
             rows = self.db.small("SELECT id, substr(name, 1, 64) FROM ENUM_CUPTI_OVERHEAD_TYPE")
             names = {i: OVERHEAD_NAMES[n] for i, n in rows if isinstance(i, int) and n in OVERHEAD_NAMES}
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, overheadType FROM {OVERHEAD} WHERE {_TIMED}"
+        where = self._where.format(pid=_TID_PID)
+        sql = f"SELECT start, end, {_TID_PID}, globalTid, overheadType FROM {OVERHEAD} WHERE {_TIMED}{where}"
         for rows in self.db.batches(sql):
             for start, end, p, tid, kind in rows:
                 name = names.get(kind) if isinstance(kind, int) else None
@@ -232,14 +310,33 @@ class NsysEvents:
                     self._add(p, _Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None))
         self._flush_all()
 
-    def _nvtx(self) -> None:
+    def _nvtx_sql(self) -> tuple[str, str] | None:
+        """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""
         cols = self.db.columns(NVTX)
         if not {"start", "end", "globalTid"} <= cols:
-            return
+            return None
         texts = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in cols]
         name = f"COALESCE({', '.join(texts)})" if texts else "NULL"
         kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {_TIMED}{kinds}"
+        return name, f"{_TIMED}{kinds}"
+
+    def step_kind(self) -> str:
+        """Decide, for every rank at once, which ranges are the steps (nsys_steps.step_kind); what they are."""
+        got = self._nvtx_sql()
+        ranks = ", ".join(str(int(k)) for k in self.keys if k is not None)
+        where = (got[1] + f" AND {_TID_PID} IN ({ranks})" if ranks else got[1]) if got else ""
+        self.kind = step_kind(self.db, self.path, got[0], where, self.step_range) if got else ""
+        if self.step_range is not None and not got:
+            raise TraceError(f"{self.path}: no NVTX range named {self.step_range!r} (the export has no NVTX ranges)")
+        return describe(self.kind, self.step_range)
+
+    def _nvtx(self) -> None:
+        got = self._nvtx_sql()
+        if got is None:
+            return
+        name, where = got
+        sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {where}"
+        sql += self._where.format(pid=_TID_PID)
         for rows in self.db.batches(sql):
             for start, end, p, tid, text in rows:
                 if not isinstance(text, str):
@@ -261,17 +358,9 @@ class NsysEvents:
         if not ok:
             return
         thread = tid if isinstance(tid, int) else 0
-        steps = self.steps[key]
-        if self.step_range is not None and text.startswith(self.step_range):
-            rest = text[len(self.step_range) :]
-            if not rest or _number(rest) is not None:
-                steps.named.append((_number(rest) if rest else None, start, end, thread))
-                return
-        if text.startswith(PROFILER_STEP):
-            steps.profiler.append((_number(text[len(PROFILER_STEP) :]), start, end, thread))
-            return
-        if text.startswith(OUR_STEP):
-            steps.ours.append((_number(text[len(OUR_STEP) :]), start, end, thread))
+        step = classify(text, self.step_range)
+        if step is not None:
+            self.steps[key].by_kind[step[0]].append((step[1], start, end, thread))
             return
         if "nvrtc" in text.lower():
             self.sinks[key].startup.add(text, start, end - start)
@@ -280,60 +369,53 @@ class NsysEvents:
             cat, text = "cpu_op", text.split(",", 1)[0]
         self._add(pid, _Event("X", cat, text, start, end - start, thread, None))
 
-    def _chosen_steps(self) -> str:
-        """Feed the chosen step ranges as ProfilerStep#N annotations; which kind they were."""
-        every = list(self.steps.values())
-        if self.step_range is not None:
-            if not any(s.named for s in every):
-                common = ", ".join(repr(n[:40]) for n, _ in self.nvtx_names.most_common(5)) or "none"
-                raise TraceError(
-                    f"{self.path}: no NVTX range named {self.step_range!r} (most frequent NVTX ranges: {common})"
-                )
-            pick, kind = (lambda s: s.named), f"NVTX ranges named {self.step_range!r}"
-        elif any(s.profiler for s in every):
-            pick, kind = (lambda s: s.profiler), "ProfilerStep#N NVTX ranges"
-        elif any(s.ours for s in every):
-            pick, kind = (lambda s: s.ours), "gpuanalyze:step#N NVTX ranges"
-        else:
-            return ""
-        for key, steps in self.steps.items():
-            ranges = sorted(pick(steps), key=lambda r: r[1])
-            own = all(n is not None for n, *_ in ranges)
-            if own:  # a step restarted (gpuanalyze's first step, after the trace file opened): its last range
-                ranges = sorted({n: r for r in ranges if (n := r[0]) is not None}.values(), key=lambda r: r[1])
-            for i, (n, start, end, tid) in enumerate(ranges):
-                step = n if own and n is not None else i
-                event = _Event("X", "user_annotation", f"ProfilerStep#{step}", start, end - start, tid, None)
-                self.buffers[key].append(event)
-        self._flush_all()
-        return kind
+    def _begin(self, key: int | None) -> None:
+        """Read rank ``key`` next (None: the whole capture, without GPU rows)."""
+        self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key))}
+        self.steps = {key: Steps()}
+        self.buffers = {key: []}
+        self.calls = {}
+        self._where = "" if key is None else f" AND {{pid}} = {int(key)}"
 
-    def traces(self) -> tuple[list[KinetoTrace], str]:
-        """One KinetoTrace per rank (one CPU-only trace without GPU rows), and what the steps are."""
-        self._kernels()
-        self._copies_and_sets()
-        self._runtime()
-        self._overhead()
-        self._nvtx()
-        kind = self._chosen_steps()
-        world = len(self.sinks)
-        backend = "nccl" if any("nccl" in k.name.lower() for s in self.sinks.values() for k in s.kinds) else None
-        out = []
-        if not self.ranked and not self.sinks[None].r_ts:
-            ranges = sum(self.nvtx_names.values())
-            common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
-            what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
-            raise TraceError(
-                f"{self.path}: {what}, no CUDA activity or runtime calls: nothing on the GPU to analyse "
-                "(capture with nsys profile -t cuda,nvtx,osrt)"
-            )
-        for rank, (key, sink) in enumerate(self.sinks.items()):
+    def traces(self) -> Iterator[KinetoTrace]:
+        """One KinetoTrace per rank (one CPU-only trace without GPU rows), each read after the last is taken;
+        ``step_kind`` first."""
+        world = len(self.keys)
+        for rank, key in enumerate(self.keys):
+            self._begin(key)
+            self._kernels()
+            self._copies_and_sets()
+            self._runtime()
+            self._overhead()
+            self._nvtx()
+            self._sync_only()
+            self._host()
+            if self.kind:
+                self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind]))
+                self._flush_all()
+            sink = self.sinks[key]
+            if not self.ranked and not sink.r_ts:
+                ranges = sum(self.nvtx_names.values())
+                common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
+                what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
+                raise TraceError(
+                    f"{self.path}: {what}, no CUDA activity or runtime calls: nothing on the GPU to analyse "
+                    "(capture with nsys profile -t cuda,nvtx,osrt)"
+                )
+            if any("nccl" in k.name.lower() for k in sink.kinds):
+                self.backend = "nccl"
             dist: dict[str, object] = {"rank": rank, "world_size": world}
-            if backend:
-                dist["backend"] = backend
+            if self.backend:
+                dist["backend"] = self.backend
             meta = {"distributedInfo": msgspec.json.encode(dist)}
-            gpu = gpu_for(self.meta.gpus, self.devices.get(key) if key is not None else None)
+            gpu = gpu_for(self.meta, self.devices.get(key) if key is not None else None, key)
             if gpu is not None:
                 meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
-            out.append(sink.finish(meta, []))
-        return out, kind
+            notes, workers = self._rank_notes(key, sink)
+            k = sink.finish(meta, notes)
+            if workers and k.loader_workers is None:
+                k = dataclasses.replace(k, loader_workers=1)
+            self.sinks, self.buffers = {}, {}
+            del sink  # the arrays are the trace's now: freed with it, before the next rank is read
+            yield k
+            del k

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from analyzer.errors import TraceError
@@ -25,6 +26,7 @@ from gpuanalyze.ingest.kineto_import import import_kineto
 from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
 from gpuanalyze.ingest.nsys_events import GPU_TABLES, NsysEvents
 from gpuanalyze.ingest.nsys_meta import NsysMeta, read_meta
+from gpuanalyze.ingest.nsys_notes import merge_rank_notes
 from gpuanalyze.ingest.reader import Trace
 from gpuanalyze.ingest.stream import ReadLimits
 
@@ -82,9 +84,39 @@ def sqlite_of(path: Path) -> Iterator[Path]:
         yield out
 
 
+#: The columns each activity table must have to be read (every export under ../shared/nsys_traces, 2022.1 to
+#: 2026.2, has them).
+NEEDED = {
+    **{t: ("start", "end") for t in GPU_TABLES},
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid"),
+    "NVTX_EVENTS": ("start", "end", "globalTid"),
+}
+
+
+def _layout(db: NsysDb, path: Path) -> list[str]:
+    """Activity tables present without the columns they are read by: one TraceError when no table can be read
+    (an export layout this importer does not read), else a note naming those skipped."""
+    odd = {t: [c for c in cols if c not in db.columns(t)] for t, cols in NEEDED.items() if t in db.tables}
+    odd = {t: missing for t, missing in odd.items() if missing}
+    if not odd:
+        return []
+    shown = "; ".join(f"{t} has no {', '.join(m)}" for t, m in odd.items())
+    if all(t in odd for t in NEEDED if t in db.tables):
+        raise TraceError(
+            f"{path}: an export layout this importer does not read ({shown}); export the report again with a "
+            "current nsys: nsys export --type sqlite REPORT"
+        )
+    return [f"skipped tables of an unknown layout ({shown})"]
+
+
 def _notes(db: NsysDb, meta: NsysMeta, ranked: bool, world: int) -> list[str]:
     version = f"Nsight Systems {meta.version}" if meta.version else "an Nsight Systems export of unknown version"
     notes = [f"imported from {version}" + (f" (command: {meta.command[:200]})" if meta.command else "")]
+    if not meta.version:
+        notes.append(
+            "the export names no nsys version (no META_DATA_EXPORT or EXPORT_META_DATA table: an older exporter); "
+            "its tables are read by their columns"
+        )
     if not ranked:
         missing = [t for t in GPU_TABLES if t not in db.tables]
         what = f"no {', '.join(missing)} table(s)" if missing else "the CUDA activity tables have no rows"
@@ -106,10 +138,13 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
 
 
 def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
-    """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason."""
+    """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason. The ranks are
+    read and converted one at a time, so the peak is one rank's events and their conversion."""
     limits = limits or ReadLimits()
+    out = []
     with sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
+        skipped = _layout(db, path)
         events = NsysEvents(db, meta, limits, step_range, name=str(path))
         if not events.ranked and not any(
             db.has(t, "start", "end") for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
@@ -118,16 +153,21 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 f"{path}: the export has no CUDA activity, runtime calls or NVTX ranges to analyse "
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
-        kineto, kind = events.traces()
-        notes = _notes(db, meta, events.ranked, len(kineto))
-        del events  # its sinks' arrays live on in the ranks' traces only, each freed once converted
-    if kind:
-        notes.append(f"steps from {kind}")
-    out = []
-    kineto.reverse()
-    while kineto:  # rank by rank, so the peak is every rank's events plus one rank's conversion
-        k = kineto.pop()
-        k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
-        out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
-        del k
-    return out
+        kind = events.step_kind()
+        notes = _notes(db, meta, events.ranked, len(events.keys)) + skipped
+        if kind:
+            notes.append(f"steps from {kind}")
+        for k in events.traces():
+            k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
+            out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
+            del k
+        backend = events.backend
+    merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
+    return [
+        dataclasses.replace(
+            t,
+            notes=merged,
+            run=msgspec.structs.replace(t.run, backend=backend) if backend and t.run.backend is None else t.run,
+        )
+        for t in out
+    ]
