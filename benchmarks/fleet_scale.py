@@ -85,7 +85,7 @@ def main() -> None:
     print(f"CPU {cpu:.1f} s (driver and workers; generation included when it ran); budget for 500 tiny runs: 10 s")
     print(f"peak RSS: driver {driver:.0f} MiB, largest worker {workers:.0f} MiB")
     top = fleet.rows[0]
-    print(f"top: {top.run} ({top.verdict}) saves ${top.saved_usd_per_run:,.2f} per run")
+    print(f"top: {top.run} ({top.bottleneck}) saves ${top.saved_usd_per_run:,.2f} per run")
 
 
 if __name__ == "__main__":
