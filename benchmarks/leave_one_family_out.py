@@ -22,6 +22,7 @@ from typing import Any
 
 import analyzer
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.rules import measured
 
 COVERAGE = 0.80
 
@@ -37,6 +38,17 @@ def constants(values: dict[str, float]) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(T, k, v)
+
+
+@contextlib.contextmanager
+def without_windows() -> Iterator[None]:
+    """The analysis with the profiled steps' shares ignored for the block: every projection on its constants."""
+    saved = measured.window_ms
+    measured.window_ms = lambda ctx, field: None
+    try:
+        yield
+    finally:
+        measured.window_ms = saved
 
 
 def reproject(pair: Any, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:
@@ -106,14 +118,30 @@ def lofo(
                 continue
             q = dataclasses.replace(p)
             if i in usable:
-                r = at(i, picks[p.group])
-                if r is None:
-                    q.note = (q.note + "; " if q.note else "") + "held out: the finding did not fire"
-                else:
-                    q.projected_ms, q.low_ms, q.high_ms = r
-                    q.error = (r[0] - p.measured_ms) / p.measured_ms
-                    q.inside = None if r[1] is None or r[2] is None else r[1] <= p.measured_ms <= r[2]
+                _apply(q, at(i, picks[p.group]), "held out")
                 if p.group in prior:
                     q.note = (q.note + "; " if q.note else "") + f"held out: no other family fits {p.group}, its prior"
             out.append(q)
     return out, chosen
+
+
+def _apply(q: Any, r: tuple[float, float | None, float | None] | None, what: str) -> None:
+    """Put a reprojection (point, low, high) on the pair copy ``q``, or say that its finding did not fire."""
+    if r is None:
+        q.note = (q.note + "; " if q.note else "") + f"{what}: the finding did not fire"
+        return
+    q.projected_ms, q.low_ms, q.high_ms = r
+    q.error = (r[0] - q.measured_ms) / q.measured_ms
+    q.inside = None if r[1] is None or r[2] is None else r[1] <= q.measured_ms <= r[2]
+
+
+def in_sample(pairs: list[Any]) -> list[Any]:
+    """The pairs with their applied finding reprojected on the constants in use (under ``without_windows``: the
+    same measured pairs projected as if the trace had no profiled steps)."""
+    out = []
+    for p in pairs:
+        q = dataclasses.replace(p)
+        if p.error is not None and p.finding is not None:
+            _apply(q, reproject(p, {}), "reprojected")
+        out.append(q)
+    return out

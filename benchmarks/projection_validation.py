@@ -31,7 +31,9 @@ pairs (workers, stragglers), and projections whose share the trace measured, pro
 
 The CPU loops are recorded with sampled profiler windows (3 steps at a third and two thirds of the run):
 the projections measure the matmul share and bound the per-call share from them (rules/measured.py).
---no-windows records without them: every share is then its model's constant.
+Each mode also prints the same pairs projected as if the traces had no profiled steps (every share its
+model's constant), in sample and leave-one-family-out: the same measurements, so the two differ by the
+measured shares alone. --no-windows records without them.
 
 --load busy runs the pairs beside N background busy loops (default: one per core this process may
 use), each `python -c` running `while the parent lives: spin` (a `while 1: pass` that also ends if
@@ -62,7 +64,7 @@ import torch
 import analyzer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.leave_one_family_out import lofo
+from benchmarks.leave_one_family_out import in_sample, lofo, without_windows
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000): pass\n"
@@ -377,6 +379,9 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             print(row(pairs[-1]), flush=True)
         load_end = os.getloadavg()
         held, chosen = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
+        with without_windows():  # the same pairs, projected as if the traces had no profiled steps
+            plain = in_sample(pairs)
+            plain_held, _ = lofo(pairs, GRID, PRIORS)
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -388,6 +393,14 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             print(row(p), flush=True)
     out_of_sample = summarise(held, "lofo")
     print_summary(out_of_sample)
+    constants_only = {"in_sample": summarise(plain, mode), "lofo": summarise(plain_held, "lofo")}
+    print(f"-- {mode}, the same pairs projected as if the traces had no profiled steps (every share its constant):")
+    for p in plain:
+        if p.group:
+            print(row(p), flush=True)
+    for label, s in constants_only.items():
+        print(f"   {label}:")
+        print_summary(s)
     for c in chosen:
         fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior"))
         print(f"   without {c['held_out']}: {fitted}" + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else ""))
@@ -401,6 +414,11 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         "pairs": [asdict(p) for p in pairs],
         "summary": summary,
         "lofo": {"pairs": [asdict(p) for p in held], "summary": out_of_sample, "chosen": chosen},
+        "constants_only": {
+            "pairs": [asdict(p) for p in plain],
+            "lofo_pairs": [asdict(p) for p in plain_held],
+            **constants_only,
+        },
     }
 
 

@@ -84,3 +84,16 @@ def test_constants_are_restored_after_the_block():
         assert T.REMOVAL_RESIDUE == 0.99
         raise RuntimeError
     assert before == T.REMOVAL_RESIDUE
+
+
+def test_without_windows_the_profiled_steps_measure_nothing_and_it_is_restored(monkeypatch):
+    from analyzer.analysis.rules import measured
+
+    class _Ctx:
+        gpu = False
+
+    before = measured.window_ms
+    with pytest.raises(RuntimeError), L.without_windows():
+        assert measured.window_ms(_Ctx(), "cpu_op_ms") is None
+        raise RuntimeError
+    assert measured.window_ms is before
