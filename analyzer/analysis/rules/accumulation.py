@@ -56,10 +56,14 @@ def enlargement(ctx: Context, a: int) -> int:
 
 
 def per_micro_ms(ctx: Context) -> float:
-    """Mean ms per step repeated once per micro-batch: the fetch (data wait) and forward + backward."""
+    """Mean ms per step repeated once per micro-batch: the fetch (data wait), forward + backward, and the loop's
+    own Python between them (unattributed host time below HOST_MIN_MS per micro-batch: the loss scaling, the
+    backward call, the loop; more than that is the host rule's)."""
     m = ctx.m
     fb = (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
-    return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb
+    other = ctx.ms(m.effective[S.OTHER_MS])
+    loop = other if other < T.HOST_MIN_MS * (micro_batches(ctx) or 1) else 0.0
+    return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb + loop
 
 
 def per_call(ctx: Context, work: float) -> tuple[float, float, float, str | None]:
