@@ -107,11 +107,12 @@ def _judged(
     assumed = assumed_host_note(host, loaded.run)
     if assumed is not None and any(cpu_side(f, ctx.gpu) for f in findings):
         notes = (*notes, assumed)  # the advice names cores free: say they were not measured
-    if metrics.sampled_steps and metrics.kernels is None:
+    if metrics.sampled_steps and (metrics.kernels is None or not metrics.kernels.kernel_count):
+        said = "kernel-level evidence is empty" if metrics.kernels is None else "their CPU op times are the evidence"
         notes = (
             *notes,
             f"{metrics.sampled_steps} step(s) ran under sampled torch.profiler windows but recorded no "
-            "GPU kernels (a CPU run): kernel-level evidence is empty",
+            f"GPU kernels (a CPU run): {said}",
         )
     return Report(
         path=loaded.path,

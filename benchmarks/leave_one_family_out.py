@@ -5,9 +5,11 @@ removed by a change the projection cannot size; the per-call share a batch, micr
 CPU-precision projection does not measure) are chosen on every fix family but one, from a small
 grid: the lowest median |error| on the training pairs, then (ties) the narrowest high end that still
 covers COVERAGE_TARGET of them. The held-out family's BEFORE traces are analysed again with those
-constants, and the finding whose fix was applied gives the out-of-sample projection. A pair whose
-model has no fitted constant (workers, stragglers, a healthy verdict) projects the same in and out
-of sample.
+constants, and the finding whose fix was applied gives the out-of-sample projection. A group with no
+pair outside the held-out family (the micro-batch model has one family) takes its prior: a value set
+before any pair was measured, never the in-sample choice. A pair whose model has no fitted constant
+(workers, stragglers, a healthy verdict), or whose projection measured its share from the trace,
+projects the same in and out of sample.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import analyzer
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.rules import measured
 
 COVERAGE = 0.80
 
@@ -35,6 +38,17 @@ def constants(values: dict[str, float]) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(T, k, v)
+
+
+@contextlib.contextmanager
+def without_windows() -> Iterator[None]:
+    """The analysis with the profiled steps' shares ignored for the block: every projection on its constants."""
+    saved = measured.window_ms
+    measured.window_ms = lambda ctx, field: None
+    try:
+        yield
+    finally:
+        measured.window_ms = saved
 
 
 def reproject(pair: Any, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:
@@ -69,45 +83,65 @@ def _score(results: Sequence[tuple[Any, tuple[float, float | None, float | None]
     )
 
 
-def lofo(pairs: list[Any], grid: dict[str, list[dict[str, float]]]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """(the pairs with their held-out projections, per family the constants chosen without it)."""
+def lofo(
+    pairs: list[Any], grid: dict[str, list[dict[str, float]]], priors: dict[str, dict[str, float]]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """(the pairs with their held-out projections, per family the constants chosen without it).
+
+    A group whose pairs all belong to the held-out family has nothing to fit on: it takes its ``priors``
+    entry (values chosen before any pair was measured, not fitted on them), never the in-sample choice."""
     usable = [i for i, p in enumerate(pairs) if p.error is not None and p.finding is not None and p.group]
-    cache: dict[tuple[int, str, int], tuple[float, float | None, float | None] | None] = {}
+    cache: dict[tuple[int, tuple[tuple[str, float], ...]], tuple[float, float | None, float | None] | None] = {}
 
-    def at(i: int, group: str, j: int) -> tuple[float, float | None, float | None] | None:
-        key = (i, group, j)
+    def at(i: int, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:
+        key = (i, tuple(sorted(values.items())))
         if key not in cache:
-            cache[key] = reproject(pairs[i], grid[group][j])
+            cache[key] = reproject(pairs[i], values)
         return cache[key]
-
-    def current(group: str) -> int:
-        """The grid entry of the constants in use (the in-sample choice), else the first."""
-        now = [all(getattr(T, k) == v for k, v in point.items()) for point in grid[group]]
-        return now.index(True) if any(now) else 0
 
     out: list[Any] = []
     chosen: list[dict[str, Any]] = []
     for family in sorted({p.family for p in pairs}):
-        picks: dict[str, int] = {}
+        picks: dict[str, dict[str, float]] = {}
+        prior: list[str] = []
         for group in grid:
             train = [i for i in usable if pairs[i].family != family and pairs[i].group == group]
             if not train:
-                picks[group] = current(group)
+                picks[group] = priors[group]
+                prior.append(group)
                 continue
-            scores = [_score([(pairs[i], at(i, group, j)) for i in train]) for j in range(len(grid[group]))]
-            picks[group] = min(range(len(scores)), key=lambda j: scores[j])
-        chosen.append({"held_out": family, **{g: grid[g][j] for g, j in picks.items()}})
+            scores = [_score([(pairs[i], at(i, point)) for i in train]) for point in grid[group]]
+            picks[group] = grid[group][min(range(len(scores)), key=lambda j: scores[j])]
+        chosen.append({"held_out": family, **picks, "prior": prior})
         for i, p in enumerate(pairs):
             if p.family != family:
                 continue
             q = dataclasses.replace(p)
             if i in usable:
-                r = at(i, p.group, picks[p.group])
-                if r is None:
-                    q.note = (q.note + "; " if q.note else "") + "held out: the finding did not fire"
-                else:
-                    q.projected_ms, q.low_ms, q.high_ms = r
-                    q.error = (r[0] - p.measured_ms) / p.measured_ms
-                    q.inside = None if r[1] is None or r[2] is None else r[1] <= p.measured_ms <= r[2]
+                _apply(q, at(i, picks[p.group]), "held out")
+                if p.group in prior:
+                    q.note = (q.note + "; " if q.note else "") + f"held out: no other family fits {p.group}, its prior"
             out.append(q)
     return out, chosen
+
+
+def _apply(q: Any, r: tuple[float, float | None, float | None] | None, what: str) -> None:
+    """Put a reprojection (point, low, high) on the pair copy ``q``, or say that its finding did not fire."""
+    if r is None:
+        q.note = (q.note + "; " if q.note else "") + f"{what}: the finding did not fire"
+        return
+    q.projected_ms, q.low_ms, q.high_ms = r
+    q.error = (r[0] - q.measured_ms) / q.measured_ms
+    q.inside = None if r[1] is None or r[2] is None else r[1] <= q.measured_ms <= r[2]
+
+
+def in_sample(pairs: list[Any]) -> list[Any]:
+    """The pairs with their applied finding reprojected on the constants in use (under ``without_windows``: the
+    same measured pairs projected as if the trace had no profiled steps)."""
+    out = []
+    for p in pairs:
+        q = dataclasses.replace(p)
+        if p.error is not None and p.finding is not None:
+            _apply(q, reproject(p, {}), "reprojected")
+        out.append(q)
+    return out

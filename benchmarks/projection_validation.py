@@ -1,7 +1,7 @@
 """Do projections come true, and does following a recommendation ever make the step slower?
 
     python benchmarks/projection_validation.py [--load quiet|busy|both] [--busy-procs N] [--quick]
-                                               [--only TEXT ...] [--json PATH]
+                                               [--only TEXT ...] [--json PATH] [--no-windows]
 
 For each case (benchmarks/validation_cases.py) a real CPU training loop (tests/scenarios/fixes.py,
 or the gloo DDP loop of tests/scenarios/ddp.py) is recorded under analyzer.profile (BEFORE) and
@@ -24,8 +24,16 @@ size; BATCH_UNMEASURED_FIXED, MICRO_UNMEASURED_FIXED, CPU_MATMUL_UNMEASURED: eac
 model, batch, micro-batch or CPU precision, does not measure) are chosen on every family but one from a
 small grid (median |error| first, then
 the narrowest high end that still covers 80% of the training pairs), and the held-out family's
-BEFORE traces are analysed again with them: its projections are out of sample. Models with no
-constant fitted on the pairs (workers, stragglers) project the same in both.
+BEFORE traces are analysed again with them: its projections are out of sample. A group no other
+family's pairs fit (the batch and micro-batch models have one family each) takes its PRIORS entry,
+set before any pair was measured, never the in-sample choice. Models with no constant fitted on the
+pairs (workers, stragglers), and projections whose share the trace measured, project the same in both.
+
+The CPU loops are recorded with sampled profiler windows (3 steps at a third and two thirds of the run):
+the projections measure the matmul share and bound the per-call share from them (rules/measured.py).
+Each mode also prints the same pairs projected as if the traces had no profiled steps (every share its
+model's constant), in sample and leave-one-family-out: the same measurements, so the two differ by the
+measured shares alone. --no-windows records without them.
 
 --load busy runs the pairs beside N background busy loops (default: one per core this process may
 use), each `python -c` running `while the parent lives: spin` (a `while 1: pass` that also ends if
@@ -56,7 +64,7 @@ import torch
 import analyzer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.leave_one_family_out import lofo
+from benchmarks.leave_one_family_out import in_sample, lofo, without_windows
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000): pass\n"
@@ -75,6 +83,15 @@ GRID: dict[str, list[dict[str, float]]] = {
     "batch": [{"BATCH_UNMEASURED_FIXED": f} for f in (0.25, 0.35, 0.5, 0.65)],
     "micro_batch": [{"MICRO_UNMEASURED_FIXED": f} for f in (0.5, 0.65, 0.8, 0.9)],
     "precision": [{"CPU_MATMUL_UNMEASURED": f} for f in (0.5, 0.75, 0.9, 1.0)],
+}
+#: Per group, the constants a held-out family takes when no other family's pairs fit the group: set before
+#: any pair was measured, not fitted on them: an unmeasured share at the middle of its [0, 1] range (nothing
+#: says which end), a removed cause at none of it remaining with 30% at the slow end.
+PRIORS: dict[str, dict[str, float]] = {
+    "removal": {"REMOVAL_RESIDUE": 0.0, "REMOVAL_RESIDUE_HIGH": 0.3},
+    "batch": {"BATCH_UNMEASURED_FIXED": 0.5},
+    "micro_batch": {"MICRO_UNMEASURED_FIXED": 0.5},
+    "precision": {"CPU_MATMUL_UNMEASURED": 0.5},
 }
 #: Which group a pair's applied fix belongs to (its projection uses that group's constants).
 UNMEASURED_FIXES = ("batch", "micro_batch", "precision")
@@ -157,12 +174,12 @@ def background_load(n: int) -> Iterator[list[int]]:
                 p.wait()
 
 
-def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
+def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool, windows: bool = True) -> Pair:
     """Record BEFORE, analyse it, apply the top finding's fix, record AFTER; the pair's numbers."""
     case = case.steps(quick)
     start = case.loop if case.loop is not None else case.ddp_batches
     assert start is not None
-    before_path = case.record(start, tmp, f"{tag}b", quick)
+    before_path = case.record(start, tmp, f"{tag}b", quick, windows=windows)
     before = analyzer.analyze(before_path)
     top = before.findings[0] if before.findings else None
     base = {"mode": mode, "case": case.name, "kind": case.kind, "verdict": before.bottleneck}
@@ -204,7 +221,7 @@ def run_pair(case: Case, mode: str, tmp: Path, tag: str, quick: bool) -> Pair:
             named = ", ".join(f.label() for f in fixes) or "no fix this benchmark can read"
             pair.note = f"not applied: the finding recommends {named}, which this loop has no knob for"
         return pair
-    after = analyzer.analyze(case.record(variant, tmp, f"{tag}a", quick))
+    after = analyzer.analyze(case.record(variant, tmp, f"{tag}a", quick, windows=windows))
     measured = after.metrics.step_mean_ms
     per = top.projection.per_batch_of if top else None
     if per and after.metrics.batch_samples:
@@ -348,7 +365,7 @@ def print_summary(s: dict[str, Any]) -> None:
     print("  (* = projection with no setting, an upper bound on the gain; error > 0 means projected slower)")
 
 
-def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict[str, Any]:
+def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows: bool = True) -> dict[str, Any]:
     n = busy_procs if mode == "busy" else 0
     started = time.perf_counter()
     load_start = os.getloadavg()
@@ -358,10 +375,13 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict
         print(f"\n== {mode}: {load}; {_cores()} core(s); load average {load_start[0]:.2f} at start")
         print(HEADER, flush=True)
         for i, case in enumerate(cases):
-            pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick))
+            pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick, windows))
             print(row(pairs[-1]), flush=True)
         load_end = os.getloadavg()
-        held, chosen = lofo(pairs, GRID)  # while the BEFORE traces exist
+        held, chosen = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
+        with without_windows():  # the same pairs, projected as if the traces had no profiled steps
+            plain = in_sample(pairs)
+            plain_held, _ = lofo(pairs, GRID, PRIORS)
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -373,8 +393,17 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict
             print(row(p), flush=True)
     out_of_sample = summarise(held, "lofo")
     print_summary(out_of_sample)
+    constants_only = {"in_sample": summarise(plain, mode), "lofo": summarise(plain_held, "lofo")}
+    print(f"-- {mode}, the same pairs projected as if the traces had no profiled steps (every share its constant):")
+    for p in plain:
+        if p.group:
+            print(row(p), flush=True)
+    for label, s in constants_only.items():
+        print(f"   {label}:")
+        print_summary(s)
     for c in chosen:
-        print(f"   without {c['held_out']}: " + "; ".join(f"{g} {v}" for g, v in c.items() if g != "held_out"))
+        fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior"))
+        print(f"   without {c['held_out']}: {fitted}" + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else ""))
     return {
         "mode": mode,
         "busy_procs": n,
@@ -385,6 +414,11 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int) -> dict
         "pairs": [asdict(p) for p in pairs],
         "summary": summary,
         "lofo": {"pairs": [asdict(p) for p in held], "summary": out_of_sample, "chosen": chosen},
+        "constants_only": {
+            "pairs": [asdict(p) for p in plain],
+            "lofo_pairs": [asdict(p) for p in plain_held],
+            **constants_only,
+        },
     }
 
 
@@ -395,6 +429,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a sixth of the steps (a smoke run, noisier numbers)")
     parser.add_argument("--only", nargs="*", default=[], help="run only the cases whose name contains one of these")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this path")
+    parser.add_argument(
+        "--no-windows",
+        action="store_true",
+        help="record the CPU loops without sampled profiler windows (the projections then use their constants)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = [c for c in CASES if not args.only or any(t.lower() in c.name.lower() for t in args.only)]
@@ -406,7 +445,7 @@ def main() -> int:
     results = []
     try:
         for mode in modes:
-            results.append(run_mode(mode, cases, args.quick, args.busy_procs))
+            results.append(run_mode(mode, cases, args.quick, args.busy_procs, not args.no_windows))
     except KeyboardInterrupt:
         print("\ninterrupted: background load stopped, nothing saved", file=sys.stderr)
         return 130
@@ -417,6 +456,7 @@ def main() -> int:
             "cores": _cores(),
             "platform": platform.platform(),
             "torch": torch.__version__,
+            "windows": not args.no_windows,
             "modes": results,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

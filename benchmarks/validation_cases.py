@@ -163,12 +163,15 @@ class Case:
             return replace(c, batched_fetch=True)  # in memory: whole batches by index
         return None
 
-    def record(self, variant: FixLoop | tuple[int, int], tmp: Path, tag: str, quick: bool) -> Path:
+    def record(
+        self, variant: FixLoop | tuple[int, int], tmp: Path, tag: str, quick: bool, *, windows: bool = True
+    ) -> Path:
         """Record the loop (or the DDP run) with ``variant`` under analyzer.profile in ``tmp``: the trace,
-        or the directory of per-rank traces."""
+        or the directory of per-rank traces. ``windows``: a CPU loop samples profiler windows (CPU op
+        statistics: the matmul and per-call shares its projections then measure)."""
         if isinstance(variant, FixLoop):
             out = tmp / f"{tag}.arrow"
-            record(variant, out)
+            record(variant, out, windows=windows)
             return out
         from tests.scenarios.ddp import run_ddp
 

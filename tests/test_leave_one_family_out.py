@@ -28,6 +28,7 @@ class _Pair:
 
 
 GRID = {"removal": [{"REMOVAL_RESIDUE": 0.1}, {"REMOVAL_RESIDUE": 0.3}]}
+PRIORS = {"removal": {"REMOVAL_RESIDUE": 0.0}}
 
 
 def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monkeypatch):
@@ -41,7 +42,7 @@ def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monke
         return point, point * 0.9, point * 1.1
 
     monkeypatch.setattr(L, "reproject", reproject)
-    held, chosen = L.lofo(pairs, GRID)
+    held, chosen = L.lofo(pairs, GRID, PRIORS)
     by_family = {c["held_out"]: c["removal"] for c in chosen}
     assert by_family["A"] == {"REMOVAL_RESIDUE": 0.1}  # chosen on B and C
     a = next(p for p in held if p.family == "A")
@@ -52,6 +53,29 @@ def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monke
     assert len(held) == len(pairs)
 
 
+def test_a_group_with_one_family_takes_its_prior_not_the_in_sample_choice(monkeypatch):
+    # the micro-batch group has pairs of family M only: held out, nothing else fits it
+    grid = {**GRID, "micro": [{"MICRO": 0.5}, {"MICRO": 0.8}]}
+    priors = {**PRIORS, "micro": {"MICRO": 0.5}}
+    pairs = [_Pair("M", 10.0, group="micro"), _Pair("B", 10.0), _Pair("C", 10.0)]
+    seen = []
+
+    def reproject(pair, values):
+        seen.append((pair.family, dict(values)))
+        point = pair.measured_ms * (1.0 if values.get("MICRO") == 0.8 or "REMOVAL_RESIDUE" in values else 1.5)
+        return point, point, point
+
+    monkeypatch.setattr(L, "reproject", reproject)
+    from analyzer.analysis import thresholds as T
+
+    monkeypatch.setattr(T, "MICRO", 0.8, raising=False)  # the in-sample value in place: it must not leak
+    held, chosen = L.lofo(pairs, grid, priors)
+    m = next(p for p in held if p.family == "M")
+    assert ("M", {"MICRO": 0.5}) in seen  # 0.8 would project M exactly: fitted on M itself
+    assert m.error == pytest.approx(0.5) and "prior" in m.note
+    assert next(c for c in chosen if c["held_out"] == "M")["prior"] == ["micro"]
+
+
 def test_constants_are_restored_after_the_block():
     from analyzer.analysis import thresholds as T
 
@@ -60,3 +84,16 @@ def test_constants_are_restored_after_the_block():
         assert T.REMOVAL_RESIDUE == 0.99
         raise RuntimeError
     assert before == T.REMOVAL_RESIDUE
+
+
+def test_without_windows_the_profiled_steps_measure_nothing_and_it_is_restored(monkeypatch):
+    from analyzer.analysis.rules import measured
+
+    class _Ctx:
+        gpu = False
+
+    before = measured.window_ms
+    with pytest.raises(RuntimeError), L.without_windows():
+        assert measured.window_ms(_Ctx(), "cpu_op_ms") is None
+        raise RuntimeError
+    assert measured.window_ms is before

@@ -1,8 +1,9 @@
 """Per-step vs per-sample compute, measured from a smaller batch within the run.
 
-A batch that varies within a run (the last, smaller batch of an epoch) measures how much of
-forward and backward grows with the batch: two batch sizes, two median compute times, a line
-through them. A larger-batch projection uses it instead of assuming compute doubles with the
+A batch that varies within a run (the last, smaller batch of an epoch, or micro-batches of
+different sizes) measures how much of forward and backward grows with the batch: a regression of
+each batch size's median compute time on its samples (weighted by the square root of its steps),
+anchored at the usual batch's median. A larger-batch projection uses it instead of assuming compute doubles with the
 batch; without a smaller batch the projection's range spans both assumptions (docs/thresholds.md).
 """
 
@@ -49,12 +50,14 @@ def batch_split(samples: np.ndarray, compute: np.ndarray) -> BatchSplit | None:
     big = samples == usual
     if not small.any() or float(np.median(compute[big])) <= 0:
         return None
-    n_small = float(np.median(samples[small]))
-    c_big, c_small = float(np.median(compute[big])), float(np.median(compute[small]))
-    per_sample = max(0.0, (c_big - c_small) / (usual - n_small))
+    # a line through each batch size's median compute, each weighted by the square root of its steps
+    medians = np.array([np.median(compute[samples == v]) for v in values])
+    slope, _ = np.polyfit(values, medians, 1, w=np.sqrt(counts))
+    c_big = float(np.median(compute[big]))
+    per_sample = max(0.0, float(slope))
     fixed = min(max(c_big - per_sample * usual, 0.0), c_big)
     per_sample = (c_big - fixed) / usual
-    return BatchSplit(usual, n_small, int(small.sum()), fixed, per_sample)
+    return BatchSplit(usual, float(np.median(samples[small])), int(small.sum()), fixed, per_sample)
 
 
 def median_split(splits: list[BatchSplit]) -> BatchSplit | None:

@@ -213,7 +213,8 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
 def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> KernelMetrics | None:
     """KernelMetrics of the ranks' partials (in rank order); ``median_us`` is the median of the
     per-step medians, computed by the caller (it may need a second pass over the ranks)."""
-    if not parts or not sum(p.kernel_count for p in parts):
+    cpu_ops = sum(p.totals_ms["cpu_op_ms"] for p in parts)  # a CPU run's sampled windows (ingest/cpu_ops.py)
+    if not parts or (not sum(p.kernel_count for p in parts) and cpu_ops <= 0):
         return None
     totals = {f: sum(p.totals_ms[f] for p in parts) for f in S.KERNEL_STAT_FIELDS}
     ranked = top_kernels((name, ms, count) for p in parts for name, (ms, count) in p.top.items())

@@ -231,6 +231,13 @@ CPU_AMX_BF16_SPEEDUP = 16.0
 #: Dense CPU training loops spend most of forward + backward in GEMM (oneDNN/MKL); benchmarks/
 #: projection_validation.py measured bf16 1.9-4.4x faster on AVX512_BF16, all beyond the 2x fast end.
 CPU_MATMUL_UNMEASURED = 0.75
+#: Uncertainty of the matmul share measured from a CPU run's sampled profiler windows (rules/measured.py): a few
+#: profiled steps against the steady steps' forward + backward. Ours, not fitted to the validation pairs.
+CPU_MATMUL_SLACK = 0.1
+#: On a CPU run's profiled steps, softmax and batched matmuls with no fused attention op taking at least this
+#: share of forward + backward are attention written by hand (matmul, softmax, matmul): scaled_dot_product_attention
+#: advice. Ours, the GPU's UNFUSED_SOFTMAX scale.
+CPU_UNFUSED_ATTENTION = 0.25
 #: Low-priority (positive nice) busy time below this many cores' worth is not worth a note: cores_free
 #: counts niced work as yielding to the job only from here (a nice-19 thread gets 15/1024 of a core a
 #: nice-0 thread wants: sched_prio_to_weight in the Linux kernel's kernel/sched/core.c).

@@ -25,7 +25,8 @@ class ProfileOptions:
     """'cuda' times phases with CUDA events, 'cpu' with the host clock; 'auto': cuda when the model is on a GPU."""
     kernel_windows: bool | None = None
     """Sample torch.profiler windows for kernel-level evidence (sparse). None: only when the model runs on
-    an accelerator (a CPU run has no kernels to sample, and the windows would only cost time)."""
+    an accelerator. On a CPU run (True) the windows record ATen op times: the matmul share and the per-call
+    bound its projections then measure (docs/projections.md)."""
     window_first: int = 50
     """Step at which the first kernel window starts (after warm-up)."""
     window_every: int = 2000

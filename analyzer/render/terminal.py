@@ -220,6 +220,8 @@ def _health(report: Report) -> RenderableType:
 def _kernel_section(report: Report) -> RenderableType | None:
     km = report.metrics.kernels
     gpu = gpu_breakdown(report.run, km)
+    if km is not None and not km.kernel_count:
+        km = None  # a CPU run's profiled steps: CPU op times, no GPU kernels
     if km is None and gpu is None:
         return None
     table = Table(title="GPU kernels", title_justify="left")

@@ -243,10 +243,14 @@ def run_loop(cfg: FixLoop, prof: Any = None, model: Any = None, optimizer: Any =
     return [float(v) for v in losses]
 
 
-def record(cfg: FixLoop, out: Path) -> None:
-    """Record the configuration under ``analyzer.profile`` (kernel windows off) to ``out``."""
+def record(cfg: FixLoop, out: Path, *, windows: bool = False) -> None:
+    """Record the configuration under ``analyzer.profile`` to ``out``; with ``windows``, sampled profiler windows
+    of 3 steps at a third and two thirds of the run (CPU op statistics), else none."""
     import analyzer
 
     model, optimizer = make_model(cfg)
-    with analyzer.profile(model, out=str(out), kernel_windows=False) as prof:
+    total = cfg.steps * cfg.epochs
+    first = max(4, min(50, total // 3))
+    spacing = {"window_first": first, "window_every": max(3, total // 3), "window_steps": 3} if windows else {}
+    with analyzer.profile(model, out=str(out), kernel_windows=windows, **spacing) as prof:
         run_loop(cfg, prof, model, optimizer)

@@ -6,9 +6,12 @@ per-call part (the DataLoader's call, launching or dispatching the ops, Python b
 part that grows with the micro-batch's samples. The same samples per optimizer step in ``A / k``
 micro-batches ``k`` times larger keep the per-sample part and divide the per-call part by ``k``; the
 optimizer step and the rest of the step stay. A smaller batch within the run (analysis.batch_split)
-measures the per-call share; without one the range spans all of it growing with the samples (no
-saving: the slow end) to none of it (the fast end), the point at MICRO_UNMEASURED_FIXED (this model's
-own constant). The learning rate stays: the samples per optimizer step do not change.
+measures the per-call share, else the sampled CPU profiler windows bound it from below (rules.measured:
+Python between the ops and their dispatch are per call; the range runs from that to all of it, the point
+in the middle); without either the range
+spans all of it growing with the samples (no saving: the slow end) to none of it (the fast end), the
+point at MICRO_UNMEASURED_FIXED (this model's own constant). The learning rate stays: the samples per
+optimizer step do not change.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
 from gpuanalyze.ingest import schema as S
 
@@ -52,10 +56,38 @@ def enlargement(ctx: Context, a: int) -> int:
 
 
 def per_micro_ms(ctx: Context) -> float:
-    """Mean ms per step repeated once per micro-batch: the fetch (data wait) and forward + backward."""
+    """Mean ms per step repeated once per micro-batch: the fetch (data wait), forward + backward, and the loop's
+    own Python between them (unattributed host time below HOST_MIN_MS per micro-batch: the loss scaling, the
+    backward call, the loop; more than that is the host rule's)."""
     m = ctx.m
     fb = (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
-    return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb
+    other = ctx.ms(m.effective[S.OTHER_MS])
+    loop = other if other < T.HOST_MIN_MS * (micro_batches(ctx) or 1) else 0.0
+    return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb + loop
+
+
+def per_call(ctx: Context, work: float) -> tuple[float, float, float, str | None]:
+    """(point, low, high) of the per-call share of ``work`` (ms per step of fetch + forward + backward) and
+    what measured it: a smaller batch in the run, else the sampled CPU windows (rules.measured), else None
+    (the point MICRO_UNMEASURED_FIXED, the range 0 to 1)."""
+    split = ctx.m.batch_split
+    if split is not None:
+        f, lo, hi = fixed_share_range(split.fixed_fraction)
+        return (
+            f,
+            lo,
+            hi,
+            (
+                f"a smaller batch in the run measures {f:.0%} of forward + backward as per call "
+                f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
+            ),
+        )
+    window = per_call_share(ctx, work)
+    if window is not None:
+        f, lo, hi = per_call_range(window)
+        return f, lo, hi, f"the profiled steps measure at least {lo:.0%} of it as per call ({window.basis})"
+    f, lo, hi = fixed_share_range(None, T.MICRO_UNMEASURED_FIXED)
+    return f, lo, hi, None
 
 
 def micro_projection(ctx: Context, a: int, k: int) -> Projection:
@@ -68,17 +100,12 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
         """The step when a share ``f`` of the per-micro-batch work is per call (does not grow with samples)."""
         return wall - work * f * (1.0 - 1.0 / k)
 
-    split = ctx.m.batch_split
-    f, lo_f, hi_f = fixed_share_range(None if split is None else split.fixed_fraction, T.MICRO_UNMEASURED_FIXED)
-    if split is not None:
+    f, lo_f, hi_f, basis = per_call(ctx, work)
+    if basis is None:
         basis = (
-            f"a smaller batch in the run measures {f:.0%} of forward + backward as per call "
-            f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
-        )
-    else:
-        basis = (
-            f"no smaller batch in the run measures the per-call share: the point takes {f:.0%}, the range spans "
-            f"none of it ({at(0.0):.2f} ms) to all of it ({at(1.0):.2f} ms)"
+            f"nothing in the run measures the per-call share (no smaller batch, no sampled CPU window): the point "
+            f"takes {f:.0%} (MICRO_UNMEASURED_FIXED), the range spans none of it ({at(0.0):.2f} ms) to all of it "
+            f"({at(1.0):.2f} ms)"
         )
     each = f"{micro} sample(s)" if micro else "its samples"
     fix = MicroBatchFix(micro_batch=(micro or 1) * k, accumulate=a // k)

@@ -21,10 +21,12 @@ from analyzer.analysis.rules.accumulation import (
     micro_batch_samples,
     micro_batches,
     micro_projection,
+    per_call,
     per_micro_ms,
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -102,13 +104,19 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         return rest - work * f + (fixed + work * f) / k
 
     split = m.batch_split
+    window = None if split is not None or ctx.gpu else per_call_share(ctx, work)
     measured = None if split is None else (min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
-    f, lo_f, hi_f = fixed_share_range(measured)
+    f, lo_f, hi_f = fixed_share_range(measured) if window is None else per_call_range(window)
     if split is not None:
         basis = (
             f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
             f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
             f"{work:.2f} ms compute is fixed"
+        )
+    elif window is not None:
+        basis = (
+            f"the profiled steps measure at least {lo_f:.0%} of the {work:.2f} ms compute as per call "
+            f"({window.basis}): the point takes {f:.0%}"
         )
     else:
         basis = (
@@ -212,7 +220,7 @@ class BatchSize(Rule):
         each = micro_batch_samples(ctx, a)
         return Detection(
             cause="micro_batch_overhead",
-            share=share * T.MICRO_UNMEASURED_FIXED if ctx.m.batch_split is None else share,
+            share=share * per_call(ctx, per_micro_ms(ctx))[0] if ctx.m.batch_split is None else share,
             consistency=1.0,
             evidence_steps=ctx.m.steps,
             summary=f"Each optimizer step runs {a} micro-batches"

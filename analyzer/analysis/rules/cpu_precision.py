@@ -4,10 +4,11 @@ A CPU whose flags (``/proc/cpuinfo``, recorded as ``RunInfo.cpu_bf16``) include 
 computes bf16 dot products natively: VDPBF16PS multiplies two bf16 pairs per fp32 lane (Intel 64 and
 IA-32 Architectures Software Developer's Manual, Vol. 2, VDPBF16PS), twice the fp32 FMA's products per
 instruction; AMX tiles (TDPBF16PS) more. ``torch.autocast('cpu', dtype=torch.bfloat16)`` runs matmuls
-and convolutions that way. The trace holds no CPU kernel statistics, so the matmul share of forward and
-backward is not measured: the range spans all of it at CPU_BF16_SPEEDUP (the fast end) to none of it
-(no gain, the slow end), the point at CPU_MATMUL_UNMEASURED (this model's own constant); the speed-up bound is
-per flag: CPU_AMX_BF16_SPEEDUP where the CPU has AMX_BF16, else CPU_BF16_SPEEDUP;
+and convolutions that way. A share f of forward + backward is matmul: measured from the trace's sampled
+profiler windows where it has them (rules.measured.matmul_share), the range f +- CPU_MATMUL_SLACK; without
+them the range spans all of it at the speed-up bound (the fast end) to none of it (no gain, the slow end),
+the point at CPU_MATMUL_UNMEASURED (this model's own constant). The speed-up bound is per flag:
+CPU_AMX_BF16_SPEEDUP where the CPU has AMX_BF16, else CPU_BF16_SPEEDUP;
 ``run --try --candidates autocast=bf16`` measures it.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import PrecisionFix
+from analyzer.analysis.rules.measured import Measured, matmul_share, window_ms
 from analyzer.analysis.rules.rule import Context, Detection, bounded
 from gpuanalyze.ingest import schema as S
 
@@ -26,6 +28,15 @@ def compute_ms(ctx: Context) -> float:
     """Mean forward + backward ms per step."""
     m = ctx.m
     return (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
+
+
+def matmul_range(ctx: Context) -> tuple[float, float, float, Measured | None]:
+    """(point, low, high) of the matmul share f of forward + backward, and its measurement (None: the constant)."""
+    got = matmul_share(ctx, compute_ms(ctx))
+    if got is None:
+        return T.CPU_MATMUL_UNMEASURED, 0.0, 1.0, None
+    f = got.share
+    return f, max(0.0, f - T.CPU_MATMUL_SLACK), min(1.0, f + T.CPU_MATMUL_SLACK), got
 
 
 def native_bf16(ctx: Context) -> str | None:
@@ -49,7 +60,7 @@ def detect(ctx: Context, relaxed: bool) -> Detection | None:
         return None
     return Detection(
         cause=CAUSE,
-        share=share * T.CPU_MATMUL_UNMEASURED,
+        share=share * matmul_range(ctx)[0],
         consistency=1.0,
         evidence_steps=ctx.m.steps,
         summary=f"Forward and backward take {share:.0%} of the step in float32 on a CPU with native bf16 "
@@ -74,9 +85,27 @@ def evidence(ctx: Context) -> tuple[Evidence, ...]:
             T.FP32_MATH.value,
             ">=",
             "fraction of step time",
-            "forward + backward in float32 (no CPU kernel statistics: the matmul share is not measured)",
+            "forward + backward in float32",
+        ),
+        Evidence(
+            "cpu_matmul_share",
+            matmul_range(ctx)[0],
+            T.CPU_MATMUL_SLACK,
+            ">=",
+            "fraction of forward + backward",
+            _basis(matmul_range(ctx)[3]),
         ),
     )
+
+
+def _basis(got: Measured | None) -> str:
+    """Where the matmul share came from, in words."""
+    if got is None:
+        return (
+            f"not measured (no sampled CPU profiler window in the trace): the constant CPU_MATMUL_UNMEASURED "
+            f"{T.CPU_MATMUL_UNMEASURED:.0%}, the range 0 to 1"
+        )
+    return f"measured: {got.basis} (+-{T.CPU_MATMUL_SLACK:.0%})"
 
 
 def project(ctx: Context) -> Projection:
@@ -87,13 +116,12 @@ def project(ctx: Context) -> Projection:
         """The step when a share ``f`` of forward + backward is matmul that bf16 speeds up ``r`` times."""
         return ctx.wall - compute * f * (1 - 1 / r)
 
-    f = T.CPU_MATMUL_UNMEASURED
+    f, lo_f, hi_f, got = matmul_range(ctx)
     how = "AMX tiles (TDPBF16PS)" if r == T.CPU_AMX_BF16_SPEEDUP else "VDPBF16PS: two bf16 products per fp32 lane"
     rule = (
         f"forward + backward {compute:.2f} ms, a share f of it matmul at {r:g}x under bf16 autocast "
-        f"({how}): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); "
-        f"f not measured (no CPU kernel statistics): the point takes {f:.0%} ({at(f):.2f} ms), the range "
-        f"all of it ({at(1.0):.2f} ms) to none ({at(0.0):.2f} ms)"
+        f"({how}): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); f {_basis(got)}: the point takes "
+        f"{f:.0%} ({at(f):.2f} ms), the range {hi_f:.0%} ({at(hi_f):.2f} ms) to {lo_f:.0%} ({at(lo_f):.2f} ms)"
     )
     return bounded(
         ctx,
@@ -102,13 +130,33 @@ def project(ctx: Context) -> Projection:
         {"forward + backward at the bf16 rate": at(1.0)},
         rule,
         fix=PrecisionFix("bfloat16"),
-        model=(at(1.0), at(0.0)),
+        model=(at(hi_f), at(lo_f)),
     )
+
+
+def unfused_attention(ctx: Context) -> float | None:
+    """Share of forward + backward in softmax and batched matmuls where the profiled steps ran no fused attention
+    (attention written as matmul, softmax, matmul: a Python loop over heads); None when not that pattern."""
+    soft, bmm = window_ms(ctx, "cpu_softmax_ms"), window_ms(ctx, "cpu_bmm_ms")
+    sdpa = window_ms(ctx, "cpu_sdpa_ms")
+    compute = compute_ms(ctx)
+    if soft is None or bmm is None or sdpa is None or compute <= 0 or sdpa[0] > 0 or soft[0] <= 0 or bmm[0] <= 0:
+        return None
+    share = (soft[0] + bmm[0]) / compute
+    return share if share >= T.CPU_UNFUSED_ATTENTION else None
 
 
 def advise(ctx: Context) -> tuple[str, ...]:
-    return (
+    recs = [
         "Run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16): this CPU computes bf16 natively "
         f"({native_bf16(ctx)}); keep the optimizer's master weights in float32 and check the loss curve.",
         "Measure it before adopting it: gpuanalyze run --try --candidates autocast=bf16 -- <your command>.",
-    )
+    ]
+    attention = unfused_attention(ctx)
+    if attention is not None:
+        recs.append(
+            f"Softmax and batched matmuls take {attention:.0%} of forward + backward with no fused attention in the "
+            "profiled steps: attention computed as matmul, softmax, matmul (a loop over heads). Use "
+            "torch.nn.functional.scaled_dot_product_attention on all heads at once (its CPU kernel fuses them)."
+        )
+    return tuple(recs)

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.cpu_ops import cpu_op_fields
 from gpuanalyze.ingest.idle_owners import IdleOwners
 from gpuanalyze.ingest.intervals import merge, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
@@ -208,10 +209,11 @@ class StepKernels:
         blocking = self.blocking_ops(lo, hi)
         startup_us, startup_ops = self.startup(lo, hi)
         owners = self.owners.fields(lo, hi) if self.owners is not None else {}
-        if not blocking and not startup_us and not owners:
+        cpu = cpu_op_fields(self.k.host_ops, lo, hi) if self.k.gpu.start.size == 0 else {}  # CPU run: ops are kernels
+        if not blocking and not startup_us and not owners and not cpu:
             return stats
         return msgspec.structs.replace(
-            stats, blocking_ops=blocking, startup_ms=startup_us / 1e3, startup_ops=startup_ops, **owners
+            stats, blocking_ops=blocking, startup_ms=startup_us / 1e3, startup_ops=startup_ops, **owners, **cpu
         )
 
     def _window(self, idx: np.ndarray, idle: tuple[float, float, float], sync_api_us: float) -> KernelStats:

@@ -183,6 +183,18 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     idle_owner_cpu_ops_ms: _Ms = 0.0
     idle_owner_host_idle_ms: _Ms = 0.0
     idle_owner_queued_ms: _Ms = 0.0
+    cpu_matmul_ms: _Ms = 0.0
+    """CPU runs (ingest/cpu_ops.py): host time in matmul and convolution ops (aten::mm, addmm, bmm, convolution)."""
+    cpu_bmm_ms: _Ms = 0.0
+    """CPU runs: host time in batched matmuls (aten::bmm, baddbmm)."""
+    cpu_softmax_ms: _Ms = 0.0
+    """CPU runs: host time in softmax (aten::softmax and its backward; not log_softmax)."""
+    cpu_sdpa_ms: _Ms = 0.0
+    """CPU runs: host time in fused attention (aten::scaled_dot_product_attention)."""
+    cpu_op_ms: _Ms = 0.0
+    """CPU runs: host time inside ATen ops outside the optimizer's step (the rest is Python between the ops)."""
+    cpu_dispatch_ms: _Ms = 0.0
+    """CPU runs: the per-call part of cpu_op_ms: each op's own time up to the step's cheapest-decile own time."""
     owners: bool = False
     """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
