@@ -210,6 +210,18 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     )
 
 
+def _blocking(parts: Sequence[KernelPartial]) -> tuple[BlockingGroup, ...]:
+    """The TOP_BLOCKING blocking-call groups of the ranks together, by time."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for p in parts:
+        for key, (ms, count) in p.blocking.items():
+            t = groups.setdefault(key, [0.0, 0])
+            t[0] += ms
+            t[1] += count
+    top = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_BLOCKING]
+    return tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in top)
+
+
 def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> KernelMetrics | None:
     """KernelMetrics of the ranks' partials (in rank order); ``median_us`` is the median of the
     per-step medians, computed by the caller (it may need a second pass over the ranks)."""
@@ -218,13 +230,6 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         return None
     totals = {f: sum(p.totals_ms[f] for p in parts) for f in S.KERNEL_STAT_FIELDS}
     ranked = top_kernels((name, ms, count) for p in parts for name, (ms, count) in p.top.items())
-    groups: dict[tuple[str, str, str], list[float]] = {}
-    for p in parts:
-        for key, (ms, count) in p.blocking.items():
-            t = groups.setdefault(key, [0.0, 0])
-            t[0] += ms
-            t[1] += count
-    blocking = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_BLOCKING]
     startup = sorted((s for p in parts for s in p.startup_detail), key=lambda s: (s.step, s.rank))[:FEW_STEPS]
     return KernelMetrics(
         steps=sum(p.steps for p in parts),
@@ -233,7 +238,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         kernel_count=sum(p.kernel_count for p in parts),
         kernel_median_us=median_us,
         top_kernels=tuple(ranked),
-        blocking_ops=tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in blocking),
+        blocking_ops=_blocking(parts),
         startup_steps=sum(p.startup_steps for p in parts),
         startup_detail=tuple(startup),
         owned_steps=sum(p.owned_steps for p in parts),
