@@ -209,3 +209,31 @@ def test_the_stability_line_speaks_of_the_headline(name):
     assert r.stability is not None
     if r.stability.value is not None:
         assert f"give {r.bottleneck}" in r.stability.reason or f"find {r.bottleneck}" in r.stability.reason
+
+
+def test_a_wide_range_says_so_and_names_the_trial_that_measures_its_fix(trace_factory):
+    """A projection range wider than WIDE_RANGE of the step is called wide, and every finding with a wide range
+    (not only the first) names the `run --try` trial of its fix, in the text and in --json."""
+    import dataclasses
+
+    from analyzer.analysis.fixes import WorkerFix
+    from analyzer.planning.settling_trial import trial_of, wide
+    from analyzer.render.json_report import render_json
+    from tests.test_terminal import shown as render_text
+
+    r = analyze(trace_factory([_loading(i) for i in range(60)]))
+    f = r.findings[0]
+    p = f.projection
+    narrow = dataclasses.replace(p, low_ms=p.step_ms * 0.99, high_ms=p.step_ms * 1.01)
+    spread = dataclasses.replace(p, low_ms=0.0, high_ms=p.current_ms * 0.9, fix=WorkerFix(3, False))
+    assert not wide(dataclasses.replace(f, projection=narrow)) and wide(dataclasses.replace(f, projection=spread))
+    second = dataclasses.replace(f, bottleneck="host", cause="x", projection=spread)
+    r2 = dataclasses.replace(r, findings=(dataclasses.replace(f, projection=narrow), second))
+    out = render_text(r2, 200)
+    assert "wide: it says little until measured" in out
+    assert "--candidates num_workers=3" in out and "its range is wide" in out
+    import json
+
+    data = json.loads(render_json(r2))
+    assert [x["projection_range_wide"] for x in data["findings"]] == [False, True]
+    assert data["findings"][1]["settling_trial"] == trial_of(second, r.metrics.batch_samples)

@@ -79,6 +79,13 @@ class Projection:
         return () if self.fix is None else self.fix.params
 
     @property
+    def range_width(self) -> float | None:
+        """Width of the projection's range as a share of the current step (None: no range)."""
+        if self.low_ms is None or self.high_ms is None or self.current_ms <= 0:
+            return None
+        return (self.high_ms - self.low_ms) / self.current_ms
+
+    @property
     def assured_saved_ms(self) -> float:
         """What the fix saves at the slow end of its range: the saving a user can count on."""
         high = self.high_ms if self.high_ms is not None else self.step_ms

@@ -203,8 +203,9 @@ MICRO_UNMEASURED_FIXED = 0.8
 #: on those pairs).
 REMOVAL_RESIDUE = 0.1
 REMOVAL_RESIDUE_HIGH = 0.3
-#: A projection range wider than this share of the current step is reported as wide (it says little).
-WIDE_RANGE = 0.5
+#: A projection range wider than this share of the current step is reported as wide (it says little), with the
+#: `run --try` trial that would measure its fix: ours, the width the projections aim for (docs/projections.md).
+WIDE_RANGE = 0.3
 # -- the host (analyzer/analysis/host_facts.py, from the system sampler's readings) --
 #: A reading is oversubscribed when more threads are runnable than the host has CPUs (or the
 #: 1-minute load exceeds them): some runnable thread is then waiting for a CPU. This is the USE

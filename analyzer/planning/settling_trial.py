@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
+from analyzer.analysis.thresholds import WIDE_RANGE
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Finding
@@ -42,5 +43,16 @@ def settling_trial(report: Report, command: str = "python train.py") -> str | No
     ``gpuanalyze run --try --candidates num_workers=4 -- python train.py``."""
     if not report.findings:
         return None
-    text = candidate_text(report.findings[0], report.metrics.batch_samples)
+    return trial_of(report.findings[0], report.metrics.batch_samples, command)
+
+
+def trial_of(finding: Finding, batch_samples: float | None, command: str = "python train.py") -> str | None:
+    """The ``run --try`` command line that measures ``finding``'s fix (None: a trial cannot apply it)."""
+    text = candidate_text(finding, batch_samples)
     return None if text is None else f"gpuanalyze run --try --candidates {text} -- {command}"
+
+
+def wide(finding: Finding) -> bool:
+    """A projection whose range is wider than WIDE_RANGE of the step: it says little until measured."""
+    width = finding.projection.range_width
+    return width is not None and width > WIDE_RANGE

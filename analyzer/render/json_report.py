@@ -13,7 +13,8 @@ from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.outcome import Report
-from analyzer.render.words import range_width, run_state
+from analyzer.planning.settling_trial import trial_of, wide
+from analyzer.render.words import run_state
 from gpuanalyze.ingest import schema as S
 
 
@@ -80,7 +81,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         ],
         "kernels": _kernels(report),
         "idle_owners": _idle_owners(report),
-        "findings": [_finding(f) for f in report.findings],
+        "findings": [_finding(f, report.metrics.batch_samples) for f in report.findings],
         "health": [_evidence(e) for e in report.health],
         "step_time_mean_ms": _num(m.step_mean_ms),
         "cost": _cost(report),
@@ -113,7 +114,7 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     return {**asdict(e), "value": _num(e.value), "passed": e.passed, "supports": e.supports}
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def _finding(f: Finding, batch_samples: float | None) -> dict[str, Any]:
     p = f.projection
     return {
         "bottleneck": f.bottleneck,
@@ -130,7 +131,9 @@ def _finding(f: Finding) -> dict[str, Any]:
         "projected_step_time_ms": _num(p.step_ms, 3),
         "projected_step_time_ms_low": _num(p.low_ms, 3),
         "projected_step_time_ms_high": _num(p.high_ms, 3),
-        "projection_range_width": _num(range_width(p), 4),
+        "projection_range_width": _num(p.range_width, 4),
+        "projection_range_wide": wide(f),
+        "settling_trial": trial_of(f, batch_samples),
         "current_step_time_ms": _num(p.current_ms, 3),
         "saved_ms_per_step": _num(p.saved_ms, 3),
         "projection_rule": p.rule,

@@ -156,19 +156,12 @@ def projection(p: Projection) -> str:
     return f"~{p.step_ms:.2f} ms {per_what(p)}{projection_range(p)} (mean now {p.current_ms:.2f} ms per step)"
 
 
-def range_width(p: Projection) -> float | None:
-    """Width of the projection's range as a share of the current step (None: no range)."""
-    if p.low_ms is None or p.high_ms is None or p.current_ms <= 0:
-        return None
-    return (p.high_ms - p.low_ms) / p.current_ms
-
-
 def projection_range(p: Projection) -> str:
     """', range 25.17-27.33 ms (width 3% of the step)', marked when so wide it says little."""
-    width = range_width(p)
+    width = p.range_width
     if width is None or p.low_ms is None or p.high_ms is None:
         return ""
-    wide = "; wide: it says little" if width > WIDE_RANGE else ""
+    wide = "; wide: it says little until measured" if width > WIDE_RANGE else ""
     return f", range {p.low_ms:.2f}-{p.high_ms:.2f} ms (width {width:.0%} of the step{wide})"
 
 
