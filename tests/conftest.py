@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,15 @@ def trace_factory(tmp_path: Path):
     return factory
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast tier's models are tiny: one intra-op thread each (set before a test module imports torch; a
+    value given wins; the slow tier trains as users do). Beside other work on a 2-core machine torch's OpenMP
+    threads wait on each other: a 32-wide MLP's step took 4.5 ms on two threads beside two busy loops, 0.1 ms
+    on one."""
+    if "not slow" in (config.option.markexpr or ""):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _ctrl_c_reaches_the_tests():
     """A job started in the background (`cmd &`, nohup) inherits SIGINT ignored, and so would every
@@ -112,16 +123,22 @@ def _ctrl_c_reaches_the_tests():
     yield
 
 
-@pytest.fixture(autouse=True)
-def _isolated_ceilings(tmp_path_factory, monkeypatch):
-    """No test reads or writes the user's saved ceilings (~/.cache/gpuanalyze)."""
-    monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path_factory.mktemp("ceil") / "ceilings.json"))
+@pytest.fixture(scope="session")
+def _isolation_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("isolated")
+
+
+_test_number = itertools.count()
 
 
 @pytest.fixture(autouse=True)
-def _isolated_import_cache(tmp_path_factory, monkeypatch):
-    """No test reads or writes the user's import cache (`gpuanalyze DIR` of Kineto rank files)."""
-    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path_factory.mktemp("imports")))
+def _isolated_user_files(_isolation_root, monkeypatch):
+    """No test reads or writes the user's saved ceilings (~/.cache/gpuanalyze) or import cache (`gpuanalyze
+    DIR` of Kineto rank files): each test has its own, named in one directory and made only when the test
+    writes one (two new directories per test were 2,400 a run, each ~2.5 ms to remove on this project's disk)."""
+    n = next(_test_number)
+    monkeypatch.setenv("GPUANALYZE_CEILINGS", str(_isolation_root / f"ceilings{n}.json"))
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(_isolation_root / f"imports{n}"))
 
 
 def with_residue(removed_all: float, wall: float) -> float:

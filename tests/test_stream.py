@@ -109,8 +109,8 @@ def test_whitespace_and_multi_member_gzip(tmp_path, tiny_chunks):
 @pytest.mark.parametrize(
     ("data", "text"),
     [
-        (gzip.compress(b'{"traceEvents": []}') + b"garbage", "corrupt gzip"),
-        (gzip.compress(json.dumps(two_step_trace()).encode())[:-30], "truncated"),
+        (gzip.compress(b'{"traceEvents": []}', mtime=0) + b"garbage", "corrupt gzip"),
+        (gzip.compress(json.dumps(two_step_trace()).encode(), mtime=0)[:-30], "truncated"),
         (b'{"traceEvents": [{"ph": "X"}, {"ph": "X", "cat": "kernel", "name": "k"', "not valid JSON"),
         (b'{"traceEvents": [{"ph": "X"}]} trailing', "not valid JSON"),
         (b'{"traceEvents": [1, 2, 3]}', "not a PyTorch profiler trace"),

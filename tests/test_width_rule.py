@@ -25,7 +25,7 @@ def _commands(tmp_path):
         "compare": ["compare", SAMPLE, SAMPLE],
         "whatif": ["whatif", H200],
         "memory": ["memory", "--params", "7e9"],
-        "fleet": ["fleet", str(runs)],
+        "fleet": ["fleet", str(runs), "--workers", "1"],  # the layout, not the process pool
         "watch": ["watch", SAMPLE],
         "env": ["env"],
     }

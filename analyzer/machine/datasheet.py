@@ -7,6 +7,7 @@ accumulate. Memory bandwidth in GB/s (decimal), memory in GB (decimal).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -40,6 +41,37 @@ class GpuSpec:
 #: Per-direction PCIe x16 bandwidth in GB/s: 8 (Gen3), 16 (Gen4) or 32 (Gen5) GT/s x 16 lanes x 128b/130b / 8.
 #: Source: PCI-SIG PCI Express Base Specification line rates and 128b/130b encoding.
 PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
+
+#: The A100's compute and links; the 80 GB part differs only in memory and its bandwidth (same datasheet).
+_A100_40GB = GpuSpec(
+    "A100 40GB SXM",
+    40,
+    1555,
+    19.5,
+    156,
+    312,
+    312,
+    None,
+    600,
+    4,
+    "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/)",
+    ("a100-sxm4-40gb", "a100-pcie-40gb", "a100 40gb"),
+)
+#: The H100 SXM; the H200 is the same Hopper die with more and faster memory (its own datasheet).
+_H100_SXM = GpuSpec(
+    "H100 SXM",
+    80,
+    3350,
+    67,
+    494.5,
+    989,
+    989,
+    1979,
+    900,
+    5,
+    "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), sparse rates halved",
+    ("h100 80gb hbm3", "h100 sxm"),
+)
 
 GPUS: tuple[GpuSpec, ...] = (
     GpuSpec(
@@ -84,48 +116,15 @@ GPUS: tuple[GpuSpec, ...] = (
         "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s/), sparse rates halved",
         ("l40s",),
     ),
-    GpuSpec(
-        "A100 40GB SXM",
-        40,
-        1555,
-        19.5,
-        156,
-        312,
-        312,
-        None,
-        600,
-        4,
-        "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/)",
-        ("a100-sxm4-40gb", "a100-pcie-40gb", "a100 40gb"),
+    _A100_40GB,
+    dataclasses.replace(
+        _A100_40GB,
+        name="A100 80GB SXM",
+        memory_gb=80,
+        memory_bw_gbps=2039,
+        match=("a100-sxm4-80gb", "a100 80gb", "a100-pcie-80gb"),
     ),
-    GpuSpec(
-        "A100 80GB SXM",
-        80,
-        2039,
-        19.5,
-        156,
-        312,
-        312,
-        None,
-        600,
-        4,
-        "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/)",
-        ("a100-sxm4-80gb", "a100 80gb", "a100-pcie-80gb"),
-    ),
-    GpuSpec(
-        "H100 SXM",
-        80,
-        3350,
-        67,
-        494.5,
-        989,
-        989,
-        1979,
-        900,
-        5,
-        "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), sparse rates halved",
-        ("h100 80gb hbm3", "h100 sxm"),
-    ),
+    _H100_SXM,
     GpuSpec(
         "H100 PCIe",
         80,
@@ -140,19 +139,13 @@ GPUS: tuple[GpuSpec, ...] = (
         "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), sparse rates halved",
         ("h100 pcie",),
     ),
-    GpuSpec(
-        "H200",
-        141,
-        4800,
-        67,
-        494.5,
-        989,
-        989,
-        1979,
-        900,
-        5,
-        "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), SXM, sparse rates halved",
-        ("h200",),
+    dataclasses.replace(
+        _H100_SXM,
+        name="H200",
+        memory_gb=141,
+        memory_bw_gbps=4800,
+        source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), SXM, sparse rates halved",
+        match=("h200",),
     ),
     GpuSpec(
         "B200",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.name_table import NameTable
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
@@ -96,23 +96,11 @@ class CallSites:
         self.e_ts, self.e_end, self.e_tid = array("d"), array("d"), array("q")
         self.e_name, self.e_caller = array("i"), array("b")
         self.c_index, self.c_tid, self.c_name = array("q"), array("q"), array("i")
-        self.names: list[str] = []
-        self._name_id: dict[str, int] = {}
+        self._names = NameTable(MAX_NAMES, OTHER_NAME)
         self._tid_id: dict[object, int] = {}
 
     def __len__(self) -> int:
         return len(self.e_ts) + len(self.c_index)
-
-    def _name(self, name: str) -> int:
-        name = name[:MAX_NAME_CHARS]
-        got = self._name_id.get(name)
-        if got is None and len(self.names) >= MAX_NAMES:
-            name = OTHER_NAME
-            got = self._name_id.get(name)
-        if got is None:
-            got = self._name_id[name] = len(self.names)
-            self.names.append(name)
-        return got
 
     def thread_id(self, tid: object) -> int:
         if type(tid) is int and -_TID_LIMIT <= tid < _TID_LIMIT:
@@ -127,7 +115,7 @@ class CallSites:
         self.e_ts.append(ts)
         self.e_end.append(ts + dur)
         self.e_tid.append(self.thread_id(tid))
-        self.e_name.append(self._name(name))
+        self.e_name.append(self._names.id(name))
         self.e_caller.append(role)
 
     def add_call(self, index: int, name: str, tid: object) -> None:
@@ -136,7 +124,7 @@ class CallSites:
             return
         self.c_index.append(index)
         self.c_tid.append(self.thread_id(tid))
-        self.c_name.append(self._name(name))
+        self.c_name.append(self._names.id(name))
 
     def drop(self) -> None:
         """Keep nothing more (the trace has too many events to name its blocking calls)."""
@@ -153,7 +141,7 @@ class CallSites:
             np.frombuffer(self.e_end, dtype=np.float64)[op],
             np.frombuffer(self.e_tid, dtype=np.int64)[op],
             np.frombuffer(self.e_name, dtype=np.int32)[op],
-            tuple(self.names),
+            tuple(self._names.names),
         )
 
     def attribute(self, r_start: np.ndarray, r_end: np.ndarray) -> BlockingCalls:
@@ -175,7 +163,9 @@ class CallSites:
                 sel = np.flatnonzero((is_caller == flag) & np.isin(e_tid, c_tid))
                 if sel.size:
                     out[:] = _sweep(e_s[sel], e_e[sel], e_tid[sel], e_name[sel], c_s, c_e, c_tid, outermost)
-        return BlockingCalls(idx, np.frombuffer(self.c_name, dtype=np.int32).copy(), op, caller, tuple(self.names))
+        return BlockingCalls(
+            idx, np.frombuffer(self.c_name, dtype=np.int32).copy(), op, caller, tuple(self._names.names)
+        )
 
 
 def _sweep(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.name_table import NameTable
 
 COMPILATION, ALLOCATION, MODULE_LOADING, DEVICE_SETUP = "compilation", "allocation", "module loading", "device set-up"
 #: torch._dynamo.utils.dynamo_timed's record_function suffix.
@@ -125,8 +125,7 @@ class StartupSink:
 
     def __init__(self) -> None:
         self.ts, self.end, self.name = array("d"), array("d"), array("i")
-        self.names: list[str] = []
-        self._name_id: dict[str, int] = {}
+        self._names = NameTable(MAX_NAMES, OTHER_NAME)
         self._calls: dict[str, bool] = {}
 
     def __len__(self) -> int:
@@ -143,17 +142,9 @@ class StartupSink:
             self.add(name, ts, dur)
 
     def add(self, name: str, ts: float, dur: float) -> None:
-        name = name[:MAX_NAME_CHARS]
-        got = self._name_id.get(name)
-        if got is None and len(self.names) >= MAX_NAMES:
-            name = OTHER_NAME
-            got = self._name_id.get(name)
-        if got is None:
-            got = self._name_id[name] = len(self.names)
-            self.names.append(name)
         self.ts.append(ts)
         self.end.append(ts + dur)
-        self.name.append(got)
+        self.name.append(self._names.id(name))
 
     def finish(self) -> StartupWork:
         if not self.ts:
@@ -165,4 +156,6 @@ class StartupSink:
         before = np.maximum.accumulate(end)
         outermost = np.ones(start.size, dtype=bool)
         outermost[1:] = end[1:] > before[:-1]
-        return StartupWork(start, end, np.frombuffer(self.name, dtype=np.int32)[order], outermost, tuple(self.names))
+        return StartupWork(
+            start, end, np.frombuffer(self.name, dtype=np.int32)[order], outermost, tuple(self._names.names)
+        )

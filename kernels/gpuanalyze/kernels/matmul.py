@@ -16,10 +16,21 @@ from gpuanalyze.kernels.backend import TIMERS, Backend, host_timer
 from gpuanalyze.kernels.result import BenchResult, matmul_flops, rate_result
 
 CUPY_DTYPES = ("float32", "tf32", "float16", "bfloat16")
+#: Untimed and timed runs on a GPU (the docstring's protocol); the CPU's quick pass runs fewer.
+WARMUP, REPEATS = 10, 50
 
 
 def _measure(
-    impl: Any, *, backend: Backend, dtype: str, n: int, tol: float, warmup: int, repeats: int, timer: Any, engine: str
+    impl: Any,
+    *,
+    backend: Backend,
+    dtype: str,
+    n: int,
+    tol: float,
+    timer: Any,
+    engine: str,
+    warmup: int = WARMUP,
+    repeats: int = REPEATS,
 ) -> BenchResult:
     err = impl.max_rel_error()
     if not err <= tol:
@@ -70,8 +81,6 @@ def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], lis
                     dtype=dtype,
                     n=n,
                     tol=TOLERANCE[dtype],
-                    warmup=10,
-                    repeats=50,
                     timer=TIMERS["cupy"],
                     engine="cuBLAS gemmEx",
                 )
@@ -91,8 +100,6 @@ def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], lis
                 dtype="float32",
                 n=n,
                 tol=1e-4,
-                warmup=10,
-                repeats=50,
                 timer=TIMERS["numba"],
                 engine="numba tiled SIMT kernel",
             )
@@ -108,8 +115,8 @@ def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], lis
                     dtype=dtype,
                     n=n,
                     tol=1e-4,
-                    warmup=3 if quick else 10,
-                    repeats=10 if quick else 50,
+                    warmup=3 if quick else WARMUP,
+                    repeats=10 if quick else REPEATS,
                     timer=host_timer,
                     engine="numpy BLAS",
                 )
@@ -143,8 +150,6 @@ def _torch_fp8(backend: Backend, n: int) -> BenchResult:
         dtype="float8",
         n=n,
         tol=1e-2,
-        warmup=10,
-        repeats=50,
         timer=TIMERS["torch"],
         engine="torch._scaled_mm (cuBLASLt), e4m3",
     )

@@ -1,0 +1,33 @@
+"""Names interned to small integer ids, with a bound on how many distinct names are kept.
+
+The Kineto sinks store each event's name as an id into one list: a trace names few things many times.
+A hostile trace may name every event differently: past ``limit`` distinct names, new ones share ``other``.
+"""
+
+from __future__ import annotations
+
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+
+
+class NameTable:
+    """Distinct names in first-seen order (``names``), each cut to MAX_NAME_CHARS; ``id`` interns one."""
+
+    __slots__ = ("_ids", "_limit", "_other", "names")
+
+    def __init__(self, limit: int, other: str) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._limit = limit
+        self._other = other
+
+    def id(self, name: str) -> int:
+        """The id of ``name`` (of ``other`` once ``limit`` distinct names are kept and it is not one of them)."""
+        name = name[:MAX_NAME_CHARS]
+        got = self._ids.get(name)
+        if got is None and len(self.names) >= self._limit:
+            name = self._other
+            got = self._ids.get(name)
+        if got is None:
+            got = self._ids[name] = len(self.names)
+            self.names.append(name)
+        return got
