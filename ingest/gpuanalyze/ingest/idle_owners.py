@@ -88,9 +88,17 @@ def _union(*sets: _Seg) -> _Seg:
 class IdleOwners:
     """The owner of every idle instant of a trace's GPU timeline, cut per window in O(log n)."""
 
-    def __init__(self, k: KinetoTrace, launch: np.ndarray, blocking_calls: np.ndarray) -> None:
+    def __init__(
+        self,
+        k: KinetoTrace,
+        launch: np.ndarray,
+        blocking_calls: np.ndarray,
+        busy: Clipper,
+        by_start: tuple[np.ndarray, np.ndarray],
+    ) -> None:
         """``launch``: each device event's launch-call end (-1 without one); ``blocking_calls``: the runtime calls
-        known to block (sync family and copies to pageable memory)."""
+        known to block (sync family and copies to pageable memory); ``busy``: the union of device activity;
+        ``by_start``: the device events' stable order by start, and their starts in it."""
         gpu, rt = k.gpu, k.runtime
         starts = [a.start for a in (gpu, rt, k.cpu, k.host_ops) if a.start.size]
         ends = [a.end for a in (gpu, rt, k.cpu, k.host_ops) if a.end.size]
@@ -98,13 +106,19 @@ class IdleOwners:
         ends += [np.array([hi for _, _, hi in k.steps], dtype=np.float64)] if k.steps else []
         lo_all = min(float(x.min()) for x in starts) if starts else 0.0
         hi_all = max(float(x.max()) for x in ends) if ends else 0.0
-        busy = merge(gpu.start, gpu.end)
-        idle = minus((np.array([lo_all]), np.array([hi_all])), busy) if busy[0].size else _EMPTY
-        self._owners = self._paint(k, launch, blocking_calls, busy, idle)
-        self._busy = Clipper(*busy)
+        segs = (busy.s, busy.e)
+        idle = minus((np.array([lo_all]), np.array([hi_all])), segs) if segs[0].size else _EMPTY
+        self._owners = self._paint(k, launch, blocking_calls, segs, idle, by_start)
+        self._busy = busy
 
     def _paint(
-        self, k: KinetoTrace, launch: np.ndarray, blocking: np.ndarray, busy: _Seg, idle: _Seg
+        self,
+        k: KinetoTrace,
+        launch: np.ndarray,
+        blocking: np.ndarray,
+        busy: _Seg,
+        idle: _Seg,
+        by_start: tuple[np.ndarray, np.ndarray],
     ) -> dict[str, Clipper]:
         rt = k.runtime
         enqueue = _enqueues(k)
@@ -117,7 +131,7 @@ class IdleOwners:
         ):
             owned[owner] = intersect(remaining, segs)
             remaining = minus(remaining, segs)
-        host, latency, queued = _gap_kinds(k, launch, busy, idle)
+        host, latency, queued = _gap_kinds(k, launch, idle, by_start)
         block = _union(
             _seg(rt.start[blocking], rt.end[blocking]),
             _behaviour_blocking(k, enqueue, busy),
@@ -219,19 +233,24 @@ def _startup(k: KinetoTrace, kernel_call: np.ndarray) -> list[tuple[str, _Seg]]:
     return out
 
 
-def _gap_kinds(k: KinetoTrace, launch: np.ndarray, busy: _Seg, idle: _Seg) -> tuple[_Seg, _Seg, _Seg]:
+def _gap_kinds(
+    k: KinetoTrace, launch: np.ndarray, idle: _Seg, by_start: tuple[np.ndarray, np.ndarray]
+) -> tuple[_Seg, _Seg, _Seg]:
     """The idle gaps split by what they waited for: (the host, until the next launch), (the next kernel's launch
     latency), (work already queued)."""
     a, b = idle
     if a.size == 0:
         return _EMPTY, _EMPTY, _EMPTY
     start = k.gpu.start
-    by_start = np.argsort(start, kind="stable")
-    pos = np.searchsorted(start[by_start], b, side="left")
+    order, start_sorted = by_start
+    pos = np.searchsorted(start_sorted, b, side="left")
     ends_with = pos < start.size
-    nxt = by_start[np.minimum(pos, start.size - 1)]
+    nxt = order[np.minimum(pos, start.size - 1)]
+    del pos  # the temporaries go as soon as they are used: this runs on every gap of the capture at once
+    ends_with &= start[nxt] <= b + 1e-6
     # the kernel that ends the gap: the earliest launch among the device events starting at b
-    L = np.where(ends_with & (start[nxt] <= b + 1e-6), launch[nxt], -1.0)
+    L = np.where(ends_with, launch[nxt], -1.0)
+    del nxt, ends_with
     queued = (L >= 0) & (a >= L)
     late = (a < L) & (b > L)
     host = (np.where(late, np.minimum(L, b), b)[~queued], a[~queued])

@@ -9,6 +9,8 @@ moved onto UTC with the export's session start time (nsys_meta.py).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import shutil
 import subprocess
@@ -137,6 +139,19 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
     return dataclasses.replace(trace, frame=frame)
 
 
+def _return_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere): a rank's
+    arrays freed after its conversion otherwise stay in the process's resident memory while the next is read."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): the allocator keeps what it keeps
+        return
+    trim(0)
+
+
 def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
     """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason. The ranks are
     read and converted one at a time, so the peak is one rank's events and their conversion."""
@@ -161,6 +176,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
             out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
             del k
+            _return_freed_memory()
         backend = events.backend
     merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
     return [
