@@ -76,6 +76,18 @@ def minus(a: _Seg, b: _Seg) -> _Seg:
     return intersect(a, (comp[0][keep], comp[1][keep]))
 
 
+def _outside(lo: float, hi: float, b: _Seg) -> _Seg:
+    """``minus(([lo], [hi]), b)`` without intersect's index arrays (one segment less every gap of a capture): the
+    gaps of ``b`` clipped to [lo, hi), in order."""
+    cs = np.concatenate([[min(lo, b[0][0]) - 1.0], b[1]])
+    ce = np.concatenate([b[0], [max(hi, b[1][-1]) + 1.0]])
+    keep = ce > cs
+    s, e = np.maximum(cs[keep], lo), np.minimum(ce[keep], hi)
+    del cs, ce, keep
+    keep = e > s
+    return s[keep], e[keep]
+
+
 def _seg(start: np.ndarray, end: np.ndarray) -> _Seg:
     keep = end > start
     return merge(start[keep], end[keep])
@@ -107,7 +119,7 @@ class IdleOwners:
         lo_all = min(float(x.min()) for x in starts) if starts else 0.0
         hi_all = max(float(x.max()) for x in ends) if ends else 0.0
         segs = (busy.s, busy.e)
-        idle = minus((np.array([lo_all]), np.array([hi_all])), segs) if segs[0].size else _EMPTY
+        idle = _outside(lo_all, hi_all, segs) if segs[0].size else _EMPTY
         self._owners = self._paint(k, launch, blocking_calls, segs, idle, by_start)
         self._busy = busy
 

@@ -120,17 +120,24 @@ class StepKernels:
         if seg_s.size < 2:
             self._gap_owner, self._gap_len, self._gap_class = np.empty(0), np.empty(0), np.empty(0, np.int8)
             return
+        # each gap's temporaries go once used: this runs on every gap of the capture at once
         first = by_start[np.searchsorted(start_sorted, seg_s[1:], side="left")]
-        gaps = seg_s[1:] - seg_e[:-1]
         launch = launch[first]
         host = (launch >= 0) & (launch > seg_e[:-1])
-        short = ~host & (gaps < LAUNCH_GAP_US)
+        del launch
         owner = owner[first]
+        del first
         order = np.argsort(owner, kind="stable")
         self._gap_owner = owner[order]
-        self._gap_len = gaps[order]
+        del owner
+        gaps = seg_s[1:] - seg_e[:-1]
         # each gap's class: 0 host wait, 1 launch overhead, 2 other (a length and a byte, not three lengths)
-        self._gap_class = np.where(host, 0, np.where(short, 1, 2)).astype(np.int8)[order]
+        cls = np.full(gaps.size, 2, np.int8)
+        cls[~host & (gaps < LAUNCH_GAP_US)] = 1
+        cls[host] = 0
+        del host
+        self._gap_len = gaps[order]
+        self._gap_class = cls[order]
 
     def _blocking(self, is_sync: np.ndarray) -> None:
         """The blocking calls that sync_us counts and blocking_calls.py named, sorted by start, with a
