@@ -59,9 +59,11 @@ def intersect(a: _Seg, b: _Seg) -> _Seg:
     if not n.any():
         return _EMPTY
     ai = np.repeat(np.arange(a[0].size), n)
-    bi = np.repeat(i, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    bi = np.arange(int(n.sum()))  # b's index of each pair: i of its a segment, then on, in place
+    bi -= np.repeat(np.cumsum(n) - n - i, n)
     s = np.maximum(a[0][ai], b[0][bi])
     e = np.minimum(a[1][ai], b[1][bi])
+    del ai, bi
     keep = e > s
     return s[keep], e[keep]
 

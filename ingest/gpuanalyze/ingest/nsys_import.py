@@ -10,7 +10,6 @@ moved onto UTC with the export's session start time (nsys_meta.py).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import dataclasses
 import shutil
 import subprocess
@@ -140,14 +139,12 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
 
 
 def _return_freed_memory() -> None:
-    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere): a rank's
-    arrays freed after its conversion otherwise stay in the process's resident memory while the next is read."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): the allocator keeps what it keeps
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
+    does; nothing elsewhere): a rank's arrays freed after its conversion otherwise stay resident (glibc serves
+    them from its heap once its mmap threshold has risen) while the next rank is read and converted."""
+    try:  # the symbols this process already has loaded (find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
         return
     trim(0)
 
