@@ -59,9 +59,11 @@ def intersect(a: _Seg, b: _Seg) -> _Seg:
     if not n.any():
         return _EMPTY
     ai = np.repeat(np.arange(a[0].size), n)
-    bi = np.repeat(i, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    bi = np.arange(int(n.sum()))  # b's index of each pair: i of its a segment, then on, in place
+    bi -= np.repeat(np.cumsum(n) - n - i, n)
     s = np.maximum(a[0][ai], b[0][bi])
     e = np.minimum(a[1][ai], b[1][bi])
+    del ai, bi
     keep = e > s
     return s[keep], e[keep]
 
@@ -76,6 +78,18 @@ def minus(a: _Seg, b: _Seg) -> _Seg:
     return intersect(a, (comp[0][keep], comp[1][keep]))
 
 
+def _outside(lo: float, hi: float, b: _Seg) -> _Seg:
+    """``minus(([lo], [hi]), b)`` without intersect's index arrays (one segment less every gap of a capture): the
+    gaps of ``b`` clipped to [lo, hi), in order."""
+    cs = np.concatenate([[min(lo, b[0][0]) - 1.0], b[1]])
+    ce = np.concatenate([b[0], [max(hi, b[1][-1]) + 1.0]])
+    keep = ce > cs
+    s, e = np.maximum(cs[keep], lo), np.minimum(ce[keep], hi)
+    del cs, ce, keep
+    keep = e > s
+    return s[keep], e[keep]
+
+
 def _seg(start: np.ndarray, end: np.ndarray) -> _Seg:
     keep = end > start
     return merge(start[keep], end[keep])
@@ -88,9 +102,17 @@ def _union(*sets: _Seg) -> _Seg:
 class IdleOwners:
     """The owner of every idle instant of a trace's GPU timeline, cut per window in O(log n)."""
 
-    def __init__(self, k: KinetoTrace, launch: np.ndarray, blocking_calls: np.ndarray) -> None:
+    def __init__(
+        self,
+        k: KinetoTrace,
+        launch: np.ndarray,
+        blocking_calls: np.ndarray,
+        busy: Clipper,
+        by_start: tuple[np.ndarray, np.ndarray],
+    ) -> None:
         """``launch``: each device event's launch-call end (-1 without one); ``blocking_calls``: the runtime calls
-        known to block (sync family and copies to pageable memory)."""
+        known to block (sync family and copies to pageable memory); ``busy``: the union of device activity;
+        ``by_start``: the device events' stable order by start, and their starts in it."""
         gpu, rt = k.gpu, k.runtime
         starts = [a.start for a in (gpu, rt, k.cpu, k.host_ops) if a.start.size]
         ends = [a.end for a in (gpu, rt, k.cpu, k.host_ops) if a.end.size]
@@ -98,13 +120,19 @@ class IdleOwners:
         ends += [np.array([hi for _, _, hi in k.steps], dtype=np.float64)] if k.steps else []
         lo_all = min(float(x.min()) for x in starts) if starts else 0.0
         hi_all = max(float(x.max()) for x in ends) if ends else 0.0
-        busy = merge(gpu.start, gpu.end)
-        idle = minus((np.array([lo_all]), np.array([hi_all])), busy) if busy[0].size else _EMPTY
-        self._owners = self._paint(k, launch, blocking_calls, busy, idle)
-        self._busy = Clipper(*busy)
+        segs = (busy.s, busy.e)
+        idle = _outside(lo_all, hi_all, segs) if segs[0].size else _EMPTY
+        self._owners = self._paint(k, launch, blocking_calls, segs, idle, by_start)
+        self._busy = busy
 
     def _paint(
-        self, k: KinetoTrace, launch: np.ndarray, blocking: np.ndarray, busy: _Seg, idle: _Seg
+        self,
+        k: KinetoTrace,
+        launch: np.ndarray,
+        blocking: np.ndarray,
+        busy: _Seg,
+        idle: _Seg,
+        by_start: tuple[np.ndarray, np.ndarray],
     ) -> dict[str, Clipper]:
         rt = k.runtime
         enqueue = _enqueues(k)
@@ -117,7 +145,7 @@ class IdleOwners:
         ):
             owned[owner] = intersect(remaining, segs)
             remaining = minus(remaining, segs)
-        host, latency, queued = _gap_kinds(k, launch, busy, idle)
+        host, latency, queued = _gap_kinds(k, launch, idle, by_start)
         block = _union(
             _seg(rt.start[blocking], rt.end[blocking]),
             _behaviour_blocking(k, enqueue, busy),
@@ -219,19 +247,24 @@ def _startup(k: KinetoTrace, kernel_call: np.ndarray) -> list[tuple[str, _Seg]]:
     return out
 
 
-def _gap_kinds(k: KinetoTrace, launch: np.ndarray, busy: _Seg, idle: _Seg) -> tuple[_Seg, _Seg, _Seg]:
+def _gap_kinds(
+    k: KinetoTrace, launch: np.ndarray, idle: _Seg, by_start: tuple[np.ndarray, np.ndarray]
+) -> tuple[_Seg, _Seg, _Seg]:
     """The idle gaps split by what they waited for: (the host, until the next launch), (the next kernel's launch
     latency), (work already queued)."""
     a, b = idle
     if a.size == 0:
         return _EMPTY, _EMPTY, _EMPTY
     start = k.gpu.start
-    by_start = np.argsort(start, kind="stable")
-    pos = np.searchsorted(start[by_start], b, side="left")
+    order, start_sorted = by_start
+    pos = np.searchsorted(start_sorted, b, side="left")
     ends_with = pos < start.size
-    nxt = by_start[np.minimum(pos, start.size - 1)]
+    nxt = order[np.minimum(pos, start.size - 1)]
+    del pos  # the temporaries go as soon as they are used: this runs on every gap of the capture at once
+    ends_with &= start[nxt] <= b + 1e-6
     # the kernel that ends the gap: the earliest launch among the device events starting at b
-    L = np.where(ends_with & (start[nxt] <= b + 1e-6), launch[nxt], -1.0)
+    L = np.where(ends_with, launch[nxt], -1.0)
+    del nxt, ends_with
     queued = (L >= 0) & (a >= L)
     late = (a < L) & (b > L)
     host = (np.where(late, np.minimum(L, b), b)[~queued], a[~queued])

@@ -9,8 +9,16 @@ def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals as disjoint, sorted (start, end) arrays."""
     if start.size == 0:
         return start, end
+    if bool((start[1:] >= start[:-1]).all()):  # already in order (a stable sort would not move it): no copies
+        return merge_sorted(start, end)
     order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
+    return merge_sorted(start[order], end[order])
+
+
+def merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge`` of intervals already sorted by start (stably, as ``merge`` sorts them): no sort, no copies."""
+    if s.size == 0:
+        return s, e
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True

@@ -24,7 +24,7 @@ import numpy as np
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.cpu_ops import cpu_op_fields
 from gpuanalyze.ingest.idle_owners import IdleOwners
-from gpuanalyze.ingest.intervals import merge, union_length
+from gpuanalyze.ingest.intervals import Clipper, merge, merge_sorted, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.runinfo import GpuSummary
 from gpuanalyze.ingest.schema import BlockingOp, KernelStats, StartupOp, TopKernel
@@ -84,10 +84,12 @@ class StepKernels:
     def __init__(self, k: KinetoTrace) -> None:
         self.k = k
         start, end = k.gpu.start, k.gpu.end
-        self.launch = _launch_times(k)
-        self.owner = np.where(self.launch >= 0, self.launch, start)
-        self._order = np.argsort(self.owner, kind="stable")
-        self._owner_sorted = self.owner[self._order]
+        launch, launch_end = _launch_times(k)
+        owner = np.where(launch >= 0, launch, start)
+        order = np.argsort(owner, kind="stable")
+        self._owner_sorted = owner[order]
+        self._order = order.astype(np.int32) if order.size < 2**31 else order
+        del order
         kind_cat = np.array([_CATEGORY_CODE[x.category] for x in k.kinds], dtype=np.int8)
         kind_mem = np.array([_MEMCPY_CODE.get(x.memcpy, -1) for x in k.kinds], dtype=np.int8)
         kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds], dtype=bool)
@@ -100,33 +102,43 @@ class StepKernels:
         order = sync[np.argsort(rt.start[sync], kind="stable")]
         self._sync_start = rt.start[order]
         self._sync_dur = rt.end[order] - rt.start[order]
+        del order
         self._blocking(is_sync)
-        self._gaps(start, end)
-        self.owners = IdleOwners(k, _launch_times(k, end=True), np.flatnonzero(is_sync)) if start.size else None
-
-    def _gaps(self, start: np.ndarray, end: np.ndarray) -> None:
-        """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
-        seg_s, seg_e = merge(start, end)
-        if seg_s.size < 2:
-            self._gap_owner = np.empty(0)
-            self._gap_len = np.empty((3, 0))
-            return
+        # the device events by start, sorted once for the busy timeline, its gaps and their owners
         by_start = np.argsort(start, kind="stable")
-        first = by_start[np.searchsorted(start[by_start], seg_s[1:], side="left")]
-        gaps = seg_s[1:] - seg_e[:-1]
-        launch = self.launch[first]
+        start_sorted = start[by_start]
+        self.device_busy = Clipper(*merge_sorted(start_sorted, end[by_start]))
+        """The union of device activity (every kernel, memcpy and memset)."""
+        self._gaps(by_start, start_sorted, launch, owner)
+        del launch, owner
+        self.owners = (
+            IdleOwners(k, launch_end, sync, self.device_busy, (by_start, start_sorted)) if start.size else None
+        )
+
+    def _gaps(self, by_start: np.ndarray, start_sorted: np.ndarray, launch: np.ndarray, owner: np.ndarray) -> None:
+        """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
+        seg_s, seg_e = self.device_busy.s, self.device_busy.e
+        if seg_s.size < 2:
+            self._gap_owner, self._gap_len, self._gap_class = np.empty(0), np.empty(0), np.empty(0, np.int8)
+            return
+        # each gap's temporaries go once used: this runs on every gap of the capture at once
+        first = by_start[np.searchsorted(start_sorted, seg_s[1:], side="left")]
+        launch = launch[first]
         host = (launch >= 0) & (launch > seg_e[:-1])
-        short = ~host & (gaps < LAUNCH_GAP_US)
-        owner = self.owner[first]
+        del launch
+        owner = owner[first]
+        del first
         order = np.argsort(owner, kind="stable")
         self._gap_owner = owner[order]
-        self._gap_len = np.stack(
-            [
-                np.where(host, gaps, 0.0)[order],
-                np.where(short, gaps, 0.0)[order],
-                np.where(~host & ~short, gaps, 0.0)[order],
-            ]
-        )
+        del owner
+        gaps = seg_s[1:] - seg_e[:-1]
+        # each gap's class: 0 host wait, 1 launch overhead, 2 other (a length and a byte, not three lengths)
+        cls = np.full(gaps.size, 2, np.int8)
+        cls[~host & (gaps < LAUNCH_GAP_US)] = 1
+        cls[host] = 0
+        del host
+        self._gap_len = gaps[order]
+        self._gap_class = cls[order]
 
     def _blocking(self, is_sync: np.ndarray) -> None:
         """The blocking calls that sync_us counts and blocking_calls.py named, sorted by start, with a
@@ -189,8 +201,10 @@ class StepKernels:
     def idle_us(self, lo: float, hi: float) -> tuple[float, float, float]:
         """(host wait, launch overhead, other) of the GPU idle gaps ended by kernels launched in [lo, hi)."""
         i, j = np.searchsorted(self._gap_owner, (lo, hi), side="left")
-        part = self._gap_len[:, i:j].sum(axis=1)
-        return float(part[0]), float(part[1]), float(part[2])
+        length, cls = self._gap_len[i:j], self._gap_class[i:j]
+        # the same sums as over three rows with zeros for the other classes (same values, same order)
+        part = [float(np.where(cls == c, length, 0.0).sum()) for c in range(3)]
+        return part[0], part[1], part[2]
 
     def first_launch(self, lo: float, hi: float) -> float | None:
         """When the first device work launched in [lo, hi) was launched (its owner time), if any."""
@@ -270,18 +284,20 @@ def _pageable_copy_calls(k: KinetoTrace, pageable: np.ndarray) -> np.ndarray:
     return (corr[at] == k.runtime_correlation) & (k.runtime_correlation >= 0)
 
 
-def _launch_times(k: KinetoTrace, *, end: bool = False) -> np.ndarray:
-    """Start (or ``end``) of each kernel's launch call (the last runtime call with its correlation id); -1 without
+def _launch_times(k: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each kernel's launch call (the last runtime call with its correlation id); -1 without
     one."""
     corr = k.gpu_correlation
-    out = np.full(corr.size, -1.0)
+    start, end = np.full(corr.size, -1.0), np.full(corr.size, -1.0)
     rt_corr = k.runtime_correlation
     if corr.size == 0 or rt_corr.size == 0:
-        return out
+        return start, end
     order = np.argsort(rt_corr, kind="stable")
-    sorted_corr = rt_corr[order]
-    pos = np.searchsorted(sorted_corr, corr, side="right") - 1
+    pos = np.searchsorted(rt_corr[order], corr, side="right") - 1
     found = (pos >= 0) & (corr >= 0)
-    found[found] = sorted_corr[pos[found]] == corr[found]
-    out[found] = (k.runtime.end if end else k.runtime.start)[order[pos[found]]]
-    return out
+    found[found] = rt_corr[order[pos[found]]] == corr[found]
+    at = order[pos[found]]
+    del order, pos
+    start[found] = k.runtime.start[at]
+    end[found] = k.runtime.end[at]
+    return start, end

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import Clipper, merge, subtract, union_length
+from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
 from gpuanalyze.ingest.iterations import detect_iterations
 from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
 from gpuanalyze.ingest.kineto import (
@@ -273,10 +273,11 @@ def import_kineto(
         notes.append(
             f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
         )
+    kernels = StepKernels(k)
     src = _Sources(
         k=k,
-        kernels=StepKernels(k),
-        device_busy=Clipper(*merge(k.gpu.start, k.gpu.end)),
+        kernels=kernels,
+        device_busy=kernels.device_busy,
         loader_idle=_loader_idle(k),
         backward=_Marks(k, MARK_BACKWARD),
         optimizer=_Marks(k, MARK_OPTIMIZER),

@@ -9,6 +9,7 @@ moved onto UTC with the export's session start time (nsys_meta.py).
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import shutil
 import subprocess
@@ -137,6 +138,17 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
     return dataclasses.replace(trace, frame=frame)
 
 
+def _return_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
+    does; nothing elsewhere): a rank's arrays freed after its conversion otherwise stay resident (glibc serves
+    them from its heap once its mmap threshold has risen) while the next rank is read and converted."""
+    try:  # the symbols this process already has loaded (find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
+        return
+    trim(0)
+
+
 def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
     """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason. The ranks are
     read and converted one at a time, so the peak is one rank's events and their conversion."""
@@ -161,6 +173,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
             out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
             del k
+            _return_freed_memory()
         backend = events.backend
     merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
     return [
