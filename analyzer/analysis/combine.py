@@ -124,7 +124,10 @@ class StepSums:
         if other.steps.size == 0:
             return
         if self.steps.size == 0:  # every sum starts from zeros, so 0 + x is x bit for bit (no -0.0 to lose)
-            self.steps, self.sums = other.steps, dict(other.sums)
+            # Taken over, not copied, unless read-only (Ray hands results over as read-only buffers):
+            # later ranks are added into these arrays in place.
+            self.steps = other.steps
+            self.sums = {k: a if a.flags.writeable else a.copy() for k, a in other.sums.items()}
             return
         if np.array_equal(self.steps, other.steps):
             for k in _SUMS:
