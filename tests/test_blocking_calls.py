@@ -136,3 +136,32 @@ def test_an_explicit_synchronize_gets_synchronize_advice_with_its_caller(tmp_pat
     f = analyze(write(tmp_path / "t.json", doc)).findings[0]
     assert "in cudaDeviceSynchronize called from record_function('timing')" in f.summary, f.summary
     assert "drop the synchronize" in f.recommendations[0], f.recommendations
+
+
+def test_the_call_named_is_the_one_that_left_the_gpu_idle_not_the_longest_wait(tmp_path):
+    """A synchronize waiting on a long kernel blocks the host longer than a `.item()` copy does, but only the copy
+    leaves the GPU idle: the finding names the copy, with the GPU idle it owns."""
+    from tests.mechanism_fixtures import _doc
+
+    events = []
+    for i in range(6):
+        lo, c = i * 10_000.0, 1000 * i
+        events += [
+            ev("user_annotation", f"ProfilerStep#{i + 20}", lo, 10_000.0),
+            ev("cuda_runtime", "cudaLaunchKernel", lo + 10, 5, correlation=c + 1),
+            ev("kernel", "ampere_bf16_s16816gemm", lo + 20, 5000, stream=7, correlation=c + 1),
+            ev("user_annotation", "timing", lo + 25, 5000),
+            ev("cuda_runtime", "cudaDeviceSynchronize", lo + 30, 4990),
+            ev("cpu_op", "aten::item", lo + 5100, 3100),
+            ev("cuda_runtime", "cudaMemcpy", lo + 5110, 3080, correlation=c + 2),
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", lo + 8170, 10, stream=7, correlation=c + 2),
+        ]
+    r = analyze(write(tmp_path / "t.json", _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))))
+    top = r.metrics.kernels.blocking_ops[0]
+    assert (top.op, top.call) == ("aten::item", "cudaMemcpy"), r.metrics.kernels.blocking_ops
+    wait = next(b for b in r.metrics.kernels.blocking_ops if b.call == "cudaDeviceSynchronize")
+    assert wait.total_ms > top.total_ms and wait.idle_ms < 0.1 * top.idle_ms
+    steps = r.metrics.kernels.steps
+    assert top.idle_ms / steps > 3.0  # the copy's wait, and the gap it drained up to the next launch
+    f = next(f for f in r.findings if f.cause == "host_sync")
+    assert "`aten::item` -> cudaMemcpy" in f.summary and "the GPU idle" in f.summary, f.summary

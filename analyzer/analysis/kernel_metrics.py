@@ -34,6 +34,8 @@ class BlockingGroup:
     call: str
     total_ms: float
     count: int
+    idle_ms: float = 0.0
+    """GPU idle that ``sync`` owns through these calls (schema.BlockingOp.idle_ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +106,9 @@ class KernelPartial:
     medians: Sketch
     top: dict[str, tuple[float, int]]
     """Per kernel name over the rank's steps: (total ms, count) from the per-step top lists."""
-    blocking: dict[tuple[str, str, str], tuple[float, int]] = field(default_factory=dict)
-    """Per (op, caller, call) over the rank's steps: (total ms, count) from the per-step blocking_ops."""
+    blocking: dict[tuple[str, str, str], tuple[float, int, float]] = field(default_factory=dict)
+    """Per (op, caller, call) over the rank's steps: (total ms, count, GPU idle ms owned) from the per-step
+    blocking_ops."""
     startup_steps: int = 0
     startup_detail: tuple[StartupStep, ...] = ()
     """The rank's first FEW_STEPS steps made mostly of start-up work."""
@@ -189,11 +192,12 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     blocking: dict[tuple[str, str, str], list[float]] = {}
     for st in stats:
         for b in st.blocking_ops:
-            t = blocking.setdefault((b.op, b.caller, b.call), [0.0, 0])
+            t = blocking.setdefault((b.op, b.caller, b.call), [0.0, 0, 0.0])
             t[0] += b.total_ms
             t[1] += b.count
+            t[2] += b.idle_ms
     if len(blocking) > MAX_NAMES_PER_RANK:
-        blocking = dict(sorted(blocking.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
+        blocking = dict(sorted(blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
     startup = _startup_steps(steps, rank, walls, stats)
     return KernelPartial(
         steps=len(texts),
@@ -202,7 +206,7 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
         kernel_count=sum(st.kernel_count for st in stats),
         medians=sketch(medians),
         top={name: (ms, int(count)) for name, (ms, count) in top.items()},
-        blocking={key: (ms, int(count)) for key, (ms, count) in blocking.items()},
+        blocking={key: (ms, int(count), idle) for key, (ms, count, idle) in blocking.items()},
         startup_steps=len(startup),
         startup_detail=tuple(startup[:FEW_STEPS]),
         owned_steps=sum(1 for st in stats if st.owners),
@@ -210,16 +214,22 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     )
 
 
+def _blocking_rank(kv: tuple[tuple[str, str, str], list[float]]) -> tuple[float, float]:
+    """Blocking groups in report order: the GPU idle they own first, then the host time blocked."""
+    return -kv[1][2], -kv[1][0]
+
+
 def _blocking(parts: Sequence[KernelPartial]) -> tuple[BlockingGroup, ...]:
-    """The TOP_BLOCKING blocking-call groups of the ranks together, by time."""
+    """The TOP_BLOCKING blocking-call groups of the ranks together: the GPU idle they own, then host time."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for p in parts:
-        for key, (ms, count) in p.blocking.items():
-            t = groups.setdefault(key, [0.0, 0])
+        for key, (ms, count, idle) in p.blocking.items():
+            t = groups.setdefault(key, [0.0, 0, 0.0])
             t[0] += ms
             t[1] += count
-    top = sorted(groups.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_BLOCKING]
-    return tuple(BlockingGroup(op, caller, call, ms, int(n)) for (op, caller, call), (ms, n) in top)
+            t[2] += idle
+    top = sorted(groups.items(), key=_blocking_rank)[:TOP_BLOCKING]
+    return tuple(BlockingGroup(op, caller, call, ms, int(n), idle) for (op, caller, call), (ms, n, idle) in top)
 
 
 def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> KernelMetrics | None:

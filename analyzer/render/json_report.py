@@ -182,7 +182,14 @@ def _kernels(report: Report) -> dict[str, Any] | None:
         "time_ms": {k.removesuffix("_ms"): _num(v, 3) for k, v in km.totals_ms.items()},
         "top_kernels": [{"name": n, "total_ms": _num(t, 3), "count": c} for n, t, c in km.top_kernels],
         "blocking_ops": [
-            {"op": b.op, "caller": b.caller, "call": b.call, "total_ms": _num(b.total_ms, 3), "count": b.count}
+            {
+                "op": b.op,
+                "caller": b.caller,
+                "call": b.call,
+                "total_ms": _num(b.total_ms, 3),
+                "count": b.count,
+                "gpu_idle_ms": _num(b.idle_ms, 3),
+            }
             for b in km.blocking_ops
         ],
     }

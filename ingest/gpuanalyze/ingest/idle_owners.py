@@ -122,6 +122,7 @@ class IdleOwners:
         hi_all = max(float(x.max()) for x in ends) if ends else 0.0
         segs = (busy.s, busy.e)
         idle = _outside(lo_all, hi_all, segs) if segs[0].size else _EMPTY
+        self._launches = np.empty(0)
         self._owners = self._paint(k, launch, blocking_calls, segs, idle, by_start)
         self._busy = busy
 
@@ -136,6 +137,7 @@ class IdleOwners:
     ) -> dict[str, Clipper]:
         rt = k.runtime
         enqueue = _enqueues(k)
+        self._launches = np.sort(rt.start[enqueue])
         kernel_call = _kernel_calls(k)
         owned: dict[str, _Seg] = {}
         remaining = idle
@@ -172,6 +174,19 @@ class IdleOwners:
         out = {o: c.length(lo, hi) / 1e3 for o, c in self._owners.items()}
         out[""] = max(0.0, (hi - lo) - self._busy.length(lo, hi)) / 1e3
         return out
+
+    def sync_owned_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """The ``sync``-owned idle (ms) each blocking call is answerable for: from its start to the first launch
+        after it returned (the gap it drained), cut at the next call's start so that none is counted twice.
+        ``start`` is sorted; the calls not in it (``.item()`` ops, calls blocking by behaviour) own the rest."""
+        if start.size == 0:
+            return np.empty(0)
+        stop = end.copy()
+        nxt = np.searchsorted(self._launches, end, side="left")
+        has = nxt < self._launches.size
+        stop[has] = np.maximum(end[has], self._launches[nxt[has]])
+        stop[:-1] = np.minimum(stop[:-1], start[1:])
+        return self._owners["sync"].lengths(start, np.maximum(stop, start)) / 1e3
 
     def fields(self, lo: float, hi: float) -> dict[str, float | bool]:
         """The KernelStats fields of [lo, hi)."""

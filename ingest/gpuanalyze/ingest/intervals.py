@@ -78,3 +78,15 @@ class Clipper:
         total -= max(0.0, lo - float(s[i]))
         total -= max(0.0, float(e[j - 1]) - hi)
         return max(0.0, total)
+
+    def lengths(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``length`` of each window [lo[k], hi[k]) at once."""
+        s, e = self.s, self.e
+        if s.size == 0 or lo.size == 0:
+            return np.zeros(lo.size)
+        i = np.searchsorted(e, lo, side="right")
+        j = np.searchsorted(s, hi, side="left")
+        some = (j > i) & (hi > lo)
+        first, last = np.minimum(i, s.size - 1), np.maximum(j - 1, 0)
+        total = self.cum[j] - self.cum[i] - np.maximum(0.0, lo - s[first]) - np.maximum(0.0, e[last] - hi)
+        return np.where(some, np.maximum(total, 0.0), 0.0)

@@ -114,6 +114,11 @@ class StepKernels:
         self.owners = (
             IdleOwners(k, launch_end, sync, self.device_busy, (by_start, start_sorted)) if start.size else None
         )
+        self._b_idle = (
+            self.owners.sync_owned_ms(self._b_start, self._b_start + self._b_dur)
+            if self.owners is not None
+            else np.zeros(self._b_start.size)
+        )
 
     def _gaps(self, by_start: np.ndarray, start_sorted: np.ndarray, launch: np.ndarray, owner: np.ndarray) -> None:
         """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
@@ -157,19 +162,31 @@ class StepKernels:
             self._b_group = group.reshape(-1)
 
     def blocking_ops(self, lo: float, hi: float) -> tuple[BlockingOp, ...]:
-        """The TOP_BLOCKING (op, caller, call) groups with the most blocked host time among the calls that
-        started in [lo, hi)."""
+        """The TOP_BLOCKING (op, caller, call) groups among the calls that started in [lo, hi): those that left
+        the GPU idle longest first (IdleOwners.sync_owned_ms), then by blocked host time (a host waiting on a
+        busy GPU costs no GPU time)."""
         i, j = np.searchsorted(self._b_start, (lo, hi), side="left")
         if i == j:
             return ()
         groups, inverse = np.unique(self._b_group[i:j], return_inverse=True)
-        total = np.bincount(inverse.reshape(-1), weights=self._b_dur[i:j])
-        count = np.bincount(inverse.reshape(-1))
+        inverse = inverse.reshape(-1)
+        total = np.bincount(inverse, weights=self._b_dur[i:j])
+        idle = np.bincount(inverse, weights=self._b_idle[i:j])
+        count = np.bincount(inverse)
         names = self.k.blocking.names
         out = []
-        for g in np.argsort(-total, kind="stable")[:TOP_BLOCKING]:
+        for g in np.lexsort((-total, -idle))[:TOP_BLOCKING]:
             op, caller, call = (names[int(x)][:300] if x >= 0 else "" for x in self._b_keys[groups[g]])
-            out.append(BlockingOp(op=op, caller=caller, call=call, total_ms=float(total[g]) / 1e3, count=int(count[g])))
+            out.append(
+                BlockingOp(
+                    op=op,
+                    caller=caller,
+                    call=call,
+                    total_ms=float(total[g]) / 1e3,
+                    count=int(count[g]),
+                    idle_ms=float(idle[g]),
+                )
+            )
         return tuple(out)
 
     def startup(self, lo: float, hi: float) -> tuple[float, tuple[StartupOp, ...]]:

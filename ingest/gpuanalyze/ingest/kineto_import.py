@@ -63,7 +63,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "8"
+IMPORTER_VERSION = "9"
 
 
 def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:

@@ -106,6 +106,9 @@ class BlockingOp(msgspec.Struct, frozen=True, kw_only=True):
     call: Annotated[str, msgspec.Meta(max_length=1024)]
     total_ms: _Ms
     count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
+    idle_ms: _Ms = 0.0
+    """GPU idle owned by ``sync`` while the host sat in these calls or drained the queue through them (the
+    idle-owner pass); 0 where the trace has no GPU timeline."""
 
 
 class StartupOp(msgspec.Struct, frozen=True, kw_only=True):
