@@ -117,7 +117,7 @@ class DataLoading(Rule):
             share=share,
             consistency=ctx.m.consistency(S.DATA_WAIT_MS, T.DATA_WAIT_MODERATE.value),
             evidence_steps=ctx.m.steps,
-            summary=f"The training loop waits for the next batch {wait}{share:.0%} of the time "
+            summary=f"The {ctx.loop} waits for the next batch {wait}{share:.0%} of the time "
             f"({data:.2f} ms of a {ctx.wall:.2f} ms step on average).",
         )
 

@@ -175,7 +175,7 @@ def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
         consistency=1.0,
         evidence_steps=km.steps,
         summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) is host work before the step's first kernel, "
-        "outside DataLoader waits, while the GPU has nothing to run: input preprocessing in the training loop.",
+        f"outside DataLoader waits, while the GPU has nothing to run: input preprocessing in the {ctx.loop}.",
     )
 
 

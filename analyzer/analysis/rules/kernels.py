@@ -212,8 +212,8 @@ class Kernels(Rule):
                     "memory-efficient SDPA backends; attn_implementation='sdpa' in Hugging Face models)."
                 )
             recs.append(
-                "Fuse memory-bound elementwise/normalisation chains with torch.compile(model); use fused "
-                "optimizers (e.g. AdamW(fused=True))."
+                "Fuse memory-bound elementwise/normalisation chains with torch.compile(model)"
+                + ("." if ctx.forward_only else "; use fused optimizers (e.g. AdamW(fused=True)).")
             )
         if not measured:
             recs.append(
@@ -233,15 +233,19 @@ def precision_advice(ctx: Context) -> list[str]:
                 f"This GPU has no tensor cores ({where}; {tc.source}): fp32 matmul time stays; a GPU from Volta "
                 "(sm70) on runs it in fp16 on tensor cores."
             ]
+        scaled = (
+            "around the forward (no GradScaler: nothing is backpropagated)"
+            if ctx.forward_only
+            else "around forward and loss, with torch.amp.GradScaler('cuda') scaling the loss "
+            "(scaler.scale(loss).backward(); scaler.step(opt); scaler.update())"
+        )
         return [
-            "Run matmuls and convolutions on tensor cores in fp16: torch.autocast('cuda', dtype=torch.float16) "
-            "around forward and loss, with torch.amp.GradScaler('cuda') scaling the loss "
-            f"(scaler.scale(loss).backward(); scaler.step(opt); scaler.update()). {tc.generation} tensor cores "
-            f"run fp16, not bf16 or TF32 ({where}; {tc.source}).",
+            f"Run matmuls and convolutions on tensor cores in fp16: torch.autocast('cuda', dtype=torch.float16) "
+            f"{scaled}. {tc.generation} tensor cores run fp16, not bf16 or TF32 ({where}; {tc.source}).",
         ]
     recs = [
         "Run matmuls and convolutions on tensor cores: torch.autocast('cuda', dtype=torch.bfloat16) around "
-        "forward and loss.",
+        + ("the forward." if ctx.forward_only else "forward and loss."),
         "Allow TF32 for the fp32 matmuls that remain: torch.set_float32_matmul_precision('high') and "
         "torch.backends.cudnn.allow_tf32 = True.",
     ]
@@ -251,7 +255,9 @@ def precision_advice(ctx: Context) -> list[str]:
         if tc.fp8:
             recs.append(
                 f"After bf16, large linear layers can run in FP8 on {tc.generation} tensor cores with NVIDIA "
-                "Transformer Engine (te.Linear under te.fp8_autocast); check the loss curve against bf16."
+                "Transformer Engine (te.Linear under te.fp8_autocast); check "
+                + ("the outputs' accuracy" if ctx.forward_only else "the loss curve")
+                + " against bf16."
             )
     return recs
 

@@ -77,6 +77,11 @@ class Context:
         return self.run.source is not None and not backward and not optimizer
 
     @property
+    def loop(self) -> str:
+        """The recorded loop in words: 'inference loop' for a forward-only trace, else 'training loop'."""
+        return "inference loop" if self.forward_only else "training loop"
+
+    @property
     def busy(self) -> float:
         """Mean GPU-busy ms per step (0 without GPU timings)."""
         return self.m.busy_mean_ms or 0.0

@@ -144,7 +144,8 @@ class Sync(Rule):
                 share=clamp(share),
                 consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value),
                 evidence_steps=m.steps,
-                summary=f"Waiting: the ranks wait for the gradient all-reduce {host:.0%} of the step (no rank is "
+                summary=f"Waiting: the ranks wait for the {'' if ctx.forward_only else 'gradient '}all-reduce "
+                f"{host:.0%} of the step (no rank is "
                 "a straggler: the collective itself takes the time).",
             )
         cause = (_owner_cause(ctx) or "host_sync") if host_first else "exposed_communication"
