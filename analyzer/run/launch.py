@@ -38,7 +38,6 @@ class Finished:
     returncode: int
     """The child's exit status; negative: killed by that signal (as subprocess reports it)."""
     out_dir: Path
-    run_id: str
     traces: tuple[Path, ...]
     """One file per recorded process group: a single-process trace, or one rank file of a multi-rank run."""
 
@@ -103,7 +102,7 @@ def run_command(command: list[str], options: ProfileOptions, out_dir: Path) -> F
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     with _forwarding_signals(child):
         returncode = child.wait()
-    return Finished(returncode=returncode, out_dir=out_dir, run_id=run_id, traces=tuple(traces_of(out_dir, run_id)))
+    return Finished(returncode=returncode, out_dir=out_dir, traces=tuple(traces_of(out_dir, run_id)))
 
 
 def traces_of(out_dir: Path, run_id: str) -> list[Path]:
