@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuanalyze.ingest.name_table import NamedEvents, NameTable
+from gpuanalyze.ingest.name_table import HostIntervals, NamedEvents, NameTable
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
@@ -49,12 +49,10 @@ class BlockingCalls(NamedEvents):
 
 
 @dataclass(frozen=True, slots=True)
-class HostOps(NamedEvents):
+class HostOps(HostIntervals):
     """CPU ops (``cpu_op`` events, nested ones too) with their thread and interned name."""
 
     DTYPES = (np.float64, np.float64, np.int64, np.int32)
-    start: np.ndarray
-    end: np.ndarray
     tid: np.ndarray
     name: np.ndarray
     names: tuple[str, ...]

@@ -7,6 +7,7 @@ A hostile trace may name every event differently: past ``limit`` distinct names,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar, Self
 
 import numpy as np
@@ -49,3 +50,11 @@ class NamedEvents:
     def empty(cls) -> Self:
         make: Callable[..., Self] = cls  # the dataclass's fields: the arrays, then names
         return make(*(np.empty(0, dtype) for dtype in cls.DTYPES), ())
+
+
+@dataclass(frozen=True, slots=True)
+class HostIntervals(NamedEvents):
+    """Events on the host's clock: where each starts and ends (microseconds)."""
+
+    start: np.ndarray
+    end: np.ndarray
