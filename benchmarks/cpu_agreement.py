@@ -7,7 +7,7 @@ float32) against numpy's ``np.copyto`` on arrays of the same size, and its fp32 
 BLAS, 1024^3) against ``torch.matmul`` on the same shape. Best against best (the machine is
 shared: the fastest repeat is the least disturbed one). Prints each rate and the ratio ours /
 reference; the expectation is a ratio near 1 (0.5-2 on a noisy machine). These were unit tests
-once; timings are not tests (issue 13), so they live here.
+once; timings are not tests, so they live here.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ functional cases: a read-only directory, a lock file left by another user in a d
 a holder killed without releasing, and a file system without flock (simulated: ``fcntl.flock``
 raising ENOSYS / ENOLCK). filelock locks ``ceilings.json.lock`` beside the file, with the same
 timeout and poll interval; each acquire makes a new lock object, as a bench process would.
-issue 21 asks to keep our lock only where this says it wins.
+Our lock is kept only where this says it wins.
 """
 
 from __future__ import annotations

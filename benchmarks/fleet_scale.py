@@ -1,8 +1,8 @@
 """`gpuanalyze fleet` over many runs: time and peak memory (driver and workers).
 
-    python benchmarks/fleet_scale.py                      # 1,000 synthetic runs (the issue's goal)
+    python benchmarks/fleet_scale.py                      # 1,000 synthetic runs (the goal)
     python benchmarks/fleet_scale.py --runs 200 --workers 2 --engine ray
-    python benchmarks/fleet_scale.py --runs 500 --steps 30 --dir /tmp/fleet500   # 500 tiny runs (issue 30: <= 10 s)
+    python benchmarks/fleet_scale.py --runs 500 --steps 30 --dir /tmp/fleet500   # 500 tiny runs (goal: <= 10 s)
 
 Generates --runs synthetic runs into --dir (kept and reused) with tests/scale_fixtures.py: nine in
 ten are one rank, one in ten a directory of 4 ranks with a straggler, one in a hundred a broken

@@ -1,4 +1,4 @@
-"""Time per input of the hostile corpus (issue 20): every reading command on every input, as the slow
+"""Time per input of the hostile corpus: every reading command on every input, as the slow
 test runs them (one process per input, under the same address-space cap), one input at a time so
 the figures do not share the CPU.
 

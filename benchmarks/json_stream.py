@@ -7,7 +7,7 @@ Both read the same gzip-compressed Kineto trace from disk and produce every elem
 batches, the importer's own decoder), ijson as Python dicts of every field
 (``ijson.items(fh, "traceEvents.item")``, its fastest backend). Prints the best time of each per
 trace and the ratio, alternating the order each round (the machine is shared). Default traces: the
-real ones in ../shared/external_traces. issue 21 asks to keep our cutter only where this says it wins.
+real ones in ../shared/external_traces. Our cutter is kept only where this says it wins.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""How long `gpuanalyze DIR` takes on a directory of thousands of tiny rank files (issue 20, item 6).
+"""How long `gpuanalyze DIR` takes on a directory of thousands of tiny rank files.
 
 `python benchmarks/many_ranks.py [N]` writes N (default 3000) two-step Kineto rank files (~800
 bytes of JSON each, compact) to a temporary directory, then times `gpuanalyze DIR --json` in a
 fresh process, once cold (every import made and cached) and once warm (the imports reused), and
 prints both (wall and CPU time: the machine may be shared; the load average is printed) with the
-peak RSS. The claim (issue 30): 3,000 files in under 15 s on the 2-core CI machine.
+peak RSS. The claim: 3,000 files in under 15 s on the 2-core CI machine.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Out-of-core analysis of a large multi-rank run: time and peak memory, and the ratio to the in-memory path.
 
-    python benchmarks/scale_ranks.py                          # 1,024 ranks x 100,000 steps (the issue's goal)
+    python benchmarks/scale_ranks.py                          # 1,024 ranks x 100,000 steps (the goal)
     python benchmarks/scale_ranks.py --ranks 256 --steps 10000 --compare   # both paths, side by side
 
 Generates one gpuanalyze trace per rank (tests/scale_fixtures.py: every step lasts as long as the
@@ -24,7 +24,7 @@ process so peak RSS (VmHWM) is the analysis's own:
 
 Prints the load average (`uptime`) and the CPU seconds (the analysis process and its workers) next to
 every timing: the machine is shared, and CPU time says less about the other users' load than the wall
-clock. Goal (issue 21 item 8): <= 30 s and <= 1 GiB peak RSS with the workers at 1,024 x 100,000 on the
+clock. Goal: <= 30 s and <= 1 GiB peak RSS with the workers at 1,024 x 100,000 on the
 2-core machine, same verdict and stragglers as in memory.
 """
 
@@ -274,7 +274,7 @@ def main() -> None:
             f"out of core: {same(st['quantiles'], ooc['quantiles']) and same(st['means'], ooc['means'])}"
         )
     ok = ooc["seconds"] <= 30 and ooc["tree_peak_mib"] <= 1024
-    print(f"goal (issue 21 item 8: <= 30 s, <= 1 GiB with workers, on 2 cores): {'met' if ok else 'NOT met'}")
+    print(f"goal (<= 30 s, <= 1 GiB with workers, on 2 cores): {'met' if ok else 'NOT met'}")
 
 
 if __name__ == "__main__":

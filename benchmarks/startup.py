@@ -2,7 +2,7 @@
 
     python benchmarks/startup.py [--runs 15]
 
-Goals (issue 13): `gpuanalyze --version` and `gpuanalyze memory ...` within 1.5x of
+Goals: `gpuanalyze --version` and `gpuanalyze memory ...` within 1.5x of
 `python -c "import typer, rich.console"`; `gpuanalyze TRACE` on a small .arrow file within 2x of
 `python -c "import polars, pyarrow"`. Each command runs --runs times, interleaved so load changes
 hit all of them alike; the minimum of each is compared (the least disturbed run).

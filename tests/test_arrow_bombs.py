@@ -1,4 +1,4 @@
-"""Arrow traces are checked before they are decoded (issue 20, item 3): null-typed columns of a huge
+"""Arrow traces are checked before they are decoded: null-typed columns of a huge
 declared length, dictionary-encoded shared values, run-end-encoded and view columns, and zstd/LZ4
 bodies that expand beyond the ratio guard are refused with one line; compressed traces of honest
 size still read."""

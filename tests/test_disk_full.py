@@ -1,4 +1,4 @@
-"""A trace cut short by a full disk says so (issue 20, item 8): not "killed or crashed"."""
+"""A trace cut short by a full disk says so: not "killed or crashed"."""
 
 from __future__ import annotations
 

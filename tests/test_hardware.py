@@ -35,7 +35,7 @@ def test_lookup_by_cuda_device_name(device, name):
     assert lookup(device).name == name
 
 
-def test_datasheet_numbers_quoted_in_the_issue():
+def test_datasheet_numbers_of_h100_h200_rtx4090_and_pcie():
     h100, h200, rtx4090 = lookup("H100 SXM"), lookup("NVIDIA H200"), lookup("RTX 4090")
     assert (h100.memory_bw_gbps, h100.peak_tflops("bfloat16")) == (3350, 989)
     assert (h200.memory_gb, h200.memory_bw_gbps) == (141, 4800)

@@ -1,4 +1,4 @@
-"""The hostile corpus extended to the commands added since (issue 30): `fleet` over hostile names,
+"""The hostile corpus extended to the commands added since it was written: `fleet` over hostile names,
 trees and metadata (and its CSV), `compare --fail-if-slower`, `--log`, `run --try` and `run --out`
 with hostile names; and every command from an empty HOME (HOME and XDG_* at an empty directory).
 Same promise as tests/test_hostile_corpus.py: a sane exit, never a traceback, no raw control or

@@ -1,4 +1,4 @@
-"""Strings from traces, configs and paths never control the terminal or the page (issue 15, item 1)."""
+"""Strings from traces, configs and paths never control the terminal or the page."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Thousands of tiny rank files are read once, by the pool (issue 20, item 6; the time figure is
+"""Thousands of tiny rank files are read once, by the pool (the time figure is
 benchmarks/many_ranks.py's: 3,000 files took 96 s, now under 30 s on the 2-core machine)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kernel names are matched in linear time and bounded at import (issue 20, items 2 and 8)."""
+"""Kernel names are matched in linear time and bounded at import."""
 
 from __future__ import annotations
 

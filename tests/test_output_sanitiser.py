@@ -1,4 +1,4 @@
-"""Every printed or rendered string goes through the one sanitiser (issue 20, items 1 and 7): `watch`
+"""Every printed or rendered string goes through the one sanitiser: `watch`
 and `import DIR` print trace-supplied text only through analyzer.render.safe, invisible format
 characters are escaped, and no f-string in the render or CLI code sends an untrusted value to the
 terminal without it (an AST scan: a new output path that bypasses clean() fails here)."""

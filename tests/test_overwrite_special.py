@@ -1,4 +1,4 @@
-"""`profile(out=..., overwrite=True)` replaces only a regular file (issue 20, item 4): a FIFO, socket,
+"""`profile(out=..., overwrite=True)` replaces only a regular file: a FIFO, socket,
 device node, link or directory at ``out`` is left as it is and the trace goes to the next free name."""
 
 from __future__ import annotations

@@ -369,7 +369,7 @@ def test_trace_directory_removed_mid_run_does_not_stop_training(tmp_path):
     assert_no_hooks_left(model)
 
 
-# -- training-side edges (issue 15, item 7) -------------------------------------------------------
+# -- training-side edges --------------------------------------------------------------------------
 
 
 def train_accumulating(model, opt, loader, every):

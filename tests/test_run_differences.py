@@ -1,4 +1,4 @@
-"""`compare` says when two traces are two different jobs (issue 20, item 8), not one job's before/after."""
+"""`compare` says when two traces are two different jobs, not one job's before/after."""
 
 from __future__ import annotations
 

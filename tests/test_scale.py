@@ -223,7 +223,7 @@ def test_a_directory_of_only_unreadable_files_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_64_ranks_by_2000_steps_on_the_process_pool(tmp_path):
-    """The issue's equality size, on two worker processes (the local engine's pool)."""
+    """64 ranks x 2,000 steps, analysed equally on two worker processes (the local engine's pool)."""
     write_ranks(tmp_path, 64, 2000, stragglers={7: ("forward", 4.0), 21: ("other", 5.0), 40: ("data", 3.0)})
     got = _check(tmp_path, workers=2)
     named = [(s.rank, s.phase) for s in got.metrics.distributed.stragglers]

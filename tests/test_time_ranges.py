@@ -1,5 +1,5 @@
-"""Every timestamp is range-checked at the reader, so every command sees the same valid rows (issue
-20, item 5): step starts at ±2**63 made `export --chrome-trace` drop every event (and exit 0) and
+"""Every timestamp is range-checked at the reader, so every command sees the same valid rows:
+step starts at ±2**63 made `export --chrome-trace` drop every event (and exit 0) and
 `watch` show 584 years elapsed."""
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ from analyzer.analysis.steady import SteadyState
 
 @dataclass(frozen=True, slots=True)
 class Judged:
+    """The verdict, its stability over resamples, and the notes that go with them."""
+
     verdict: Verdict
     stability: Stability
-    steady: SteadyState
     notes: tuple[str, ...]
 
 
@@ -77,14 +78,14 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
         verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
     contended = contention(ctx.host, ctx.run)
     if contended is None:
-        return Judged(verdict, stab, steady, _notes(steady))
+        return Judged(verdict, stab, _notes(steady))
     # a contended host is evidence about every verdict, "healthy" included (its twin may be 3x faster)
     conf = contended_confidence(verdict.confidence)
     ranked = verdict.findings
     if ranked and ranked[0].confidence == verdict.confidence:
         ranked = (dataclasses.replace(ranked[0], confidence=conf), *ranked[1:])
     verdict = Verdict(verdict.bottleneck, conf, ranked, verdict.health)
-    return Judged(verdict, stab, steady, (contended.line(), *_notes(steady)))
+    return Judged(verdict, stab, (contended.line(), *_notes(steady)))
 
 
 def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:

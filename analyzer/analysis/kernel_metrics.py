@@ -64,7 +64,9 @@ class StepOwners:
 
 
 @dataclass(frozen=True, slots=True)
-class KernelMetrics:
+class KernelSums:
+    """What one rank's partial and the run's metrics both hold: sums over steps with kernel statistics."""
+
     steps: int
     """Analysed steps with kernel statistics (sampled windows or an imported trace)."""
     totals_ms: dict[str, float]
@@ -72,6 +74,12 @@ class KernelMetrics:
     wall_ms: float
     """Wall time of those steps."""
     kernel_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class KernelMetrics(KernelSums):
+    """The run's kernel statistics: its ranks' partials combined (``combine_kernels``)."""
+
     kernel_median_us: float | None
     top_kernels: tuple[tuple[str, float, int], ...]
     """(name, total ms, count), most time first."""
@@ -96,13 +104,9 @@ class KernelMetrics:
 
 
 @dataclass(frozen=True, slots=True)
-class KernelPartial:
+class KernelPartial(KernelSums):
     """One rank's kernel statistics, summed."""
 
-    steps: int
-    totals_ms: dict[str, float]
-    wall_ms: float
-    kernel_count: int
     medians: Sketch
     top: dict[str, tuple[float, int]]
     """Per kernel name over the rank's steps: (total ms, count) from the per-step top lists."""

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.notify import warn
@@ -149,3 +149,35 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - the run is over; say it once
             warn(f"gpuanalyze: could not analyse {path} ({type(exc).__name__}: {exc})")
             return None
+
+
+class SessionCallback:
+    """What both callbacks are made of: their options, checked when the callback is made, the ``Session``
+    the framework's hooks drive, ``report`` and ``path``. A callback names its ``RECORDER`` and ``LOGGER``."""
+
+    RECORDER: ClassVar[str]
+    LOGGER: ClassVar[logging.Logger]
+
+    def __init__(
+        self,
+        out: str | Path = "trace.arrow",
+        *,
+        report: bool = True,
+        log_to: str | Iterable[str] | None = None,
+        **profile_options: Any,
+    ) -> None:
+        super().__init__()
+        self._session = Session(
+            make_options(out, profile_options),
+            recorder=self.RECORDER,
+            logger=self.LOGGER,
+            report=report,
+            log_to=make_log_to(log_to),
+        )
+        self.path: Path | None = None
+        """The trace file of the last training run on this process (set when it ends)."""
+
+    @property
+    def report(self) -> Report | None:
+        """The analysis of the last training run (None before it ends, or when nothing was recorded)."""
+        return self._session.report

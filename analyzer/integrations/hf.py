@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     from transformers import Trainer, TrainerCallback
@@ -26,43 +24,21 @@ except ImportError as _missing:  # pragma: no cover - exercised by a test that h
         "analyzer.integrations.hf needs Hugging Face transformers: pip install 'gpuanalyze[hf]'"
     ) from _missing
 
-from analyzer.integrations._session import Session, make_log_to, make_options
-
-if TYPE_CHECKING:
-    from analyzer.planning.outcome import Report
+from analyzer.integrations._session import SessionCallback
 
 _log = hf_logging.get_logger("transformers.trainer")
 
 
-class GpuAnalyzeCallback(TrainerCallback):
+class GpuAnalyzeCallback(SessionCallback, TrainerCallback):
     """Profile ``trainer.train()`` into ``out`` (each rank: ``<stem>.rank<N><suffix>``); ``profile_options``
     are ``analyzer.profile``'s options; ``report=False`` skips printing the report;
     ``log_to="mlflow"``, ``"wandb"`` or both also logs the verdict and the HTML report there (docs/trackers.md)."""
 
-    def __init__(
-        self,
-        out: str | Path = "trace.arrow",
-        *,
-        report: bool = True,
-        log_to: str | Iterable[str] | None = None,
-        **profile_options: Any,
-    ) -> None:
-        self._session = Session(
-            make_options(out, profile_options),
-            recorder="transformers",
-            logger=_log,
-            report=report,
-            log_to=make_log_to(log_to),
-        )
-        self._trainer: Any = None
-        self._evaluating = False
-        self.path: Path | None = None
-        """The trace file of the last train() on this process (set when it ends)."""
-
-    @property
-    def report(self) -> Report | None:
-        """The analysis of the last train() (None before it ends, or when nothing was recorded)."""
-        return self._session.report
+    RECORDER = "transformers"
+    LOGGER = _log
+    _trainer: Any = None
+    """The Trainer this callback was made for (found on the stack when it is created)."""
+    _evaluating = False
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = _calling_trainer()

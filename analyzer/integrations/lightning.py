@@ -11,8 +11,6 @@ loggers) and the report printed on global rank 0. Needs ``pip install 'gpuanalyz
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -22,7 +20,7 @@ except ImportError as _missing:  # pragma: no cover - exercised by a test that h
         "analyzer.integrations.lightning needs Lightning: pip install 'gpuanalyze[lightning]'"
     ) from _missing
 
-from analyzer.integrations._session import Session, make_log_to, make_options
+from analyzer.integrations._session import SessionCallback
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
@@ -30,35 +28,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger("lightning.pytorch.callbacks.gpuanalyze")
 
 
-class GpuAnalyzeCallback(pl.Callback):
+class GpuAnalyzeCallback(SessionCallback, pl.Callback):
     """Profile ``trainer.fit`` into ``out`` (each rank: ``<stem>.rank<N><suffix>``); ``profile_options``
     are ``analyzer.profile``'s options; ``report=False`` skips printing the report;
     ``log_to="mlflow"``, ``"wandb"`` or both also logs the verdict and the HTML report there (docs/trackers.md)."""
 
-    def __init__(
-        self,
-        out: str | Path = "trace.arrow",
-        *,
-        report: bool = True,
-        log_to: str | Iterable[str] | None = None,
-        **profile_options: Any,
-    ) -> None:
-        super().__init__()
-        self._session = Session(
-            make_options(out, profile_options),
-            recorder="lightning",
-            logger=_log,
-            report=report,
-            log_to=make_log_to(log_to),
-        )
-        self._last_step = 0
-        self.path: Path | None = None
-        """The trace file of the last fit on this rank (set when the fit ends)."""
-
-    @property
-    def report(self) -> Report | None:
-        """The analysis of the last fit (None before it ends, or when nothing was recorded)."""
-        return self._session.report
+    RECORDER = "lightning"
+    LOGGER = _log
+    _last_step = 0
+    """The trainer's global step when the last step row was written."""
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_step = trainer.global_step

@@ -275,7 +275,7 @@ def cost_tables(report: Report, comparison: Comparison | None) -> str:
     if c is not None:
         out += facts(
             [
-                ("run", f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h"),
+                ("run", words.run_length(c)),
                 (
                     "GPU time" if words.accelerated(report) else "CPU time",
                     h(words.device_hours(report, c.gpu_hours, c.gpus)),

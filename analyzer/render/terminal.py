@@ -110,13 +110,7 @@ def _header(report: Report) -> RenderableType:
         c = report.cost
         usd = "" if c.per_run_usd is None else f" = {words.usd(c.per_run_usd)} per run"
         rows.append(
-            (
-                "run cost",
-                Text(
-                    f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h = "
-                    f"{clean(words.device_hours(report, c.gpu_hours, c.gpus))}{usd}"
-                ),
-            )
+            ("run cost", Text(clean(f"{words.run_length(c)} = {words.device_hours(report, c.gpu_hours, c.gpus)}{usd}")))
         )
     if report.mfu is not None:
         u = report.mfu
@@ -138,25 +132,22 @@ def _header(report: Report) -> RenderableType:
 
 def host_line(h: HostFacts) -> str:
     """One line of what the system sampler saw: cores, load, CPU, memory, GPU telemetry."""
-    parts = [f"{h.cores_available:g} cores available, {h.cores_free:.1f} free"]
-    if h.load_avg is not None:
-        parts.append(f"load {h.load_avg:.1f}")
-    if h.cpu_util_pct is not None:
-        parts.append(f"CPU {h.cpu_util_pct:.0f}%")
-    if h.rss_bytes is not None:
-        parts.append(f"RSS {h.rss_bytes / 2**30:.1f} GiB")
-    gpu = []
-    if h.gpu_util_pct is not None:
-        gpu.append(f"{h.gpu_util_pct:.0f}%")
-    if h.gpu_power_w is not None:
-        gpu.append(f"{h.gpu_power_w:.0f} W")
-    if h.gpu_temp_c is not None:
-        gpu.append(f"{h.gpu_temp_c:.0f} C")
+    rss_gib = None if h.rss_bytes is None else h.rss_bytes / 2**30
+    parts = [
+        f"{h.cores_available:g} cores available, {h.cores_free:.1f} free",
+        *_known(("load {:.1f}", h.load_avg), ("CPU {:.0f}%", h.cpu_util_pct), ("RSS {:.1f} GiB", rss_gib)),
+    ]
+    gpu = _known(("{:.0f}%", h.gpu_util_pct), ("{:.0f} W", h.gpu_power_w), ("{:.0f} C", h.gpu_temp_c))
     if gpu:
         parts.append("GPU " + ", ".join(gpu))
     if h.oversubscribed:
         parts.append("oversubscribed")
     return "; ".join(parts)
+
+
+def _known(*facts: tuple[str, float | None]) -> list[str]:
+    """Each (format, value) written, in order, where the value was measured."""
+    return [form.format(value) for form, value in facts if value is not None]
 
 
 def _finding(i: int, f: Finding, report: Report) -> RenderableType:
@@ -171,18 +162,7 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
         ("rule", text(p.rule, style="dim")),
     ]
     if f.savings is not None:
-        s = f.savings
-        usd = "" if s.usd_per_run is None else f", {words.usd(s.usd_per_run)}"
-        rows.append(
-            (
-                "saves",
-                Text(
-                    f"~{s.hours_per_run:,.2f} h ({clean(words.device_hours(report, s.gpu_hours_per_run))}{usd})"
-                    " per run",
-                    "bold cyan",
-                ),
-            )
-        )
+        rows.append(("saves", Text(clean(words.saves(report, f.savings)), "bold cyan")))
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
     trial = settling_trial(report) if i == 1 else trial_of(f, report.metrics.batch_samples) if wide(f) else None

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from analyzer.analysis.findings import Confidence, Evidence, Projection
+from analyzer.analysis.findings import Confidence, Evidence, Projection, Savings
 from analyzer.analysis.thresholds import WIDE_RANGE
+from analyzer.planning.cost import RunCost
 from analyzer.planning.outcome import Report
 from gpuanalyze.ingest import schema as S
 
@@ -175,3 +176,14 @@ def stability(report: Report) -> str | None:
 
 def usd(x: float | None) -> str:
     return "n/a" if x is None else f"${x:,.2f}"
+
+
+def run_length(c: RunCost) -> str:
+    """How long a completed run takes: ``N steps x T ms = H h``."""
+    return f"{c.steps_per_run:,.0f} steps x {c.step_time_s * 1e3:.2f} ms = {c.hours_per_run:,.2f} h"
+
+
+def saves(report: Report, s: Savings) -> str:
+    """What a fix saves per completed run: ``~H h (G GPU-h, $U) per run``."""
+    price = "" if s.usd_per_run is None else f", {usd(s.usd_per_run)}"
+    return f"~{s.hours_per_run:,.2f} h ({device_hours(report, s.gpu_hours_per_run)}{price}) per run"

@@ -116,16 +116,10 @@ def _arm() -> None:
 
 def _make_out_dir(directory: Path) -> None:
     """The traces' directory (set by a scheduler, it may not exist yet); never its parents."""
-    from analyzer.errors import GpuAnalyzeError
+    from analyzer.run.launch import create_dir
 
-    if directory.is_dir():
-        return
-    try:
-        directory.mkdir()
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise GpuAnalyzeError(f"cannot create GPUANALYZE_OUT={directory} ({exc.strerror})") from exc
+    if not directory.is_dir():
+        create_dir(directory, f"GPUANALYZE_OUT={directory}")
 
 
 def _finish() -> None:

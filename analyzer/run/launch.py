@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.profile_options import ProfileOptions
@@ -37,7 +38,6 @@ class Finished:
     returncode: int
     """The child's exit status; negative: killed by that signal (as subprocess reports it)."""
     out_dir: Path
-    run_id: str
     traces: tuple[Path, ...]
     """One file per recorded process group: a single-process trace, or one rank file of a multi-rank run."""
 
@@ -56,12 +56,19 @@ def prepare_out_dir(out_dir: Path) -> tuple[Path, bool]:
         raise GpuAnalyzeError(
             f"{out_dir.parent}: no such directory (create it first; gpuanalyze does not create directories)"
         )
-    created = not out_dir.exists()
+    return out_dir.resolve(), create_dir(out_dir)
+
+
+def create_dir(path: Path, shown: str | None = None) -> bool:
+    """Create ``path`` (never its parents): True when this call made it, False when it was there already.
+    Raises GpuAnalyzeError ``cannot create SHOWN (why)`` when it cannot (``shown``: the path, by default)."""
     try:
-        out_dir.mkdir(exist_ok=True)
+        path.mkdir()
+    except FileExistsError:
+        return False
     except OSError as exc:
-        raise GpuAnalyzeError(f"cannot create {out_dir} ({exc.strerror})") from exc
-    return out_dir.resolve(), created
+        raise GpuAnalyzeError(f"cannot create {path if shown is None else shown} ({exc.strerror})") from exc
+    return True
 
 
 def child_env(options: ProfileOptions, out_dir: Path, run_id: str) -> dict[str, str]:
@@ -95,7 +102,7 @@ def run_command(command: list[str], options: ProfileOptions, out_dir: Path) -> F
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     with _forwarding_signals(child):
         returncode = child.wait()
-    return Finished(returncode=returncode, out_dir=out_dir, run_id=run_id, traces=tuple(traces_of(out_dir, run_id)))
+    return Finished(returncode=returncode, out_dir=out_dir, traces=tuple(traces_of(out_dir, run_id)))
 
 
 def traces_of(out_dir: Path, run_id: str) -> list[Path]:
@@ -123,15 +130,22 @@ def _forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
-    saved = {}
-    for signum in (*_ALWAYS, *_FROM_TERMINAL):
+    with signals_handled((*_ALWAYS, *_FROM_TERMINAL), forward):
+        yield
+
+
+@contextlib.contextmanager
+def signals_handled(signums: Iterable[int], handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """``handler`` for each of ``signums`` this thread may set, and the previous handlers back afterwards."""
+    saved: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+    for signum in signums:
         with contextlib.suppress(OSError, ValueError):
-            saved[signum] = signal.signal(signum, forward)
+            saved[signum] = signal.signal(signum, handler)
     try:
         yield
     finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
 
 
 def _in_terminal_foreground() -> bool:

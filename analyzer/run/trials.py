@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -30,7 +30,7 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.run import trial_env, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
-from analyzer.run.launch import child_env, prepare_out_dir, traces_of
+from analyzer.run.launch import child_env, create_dir, prepare_out_dir, signals_handled, traces_of
 from analyzer.run.trial_env import TrialSetting
 from analyzer.run.trial_measure import Baselines, Measured, beyond_noise, comparable_ms, measure
 from analyzer.run.try_options import TryOptions
@@ -314,15 +314,8 @@ def _forwarding_signals(stop: _Stop) -> Iterator[None]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signum)
 
-    saved: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        with contextlib.suppress(OSError, ValueError):
-            saved[signum] = signal.signal(signum, forward)
-    try:
+    with signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), forward):
         yield
-    finally:
-        for saved_signum, handler in saved.items():
-            signal.signal(saved_signum, handler)
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> int:
@@ -342,13 +335,8 @@ def _new_dir(out_dir: Path, index: int, slug: str) -> Path:
     base = f"trial-{index}-{slug}"
     for n in range(1000):
         path = out_dir / (base if n == 0 else f"{base}-{n}")
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise GpuAnalyzeError(f"cannot create {path} ({exc.strerror})") from exc
-        return path
+        if create_dir(path):
+            return path
     raise GpuAnalyzeError(f"{out_dir}: too many {base}-N directories; choose another --out")
 
 

@@ -47,7 +47,7 @@ from gpuanalyze.ingest.read_ahead import read_ahead
 from gpuanalyze.ingest.reader import Trace, load_trace
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.stream import ReadLimits
-from gpuanalyze.ingest.trace_info import TraceInfo
+from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
 
 #: Tag (in the trace's tags metadata) recording where an imported file came from.
 PROVENANCE = "gpuanalyze.import"
@@ -289,20 +289,11 @@ def _from_columns(job: FileJob, cols: TraceColumns, arrow: str) -> FileResult:
 
 
 def _result(job: FileJob, src: TraceInfo, per_rank: dict[int, Rows]) -> FileResult:
-    """The FileResult fields both readers fill alike: the file's metadata and its ranks' partials."""
+    """The FileResult fields both readers fill alike: the file's metadata (TraceInfo's fields but its path,
+    which ``source`` names) and its ranks' partials."""
     partials, alt_skip, alt_partials = _reduced(job, per_rank)
-    return FileResult(
-        source=job.source,
-        partials=partials,
-        run=src.run,
-        tags=src.tags,
-        version=src.version,
-        complete=src.complete,
-        end=src.end,
-        notes=src.notes,
-        alt_skip=alt_skip,
-        alt_partials=alt_partials,
-    )
+    meta = {name: value for name, value in info_fields(src).items() if name != "path"}
+    return FileResult(source=job.source, partials=partials, alt_skip=alt_skip, alt_partials=alt_partials, **meta)
 
 
 def _from_trace(job: FileJob, trace: Trace, arrow: str | None, *, reused: bool, imported: bool) -> FileResult:

@@ -1,4 +1,4 @@
-"""Round 3 of the hostile corpus (issue 20): Arrow encodings that decode to far more than the file
+"""Hostile Arrow and naming inputs: Arrow encodings that decode to far more than the file
 holds (null-typed columns of a huge length, dictionaries sharing one large value, run-end encoding,
 views, zstd and LZ4 bodies, huge metadata), names that made matching quadratic or hide text, out of
 range timestamps, and a directory of thousands of ranks."""

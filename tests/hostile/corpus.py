@@ -115,7 +115,7 @@ def _many_events_gz(path: Path, n: int) -> Path:
 
 
 ANALYZE = (("{}",), ("{}", "--json"))
-#: Every command that reads a trace (issue 20): ``{out}`` becomes a fresh path in an empty directory,
+#: Every command that reads a trace: ``{out}`` becomes a fresh path in an empty directory,
 #: ``{import_out}`` a fresh .arrow path for a file or an empty directory for a directory; `watch` is
 #: stopped as Ctrl-C would after a few seconds (tests/hostile/run_case.py).
 READING = (

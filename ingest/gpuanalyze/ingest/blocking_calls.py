@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuanalyze.ingest.name_table import NameTable
+from gpuanalyze.ingest.name_table import HostIntervals, NamedEvents, NameTable
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
@@ -35,9 +35,10 @@ NOT_CALLERS = ("ProfilerStep#", "enumerate(Data", "gpuanalyze:")
 
 
 @dataclass(frozen=True, slots=True)
-class BlockingCalls:
+class BlockingCalls(NamedEvents):
     """The runtime calls that may block the host, with the op and caller around each (-1: none)."""
 
+    DTYPES = (np.int64, np.int32, np.int32, np.int32)
     index: np.ndarray
     """Index of each call in KinetoTrace.runtime."""
     call: np.ndarray
@@ -46,26 +47,15 @@ class BlockingCalls:
     names: tuple[str, ...]
     """What call, op and caller index into."""
 
-    @classmethod
-    def empty(cls) -> BlockingCalls:
-        none = np.empty(0, np.int32)
-        return cls(np.empty(0, np.int64), none, none, none, ())
-
 
 @dataclass(frozen=True, slots=True)
-class HostOps:
+class HostOps(HostIntervals):
     """CPU ops (``cpu_op`` events, nested ones too) with their thread and interned name."""
 
-    start: np.ndarray
-    end: np.ndarray
+    DTYPES = (np.float64, np.float64, np.int64, np.int32)
     tid: np.ndarray
     name: np.ndarray
     names: tuple[str, ...]
-
-    @classmethod
-    def empty(cls) -> HostOps:
-        none = np.empty(0)
-        return cls(none, none, np.empty(0, np.int64), np.empty(0, np.int32), ())
 
     def named(self, prefixes: tuple[str, ...]) -> np.ndarray:
         """Which ops' names start with one of ``prefixes`` (a mask over the ops, tested once per distinct name)."""

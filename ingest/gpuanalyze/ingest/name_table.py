@@ -6,6 +6,12 @@ A hostile trace may name every event differently: past ``limit`` distinct names,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+import numpy as np
+
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
 
 
@@ -31,3 +37,24 @@ class NameTable:
             got = self._ids[name] = len(self.names)
             self.names.append(name)
         return got
+
+
+class NamedEvents:
+    """A dataclass of per-event arrays followed by the ``names`` the name ids index into; ``DTYPES`` holds
+    the arrays' dtypes in field order, so that ``empty`` (no events) is stated once."""
+
+    __slots__ = ()
+    DTYPES: ClassVar[tuple[type, ...]]
+
+    @classmethod
+    def empty(cls) -> Self:
+        make: Callable[..., Self] = cls  # the dataclass's fields: the arrays, then names
+        return make(*(np.empty(0, dtype) for dtype in cls.DTYPES), ())
+
+
+@dataclass(frozen=True, slots=True)
+class HostIntervals(NamedEvents):
+    """Events on the host's clock: where each starts and ends (microseconds)."""
+
+    start: np.ndarray
+    end: np.ndarray

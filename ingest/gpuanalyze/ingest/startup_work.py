@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuanalyze.ingest.name_table import NameTable
+from gpuanalyze.ingest.name_table import HostIntervals, NameTable
 
 COMPILATION, ALLOCATION, MODULE_LOADING, DEVICE_SETUP = "compilation", "allocation", "module loading", "device set-up"
 #: torch._dynamo.utils.dynamo_timed's record_function suffix.
@@ -104,20 +104,14 @@ def kind_of(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class StartupWork:
+class StartupWork(HostIntervals):
     """Start-up events (host intervals, microseconds), sorted by start, with the index of their name and
     whether they are outermost (inside no earlier-starting start-up event: what a step's list names)."""
 
-    start: np.ndarray
-    end: np.ndarray
+    DTYPES = (np.float64, np.float64, np.int32, np.bool_)
     name: np.ndarray
     outermost: np.ndarray
     names: tuple[str, ...]
-
-    @classmethod
-    def empty(cls) -> StartupWork:
-        none = np.empty(0)
-        return cls(none, none, np.empty(0, np.int32), np.empty(0, bool), ())
 
 
 class StartupSink:

@@ -7,6 +7,8 @@ fp32 SIMT kernel. cpu: numpy's BLAS in fp32 (and fp64).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,61 +68,73 @@ class _NumpyMatmul:
         return float(np.abs(self.c[:rows] - ref).max() / np.abs(ref).max())
 
 
-def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], list[str]]:
-    """(results, skipped-with-reason)."""
-    results, skipped = [], []
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one backend measures: n x n x n matmuls in each dtype of ``tolerance``, timed the same way."""
+
+    n: int
+    make: Callable[[str], Any]
+    """The implementation of one dtype, made when it is measured (one set of matrices at a time)."""
+    tolerance: dict[str, float]
+    """Largest relative error of each dtype's result, in the order they are measured."""
+    timer: Any
+    engine: str
+    warmup: int = WARMUP
+    repeats: int = REPEATS
+
+
+def _measured(backend: Backend, plan: _Plan) -> list[BenchResult]:
+    return [
+        _measure(
+            plan.make(dtype),
+            backend=backend,
+            dtype=dtype,
+            n=plan.n,
+            tol=tol,
+            timer=plan.timer,
+            engine=plan.engine,
+            warmup=plan.warmup,
+            repeats=plan.repeats,
+        )
+        for dtype, tol in plan.tolerance.items()
+    ]
+
+
+def _plan(backend: Backend, quick: bool) -> _Plan:
     if backend.name == "cupy":
         from gpuanalyze.kernels.matmul_cupy import TOLERANCE, CupyMatmul
 
         n = 4096 if quick else 8192
-        for dtype in CUPY_DTYPES:
-            results.append(
-                _measure(
-                    CupyMatmul(n, dtype),
-                    backend=backend,
-                    dtype=dtype,
-                    n=n,
-                    tol=TOLERANCE[dtype],
-                    timer=TIMERS["cupy"],
-                    engine="cuBLAS gemmEx",
-                )
-            )
-        try:
-            results.append(_torch_fp8(backend, n))
-        except Skip as exc:
-            skipped.append(f"matmul float8: {exc}")
-    elif backend.name == "numba":
+        tolerance = {dtype: TOLERANCE[dtype] for dtype in CUPY_DTYPES}
+        return _Plan(n, lambda dtype: CupyMatmul(n, dtype), tolerance, TIMERS["cupy"], "cuBLAS gemmEx")
+    if backend.name == "numba":
         from gpuanalyze.kernels.matmul_numba import NumbaMatmul
 
         n = 2048 if quick else 4096
-        results.append(
-            _measure(
-                NumbaMatmul(n),
-                backend=backend,
-                dtype="float32",
-                n=n,
-                tol=1e-4,
-                timer=TIMERS["numba"],
-                engine="numba tiled SIMT kernel",
-            )
-        )
+        return _Plan(n, lambda _: NumbaMatmul(n), {"float32": 1e-4}, TIMERS["numba"], "numba tiled SIMT kernel")
+    n = 1024 if quick else 2048
+    return _Plan(
+        n,
+        lambda dtype: _NumpyMatmul(n, dtype),
+        {"float32": 1e-4, "float64": 1e-4},
+        host_timer,
+        "numpy BLAS",
+        warmup=3 if quick else WARMUP,
+        repeats=10 if quick else REPEATS,
+    )
+
+
+def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], list[str]]:
+    """(results, skipped-with-reason)."""
+    plan = _plan(backend, quick)
+    results, skipped = _measured(backend, plan), []
+    if backend.name == "cupy":
+        try:
+            results.append(_torch_fp8(backend, plan.n))
+        except Skip as exc:
+            skipped.append(f"matmul float8: {exc}")
+    elif backend.name == "numba":
         skipped.append("matmul tf32/float16/bfloat16/float8: the numba backend has only its own fp32 SIMT kernel")
-    else:
-        n = 1024 if quick else 2048
-        for dtype in ("float32", "float64"):
-            results.append(
-                _measure(
-                    _NumpyMatmul(n, dtype),
-                    backend=backend,
-                    dtype=dtype,
-                    n=n,
-                    tol=1e-4,
-                    warmup=3 if quick else WARMUP,
-                    repeats=10 if quick else REPEATS,
-                    timer=host_timer,
-                    engine="numpy BLAS",
-                )
-            )
     return results, skipped
 
 
@@ -144,12 +158,7 @@ def _torch_fp8(backend: Backend, n: int) -> BenchResult:
             ref = a[:rows].double() @ b.double()
             return float((got - ref).abs().max() / ref.abs().max())
 
-    return _measure(
-        Impl(),
-        backend=backend,
-        dtype="float8",
-        n=n,
-        tol=1e-2,
-        timer=TIMERS["torch"],
-        engine="torch._scaled_mm (cuBLASLt), e4m3",
+    (result,) = _measured(
+        backend, _Plan(n, lambda _: Impl(), {"float8": 1e-2}, TIMERS["torch"], "torch._scaled_mm (cuBLASLt), e4m3")
     )
+    return result
