@@ -86,7 +86,17 @@ def test_the_vector_add_is_transfer_bound_on_the_gpu():
 def test_a_capture_without_gpu_rows_is_unknown_with_the_reason():
     data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
     assert data["bottleneck"] == "unknown" and data["gpu"] is None
-    assert any("no GPU activity in the capture" in n for n in data["notes"])
+    reason = data["confidence_reason"]
+    assert reason.startswith("no GPU activity recorded: the export has no CUPTI_ACTIVITY_KIND_KERNEL")
+    assert "runtime calls (cuModuleGetLoadingMode, cudaGetDeviceProperties)" in reason
+    assert reason.endswith("capture with nsys profile -t cuda,nvtx,osrt")
+
+
+def test_a_fresh_process_with_microseconds_of_gpu_work_is_start_up():
+    # torch.zeros(16).sum(): CUDA initialisation, then 171 ms with nothing recorded, then 6 us of kernels
+    data = _json("nsysai_mock_rtx3080.sqlite")
+    assert data["bottleneck"] == "unknown" and not data["findings"]
+    assert "CUDA initialisation to the first GPU work (device set-up)" in data["confidence_reason"]
 
 
 def test_nvtx_only_capture_is_refused_naming_what_it_has():

@@ -148,6 +148,8 @@ def _unowned(ctx: Context) -> str | None:
 def _unrecorded(ctx: Context) -> str | None:
     """A trace with launch calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
     CPU-only verdict can be read from it."""
+    if ctx.run.unrecorded_device:
+        return ctx.run.unrecorded_device
     calls = ctx.run.unrecorded_launches
     if not calls:
         return None

@@ -24,6 +24,16 @@ RECORD = (
     "record more steps: start the profiler after the warm-up, e.g. torch.profiler.schedule(skip_first=10, "
     "wait=1, warmup=1, active=3) (skip_first steps are not recorded, warmup steps are recorded and discarded)"
 )
+#: The same for an Nsight Systems capture (which starts with the process unless told otherwise).
+RECORD_NSYS = (
+    "capture the steady state: nsys profile --capture-range=cudaProfilerApi with torch.cuda.profiler.start() after "
+    "the warm-up steps and torch.cuda.profiler.stop() a few steps later"
+)
+
+
+def _record(ctx: Context) -> str:
+    """What to record instead, in the words of the profiler that made the trace."""
+    return RECORD_NSYS if (ctx.run.source or "").startswith("nsys:") else RECORD
 
 
 def warmup_why(ctx: Context) -> str | None:
@@ -42,7 +52,7 @@ def _no_device_work(ctx: Context) -> str | None:
     steps = ", ".join(f"#{int(s)}" for s in m.per_step.get_column(S.STEP).to_list()[:QUOTED_STEPS])
     return (
         f"the judged step(s) ({steps}, {ctx.wall:.3g} ms on average) launch no device work, though the trace has "
-        f"some: the others are start-up work or left out (analysis.steady); no projection from them; {RECORD}"
+        f"some: the others are start-up work or left out (analysis.steady); no projection from them; {_record(ctx)}"
     )
 
 
@@ -54,7 +64,8 @@ def _capture(ctx: Context) -> str | None:
         return None
     return (
         f"the GPU idles during CUDA graph capture ({owners.per_step('graph_capture'):.3g} ms per step: kernels "
-        f"launched into a graph, not run): a capture window, not a step that trains; no projection from it; {RECORD}"
+        "launched into a graph, not run): a capture window, not a step that trains; no projection from it; "
+        + _record(ctx)
     )
 
 
@@ -80,7 +91,7 @@ def _by_evidence(ctx: Context) -> str | None:
         them = "it"
     return (
         f"{every} is start-up work for {T.WARMUP_STARTUP:.0%} or more of its time, warm-up, not the steady "
-        f"state: {quoted}; no projection from {them}; {RECORD}"
+        f"state: {quoted}; no projection from {them}; {_record(ctx)}"
     )
 
 

@@ -246,8 +246,11 @@ class _Sources:
         return end
 
 
-def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
-    """What the report says of a trace without device activity: lost (launches recorded) or a CPU-only run."""
+def _device_notes(has_gpu: bool, unrecorded: int, no_device: str | None = None) -> list[str]:
+    """What the report says of a trace without device activity: lost (launches recorded, or ``no_device``: the
+    importer knows the capture did not record the GPU) or a CPU-only run."""
+    if no_device and not has_gpu:
+        return [no_device]
     if unrecorded:
         return [
             f"{unrecorded} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
@@ -258,16 +261,23 @@ def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
 
 
 def import_kineto(
-    k: KinetoTrace, *, tags: dict[str, str] | None = None, source: str = "kineto", no_steps: str = NO_STEPS_NOTE
+    k: KinetoTrace,
+    *,
+    tags: dict[str, str] | None = None,
+    source: str = "kineto",
+    no_steps: str = NO_STEPS_NOTE,
+    no_device: str | None = None,
 ) -> Trace:
     """The Trace (in memory) of a Kineto trace (or of another profiler's capture read into one: ``source``
     names it in the run information, ``no_steps`` is the note for a trace without step annotations or
-    iterations); the kernel-level stats go into KERNEL_STATS."""
+    iterations, ``no_device`` why a capture without device activity did not record the GPU: RunInfo's
+    unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
     windows, notes = windows_of(k, no_steps)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     unrecorded = 0 if has_gpu else k.enqueue_calls
-    notes += _device_notes(has_gpu, unrecorded)
+    no_device = None if has_gpu else no_device
+    notes += _device_notes(has_gpu, unrecorded, no_device)
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
@@ -307,6 +317,7 @@ def import_kineto(
                 "gpu_summary": summary,
                 "profiler_steps": len(k.steps),
                 "unrecorded_launches": unrecorded or None,
+                "unrecorded_device": no_device,
             },
             RunInfo,
         )

@@ -86,7 +86,7 @@ MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 #: Built-in ENUM_CUDA_MEMCPY_OPER.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
+VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
 
 
@@ -223,7 +223,7 @@ class NsysEvents:
     def _runtime_name(self, raw: str) -> str:
         got = self._runtime_names.get(raw)
         if got is None:
-            got = _VERSION_SUFFIX.sub("", raw)
+            got = VERSION_SUFFIX.sub("", raw)
             if len(self._runtime_names) < _MAX_COUNTED_NAMES:
                 self._runtime_names[raw] = got
         return got
