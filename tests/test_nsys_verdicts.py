@@ -69,3 +69,12 @@ def test_a_capture_without_gpu_rows_says_what_is_missing_and_how_to_capture(tmp_
     assert "runtime calls (cudaLaunchKernel, cudaStreamSynchronize" in reason
     assert reason.endswith("capture with nsys profile -t cuda,nvtx,osrt")
     assert not any("CPU-only" in n for n in r.notes)
+
+
+def test_fp32_gemms_on_a_hopper_capture_get_its_precision_advice(tmp_path):
+    # the GPU and its compute capability from TARGET_INFO_GPU: the advice is the generation's
+    r = analyze(build_export(tmp_path / "r.sqlite", Export(steps=12, kernel_name="volta_sgemm_128x64_nn")))
+    assert (r.bottleneck, r.findings[0].cause) == ("kernels", "fp32_math")
+    assert r.run.gpu_name == "NVIDIA H100 80GB HBM3" and r.run.compute_capabilities == ("9.0",)
+    advice = " ".join(r.findings[0].recommendations)
+    assert "torch.autocast('cuda', dtype=torch.bfloat16)" in advice and "Hopper" in advice
