@@ -32,6 +32,7 @@ def test_cuda_initialisation_until_the_first_gpu_work_is_start_up(tmp_path):
     assert r.bottleneck == "unknown"
     assert "start-up work for 25% or more" in r.confidence.reason
     assert f"{INIT_TO_FIRST_WORK} (device set-up)" in r.confidence.reason
+    assert "the GPU's own work in it: 2 us (elementwise 100%)" in r.confidence.reason  # what little the GPU ran
     assert "--capture-range=cudaProfilerApi" in r.confidence.reason  # how to capture the steady state with nsys
 
 

@@ -11,7 +11,7 @@ nothing. A run with steady steps after its start-up ones is judged on the steady
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
-from analyzer.analysis.kernel_metrics import StartupStep
+from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -91,8 +91,20 @@ def _by_evidence(ctx: Context) -> str | None:
         them = "it"
     return (
         f"{every} is start-up work for {T.WARMUP_STARTUP:.0%} or more of its time, warm-up, not the steady "
-        f"state: {quoted}; no projection from {them}; {_record(ctx)}"
+        f"state: {quoted}; {_device_work(km)}no projection from {them}; {_record(ctx)}"
     )
+
+
+def _device_work(km: KernelMetrics) -> str:
+    """What the GPU itself ran in those steps (how much, and its largest kinds of work), '' without any: a
+    start-up capture still shows what its device work is bound by (a sample's copies, a test's few kernels)."""
+    total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
+    if total <= 0:
+        return ""
+    shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
+    top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= 0.01)
+    amount = f"{total * 1e3:.3g} us" if total < 0.1 else f"{total:.3g} ms"
+    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); "
 
 
 def _ms(x: float) -> str:

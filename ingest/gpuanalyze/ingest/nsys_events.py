@@ -407,9 +407,11 @@ class NsysEvents:
                 ranges = sum(self.nvtx_names.values())
                 common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
                 what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
+                absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
+                tables = f" (no {', '.join(absent)} table)" if absent else ""
                 raise TraceError(
-                    f"{self.path}: {what}, no CUDA activity or runtime calls: nothing on the GPU to analyse "
-                    "(capture with nsys profile -t cuda,nvtx,osrt)"
+                    f"{self.path}: {what}, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
+                    "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
                 )
             if any("nccl" in k.name.lower() for k in sink.kinds):
                 self.backend = "nccl"
