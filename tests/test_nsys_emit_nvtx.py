@@ -47,3 +47,13 @@ def test_op_ranges_say_they_cost_the_host(tmp_path):
     t = load_any(build_export(tmp_path / "r.sqlite", Export(phase_names=("aten::mm, seq = 1, op_id = 2",))))
     assert any(n.startswith("an NVTX range per op (torch.autograd.profiler.emit_nvtx)") for n in t.notes)
     assert not any("emit_nvtx" in n for n in load_any(build_export(tmp_path / "p.sqlite")).notes)
+
+
+def test_a_missing_step_range_lists_op_names_not_one_name_per_op(tmp_path):
+    from analyzer.errors import TraceError
+    from gpuanalyze.ingest.sources import load_nsys
+
+    ops = tuple(f"aten::mm, seq = {i}, op_id = {i + 100}" for i in range(4))
+    path = build_export(tmp_path / "r.sqlite", Export(phase_names=ops))
+    with pytest.raises(TraceError, match=r"most frequent NVTX ranges: 'aten::mm', 'ProfilerStep#"):
+        load_nsys(path, step_range="train_step")
