@@ -19,6 +19,10 @@ from gpuanalyze.ingest.startup_work import kind_of
 #: Steps, and start-up names per step, the verdict quotes.
 QUOTED_STEPS = 3
 QUOTED_OPS = 3
+#: Wording, not thresholds: device work shown in microseconds below this many ms, and kinds of it shown from this
+#: share of its time (as the kernels table shows them).
+_IN_US_BELOW_MS = 0.1
+_SHOWN_SHARE = 0.01
 #: What to record instead, the same words in every warm-up verdict.
 RECORD = (
     "record more steps: start the profiler after the warm-up, e.g. torch.profiler.schedule(skip_first=10, "
@@ -102,8 +106,8 @@ def _device_work(km: KernelMetrics) -> str:
     if total <= 0:
         return ""
     shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
-    top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= 0.01)
-    amount = f"{total * 1e3:.3g} us" if total < 0.1 else f"{total:.3g} ms"
+    top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= _SHOWN_SHARE)
+    amount = f"{total * 1e3:.3g} us" if total < _IN_US_BELOW_MS else f"{total:.3g} ms"
     return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); "
 
 
