@@ -70,6 +70,7 @@ def test_a_capture_without_gpu_rows_says_what_is_missing_and_how_to_capture(tmp_
     assert "runtime calls (cudaLaunchKernel, cudaStreamSynchronize" in reason
     assert reason.endswith("capture with nsys profile -t cuda,nvtx,osrt")
     assert not any("CPU-only" in n for n in r.notes)
+    assert r.health == ()  # no health test is read from a capture that lost its GPU work (no "cause unknown" panel)
 
 
 def test_fp32_gemms_on_a_hopper_capture_get_its_precision_advice(tmp_path):

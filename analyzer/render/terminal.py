@@ -80,7 +80,7 @@ def render_terminal(report: Report) -> RenderableType:
         parts.append(kernels)
     for i, f in enumerate(report.findings, 1):
         parts.append(_finding(i, f, report))
-    if not report.findings:
+    if not report.findings and report.health:
         parts.append(_health(report))
     return Group(*parts)
 
