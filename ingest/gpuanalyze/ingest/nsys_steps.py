@@ -100,10 +100,10 @@ def step_kind(db: NsysDb, path: str, name: str, where: str, step_range: str | No
 
 def _common(db: NsysDb, name: str, where: str) -> str:
     """The most frequent range names, each without emit_nvtx's suffix (an op's ranges are one name, not one each)."""
-    rows = f"SELECT {name} AS n FROM NVTX_EVENTS WHERE {where}"
+    names = f"SELECT {name} AS n FROM NVTX_EVENTS WHERE {where}"
     for mark in _EMIT_NVTX:  # cut at each marker in turn: what is left is the text before the earliest
-        rows = f"SELECT substr(n, 1, instr(n || '{mark}', '{mark}') - 1) AS n FROM ({rows})"
-    sql = f"SELECT substr(n, 1, 40), count(*) AS c FROM ({rows}) WHERE n IS NOT NULL GROUP BY n ORDER BY c DESC"
+        names = f"SELECT substr(n, 1, instr(n || '{mark}', '{mark}') - 1) AS n FROM ({names})"
+    sql = f"SELECT substr(n, 1, 40), count(*) AS c FROM ({names}) WHERE n IS NOT NULL GROUP BY n ORDER BY c DESC"
     rows = db.small(sql, limit=5)
     return ", ".join(repr(n) for n, _ in rows) or "none"
 
