@@ -132,3 +132,8 @@ def test_os_runtime_calls_of_the_loop_thread_are_read_where_the_export_has_them(
     data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
     assert data["bottleneck"] == "unknown"
     assert any("file/pipe/socket waits" in n for n in data["notes"])
+
+
+def test_the_report_shows_the_gpu_and_its_compute_capability():
+    result = runner.invoke(app, [str(NSYS / "nvfuser_matmul_h200.sqlite")])
+    assert result.exit_code == 0 and "NVIDIA H200 (compute capability 9.0)" in result.output

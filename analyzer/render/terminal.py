@@ -103,7 +103,9 @@ def _header(report: Report) -> RenderableType:
     state, sentence = words.run_state(report)
     rows.append(("run", text(sentence, style=_STATE_STYLE.get(state, "bold red"))))
     if report.run.gpu_name:
-        rows.append(("GPU", text(report.run.gpu_name)))
+        caps = sorted(set(report.run.compute_capabilities or ()))
+        cap = f" (compute capability {', '.join(caps)})" if caps else ""
+        rows.append(("GPU", text(report.run.gpu_name + cap)))
     if report.host is not None and report.host.sampled:
         rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:
