@@ -23,6 +23,11 @@ hot in the caches, it costs a fraction of what the same calls cost between torch
 ``--against DIR`` measures the tiny loop's cost with this checkout's recorder and with the one in
 another checkout (the code before a change), side by side: child processes, each importing one of
 the two (PYTHONPATH), alternate in every round; each runs the loop unprofiled and profiled in turn.
+``--nvtx`` measures ``analyzer.profile(nvtx=True)`` (NVTX ranges per step and phase, for Nsight Systems)
+against the default profile on the same loop on CUDA, alternating: its cost per step in training-thread CPU
+and wall-clock time. ``nvtx=True`` installs nothing without CUDA, so on a machine without one there is
+nothing to measure and it says so; the phase wrappers' own host cost per call, NVTX stubbed, is
+``benchmarks/nvtx_phases.py``.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def run_timed(mode: str, cfg: LoopConfig, workdir: Path, *, skip: int = 0) -> tu
     first ``skip`` (from the fetch of batch ``skip``: the profile creates its trace file and starts
     its threads at the first step, a one-time cost)."""
     model, optimizer, loader = make_loop(cfg)
-    train(model, optimizer, [next(iter(loader))])  # warm the allocator and kernels outside the timing
+    train(model, optimizer, [next(iter(loader))], cfg.device)  # warm the allocator and kernels outside the timing
     ctx = _context(mode, model, workdir)
     marks: list[tuple[int, int]] = []
 
@@ -74,7 +79,7 @@ def run_timed(mode: str, cfg: LoopConfig, workdir: Path, *, skip: int = 0) -> tu
 
     with ctx:
         marks.append((time.perf_counter_ns(), time.thread_time_ns()))
-        train(model, optimizer, batches())
+        train(model, optimizer, batches(), cfg.device)
         end = time.perf_counter_ns(), time.thread_time_ns()
     first, later = marks[0], marks[-1]
 
@@ -90,6 +95,8 @@ def _context(mode: str, model: Any, workdir: Path) -> Any:
         return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), flush_every_steps=every)
     if mode == "gpuanalyze":
         return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"))
+    if mode == "gpuanalyze+nvtx":
+        return analyzer.profile(model, out=str(workdir / f"{time.monotonic_ns()}.arrow"), nvtx=True)
     if mode == "gpuanalyze+windows":
         return analyzer.profile(
             model,
@@ -138,6 +145,32 @@ def flush_cost_us(
         v: ((med(f"flush={v}", 1) - med("plain", 1)) * 1e3, (med(f"flush={v}", 0) - med("plain", 0)) * 1e3)
         for v in values
     }
+
+
+def nvtx_cost(rounds: int, steps: int, workdir: Path) -> None:
+    """``--nvtx``: the default profile against nvtx=True on a CUDA loop (a tiny MLP: launches, not math, fill
+    its steps, so the ranges' host cost shows), alternating each round; steps 10 on, medians."""
+    if not torch.cuda.is_available():
+        print(
+            "nvtx=True: not measured: no CUDA device here, and without one nvtx=True installs nothing (the plain "
+            "profile runs; its cost is this benchmark's default mode). The phase wrappers' own host cost per call, "
+            "NVTX stubbed: python benchmarks/nvtx_phases.py"
+        )
+        return
+    cfg = LoopConfig(steps=steps, batch=8, features=16, device="cuda")
+    runs: dict[str, list[tuple[Timing, Timing]]] = {"gpuanalyze": [], "gpuanalyze+nvtx": []}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for r in range(rounds):
+        for mode in list(runs) if r % 2 == 0 else list(runs)[::-1]:
+            runs[mode].append(run_timed(mode, cfg, workdir, skip=10))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    med = {m: [statistics.median(run[1][c] for run in v) for c in (0, 1)] for m, v in runs.items()}
+    wall, cpu = ((med["gpuanalyze+nvtx"][c] - med["gpuanalyze"][c]) * 1e3 for c in (0, 1))
+    print(
+        f"nvtx=True on {torch.cuda.get_device_name()}: +{cpu:.1f} us/step training-thread CPU, +{wall:.1f} us/step "
+        f"wall-clock over the default profile (default {med['gpuanalyze'][0]:.3f} ms/step; {rounds} rounds of "
+        f"{steps} steps each)"
+    )
 
 
 def tiny_child(pairs: int) -> None:
@@ -245,9 +278,16 @@ def main() -> None:
     )
     parser.add_argument("--against-runs", type=int, default=3, help="profiled runs per child process")
     parser.add_argument("--tiny-child", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--nvtx", action="store_true", help="only the cost of nvtx=True against the default profile (CUDA)"
+    )
     args = parser.parse_args()
     if args.tiny_child:
         tiny_child(args.tiny_child)
+        return
+    if args.nvtx:
+        with tempfile.TemporaryDirectory() as tmp:
+            nvtx_cost(args.tiny_rounds, max(args.steps, 200), Path(tmp))
         return
     if args.against:
         against(args.against, args.tiny_rounds, args.against_runs)

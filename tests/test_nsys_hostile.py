@@ -15,10 +15,18 @@ from tests.nsys_fixtures import Export, build_export
 runner = CliRunner()
 
 
+def _files(path):
+    """The directory's names, and the file's bytes and mtime (not read through a link: /dev/zero never ends)."""
+    names = sorted(p.name for p in path.parent.iterdir())
+    return names, None if path.is_symlink() else (path.read_bytes(), path.stat().st_mtime_ns)
+
+
 def _one_line_error(path):
+    before = _files(path)
     result = runner.invoke(app, [str(path)])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert _files(path) == before  # nothing written to the file or beside it (no journal, no WAL, no lock)
     return result.output
 
 
@@ -54,6 +62,21 @@ def test_a_header_that_claims_four_billion_pages(tmp_path):
     data[92:96] = data[24:28]  # "version-valid-for" = the change counter: SQLite trusts that size
     path.write_bytes(bytes(data))
     assert "malformed" in _one_line_error(path)
+
+
+def test_a_table_that_claims_billions_of_rows_is_read_by_what_it_holds(tmp_path):
+    # sqlite_stat1 (ANALYZE's row counts) claims 5 billion kernels and the rowids run to 2**62: nothing is sized
+    # from either, so the import reads the rows there are
+    path = build_export(tmp_path / "r.sqlite", Export(steps=3))
+    conn = sqlite3.connect(path)
+    conn.execute("ANALYZE")
+    conn.execute("UPDATE sqlite_stat1 SET stat = '5000000000' WHERE tbl = 'CUPTI_ACTIVITY_KIND_KERNEL'")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + (1 << 62)")
+    conn.commit()
+    conn.close()
+    before = _files(path)
+    assert load_any(path).frame.height == 3
+    assert _files(path) == before
 
 
 def test_a_link_to_dev_zero_is_never_read(tmp_path):

@@ -79,19 +79,36 @@ def test_start_up_bound_captures_say_what_the_start_up_is():
 
 
 def test_the_vector_add_is_transfer_bound_on_the_gpu():
-    t = _json("vecadd_rtx3060_2025_5.sqlite")["kernels"]["time_ms"]
+    data = _json("vecadd_rtx3060_2025_5.sqlite")
+    t = data["kernels"]["time_ms"]
     assert t["memcpy"] / t["gpu_busy"] > 0.95
+    # the capture is start-up (context creation in the first cudaMalloc); the verdict says what the GPU's work is
+    assert "cudaMalloc (allocation) 305 ms" in data["confidence_reason"]
+    assert "the GPU's own work in it: 3.08 ms (memcpy 99%" in data["confidence_reason"]
 
 
 def test_a_capture_without_gpu_rows_is_unknown_with_the_reason():
     data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
     assert data["bottleneck"] == "unknown" and data["gpu"] is None
-    assert any("no GPU activity in the capture" in n for n in data["notes"])
+    reason = data["confidence_reason"]
+    assert reason.startswith("no GPU activity recorded: the export has no CUPTI_ACTIVITY_KIND_KERNEL")
+    assert "runtime calls (cuModuleGetLoadingMode, cudaGetDeviceProperties)" in reason
+    assert reason.endswith("capture with nsys profile -t cuda,nvtx,osrt")
+
+
+def test_a_fresh_process_with_microseconds_of_gpu_work_is_start_up():
+    # torch.zeros(16).sum(): CUDA initialisation, then 171 ms with nothing recorded, then 6 us of kernels
+    data = _json("nsysai_mock_rtx3080.sqlite")
+    assert data["bottleneck"] == "unknown" and not data["findings"]
+    assert "CUDA initialisation to the first GPU work (device set-up)" in data["confidence_reason"]
+    assert "the GPU's own work in it: 5.76 us" in data["confidence_reason"]
 
 
 def test_nvtx_only_capture_is_refused_naming_what_it_has():
     result = runner.invoke(app, [str(NSYS / "centerformer_nvtx_only_titanrtx.sqlite")])
     assert "only 1,824 NVTX ranges" in result.output and "no CUDA activity" in result.output
+    assert "(no CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET, " in result.output
+    assert "nsys profile -t cuda,nvtx,osrt" in result.output
 
 
 def test_the_fsdp_cuts_notes_are_said_once_with_the_rank_they_differ_on():
@@ -115,3 +132,8 @@ def test_os_runtime_calls_of_the_loop_thread_are_read_where_the_export_has_them(
     data = _json("uvmtorch_gptneo_nokernels_a5000.sqlite")
     assert data["bottleneck"] == "unknown"
     assert any("file/pipe/socket waits" in n for n in data["notes"])
+
+
+def test_the_report_shows_the_gpu_and_its_compute_capability():
+    result = runner.invoke(app, [str(NSYS / "nvfuser_matmul_h200.sqlite")])
+    assert result.exit_code == 0 and "NVIDIA H200 (compute capability 9.0)" in result.output

@@ -139,7 +139,7 @@ def verdict_panel(report: Report) -> str:
             body += "<h3 class='others'>Other findings (ranked by the time their fix saves)</h3>"
             body += "".join(_finding(f, i, report) for i, f in enumerate(report.findings[1:], 2))
     else:
-        body = _health(report)
+        body = _health(report) if report.health else ""
     return f'<section class="verdict v-{h(report.bottleneck)}" id="verdict">{head}{body}</section>'
 
 

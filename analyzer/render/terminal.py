@@ -80,7 +80,7 @@ def render_terminal(report: Report) -> RenderableType:
         parts.append(kernels)
     for i, f in enumerate(report.findings, 1):
         parts.append(_finding(i, f, report))
-    if not report.findings:
+    if not report.findings and report.health:
         parts.append(_health(report))
     return Group(*parts)
 
@@ -103,7 +103,9 @@ def _header(report: Report) -> RenderableType:
     state, sentence = words.run_state(report)
     rows.append(("run", text(sentence, style=_STATE_STYLE.get(state, "bold red"))))
     if report.run.gpu_name:
-        rows.append(("GPU", text(report.run.gpu_name)))
+        caps = sorted(set(report.run.compute_capabilities or ()))
+        cap = f" (compute capability {', '.join(caps)})" if caps else ""
+        rows.append(("GPU", text(report.run.gpu_name + cap)))
     if report.host is not None and report.host.sampled:
         rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:
@@ -223,6 +225,12 @@ def _kernel_section(report: Report) -> RenderableType | None:
         table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
         shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))
+        if t["communication_ms"] > 0 and t["gpu_span_ms"] > 0:
+            table.add_row(
+                "communication with no compute alongside",
+                f"{min(1.0, t['comm_exposed_ms'] / t['communication_ms']):.0%} of it, "
+                f"{t['comm_exposed_ms'] / t['gpu_span_ms']:.1%} of the GPU timeline",
+            )
         table.add_row("blocking sync API time", f"{t['sync_api_ms']:.2f} ms")
         for name, total, count in km.top_kernels[:3]:
             table.add_row(Text("top: ") + text(shorten(short_name(name, 1 << 16), 40)), f"{total:.2f} ms x{count}")

@@ -148,6 +148,8 @@ def _unowned(ctx: Context) -> str | None:
 def _unrecorded(ctx: Context) -> str | None:
     """A trace with launch calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
     CPU-only verdict can be read from it."""
+    if ctx.run.unrecorded_device:
+        return ctx.run.unrecorded_device
     calls = ctx.run.unrecorded_launches
     if not calls:
         return None
@@ -159,8 +161,8 @@ def _unrecorded(ctx: Context) -> str | None:
 
 def classify(ctx: Context) -> Verdict:
     unrecorded = _unrecorded(ctx)
-    if unrecorded is not None:
-        return Verdict("unknown", Confidence(0.0, "low", unrecorded), (), health(ctx))
+    if unrecorded is not None:  # no health tests either: none can be read from a trace that lost its GPU work
+        return Verdict("unknown", Confidence(0.0, "low", unrecorded), (), ())
     warmup = warmup_why(ctx)
     if warmup is not None:
         return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))

@@ -11,7 +11,7 @@ nothing. A run with steady steps after its start-up ones is judged on the steady
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
-from analyzer.analysis.kernel_metrics import StartupStep
+from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -19,11 +19,25 @@ from gpuanalyze.ingest.startup_work import kind_of
 #: Steps, and start-up names per step, the verdict quotes.
 QUOTED_STEPS = 3
 QUOTED_OPS = 3
+#: Wording, not thresholds: device work shown in microseconds below this many ms, and kinds of it shown from this
+#: share of its time (as the kernels table shows them).
+_IN_US_BELOW_MS = 0.1
+_SHOWN_SHARE = 0.01
 #: What to record instead, the same words in every warm-up verdict.
 RECORD = (
     "record more steps: start the profiler after the warm-up, e.g. torch.profiler.schedule(skip_first=10, "
     "wait=1, warmup=1, active=3) (skip_first steps are not recorded, warmup steps are recorded and discarded)"
 )
+#: The same for an Nsight Systems capture (which starts with the process unless told otherwise).
+RECORD_NSYS = (
+    "capture the steady state: nsys profile --capture-range=cudaProfilerApi with torch.cuda.profiler.start() after "
+    "the warm-up steps and torch.cuda.profiler.stop() a few steps later"
+)
+
+
+def _record(ctx: Context) -> str:
+    """What to record instead, in the words of the profiler that made the trace."""
+    return RECORD_NSYS if (ctx.run.source or "").startswith("nsys:") else RECORD
 
 
 def warmup_why(ctx: Context) -> str | None:
@@ -42,7 +56,7 @@ def _no_device_work(ctx: Context) -> str | None:
     steps = ", ".join(f"#{int(s)}" for s in m.per_step.get_column(S.STEP).to_list()[:QUOTED_STEPS])
     return (
         f"the judged step(s) ({steps}, {ctx.wall:.3g} ms on average) launch no device work, though the trace has "
-        f"some: the others are start-up work or left out (analysis.steady); no projection from them; {RECORD}"
+        f"some: the others are start-up work or left out (analysis.steady); no projection from them; {_record(ctx)}"
     )
 
 
@@ -54,7 +68,8 @@ def _capture(ctx: Context) -> str | None:
         return None
     return (
         f"the GPU idles during CUDA graph capture ({owners.per_step('graph_capture'):.3g} ms per step: kernels "
-        f"launched into a graph, not run): a capture window, not a step that trains; no projection from it; {RECORD}"
+        "launched into a graph, not run): a capture window, not a step that trains; no projection from it; "
+        + _record(ctx)
     )
 
 
@@ -80,8 +95,20 @@ def _by_evidence(ctx: Context) -> str | None:
         them = "it"
     return (
         f"{every} is start-up work for {T.WARMUP_STARTUP:.0%} or more of its time, warm-up, not the steady "
-        f"state: {quoted}; no projection from {them}; {RECORD}"
+        f"state: {quoted}; {_device_work(km)}no projection from {them}; {_record(ctx)}"
     )
+
+
+def _device_work(km: KernelMetrics) -> str:
+    """What the GPU itself ran in those steps (how much, and its largest kinds of work), '' without any: a
+    start-up capture still shows what its device work is bound by (a sample's copies, a test's few kernels)."""
+    total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
+    if total <= 0:
+        return ""
+    shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
+    top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= _SHOWN_SHARE)
+    amount = f"{total * 1e3:.3g} us" if total < _IN_US_BELOW_MS else f"{total:.3g} ms"
+    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); "
 
 
 def _ms(x: float) -> str:

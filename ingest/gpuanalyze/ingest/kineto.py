@@ -426,7 +426,7 @@ class KinetoSink:
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
             compute_capabilities=capabilities,
             blocking=self.sites.attribute(runtime.start, runtime.end),
-            startup=self.startup.finish(),
+            startup=self.startup.finish(min(self.g_ts) if self.g_ts else None),
             runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
             runtime_tid=_ints(self.r_tid),
             host_ops=self.sites.ops(),

@@ -246,28 +246,41 @@ class _Sources:
         return end
 
 
-def _device_notes(has_gpu: bool, unrecorded: int) -> list[str]:
-    """What the report says of a trace without device activity: lost (launches recorded) or a CPU-only run."""
-    if unrecorded:
-        return [
-            f"{unrecorded} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
+def _device_notes(k: KinetoTrace, no_device: str | None) -> tuple[list[str], dict[str, Any]]:
+    """What the report says of a trace without device activity, and the run information that records it: lost
+    (``no_device``: the importer knows the capture did not record the GPU; or launch calls recorded without their
+    device records) or a CPU-only run."""
+    if k.gpu.start.size > 0:
+        return [], {}
+    if no_device:
+        return [no_device], {"unrecorded_device": no_device}
+    if k.enqueue_calls:
+        note = (
+            f"{k.enqueue_calls} kernel launch/copy/memset call(s) but no kernel, copy or memset records: the device "
             "activity was not recorded (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); "
             "no GPU verdict"
-        ]
-    return [] if has_gpu else ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"]
+        )
+        return [note], {"unrecorded_launches": k.enqueue_calls}
+    return ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"], {}
 
 
 def import_kineto(
-    k: KinetoTrace, *, tags: dict[str, str] | None = None, source: str = "kineto", no_steps: str = NO_STEPS_NOTE
+    k: KinetoTrace,
+    *,
+    tags: dict[str, str] | None = None,
+    source: str = "kineto",
+    no_steps: str = NO_STEPS_NOTE,
+    no_device: str | None = None,
 ) -> Trace:
     """The Trace (in memory) of a Kineto trace (or of another profiler's capture read into one: ``source``
     names it in the run information, ``no_steps`` is the note for a trace without step annotations or
-    iterations); the kernel-level stats go into KERNEL_STATS."""
+    iterations, ``no_device`` why a capture without device activity did not record the GPU: RunInfo's
+    unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
     windows, notes = windows_of(k, no_steps)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
-    unrecorded = 0 if has_gpu else k.enqueue_calls
-    notes += _device_notes(has_gpu, unrecorded)
+    device_notes, unrecorded = _device_notes(k, no_device)
+    notes += device_notes
     exported = {part: m for mark, part in EXPORT_PART_OF_MARK.items() if (m := _Marks(k, mark)).present}
     if exported:
         notes.append(
@@ -306,7 +319,7 @@ def import_kineto(
                 "device": k.device,
                 "gpu_summary": summary,
                 "profiler_steps": len(k.steps),
-                "unrecorded_launches": unrecorded or None,
+                **unrecorded,
             },
             RunInfo,
         )

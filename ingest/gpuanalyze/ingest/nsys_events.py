@@ -60,7 +60,7 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_steps import Steps, classify, describe, step_events, step_kind
+from gpuanalyze.ingest.nsys_steps import Steps, classify, describe, emit_nvtx_name, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -86,7 +86,7 @@ MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 #: Built-in ENUM_CUDA_MEMCPY_OPER.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
+VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
 
 
@@ -134,6 +134,8 @@ class NsysEvents:
         self.steps: dict[int | None, Steps] = {}
         self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
+        self.op_ranges = 0
+        """The rank's NVTX ranges of ops (emit_nvtx)."""
         self._runtime_names: dict[str, str] = {}
 
     def _waits_of(self, key: int | None) -> set[int]:
@@ -223,7 +225,7 @@ class NsysEvents:
     def _runtime_name(self, raw: str) -> str:
         got = self._runtime_names.get(raw)
         if got is None:
-            got = _VERSION_SUFFIX.sub("", raw)
+            got = VERSION_SUFFIX.sub("", raw)
             if len(self._runtime_names) < _MAX_COUNTED_NAMES:
                 self._runtime_names[raw] = got
         return got
@@ -284,6 +286,12 @@ class NsysEvents:
         waits = self.os_waits.get(pid) if pid is not None else None
         if pid is not None and waits is not None and (text := waits.note(thread_label(threads, self.loop.get(pid)))):
             notes.append(text)
+        if self.op_ranges:
+            notes.append(
+                "an NVTX range per op (torch.autograd.profiler.emit_nvtx), read as CPU ops: each op also paid for "
+                "its range on the host, so dispatch (launch-owned idle) reads high; confirm a launch-bound verdict "
+                "on a capture without emit_nvtx"
+            )
         note, workers = loader_note(threads, self.capture_workers, len(self.keys))
         if note:
             notes.append(note)
@@ -352,6 +360,7 @@ class NsysEvents:
         return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
     def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
+        text, op = emit_nvtx_name(text)
         if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
             self.nvtx_names[text] += 1
         ok, key = self._sink_key(pid)
@@ -364,9 +373,8 @@ class NsysEvents:
             return
         if "nvrtc" in text.lower():
             self.sinks[key].startup.add(text, start, end - start)
-        cat = "user_annotation"
-        if text.startswith("aten::"):
-            cat, text = "cpu_op", text.split(",", 1)[0]
+        self.op_ranges += op
+        cat = "cpu_op" if op else "user_annotation"
         self._add(pid, _Event("X", cat, text, start, end - start, thread, None))
 
     def _begin(self, key: int | None) -> None:
@@ -374,6 +382,7 @@ class NsysEvents:
         self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key))}
         self.steps = {key: Steps()}
         self.buffers = {key: []}
+        self.op_ranges = 0
         self.calls = {}
         self._where = "" if key is None else f" AND {{pid}} = {int(key)}"
 
@@ -398,9 +407,11 @@ class NsysEvents:
                 ranges = sum(self.nvtx_names.values())
                 common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
                 what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
+                absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
+                tables = f" (no {', '.join(absent)} table)" if absent else ""
                 raise TraceError(
-                    f"{self.path}: {what}, no CUDA activity or runtime calls: nothing on the GPU to analyse "
-                    "(capture with nsys profile -t cuda,nvtx,osrt)"
+                    f"{self.path}: {what}, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
+                    "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
                 )
             if any("nccl" in k.name.lower() for k in sink.kinds):
                 self.backend = "nccl"

@@ -25,7 +25,7 @@ from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto_import import import_kineto
 from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
-from gpuanalyze.ingest.nsys_events import GPU_TABLES, NsysEvents
+from gpuanalyze.ingest.nsys_events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
 from gpuanalyze.ingest.nsys_meta import NsysMeta, read_meta
 from gpuanalyze.ingest.nsys_notes import merge_rank_notes
 from gpuanalyze.ingest.reader import Trace
@@ -110,7 +110,7 @@ def _layout(db: NsysDb, path: Path) -> list[str]:
     return [f"skipped tables of an unknown layout ({shown})"]
 
 
-def _notes(db: NsysDb, meta: NsysMeta, ranked: bool, world: int) -> list[str]:
+def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
     version = f"Nsight Systems {meta.version}" if meta.version else "an Nsight Systems export of unknown version"
     notes = [f"imported from {version}" + (f" (command: {meta.command[:200]})" if meta.command else "")]
     if not meta.version:
@@ -118,17 +118,34 @@ def _notes(db: NsysDb, meta: NsysMeta, ranked: bool, world: int) -> list[str]:
             "the export names no nsys version (no META_DATA_EXPORT or EXPORT_META_DATA table: an older exporter); "
             "its tables are read by their columns"
         )
-    if not ranked:
-        missing = [t for t in GPU_TABLES if t not in db.tables]
-        what = f"no {', '.join(missing)} table(s)" if missing else "the CUDA activity tables have no rows"
-        notes.append(
-            f"no GPU activity in the capture ({what}): capture with nsys profile -t cuda,nvtx,osrt to see the GPU"
-        )
-    elif world > 1:
+    if ranked and world > 1:
         notes.append(f"{world} processes with GPU activity in one capture: analysed as ranks 0-{world - 1}")
     if not meta.gpus:
         notes.append("the export has no TARGET_INFO_GPU table: GPU model and memory unknown")
     return notes
+
+
+#: Runtime calls named in the reason a capture has no GPU activity.
+_NAMED_CALLS = 4
+
+
+def no_gpu_reason(db: NsysDb) -> str:
+    """Why a capture without kernel, copy or memset rows gives no verdict: which tables are missing, what the CUDA
+    trace holds instead, and how to capture the GPU."""
+    missing = [t for t in GPU_TABLES if t not in db.tables]
+    what = f"no {', '.join(missing)} table" if missing else "no rows in its CUDA activity tables"
+    calls = ""
+    if db.has("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"):
+        name = db.string_sql("nameId")
+        rows = db.small(f"SELECT {name} FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT {_NAMED_CALLS + 1}")
+        names = list(dict.fromkeys(VERSION_SUFFIX.sub("", n) for (n,) in rows if isinstance(n, str)))
+        if names:
+            shown = ", ".join(names[:_NAMED_CALLS]) + (", ..." if len(rows) > _NAMED_CALLS else "")
+            calls = f"; its CUDA trace holds only runtime calls ({shown})"
+    return (
+        f"no GPU activity recorded: the export has {what}{calls}: nothing the GPU ran is in the capture, so no "
+        "verdict is read from it; capture with nsys profile -t cuda,nvtx,osrt"
+    )
 
 
 def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
@@ -165,13 +182,16 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 f"{path}: the export has no CUDA activity, runtime calls or NVTX ranges to analyse "
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
+        no_device = None if events.ranked else no_gpu_reason(db)
         kind = events.step_kind()
-        notes = _notes(db, meta, events.ranked, len(events.keys)) + skipped
+        notes = _notes(meta, events.ranked, len(events.keys)) + skipped
         if kind:
             notes.append(f"steps from {kind}")
         for k in events.traces():
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
-            out.append(_on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE), meta.epoch_ns))
+            out.append(
+                _on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device), meta.epoch_ns)
+            )
             del k
             _return_freed_memory()
         backend = events.backend

@@ -21,6 +21,27 @@ PROFILER_STEP = "ProfilerStep#"
 NAMED, PROFILER, OURS = "named", "profiler", "ours"
 _STEP_NUMBER = re.compile(r"[\s#:_=-]*(\d{1,15})$")
 _Range = tuple[int | None, float, float, int]
+#: What torch.autograd.profiler.emit_nvtx appends to every op's range name (torch/csrc/profiler/standalone/
+#: nvtx_observer.cpp, getNvtxStr): ", seq = N" (autograd's sequence number, given to ops and autograd functions,
+#: never to a user's record_function), ", op_id = N", ", sizes = [...]" (record_shapes), ", input_op_ids = [...]".
+_EMIT_NVTX = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
+#: An operator's schema name, ``namespace::name[.overload]`` (aten::mm, c10d::allreduce_, flash_attn::fwd); a
+#: record_function's label (``FSDP::pre_forward (layers.0)``) has spaces or capitals in its namespace.
+_OP_SCHEMA = re.compile(r"[a-z_][a-z0-9_]*::\w+(\.\w+)?")
+#: c10d's collective ops record this op around each collective (a cpu_op in Kineto traces).
+_OP_NAMES = ("record_param_comms",)
+
+
+def emit_nvtx_name(text: str) -> tuple[str, bool]:
+    """(the op's name without emit_nvtx's suffix, whether the range is an op: a CPU op in Kineto's terms) of an NVTX
+    range's text. An op: its schema name, or an autograd sequence number (an autograd function, ``FlashAttnFunc``,
+    ``MmBackward0``); anything else is an annotation (a record_function, a DataLoader fetch, a step)."""
+    cut = min((i for m in _EMIT_NVTX if (i := text.find(m)) >= 0), default=-1)
+    if cut < 0:
+        name, seq = text, False
+    else:
+        name, seq = text[:cut], _EMIT_NVTX[0] in text[cut:]
+    return name, seq or name.startswith(_OP_NAMES) or _OP_SCHEMA.fullmatch(name) is not None
 
 
 @dataclass(slots=True)
@@ -64,7 +85,7 @@ def step_kind(db: NsysDb, path: str, name: str, where: str, step_range: str | No
     found: set[str] = set()
     for rows in db.batches(sql, tuple(prefixes)):
         for (text,) in rows:
-            got = classify(text, step_range) if isinstance(text, str) else None
+            got = classify(emit_nvtx_name(text)[0], step_range) if isinstance(text, str) else None
             if got is not None:
                 found.add(got[0])
         if NAMED in found or (step_range is None and PROFILER in found):
@@ -78,10 +99,11 @@ def step_kind(db: NsysDb, path: str, name: str, where: str, step_range: str | No
 
 
 def _common(db: NsysDb, name: str, where: str) -> str:
-    sql = (
-        f"SELECT substr(n, 1, 40), count(*) AS c FROM (SELECT {name} AS n FROM NVTX_EVENTS WHERE {where}) "
-        "WHERE n IS NOT NULL GROUP BY n ORDER BY c DESC"
-    )
+    """The most frequent range names, each without emit_nvtx's suffix (an op's ranges are one name, not one each)."""
+    names = f"SELECT {name} AS n FROM NVTX_EVENTS WHERE {where}"
+    for mark in _EMIT_NVTX:  # cut at each marker in turn: what is left is the text before the earliest
+        names = f"SELECT substr(n, 1, instr(n || '{mark}', '{mark}') - 1) AS n FROM ({names})"
+    sql = f"SELECT substr(n, 1, 40), count(*) AS c FROM ({names}) WHERE n IS NOT NULL GROUP BY n ORDER BY c DESC"
     rows = db.small(sql, limit=5)
     return ", ".join(repr(n) for n, _ in rows) or "none"
 

@@ -79,6 +79,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     unrecorded_launches: _Int | None = None
     """An imported trace with launch, copy or memset calls but no device activity at all: how many calls. The GPU
     ran work the trace did not record (CUPTI activity off or lost), so it is not a CPU-only run."""
+    unrecorded_device: _Text | None = None
+    """An imported capture whose device activity was not recorded at all (an Nsight Systems export without kernel,
+    copy or memset rows): what it lacks and how to record it. Not a CPU-only run: no verdict is read from it."""
     cpu_bf16: _Name | None = None
     """The CPU's native bf16 flags from /proc/cpuinfo (``avx512_bf16``, ``amx_bf16``, comma-joined; '' none);
     None when not read."""

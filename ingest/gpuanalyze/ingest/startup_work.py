@@ -14,7 +14,12 @@ A step made mostly of this is warm-up, not the steady state, whatever its number
 - module loading: ``cuModuleLoad*``, ``cuLibraryLoad*``, ``hipModuleLoad*``, and CUPTI's "Runtime
   Triggered Module Loading" / "Lazy Function Loading" overhead events (a kernel's first launch);
 - device set-up: ``cudaGetDeviceProperties``, stream creation, ``cudaDeviceGetStreamPriorityRange`` (the
-  first CUDA call made creates the context inside it).
+  first CUDA call made creates the context inside it); and, where the trace holds the process's CUDA
+  initialisation (``cuInit``, the runtime's ``cuModuleGetLoadingMode`` query, ``cudaGetDeviceProperties``,
+  primary context creation: calls a process makes once, before its first device work), the time from the
+  first of them to the trace's first device activity: nothing has run on the GPU yet, so whatever the host
+  does there (context creation inside other calls, building the model, loading libraries) is the process
+  starting, not a step (``INIT_TO_FIRST_WORK``; an Nsight Systems capture starts with the process).
 
 cudnn autotuning (``torch.backends.cudnn.benchmark``) leaves no event of its own in Kineto (cuDNN's API
 is not traced): only its workspace allocations show, under allocation.
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuanalyze.ingest.intervals import subtract
 from gpuanalyze.ingest.name_table import HostIntervals, NameTable
 
 COMPILATION, ALLOCATION, MODULE_LOADING, DEVICE_SETUP = "compilation", "allocation", "module loading", "device set-up"
@@ -72,9 +78,22 @@ _CALL_PREFIXES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "hipDeviceGetStreamPriorityRange",
             "cuCtxCreate",
             "cuDevicePrimaryCtxRetain",
+            "cuInit",
+            "cuModuleGetLoadingMode",
         ),
     ),
 )
+#: Calls a process makes once while it initialises CUDA (before its first device work): where one is recorded
+#: before the trace's first device activity, the time from it to that activity is the process starting.
+INIT_CALLS = (
+    "cuInit",
+    "cuModuleGetLoadingMode",
+    "cudaGetDeviceProperties",
+    "hipGetDeviceProperties",
+    "cuCtxCreate",
+    "cuDevicePrimaryCtxRetain",
+)
+INIT_TO_FIRST_WORK = "CUDA initialisation to the first GPU work"
 #: CUPTI overhead activities (Kineto category ``overhead``) that are start-up work.
 OVERHEAD_KINDS: dict[str, str] = {
     "Runtime Triggered Module Loading": MODULE_LOADING,
@@ -100,6 +119,8 @@ def kind_of(name: str) -> str:
     """The kind of start-up work a name recorded by ``StartupSink`` is, in words."""
     if name.endswith(COMPILE_SUFFIX) or JIT_COMPILER in name.lower():
         return COMPILATION
+    if name == INIT_TO_FIRST_WORK:
+        return DEVICE_SETUP
     return OVERHEAD_KINDS.get(name) or call_kind(name) or "start-up"
 
 
@@ -121,6 +142,8 @@ class StartupSink:
         self.ts, self.end, self.name = array("d"), array("d"), array("i")
         self._names = NameTable(MAX_NAMES, OTHER_NAME)
         self._calls: dict[str, bool] = {}
+        self.first_init: float | None = None
+        """Start of the earliest CUDA initialisation call (INIT_CALLS) seen."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -134,13 +157,30 @@ class StartupSink:
                 self._calls[name] = got
         if got:
             self.add(name, ts, dur)
+            if (self.first_init is None or ts < self.first_init) and name.startswith(INIT_CALLS):
+                self.first_init = ts
 
     def add(self, name: str, ts: float, dur: float) -> None:
         self.ts.append(ts)
         self.end.append(ts + dur)
         self.name.append(self._names.id(name))
 
-    def finish(self) -> StartupWork:
+    def _init_to(self, lo: float, hi: float) -> None:
+        """INIT_TO_FIRST_WORK over [lo, hi) outside the start-up calls already recorded there (those keep their
+        own names: a first cudaMalloc that creates the context is still named)."""
+        ts = np.array(self.ts, dtype=np.float64)  # copies: the arrays grow below
+        end = np.array(self.end, dtype=np.float64)
+        inside = (ts < hi) & (end > lo)
+        gaps = subtract(np.array([lo]), np.array([hi]), ts[inside], end[inside])
+        del ts, end
+        for a, b in zip(gaps[0].tolist(), gaps[1].tolist(), strict=True):
+            self.add(INIT_TO_FIRST_WORK, a, b - a)
+
+    def finish(self, first_work: float | None = None) -> StartupWork:
+        """The start-up work, with the process's start (INIT_TO_FIRST_WORK) where CUDA initialisation is recorded
+        before ``first_work``, the trace's first device activity (us; None without any)."""
+        if first_work is not None and self.first_init is not None and self.first_init < first_work:
+            self._init_to(self.first_init, first_work)
         if not self.ts:
             return StartupWork.empty()
         start = np.frombuffer(self.ts, dtype=np.float64)
