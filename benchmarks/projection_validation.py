@@ -62,6 +62,7 @@ from typing import Any
 import torch
 
 import analyzer
+from analyzer.analysis import thresholds as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.leave_one_family_out import in_sample, lofo, without_windows
@@ -378,10 +379,10 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick, windows))
             print(row(pairs[-1]), flush=True)
         load_end = os.getloadavg()
-        held, chosen = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
+        held, chosen, model_error = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
         with without_windows():  # the same pairs, projected as if the traces had no profiled steps
             plain = in_sample(pairs)
-            plain_held, _ = lofo(pairs, GRID, PRIORS)
+            plain_held = lofo(pairs, GRID, PRIORS).pairs
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -402,8 +403,17 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         print(f"   {label}:")
         print_summary(s)
     for c in chosen:
-        fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior"))
-        print(f"   without {c['held_out']}: {fitted}" + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else ""))
+        fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior", "model_error"))
+        error = "n/a" if c["model_error"] is None else f"{c['model_error']:.3f}"
+        print(
+            f"   without {c['held_out']}: {fitted}; MODEL_ERROR {error}"
+            + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else "")
+        )
+    shipped = f"{model_error:.3f}" if model_error is not None else "n/a (too few pairs)"
+    print(
+        f"-- {mode}: MODEL_ERROR to ship {shipped} (conformalized quantile regression over every family's "
+        f"out-of-sample scores; in use: {T.MODEL_ERROR:g})"
+    )
     return {
         "mode": mode,
         "busy_procs": n,
@@ -413,7 +423,13 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         "seconds": seconds,
         "pairs": [asdict(p) for p in pairs],
         "summary": summary,
-        "lofo": {"pairs": [asdict(p) for p in held], "summary": out_of_sample, "chosen": chosen},
+        "lofo": {
+            "pairs": [asdict(p) for p in held],
+            "summary": out_of_sample,
+            "chosen": chosen,
+            "model_error": model_error,
+            "model_error_in_use": T.MODEL_ERROR,
+        },
         "constants_only": {
             "pairs": [asdict(p) for p in plain],
             "lofo_pairs": [asdict(p) for p in plain_held],
