@@ -33,7 +33,7 @@ PRIORS = {"removal": {"REMOVAL_RESIDUE": 0.0}}
 
 def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monkeypatch):
     # families B and C are exact with the first constant, A with the second
-    exact = {"A": 1, "B": 0, "C": 0}
+    exact = {"A": 1, "B": 0, "C": 0, "W": 0}
     pairs = [_Pair("A", 10.0), _Pair("B", 10.0), _Pair("B", 12.0), _Pair("C", 11.0), _Pair("W", 9.0, group=None)]
 
     def reproject(pair, values):
