@@ -98,6 +98,8 @@ class Lofo(NamedTuple):
     pairs: list[Any]
     chosen: list[dict[str, Any]]
     model_error: float | None
+    scores: list[float]
+    """Every applied pair's conformity score out of sample (its family held out; no model error)."""
 
 
 def conformity(point: float, low: float, high: float, measured: float) -> float:
@@ -182,7 +184,8 @@ def lofo(pairs: list[Any], grid: dict[str, list[dict[str, float]]], priors: dict
                 if p.group in prior:
                     q.note = (q.note + "; " if q.note else "") + f"held out: no other family fits {p.group}, its prior"
             out.append(q)
-    return Lofo(out, chosen, conformal_error(scores(usable, frozenset())))
+    held_out = scores(usable, frozenset())
+    return Lofo(out, chosen, conformal_error(held_out), held_out)
 
 
 def _wide(

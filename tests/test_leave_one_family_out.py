@@ -42,7 +42,7 @@ def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monke
         return point, point * 0.9, point * 1.1
 
     monkeypatch.setattr(L, "reproject", reproject)
-    held, chosen, _ = L.lofo(pairs, GRID, PRIORS)
+    held, chosen, *_ = L.lofo(pairs, GRID, PRIORS)
     by_family = {c["held_out"]: c["removal"] for c in chosen}
     assert by_family["A"] == {"REMOVAL_RESIDUE": 0.1}  # chosen on B and C
     a = next(p for p in held if p.family == "A")
@@ -69,7 +69,7 @@ def test_a_group_with_one_family_takes_its_prior_not_the_in_sample_choice(monkey
     from analyzer.analysis import thresholds as T
 
     monkeypatch.setattr(T, "MICRO", 0.8, raising=False)  # the in-sample value in place: it must not leak
-    held, chosen, _ = L.lofo(pairs, grid, priors)
+    held, chosen, *_ = L.lofo(pairs, grid, priors)
     m = next(p for p in held if p.family == "M")
     assert ("M", {"MICRO": 0.5}) in seen  # 0.8 would project M exactly: fitted on M itself
     assert m.error == pytest.approx(0.5) and "prior" in m.note
@@ -120,7 +120,7 @@ def test_the_held_out_family_is_widened_by_the_error_of_the_other_families_only(
         return high, high * 0.9, high
 
     monkeypatch.setattr(L, "reproject", reproject)
-    held, chosen, shipped = L.lofo(pairs, {}, {})
+    held, chosen, shipped, scores = L.lofo(pairs, {}, {})
     assert set(seen) == {0.0}  # scored on ranges without the model error
     error = {c["held_out"]: c["model_error"] for c in chosen}
     assert error["A"] == pytest.approx(0.1)  # from B..E only: 4 scores, rank ceil(5 x 0.8) = 4
@@ -131,3 +131,4 @@ def test_the_held_out_family_is_widened_by_the_error_of_the_other_families_only(
     b = next(p for p in held if p.family == "B")
     assert b.inside is True
     assert shipped == pytest.approx(0.5)  # 5 scores: rank ceil(6 x 0.8) = 5, the largest
+    assert sorted(scores) == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.5])  # each family's pair, out of sample
