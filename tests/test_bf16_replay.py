@@ -15,8 +15,13 @@ from gpuanalyze.ingest.reader import load_trace  # noqa: E402
 from tests.scenarios.loops import LoopConfig, make_loop, train  # noqa: E402
 
 
-def small(steps):
-    return LoopConfig(steps=steps, batch=8, features=32)
+def _window_stats(tmp_path, steps):
+    """The KernelStats of a small CPU loop recorded with two-step profiler windows at steps 5 and 15."""
+    model, opt, loader = make_loop(LoopConfig(steps=steps, batch=8, features=32))
+    windows_at = {"kernel_windows": True, "window_first": 5, "window_every": 10, "window_steps": 2}
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow"), **windows_at) as prof:
+        train(model, opt, loader)
+    return [S.decode_kernel_stats(t) for t in load_trace(prof.path).frame.get_column(S.KERNEL_STATS).drop_nulls()]
 
 
 def _op(name, ts, dur, dims=None, types=None, tid=1, **args):
@@ -65,13 +70,7 @@ def test_a_shape_replays_in_float32_bf16_and_bf16_with_casts():
 def test_a_cpu_run_on_a_bf16_cpu_stores_its_matmul_time_under_bf16(tmp_path, monkeypatch):
     monkeypatch.setattr(windows, "cpu_bf16", lambda: "avx512_bf16")  # as on a CPU with native bf16
     monkeypatch.setattr(R, "REPLAY_BUDGET_S", 0.05)
-    model, opt, loader = make_loop(small(steps=20))
-    with analyzer.profile(
-        model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=5, window_every=10, window_steps=2
-    ) as prof:
-        train(model, opt, loader)
-    frame = load_trace(prof.path).frame
-    stats = [S.decode_kernel_stats(t) for t in frame.get_column(S.KERNEL_STATS).drop_nulls()]
+    stats = _window_stats(tmp_path, steps=20)
     assert len(stats) == 4  # two windows: the second takes the first's replay
     for s in stats:
         assert s.cpu_matmul_ms > 0 and s.cpu_matmul_bf16_ms > 0
@@ -82,10 +81,5 @@ def test_a_cpu_run_on_a_bf16_cpu_stores_its_matmul_time_under_bf16(tmp_path, mon
 
 def test_no_replay_without_native_bf16(tmp_path, monkeypatch):
     monkeypatch.setattr(windows, "cpu_bf16", lambda: "")
-    model, opt, loader = make_loop(small(steps=12))
-    with analyzer.profile(
-        model, out=str(tmp_path / "t.arrow"), kernel_windows=True, window_first=5, window_every=10, window_steps=2
-    ) as prof:
-        train(model, opt, loader)
-    stats = [S.decode_kernel_stats(t) for t in load_trace(prof.path).frame.get_column(S.KERNEL_STATS).drop_nulls()]
+    stats = _window_stats(tmp_path, steps=12)
     assert stats and all(s.cpu_matmul_ms > 0 and s.cpu_matmul_bf16_ms == 0 for s in stats)
