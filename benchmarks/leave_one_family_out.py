@@ -9,19 +9,27 @@ constants, and the finding whose fix was applied gives the out-of-sample project
 pair outside the held-out family (the micro-batch model has one family) takes its prior: a value set
 before any pair was measured, never the in-sample choice. A pair whose model has no fitted constant
 (workers, stragglers, a healthy verdict), or whose projection measured its share from the trace,
-projects the same in and out of sample.
+projects the same point in and out of sample.
+
+The model's own error (thresholds.MODEL_ERROR) is calibrated the same way: conformalized quantile
+regression over the conformity scores (how far each measurement fell outside its range, as a share of
+the point) of the pairs projected out of sample. The held-out family's ranges are widened by the error
+calibrated on the other families' pairs, each projected with constants fitted without both families;
+the value to ship comes from every family's out-of-sample scores.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import statistics
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import analyzer
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.judge import widened
 from analyzer.analysis.rules import measured
 
 COVERAGE = 0.80
@@ -83,46 +91,110 @@ def _score(results: Sequence[tuple[Any, tuple[float, float | None, float | None]
     )
 
 
-def lofo(
-    pairs: list[Any], grid: dict[str, list[dict[str, float]]], priors: dict[str, dict[str, float]]
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """(the pairs with their held-out projections, per family the constants chosen without it).
+class Lofo(NamedTuple):
+    """What leave-one-family-out gives: the pairs projected out of sample, per held-out family the constants and
+    the model error chosen without it, and the model error to ship (from every family's out-of-sample scores)."""
+
+    pairs: list[Any]
+    chosen: list[dict[str, Any]]
+    model_error: float | None
+    scores: list[float]
+    """Every applied pair's conformity score out of sample (its family held out; no model error)."""
+
+
+def conformity(point: float, low: float, high: float, measured: float) -> float:
+    """How far ``measured`` fell outside [low, high], as a share of the projected ``point`` (negative: inside, by
+    the distance to the nearer end): conformalized quantile regression's score."""
+    return max(low - measured, measured - high) / point
+
+
+def conformal_error(scores: Sequence[float], coverage: float = COVERAGE) -> float | None:
+    """The error to add to both ends of a range so that a new pair's measurement falls inside with probability
+    ``coverage`` (Romano, Patterson and Candes 2019): the ceil((n + 1) x coverage)-th smallest of the n scores, at
+    least 0 (ranges are only widened); None when the scores are too few to say (that rank beyond n)."""
+    n = len(scores)
+    k = math.ceil((n + 1) * coverage)
+    if n == 0 or k > n:
+        return None
+    return max(0.0, sorted(scores)[k - 1])
+
+
+def lofo(pairs: list[Any], grid: dict[str, list[dict[str, float]]], priors: dict[str, dict[str, float]]) -> Lofo:
+    """Leave-one-family-out: the pairs with their held-out projections, per family the constants chosen without it.
 
     A group whose pairs all belong to the held-out family has nothing to fit on: it takes its ``priors``
-    entry (values chosen before any pair was measured, not fitted on them), never the in-sample choice."""
-    usable = [i for i, p in enumerate(pairs) if p.error is not None and p.finding is not None and p.group]
+    entry (values chosen before any pair was measured, not fitted on them), never the in-sample choice.
+    Every applied finding's range is reprojected without the model error (MODEL_ERROR 0), and the held-out
+    family's ranges are widened by the model error calibrated on the other families' pairs, each projected
+    with constants fitted without both families (nested: the held-out family's measurements reach neither
+    the constants nor the error it is judged with)."""
+    usable = [i for i, p in enumerate(pairs) if p.error is not None and p.finding is not None]
+    fitted = [i for i in usable if pairs[i].group]
     cache: dict[tuple[int, tuple[tuple[str, float], ...]], tuple[float, float | None, float | None] | None] = {}
+    fits: dict[frozenset[str], tuple[dict[str, dict[str, float]], list[str]]] = {}
 
     def at(i: int, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:
         key = (i, tuple(sorted(values.items())))
         if key not in cache:
-            cache[key] = reproject(pairs[i], values)
+            cache[key] = reproject(pairs[i], {**values, "MODEL_ERROR": 0.0})
         return cache[key]
+
+    def fit(without: frozenset[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
+        """Per group the constants chosen on the pairs of every family but ``without``, and the groups on a prior."""
+        if without not in fits:
+            picks: dict[str, dict[str, float]] = {}
+            prior: list[str] = []
+            for group in grid:
+                train = [i for i in fitted if pairs[i].family not in without and pairs[i].group == group]
+                if not train:
+                    picks[group] = priors[group]
+                    prior.append(group)
+                    continue
+                scores = [_score([(pairs[i], at(i, point)) for i in train]) for point in grid[group]]
+                picks[group] = grid[group][min(range(len(scores)), key=lambda j: scores[j])]
+            fits[without] = (picks, prior)
+        return fits[without]
+
+    def raw(i: int, without: frozenset[str]) -> tuple[float, float | None, float | None] | None:
+        """Pair ``i`` projected with the constants fitted without ``without`` and no model error."""
+        group = pairs[i].group
+        return at(i, fit(without)[0][group] if group else {})
+
+    def scores(indices: Sequence[int], without: frozenset[str]) -> list[float]:
+        out = []
+        for j in indices:
+            r = raw(j, without | {pairs[j].family})
+            if r is not None and r[1] is not None and r[2] is not None and r[0] > 0:
+                out.append(conformity(r[0], r[1], r[2], pairs[j].measured_ms))
+        return out
 
     out: list[Any] = []
     chosen: list[dict[str, Any]] = []
     for family in sorted({p.family for p in pairs}):
-        picks: dict[str, dict[str, float]] = {}
-        prior: list[str] = []
-        for group in grid:
-            train = [i for i in usable if pairs[i].family != family and pairs[i].group == group]
-            if not train:
-                picks[group] = priors[group]
-                prior.append(group)
-                continue
-            scores = [_score([(pairs[i], at(i, point)) for i in train]) for point in grid[group]]
-            picks[group] = grid[group][min(range(len(scores)), key=lambda j: scores[j])]
-        chosen.append({"held_out": family, **picks, "prior": prior})
+        held = frozenset({family})
+        picks, prior = fit(held)
+        error = conformal_error(scores([j for j in usable if pairs[j].family != family], held))
+        chosen.append({"held_out": family, **picks, "prior": prior, "model_error": error})
         for i, p in enumerate(pairs):
             if p.family != family:
                 continue
             q = dataclasses.replace(p)
             if i in usable:
-                _apply(q, at(i, picks[p.group]), "held out")
+                _apply(q, _wide(raw(i, held), error or 0.0), "held out")
                 if p.group in prior:
                     q.note = (q.note + "; " if q.note else "") + f"held out: no other family fits {p.group}, its prior"
             out.append(q)
-    return out, chosen
+    held_out = scores(usable, frozenset())
+    return Lofo(out, chosen, conformal_error(held_out), held_out)
+
+
+def _wide(
+    r: tuple[float, float | None, float | None] | None, error: float
+) -> tuple[float, float | None, float | None] | None:
+    """A reprojection (point, low, high) with the model error added to its range (judge.widened, as analysed)."""
+    if r is None or r[1] is None or r[2] is None:
+        return r
+    return (r[0], *widened(r[1], r[2], r[0], error))
 
 
 def _apply(q: Any, r: tuple[float, float | None, float | None] | None, what: str) -> None:

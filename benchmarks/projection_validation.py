@@ -28,6 +28,10 @@ BEFORE traces are analysed again with them: its projections are out of sample. A
 family's pairs fit (the batch and micro-batch models have one family each) takes its PRIORS entry,
 set before any pair was measured, never the in-sample choice. Models with no constant fitted on the
 pairs (workers, stragglers), and projections whose share the trace measured, project the same in both.
+The held-out family's ranges are widened by the model's own error calibrated without it
+(leave_one_family_out.conformal_error: conformalized quantile regression over the other families' pairs,
+projected with constants fitted without both families); each mode prints MODEL_ERROR to ship (every family's
+out-of-sample scores), and --load both the value of both modes' pairs pooled (thresholds.MODEL_ERROR).
 
 The CPU loops are recorded with sampled profiler windows (3 steps at a third and two thirds of the run):
 the projections measure the matmul share and bound the per-call share from them (rules/measured.py).
@@ -62,9 +66,10 @@ from typing import Any
 import torch
 
 import analyzer
+from analyzer.analysis import thresholds as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.leave_one_family_out import in_sample, lofo, without_windows
+from benchmarks.leave_one_family_out import conformal_error, in_sample, lofo, without_windows
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000): pass\n"
@@ -378,10 +383,10 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             pairs.append(run_pair(case, mode, Path(tmp), f"p{i}", quick, windows))
             print(row(pairs[-1]), flush=True)
         load_end = os.getloadavg()
-        held, chosen = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
+        held, chosen, model_error, scores = lofo(pairs, GRID, PRIORS)  # while the BEFORE traces exist
         with without_windows():  # the same pairs, projected as if the traces had no profiled steps
             plain = in_sample(pairs)
-            plain_held, _ = lofo(pairs, GRID, PRIORS)
+            plain_held = lofo(pairs, GRID, PRIORS).pairs
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -402,8 +407,17 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         print(f"   {label}:")
         print_summary(s)
     for c in chosen:
-        fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior"))
-        print(f"   without {c['held_out']}: {fitted}" + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else ""))
+        fitted = "; ".join(f"{g} {v}" for g, v in c.items() if g not in ("held_out", "prior", "model_error"))
+        error = "n/a" if c["model_error"] is None else f"{c['model_error']:.3f}"
+        print(
+            f"   without {c['held_out']}: {fitted}; MODEL_ERROR {error}"
+            + (f" (prior: {', '.join(c['prior'])})" if c["prior"] else "")
+        )
+    shipped = f"{model_error:.3f}" if model_error is not None else "n/a (too few pairs)"
+    print(
+        f"-- {mode}: MODEL_ERROR to ship {shipped} (conformalized quantile regression over every family's "
+        f"out-of-sample scores; in use: {T.MODEL_ERROR:g})"
+    )
     return {
         "mode": mode,
         "busy_procs": n,
@@ -413,7 +427,14 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         "seconds": seconds,
         "pairs": [asdict(p) for p in pairs],
         "summary": summary,
-        "lofo": {"pairs": [asdict(p) for p in held], "summary": out_of_sample, "chosen": chosen},
+        "lofo": {
+            "pairs": [asdict(p) for p in held],
+            "summary": out_of_sample,
+            "chosen": chosen,
+            "model_error": model_error,
+            "model_error_in_use": T.MODEL_ERROR,
+            "scores": scores,
+        },
         "constants_only": {
             "pairs": [asdict(p) for p in plain],
             "lofo_pairs": [asdict(p) for p in plain_held],
@@ -449,6 +470,10 @@ def main() -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: background load stopped, nothing saved", file=sys.stderr)
         return 130
+    pooled = conformal_error([s for r in results for s in r["lofo"]["scores"]])
+    if len(results) > 1:  # the analyzer meets quiet and busy hosts: one calibration set of both modes' pairs
+        shown = "n/a" if pooled is None else f"{pooled:.3f}"
+        print(f"\nMODEL_ERROR to ship, quiet and busy pairs pooled: {shown} (in use: {T.MODEL_ERROR:g})")
     if args.json:
         doc = {
             "command": sys.argv,
@@ -458,6 +483,7 @@ def main() -> int:
             "torch": torch.__version__,
             "windows": not args.no_windows,
             "modes": results,
+            "model_error_pooled": pooled,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"wrote {args.json}")

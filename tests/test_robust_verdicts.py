@@ -125,6 +125,19 @@ def test_every_projection_is_a_range_around_its_point(trace_factory):
     assert top.high_ms > top.step_ms > top.low_ms
 
 
+def test_the_models_own_error_widens_both_ends_by_its_share_of_the_point(trace_factory, monkeypatch):
+    end = EndInfo(status="ok", steps=60, loader_workers=0)
+    rows = [make_row(i, wall=60.0 + (i % 7), data=50.0, fwd=8.0, bwd=1.0, opt=0.5, data_cpu=2.0) for i in range(60)]
+    trace = trace_factory(rows, run={"host": "t", "cpu_count": 2}, end=end)
+    monkeypatch.setattr(T, "MODEL_ERROR", 0.0)
+    before = analyze(trace).findings[0].projection
+    monkeypatch.setattr(T, "MODEL_ERROR", 0.1)
+    after = analyze(trace).findings[0].projection
+    assert after.step_ms == pytest.approx(before.step_ms)  # the point does not move
+    assert after.high_ms == pytest.approx(before.high_ms + 0.1 * before.step_ms)
+    assert after.low_ms == pytest.approx(max(0.0, before.low_ms - 0.1 * before.step_ms))
+
+
 def test_the_range_and_stability_are_shown_in_text_json_and_html(trace_factory):
     import json
 

@@ -99,7 +99,8 @@ def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> f
 
 def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:
     """The finding with its projection on the whole run and as a range, and its confidence capped.
-    Run-to-run noise is at least the steps' own spread (a loaded host shows it even unsampled)."""
+    Run-to-run noise is at least the steps' own spread (a loaded host shows it even unsampled); the model's own
+    out-of-sample error (MODEL_ERROR) widens both ends."""
     p = f.projection
     point = p.step_ms + delta
     loaded = ctx.host.oversubscribed and cpu_side(f, ctx.gpu)
@@ -109,8 +110,12 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
     # to other work: the next run may not meet it, so the low end does not carry their excess.
     model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + (min(delta, 0.0) if loaded else delta)
     model_hi = (p.high_ms if p.high_ms is not None else p.step_ms) + delta
-    low = max(0.0, model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise))
-    high = model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise)
+    low, high = widened(
+        model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise),
+        model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise),
+        point,
+        T.MODEL_ERROR,
+    )
     projection = dataclasses.replace(
         p, step_ms=point, current_ms=current, low_ms=min(low, point), high_ms=max(high, point)
     )
@@ -125,6 +130,13 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
         conf = _capped(conf, math.nextafter(T.CONFIDENCE_MEDIUM, 0.0), "its range reaches the current step time")
     share = max(f.share, min(1.0, projection.saved_ms / current)) if current > 0 else f.share
     return dataclasses.replace(f, projection=projection, confidence=conf, share=share)
+
+
+def widened(low: float, high: float, point: float, error: float) -> tuple[float, float]:
+    """The range [low, high] around ``point`` with the model's own out-of-sample error (``error``, a share of the
+    point: MODEL_ERROR) added to both ends (conformalized quantile regression: the calibrated error is added to
+    the interval's ends, not in quadrature with its parts), the low end no faster than an instant step."""
+    return max(0.0, low - error * point), high + error * point
 
 
 def loaded_noise(ctx: Context) -> float:

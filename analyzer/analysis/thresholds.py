@@ -172,6 +172,15 @@ STABLE_VERDICT = Threshold(0.8, OURS + ": a verdict that fewer than 80% of resam
 #: a host that was not oversubscribed (same job, same machine, measured again): the unchanged healthy and
 #: .item() loops of benchmarks/projection_validation.py re-ran 0.4-3.8% apart on a quiet 2-core host.
 PROJECTION_NOISE = 0.05
+#: The model's own error out of sample, as a share of the projected step, added to both ends of every rule's
+#: range (judge.widened): conformalized quantile regression (Romano, Patterson and Candes, "Conformalized Quantile
+#: Regression", NeurIPS 2019): of the n conformity scores max(low - measured, measured - high) / projected of the
+#: leave-one-family-out projections (ranges without this term), the ceil((n + 1) x 0.8)-th smallest (at least 0),
+#: which covers 80% of a new pair's measurements when pairs are exchangeable. Computed, not chosen:
+#: benchmarks/projection_validation.py --load both prints it ("MODEL_ERROR to ship"); this value is its quiet and
+#: busy pairs pooled, runs 1 and 3 of docs/projections.md ("Validation", 2026-12-04: 0.000 both, the 28th of 34
+#: scores inside its range). Measured on CPU loops only; GPU projections carry it unmeasured.
+MODEL_ERROR = 0.0
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
 #: The floor: where the sampler read the run queue, judge.loaded_noise uses its measured excess over the
 #: CPUs (excess / run queue: other work gone or doubled), which is wider on a host queued 2x or more.

@@ -162,7 +162,7 @@ def collect_run_info(
         recorder=recorder,
         cpu_quota_cores=_quota(),
         host_cpus=os.cpu_count(),
-        cpu_bf16=_cpu_bf16(),
+        cpu_bf16=cpu_bf16(),
     )
     if where.local_rank is not None:
         info["local_rank"] = where.local_rank
@@ -188,7 +188,7 @@ def _quota() -> float | None:
         return None
 
 
-def _cpu_bf16() -> str | None:
+def cpu_bf16() -> str | None:
     """The CPU's native bf16 flags (host_readers.bf16_flags), None off Linux or unreadable (never raises)."""
     try:
         with open("/proc/cpuinfo") as f:

@@ -4,6 +4,10 @@ reduced at once to per-step kernel statistics (ingest.kernel_stats) stored with 
 The profiler's own start/stop/export cost is kept out of the neighbouring steps' timings; the
 window steps themselves run under the profiler, so their step times are not used for step-time
 statistics when unprofiled steps exist (see analyzer.analysis.metrics).
+
+On a CPU run on a CPU with native bf16 the first window also records the ops' shapes, and its float32
+matmul shapes are replayed in bf16 when it ends (record.bf16_replay): every window's steps then carry
+their matmul time under bf16 (KernelStats ``cpu_matmul_bf16*_ms``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from analyzer.record import bf16_replay
+from analyzer.record.run_facts import cpu_bf16
 from gpuanalyze.ingest.kernel_stats import StepKernels
 from gpuanalyze.ingest.kineto import KinetoTrace, parse_kineto
 from gpuanalyze.ingest.schema import KernelStats
@@ -26,6 +34,10 @@ class KernelWindows:
         self.first, self.every, self.steps, self.cuda = first, every, steps, cuda
         self._prof: Any = None
         self._start_step = -1
+        self._replay = not cuda and bool(cpu_bf16())
+        """Replay the first window's float32 matmuls in bf16 (a CPU run on a CPU with native bf16)."""
+        self._bf16: dict[str, float] | None = None
+        """Per bf16_replay.FIELDS, the matmul time under bf16 as a share of it (None: not replayed yet)."""
 
     @property
     def active(self) -> bool:
@@ -52,7 +64,11 @@ class KernelWindows:
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         # A schedule (always RECORD) makes torch.profiler emit ProfilerStep#N markers at step().
-        prof = torch.profiler.profile(activities=activities, schedule=lambda _: torch.profiler.ProfilerAction.RECORD)
+        prof = torch.profiler.profile(
+            activities=activities,
+            schedule=lambda _: torch.profiler.ProfilerAction.RECORD,
+            record_shapes=self._replay and self._bf16 is None,  # the shapes the replay needs
+        )
         with quiet_profiler():
             prof.start()
         self._prof, self._start_step = prof, step
@@ -75,13 +91,31 @@ class KernelWindows:
         try:
             prof.export_chrome_trace(path)
             trace = parse_kineto(path)
+            if self._replay and self._bf16 is None:
+                self._bf16 = _replayed(path)
         finally:
             Path(path).unlink()
         return self._per_step(trace)
 
     def _per_step(self, k: KinetoTrace) -> dict[int, KernelStats]:
         kernels = StepKernels(k)
-        return {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}
+        stats = {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}
+        if not self._bf16:
+            return stats
+        shares = self._bf16
+        return {
+            n: msgspec.structs.replace(s, **{f: s.cpu_matmul_ms * shares[f] for f in shares}) for n, s in stats.items()
+        }
+
+
+def _replayed(path: str) -> dict[str, float]:
+    """The window's matmul time under bf16 as a share of it, per bf16_replay.FIELDS ({} when nothing replayed: a
+    window with no float32 matmul, or one the replay could not read)."""
+    try:
+        calls, union_us = bf16_replay.window_calls(path)
+        return bf16_replay.ratios(calls, union_us, bf16_replay.replay(calls))
+    except (OSError, ValueError, KeyError, TypeError):  # the profiler's JSON not as expected: not measured
+        return {}
 
 
 #: What libkineto prints on every profiler start and stop ("USDT:... profiler_start").

@@ -10,6 +10,13 @@ them the range spans all of it at the speed-up bound (the fast end) to none of i
 the point at CPU_MATMUL_UNMEASURED (this model's own constant). The speed-up bound is per flag:
 CPU_AMX_BF16_SPEEDUP where the CPU has AMX_BF16, else CPU_BF16_SPEEDUP;
 ``run --try --candidates autocast=bf16`` measures it.
+
+Where the recorder replayed the run's float32 matmul shapes in bf16 on the machine (record/bf16_replay.py:
+KernelStats ``cpu_matmul_bf16*_ms``), the speed-up is that measurement, not the flag's bound: the point
+takes forward matmuls with the casts of their inputs and backward ones from bf16 inputs, the fast end
+every matmul from bf16 inputs at the high end of the share, the slow end every matmul with its casts at
+the low end. A speed-up below 1 (tiny matmuls: bf16's packing costs more than it saves) projects no
+gain, and the rule does not fire.
 """
 
 from __future__ import annotations
@@ -50,6 +57,17 @@ def speedup(ctx: Context) -> float:
     return T.CPU_AMX_BF16_SPEEDUP if "amx_bf16" in flags else T.CPU_BF16_SPEEDUP
 
 
+def replayed(ctx: Context) -> tuple[float, float, float] | None:
+    """(point, fast end, slow end) matmul speed-ups under bf16 autocast measured by replaying the run's float32
+    matmul shapes on the machine (matmul time over its time under bf16); None when the recorder did not."""
+    matmul = window_ms(ctx, "cpu_matmul_ms")
+    got = [window_ms(ctx, f) for f in ("cpu_matmul_bf16_ms", "cpu_matmul_bf16_fast_ms", "cpu_matmul_bf16_slow_ms")]
+    if matmul is None or matmul[0] <= 0 or any(g is None or g[0] <= 0 for g in got):
+        return None
+    point, fast, slow = (matmul[0] / g[0] for g in got if g is not None)
+    return point, fast, slow
+
+
 def detect(ctx: Context, relaxed: bool) -> Detection | None:
     """fp32 parameters, a CPU with native bf16 and forward + backward a material part of the step."""
     flags = native_bf16(ctx)
@@ -64,8 +82,7 @@ def detect(ctx: Context, relaxed: bool) -> Detection | None:
         consistency=1.0,
         evidence_steps=ctx.m.steps,
         summary=f"Forward and backward take {share:.0%} of the step in float32 on a CPU with native bf16 "
-        f"arithmetic ({flags}): matmuls under bf16 autocast run up to {speedup(ctx):g}x the products per "
-        "instruction.",
+        f"arithmetic ({flags}): {_rate(ctx)}.",
     )
 
 
@@ -98,6 +115,17 @@ def evidence(ctx: Context) -> tuple[Evidence, ...]:
     )
 
 
+def _rate(ctx: Context) -> str:
+    """The matmul speed-up under bf16 autocast, in words: measured by replay, else the flag's bound."""
+    r = replayed(ctx)
+    if r is None:
+        return f"matmuls under bf16 autocast run up to {speedup(ctx):g}x the products per instruction"
+    return (
+        f"this run's matmuls replayed on this machine ran {r[0]:.1f}x faster under bf16 autocast "
+        f"({r[2]:.1f}x with every input cast, {r[1]:.1f}x from bf16 inputs)"
+    )
+
+
 def _basis(got: Measured | None) -> str:
     """Where the matmul share came from, in words."""
     if got is None:
@@ -110,27 +138,37 @@ def _basis(got: Measured | None) -> str:
 
 def project(ctx: Context) -> Projection:
     compute = min(compute_ms(ctx), ctx.wall)
-    r = speedup(ctx)
+    measured = replayed(ctx)
+    bound = speedup(ctx)
+    r, r_fast, r_slow = measured if measured is not None else (bound, bound, bound)
 
-    def at(f: float) -> float:
+    def at(f: float, r: float) -> float:
         """The step when a share ``f`` of forward + backward is matmul that bf16 speeds up ``r`` times."""
         return ctx.wall - compute * f * (1 - 1 / r)
 
     f, lo_f, hi_f, got = matmul_range(ctx)
-    how = "AMX tiles (TDPBF16PS)" if r == T.CPU_AMX_BF16_SPEEDUP else "VDPBF16PS: two bf16 products per fp32 lane"
+    if measured is None:
+        how = "AMX tiles (TDPBF16PS)" if r == T.CPU_AMX_BF16_SPEEDUP else "VDPBF16PS: two bf16 products per fp32 lane"
+        rate = f"at {r:g}x under bf16 autocast ({how})"
+    else:
+        rate = (
+            f"at {r:.2f}x under bf16 autocast (this run's matmul shapes replayed on this machine: forward ones with "
+            f"their input casts; the fast end {r_fast:.2f}x from bf16 inputs, the slow end {r_slow:.2f}x with every "
+            "input cast)"
+        )
     rule = (
-        f"forward + backward {compute:.2f} ms, a share f of it matmul at {r:g}x under bf16 autocast "
-        f"({how}): step {ctx.wall:.2f} - {compute:.2f} x f x (1 - 1/{r:g}); f {_basis(got)}: the point takes "
-        f"{f:.0%} ({at(f):.2f} ms), the range {hi_f:.0%} ({at(hi_f):.2f} ms) to {lo_f:.0%} ({at(lo_f):.2f} ms)"
+        f"forward + backward {compute:.2f} ms, a share f of it matmul {rate}: step {ctx.wall:.2f} - {compute:.2f} x f "
+        f"x (1 - 1/{r:.3g}); f {_basis(got)}: the point takes {f:.0%} ({at(f, r):.2f} ms), the range {hi_f:.0%} "
+        f"({at(hi_f, r_fast):.2f} ms) to {lo_f:.0%} ({at(lo_f, r_slow):.2f} ms)"
     )
     return bounded(
         ctx,
-        at(f),
+        at(f, r),
         "bf16 matmuls",
-        {"forward + backward at the bf16 rate": at(1.0)},
+        {"forward + backward at the bf16 rate": at(1.0, r_fast)},
         rule,
         fix=PrecisionFix("bfloat16"),
-        model=(at(hi_f), at(lo_f)),
+        model=(at(hi_f, r_fast), at(lo_f, r_slow)),
     )
 
 

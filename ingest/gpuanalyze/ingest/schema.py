@@ -198,6 +198,13 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """CPU runs: host time inside ATen ops outside the optimizer's step (the rest is Python between the ops)."""
     cpu_dispatch_ms: _Ms = 0.0
     """CPU runs: the per-call part of cpu_op_ms: each op's own time up to the step's cheapest-decile own time."""
+    cpu_matmul_bf16_ms: _Ms = 0.0
+    """CPU runs on a CPU with native bf16 (analyzer/record/bf16_replay.py): cpu_matmul_ms as it would run under bf16
+    autocast, each float32 matmul shape replayed on the machine (forward ops with their casts); 0: not measured."""
+    cpu_matmul_bf16_fast_ms: _Ms = 0.0
+    """The same with every matmul from bf16 inputs (no cast): the fast end."""
+    cpu_matmul_bf16_slow_ms: _Ms = 0.0
+    """The same with every matmul casting its float32 inputs: the slow end."""
     owners: bool = False
     """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
