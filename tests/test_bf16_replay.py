@@ -63,7 +63,7 @@ def test_a_shape_replays_in_float32_bf16_and_bf16_with_casts():
     got = R._time_shape("aten::addmm", ((16,), (8, 32), (32, 16)), ((1,), (32, 1), (1, 32)))
     assert got is not None and got.fp32 > 0 and got.bf16 > 0 and got.cast > 0
     assert R._time_shape("aten::mm", ((8, 3), (5, 4)), ()) is None  # dims the op rejects: not replayed
-    transposed = R._tensor(torch, (8, 32), (1, 8))
+    transposed = R._tensor(torch, (8, 32), (1, 8), torch.Generator())
     assert transposed.shape == (8, 32) and transposed.stride() == (1, 8)
 
 
@@ -83,3 +83,16 @@ def test_no_replay_without_native_bf16(tmp_path, monkeypatch):
     monkeypatch.setattr(windows, "cpu_bf16", lambda: "")
     stats = _window_stats(tmp_path, steps=12)
     assert stats and all(s.cpu_matmul_ms > 0 and s.cpu_matmul_bf16_ms == 0 for s in stats)
+
+
+def test_the_replay_leaves_the_runs_random_stream_as_it_was_and_skips_huge_shapes():
+    """Profiling never changes training: the replay draws its inputs from its own generator (the next dropout mask
+    or shuffle of the run is the one it would have been), and a shape too large to allocate again is not replayed."""
+    calls = [R.MatmulCall("aten::mm", ((16, 32), (32, 8)), (), 50.0, backward=False)]
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    assert R.replay(calls, budget_s=1.0)  # replayed
+    assert torch.equal(torch.rand(4), expected)
+    huge = [R.MatmulCall("aten::mm", ((1 << 13, 1 << 12), (1 << 12, 1 << 12)), (), 50.0, backward=False)]
+    assert R.replay(huge, budget_s=1.0) == {}

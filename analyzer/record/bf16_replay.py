@@ -51,6 +51,10 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 #: Wall time the replays may take in all (shapes by their time in the run, largest first): the replay runs
 #: once per run, between steps, outside every step's timing.
 REPLAY_BUDGET_S = 1.0
+#: Largest replayed shape, in input elements: the replay allocates its inputs again (and their bf16 copies) in the
+#: user's process, so a shape whose float32 inputs pass 64 MiB is not replayed (its time stays float32): it must
+#: neither take the memory the run needs nor one call spend the budget.
+REPLAY_MAX_ELEMENTS = 1 << 24
 #: Rounds of (float32, bf16, bf16 with casts); the fastest of each is kept.
 REPEATS = 3
 #: Each timing runs the op enough times to last about this long (a few-microsecond op timed once is noise).
@@ -137,10 +141,17 @@ def replay(calls: Iterable[MatmulCall], budget_s: float = REPLAY_BUDGET_S) -> di
         total[_shape(c)] = total.get(_shape(c), 0.0) + c.dur_us
     deadline = time.perf_counter() + budget_s
     out = {}
+    import torch
+
+    # The inputs are random: on a generator of the replay's own, so the run's random stream (dropout masks,
+    # shuffling) goes on exactly as it would have without profiling.
+    rng = torch.Generator().manual_seed(0)
     for shape in sorted(total, key=lambda s: -total[s]):
         if time.perf_counter() >= deadline:
             break
-        got = _time_shape(*shape)
+        if sum(math.prod(d) for d in shape[1]) > REPLAY_MAX_ELEMENTS:
+            continue
+        got = _time_shape(*shape, rng=rng)
         if got is not None:
             out[shape] = got
     return out
@@ -163,26 +174,29 @@ def ratios(calls: list[MatmulCall], union_us: float, speed: dict[tuple[Any, ...]
     return {f: max(0.0, 1.0 - saved[f] / union_us) for f in FIELDS}
 
 
-def _tensor(torch: Any, dims: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+def _tensor(torch: Any, dims: tuple[int, ...], strides: tuple[int, ...], rng: Any) -> Any:
     """A float32 tensor of ``dims`` laid out as the run's was: contiguous, the last two dims transposed, or
-    broadcast (all strides 0)."""
+    broadcast (all strides 0); drawn from ``rng``, never the global generator."""
     if strides and len(strides) == len(dims) and dims and all(s == 0 for s in strides):
-        return torch.randn(1).expand(*dims)
+        return torch.randn(1, generator=rng).expand(*dims)
     if len(dims) >= 2 and len(strides) == len(dims) and strides[-2] == 1 and strides[-1] == dims[-2] != 1:
-        return torch.randn(*dims[:-2], dims[-1], dims[-2]).transpose(-1, -2)
-    return torch.randn(*dims)
+        return torch.randn(*dims[:-2], dims[-1], dims[-2], generator=rng).transpose(-1, -2)
+    return torch.randn(*dims, generator=rng)
 
 
-def _time_shape(name: str, dims: tuple[tuple[int, ...], ...], strides: tuple[tuple[int, ...], ...]) -> Speedup | None:
+def _time_shape(
+    name: str, dims: tuple[tuple[int, ...], ...], strides: tuple[tuple[int, ...], ...], *, rng: Any = None
+) -> Speedup | None:
     """Seconds per call of the op in float32, bf16 and bf16 from float32 inputs cast first; None when the shape
     does not replay (a dims list the op rejects)."""
     import torch
 
     op = getattr(torch, name.removeprefix("aten::"))
     b = REPLAYED[name][1]
+    rng = torch.Generator().manual_seed(0) if rng is None else rng
     try:
         with torch.no_grad():
-            x = [_tensor(torch, d, strides[i] if i < len(strides) else ()) for i, d in enumerate(dims[: b + 1])]
+            x = [_tensor(torch, d, strides[i] if i < len(strides) else (), rng) for i, d in enumerate(dims[: b + 1])]
             low = [t.to(torch.bfloat16) for t in x]
 
             def cast() -> Any:
@@ -194,7 +208,7 @@ def _time_shape(name: str, dims: tuple[tuple[int, ...], ...], strides: tuple[tup
             for _ in range(REPEATS):
                 for k, f in enumerate(runs):
                     best[k] = min(best[k], _timed(f, per[k]))
-    except (RuntimeError, TypeError, ValueError):
+    except (RuntimeError, TypeError, ValueError, MemoryError):
         return None
     return Speedup(*best) if all(0 < t < math.inf for t in best) else None
 
