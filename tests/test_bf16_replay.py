@@ -42,7 +42,8 @@ def test_the_windows_float32_matmuls_are_read_with_their_shapes_and_direction(tm
     ]
     path = tmp_path / "w.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    calls, union_us = R.window_calls(path)
+    calls, union_us, reduced = R.window_calls(path)
+    assert reduced  # one aten::mm ran in bf16
     assert [(c.name, c.backward) for c in calls] == [("aten::addmm", False), ("aten::mm", True)]
     assert calls[0].dims[1:3] == ((4, 64), (64, 128))
     assert union_us == pytest.approx(10 + 8 + 5 + 6)  # every matmul op's time: what cpu_matmul_ms sums
@@ -57,6 +58,8 @@ def test_forward_matmuls_pay_their_casts_and_backward_ones_do_not():
     assert got["cpu_matmul_bf16_slow_ms"] == pytest.approx(1 - (20 + 20) / 100)  # both cast: 2x
     assert got["cpu_matmul_bf16_ms"] == pytest.approx(1 - (20 + 30) / 100)  # forward cast, backward not
     assert R.ratios([fwd], 100.0, {}) == {}  # nothing replayed: not measured
+    assert R.ratios([fwd], 100.0, {}, reduced=True) == {}  # float32 matmuls not replayed: still not measured
+    assert R.ratios([], 100.0, {}, reduced=True) == dict.fromkeys(R.FIELDS, 1.0)  # autocast already on: no gain
 
 
 def test_a_shape_replays_in_float32_bf16_and_bf16_with_casts():
@@ -96,3 +99,23 @@ def test_the_replay_leaves_the_runs_random_stream_as_it_was_and_skips_huge_shape
     assert torch.equal(torch.rand(4), expected)
     huge = [R.MatmulCall("aten::mm", ((1 << 13, 1 << 12), (1 << 12, 1 << 12)), (), 50.0, backward=False)]
     assert R.replay(huge, budget_s=1.0) == {}
+
+
+def test_a_loop_already_under_bf16_autocast_is_measured_to_gain_nothing(tmp_path, monkeypatch):
+    """fp32 parameters under torch.autocast('cpu', bfloat16): the profiled matmuls run in bf16 already, so the
+    replay stores no gain (matmul time under bf16 = matmul time) and no CPU-precision advice follows."""
+    monkeypatch.setattr(windows, "cpu_bf16", lambda: "avx512_bf16")
+    monkeypatch.setattr(R, "REPLAY_BUDGET_S", 0.05)
+    model, opt, loader = make_loop(LoopConfig(steps=20, batch=8, features=32))
+    windows_at = {"kernel_windows": True, "window_first": 5, "window_every": 10, "window_steps": 2}
+    with analyzer.profile(model, out=str(tmp_path / "t.arrow"), **windows_at) as prof:
+        for x, y in loader:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    stats = [S.decode_kernel_stats(t) for t in load_trace(prof.path).frame.get_column(S.KERNEL_STATS).drop_nulls()]
+    assert stats and all(s.cpu_matmul_ms > 0 and s.cpu_matmul_bf16_ms == s.cpu_matmul_ms for s in stats)
+    report = analyzer.analyze(prof.path)
+    assert not any(f.cause == "cpu_fp32_math" for f in report.findings), [f.cause for f in report.findings]

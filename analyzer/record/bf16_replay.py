@@ -83,9 +83,10 @@ class Speedup:
     cast: float
 
 
-def window_calls(path: str | Path) -> tuple[list[MatmulCall], float]:
-    """The float32 REPLAYED ops of a torch.profiler chrome trace recorded with shapes, and the union of every
-    MATMUL_OPS op's time in it (us): what ``cpu_matmul_ms`` sums over the window's steps."""
+def window_calls(path: str | Path) -> tuple[list[MatmulCall], float, bool]:
+    """The float32 REPLAYED ops of a torch.profiler chrome trace recorded with shapes, the union of every
+    MATMUL_OPS op's time in it (us): what ``cpu_matmul_ms`` sums over the window's steps, and whether it ran
+    REPLAYED ops in a reduced precision (bf16, fp16: autocast already on)."""
     events = json.loads(Path(path).read_text()).get("traceEvents", [])
     ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     backward: dict[Any, list[tuple[float, float]]] = {}
@@ -94,6 +95,7 @@ def window_calls(path: str | Path) -> tuple[list[MatmulCall], float]:
             backward.setdefault(e.get("tid"), []).append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
     spans = {tid: sorted(v) for tid, v in backward.items()}
     calls, starts, ends = [], [], []
+    reduced = False
     wanted = set(MATMUL_OPS)
     for e in ops:
         name = e.get("name")
@@ -105,7 +107,17 @@ def window_calls(path: str | Path) -> tuple[list[MatmulCall], float]:
         call = _call(e, name, ts, dur, spans.get(e.get("tid"), []))
         if call is not None:
             calls.append(call)
-    return calls, union_length(np.array(starts), np.array(ends)) if starts else 0.0
+        reduced = reduced or _reduced(e, name)
+    return calls, union_length(np.array(starts), np.array(ends)) if starts else 0.0, reduced
+
+
+def _reduced(e: dict[str, Any], name: str) -> bool:
+    """The op is a REPLAYED one whose matrices are bf16 or fp16."""
+    if name not in REPLAYED:
+        return False
+    types = (e.get("args") or {}).get("Input type")
+    a, b = REPLAYED[name]
+    return isinstance(types, list) and len(types) > b and {types[a], types[b]} <= {"c10::BFloat16", "c10::Half"}
 
 
 def _call(e: dict[str, Any], name: str, ts: float, dur: float, spans: list[tuple[float, float]]) -> MatmulCall | None:
@@ -157,9 +169,14 @@ def replay(calls: Iterable[MatmulCall], budget_s: float = REPLAY_BUDGET_S) -> di
     return out
 
 
-def ratios(calls: list[MatmulCall], union_us: float, speed: dict[tuple[Any, ...], Speedup]) -> dict[str, float]:
+def ratios(
+    calls: list[MatmulCall], union_us: float, speed: dict[tuple[Any, ...], Speedup], *, reduced: bool = False
+) -> dict[str, float]:
     """Per FIELDS entry, the window's matmul time under bf16 as a share of its float32 matmul time ({} when no
-    shape was replayed)."""
+    shape was replayed). ``reduced`` with no float32 matmul at all: the matmuls already run in bf16 or fp16
+    (autocast is on, whatever the parameters' dtype), so bf16 autocast saves nothing: 1 for every entry."""
+    if union_us > 0 and reduced and not calls:
+        return dict.fromkeys(FIELDS, 1.0)
     if union_us <= 0 or not speed:
         return {}
     saved = dict.fromkeys(FIELDS, 0.0)

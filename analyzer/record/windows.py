@@ -112,8 +112,8 @@ def _replayed(path: str) -> dict[str, float]:
     """The window's matmul time under bf16 as a share of it, per bf16_replay.FIELDS ({} when nothing replayed: a
     window with no float32 matmul, or one the replay could not read)."""
     try:
-        calls, union_us = bf16_replay.window_calls(path)
-        return bf16_replay.ratios(calls, union_us, bf16_replay.replay(calls))
+        calls, union_us, reduced = bf16_replay.window_calls(path)
+        return bf16_replay.ratios(calls, union_us, bf16_replay.replay(calls), reduced=reduced)
     except (OSError, ValueError, KeyError, TypeError):  # the profiler's JSON not as expected: not measured
         return {}
 
