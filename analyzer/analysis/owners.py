@@ -74,6 +74,16 @@ class IdleOwnership:
         return ", ".join(parts) if self.idle_ms > 0 else "no idle time"
 
 
+def owned_consistency(km: KernelMetrics | None, owners: tuple[str, ...], threshold: float) -> float | None:
+    """Fraction of the steps kept one by one (KernelMetrics.step_owners) in which ``owners`` own at least
+    ``threshold`` of the step: how many steps show what the summed owners show. None without such steps."""
+    if km is None:
+        return None
+    at = [S.IDLE_OWNERS.index(o) for o in owners]
+    hits = [sum(s.ms[i] for i in at) >= threshold * s.wall_ms for s in km.step_owners if s.wall_ms > 0]
+    return sum(hits) / len(hits) if hits else None
+
+
 def ownership(km: KernelMetrics | None) -> IdleOwnership | None:
     """The owners of the steps with kernel statistics, when every one of them has them (None otherwise:
     older imports, our own traces' steps outside sampled windows)."""

@@ -189,7 +189,7 @@ class BatchSize(Rule):
             return Detection(
                 cause="launch_overhead" if launch else "host_overhead",
                 share=idle,
-                consistency=m.consistency(UNEXPLAINED_IDLE, T.IDLE_MODERATE.value),
+                consistency=ctx.consistency(("launch",), T.IDLE_MODERATE.value, UNEXPLAINED_IDLE),
                 evidence_steps=m.steps,
                 summary=f"The GPU is busy {m.gpu_util:.0%} of the step; {idle:.0%} of the step it idles for reasons "
                 "other than data or sync (kernel launches and Python between them): too little work per step.",

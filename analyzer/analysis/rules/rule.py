@@ -28,7 +28,7 @@ from analyzer.analysis.findings import (
 from analyzer.analysis.fixes import Fix
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import IdleOwnership, ownership
+from analyzer.analysis.owners import IdleOwnership, owned_consistency, ownership
 from analyzer.machine.ceilings import Ceilings
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -75,6 +75,12 @@ class Context:
         backward = m.share.get(S.BACKWARD_MS)
         optimizer = m.share.get(S.OPTIMIZER_MS)
         return self.run.source is not None and not backward and not optimizer
+
+    def consistency(self, owners: tuple[str, ...], threshold: float, column: str) -> float:
+        """Share of steps that show the cause: from the steps' own idle owners where the GPU timeline has them
+        (the quantity the verdict reads), else from ``column``'s per-step share."""
+        got = owned_consistency(self.m.kernels, owners, threshold) if self.owners is not None else None
+        return self.m.consistency(column, threshold) if got is None else got
 
     @property
     def loop(self) -> str:

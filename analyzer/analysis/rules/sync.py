@@ -155,7 +155,9 @@ class Sync(Rule):
         return Detection(
             cause=cause,
             share=clamp(share),
-            consistency=m.consistency(S.SYNC_MS + RAW, T.SYNC_MODERATE.value) if host_first else 1.0,
+            consistency=(
+                ctx.consistency(tuple(SYNC_OWNERS), T.SYNC_MODERATE.value, S.SYNC_MS + RAW) if host_first else 1.0
+            ),
             evidence_steps=m.steps if host_first or km is None else km.steps,
             summary=_waiting_summary(ctx, host, comm, share, floor=floor, host_first=host_first),
         )
