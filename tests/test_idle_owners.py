@@ -319,3 +319,29 @@ def test_an_async_2d_copy_to_pageable_memory_blocks_the_host(tmp_path):
 
     stats = _owners(tmp_path, _steps(6, body))
     assert _ms(stats, "sync") >= 0.8 * sum(s.window_idle_ms for s in stats)
+
+
+def test_cpu_ops_that_launch_nothing_own_the_idle_and_their_steps_are_counted(tmp_path):
+    """The host inside a CPU op that launches no device work while the GPU waits (CPU-side preprocessing or
+    metrics) is host/cpu_work; in every other step only: half the steps show it, and the finding says so."""
+
+    def body(every: int):
+        def step(lo: float, c: int) -> list[dict[str, Any]]:
+            out = [
+                ev("cuda_runtime", "cudaLaunchKernel", lo + 10, 5, correlation=c + 1),
+                ev("kernel", "ampere_bf16_s16816gemm", lo + 20, 2000, stream=7, correlation=c + 1),
+            ]
+            if (c // 1000) % every == 0:
+                out.append(ev("cpu_op", "aten::index", lo + 2100, 5900))
+            return out
+
+        return step
+
+    doc = _doc(_steps(12, body(1)), "NVIDIA A100-SXM4-40GB", (8, 0))
+    r = analyze(write(tmp_path / "all.json", doc))
+    f = r.findings[0]
+    assert (r.bottleneck, f.cause) == ("host", "cpu_work"), (r.bottleneck, f.cause)
+    assert f.consistency == 1.0
+    half = analyze(write(tmp_path / "half.json", _doc(_steps(12, body(2)), "NVIDIA A100-SXM4-40GB", (8, 0))))
+    f = next(f for f in half.findings if f.cause == "cpu_work")
+    assert 0.4 <= f.consistency <= 0.6, f.consistency  # every other analysed step

@@ -13,6 +13,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.kernel_metrics import KernelMetrics
+from analyzer.analysis.owners import owned_consistency
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from gpuanalyze.ingest import schema as S
 
@@ -39,43 +40,14 @@ class Host(Rule):
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
-        if d.cause == "cpu_work":
-            return (
-                Evidence(
-                    "idle_owned_by_cpu_ops",
-                    d.share,
-                    T.PREPROCESSING.value,
-                    ">=",
-                    "fraction of step time",
-                    "idle owners (docs/idle-owners.md): the GPU idles while the host is inside CPU ops that launch "
-                    "no device work",
-                ),
-            )
-        if d.cause == "input_preprocessing":
-            return (
-                Evidence(
-                    "host_before_gpu_share",
-                    d.share,
-                    T.PREPROCESSING.value,
-                    ">=",
-                    "fraction of step time",
-                    T.PREPROCESSING.source,
-                ),
-                Evidence(
-                    "gpu_idle_share",
-                    1.0 - (ctx.m.gpu_util or 0.0),
-                    d.share,
-                    ">=",
-                    "fraction of step time",
-                    "host work before the first kernel costs step time only while the GPU idles",
-                ),
-            )
         threshold = T.HOST_HIGH if d.share >= T.HOST_HIGH.value else T.HOST_MODERATE
-        return (
-            Evidence(
-                "unattributed_host_share", d.share, threshold.value, ">=", "fraction of step time", threshold.source
-            ),
-        )
+        name, value, source = _DEFINING.get(d.cause, ("unattributed_host_share", threshold.value, threshold.source))
+        ev = [Evidence(name, d.share, value, ">=", "fraction of step time", source)]
+        if d.cause == "input_preprocessing":
+            idle = 1.0 - (ctx.m.gpu_util or 0.0)
+            why = "host work before the first kernel costs step time only while the GPU idles"
+            ev.append(Evidence("gpu_idle_share", idle, d.share, ">=", "fraction of step time", why))
+        return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
         bound, gpu_busy, sentence = _PROJECTIONS.get(d.cause, _UNATTRIBUTED)
@@ -158,26 +130,42 @@ def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
         share = min(share, owners.shares(("cpu_ops", "host_idle")))
         cpu = owners.share("cpu_ops")
         if share < floor <= cpu:
-            return Detection(
-                cause="cpu_work",
-                share=cpu,
-                consistency=1.0,
-                evidence_steps=owners.steps,
-                summary=f"{cpu:.0%} of each step ({ctx.ms(cpu):.2f} ms) the GPU idles while the host runs CPU ops "
-                "that launch no GPU work (CPU-side preprocessing, metrics, an optimizer on the CPU).",
+            held = owned_consistency(km, ("cpu_ops",), T.PREPROCESSING.value)
+            what = (
+                "the GPU idles while the host runs CPU ops that launch no GPU work (CPU-side preprocessing, metrics, "
+                "an optimizer on the CPU)."
             )
+            return _detection(ctx, "cpu_work", cpu, owners.steps, 1.0 if held is None else held, what)
     if share < floor:
         return None
     assert km is not None
+    what = (
+        "is host work before the step's first kernel, outside DataLoader waits, while the GPU has nothing to run: "
+        f"input preprocessing in the {ctx.loop}."
+    )
+    return _detection(ctx, "input_preprocessing", share, km.steps, 1.0, what)
+
+
+def _detection(ctx: Context, cause: str, share: float, steps: int, consistency: float, what: str) -> Detection:
+    """'{share} of each step ({ms} ms) {what}'."""
     return Detection(
-        cause="input_preprocessing",
+        cause=cause,
         share=share,
-        consistency=1.0,
-        evidence_steps=km.steps,
-        summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) is host work before the step's first kernel, "
-        f"outside DataLoader waits, while the GPU has nothing to run: input preprocessing in the {ctx.loop}.",
+        consistency=consistency,
+        evidence_steps=steps,
+        summary=f"{share:.0%} of each step ({ctx.ms(share):.2f} ms) {what}",
     )
 
+
+#: Per cause other than unattributed host time: its defining evidence (name, threshold, source).
+_DEFINING: dict[str, tuple[str, float, str]] = {
+    "cpu_work": (
+        "idle_owned_by_cpu_ops",
+        T.PREPROCESSING.value,
+        "idle owners (docs/idle-owners.md): the GPU idles while the host is inside CPU ops that launch no device work",
+    ),
+    "input_preprocessing": ("host_before_gpu_share", T.PREPROCESSING.value, T.PREPROCESSING.source),
+}
 
 #: Per cause: what the projected step is bound by, whether GPU-busy time bounds it too, and its sentence
 #: (``wall``: the step, ``removed``: the host time taken off it, both in ms).
