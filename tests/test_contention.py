@@ -3,8 +3,9 @@ the two runs' hosts differed; host facts that were assumed are said to be assume
 
 from __future__ import annotations
 
-from analyzer.analysis.contention import CONTENDED_SCALE, contention
+from analyzer.analysis.contention import contention
 from analyzer.analysis.host_facts import host_facts
+from analyzer.analysis.thresholds import CONTENDED_SCALE
 from analyzer.api import analyze, load_compared
 from analyzer.planning.compare import compare
 from analyzer.planning.cost import CostInputs

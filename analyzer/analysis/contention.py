@@ -5,7 +5,7 @@ same code on a quiet host, whatever its bottleneck, and a twin run can be severa
 system sampler measures it: the host's runnable threads (``run_queue``) against its CPUs, and the
 cores other work took from the job (``HostFacts.cores_free``). A contended run says so in a note
 with those numbers (and this run's own CPU use and fair share of the CPUs), and its verdict's
-confidence drops by CONTENDED_SCALE: "healthy" or any bottleneck is then a statement about this
+confidence drops by thresholds.CONTENDED_SCALE: "healthy" or any bottleneck is then a statement about this
 run on that host. Without readings nothing is known (``None``), and host facts that were assumed
 (an imported trace records no CPUs) are said to be assumed.
 """
@@ -15,17 +15,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Confidence
 from analyzer.analysis.host_facts import DEFAULT_CORES, HostFacts
 from analyzer.analysis.rules.rule import confidence_level
 from gpuanalyze.ingest.runinfo import RunInfo
-
-#: Runnable threads per host CPU above which other work is taking CPU time from this run.
-CONTENDED_RUNNABLE_PER_CPU = 1.0
-#: Share of the job's cores that other work must leave free, below which the run was contended.
-CONTENDED_FREE_SHARE = 0.5
-#: Factor on the verdict's confidence of a contended run.
-CONTENDED_SCALE = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +58,8 @@ def contention(host: HostFacts, run: RunInfo) -> Contention | None:
         return None
     cpus = run.host_cpus or run.cpu_count
     rq = host.run_queue
-    crowded = rq is not None and bool(cpus) and rq > CONTENDED_RUNNABLE_PER_CPU * (cpus or 0)
-    starved = host.cores_free < CONTENDED_FREE_SHARE * host.cores_available
+    crowded = rq is not None and bool(cpus) and rq > T.OVERSUBSCRIBED_RUNNABLE_PER_CPU.value * (cpus or 0)
+    starved = host.cores_free < T.CONTENDED_FREE_SHARE * host.cores_available
     if not (crowded or starved or host.oversubscribed):
         return None
     share = None if rq is None or not cpus else min(1.0, cpus / rq) if rq > 0 else 1.0
@@ -86,8 +80,8 @@ def assumed_host_note(host: HostFacts, run: RunInfo) -> str | None:
 
 
 def contended_confidence(confidence: Confidence) -> Confidence:
-    """``confidence`` times CONTENDED_SCALE, the reason saying why."""
-    value = round(confidence.value * CONTENDED_SCALE, 3)
+    """``confidence`` times thresholds.CONTENDED_SCALE, the reason saying why."""
+    value = round(confidence.value * T.CONTENDED_SCALE, 3)
     why = "recorded on a contended host (other work took CPU time from this run)"
     return dataclasses.replace(
         confidence, value=value, level=confidence_level(value), reason=f"{confidence.reason}; {why}"

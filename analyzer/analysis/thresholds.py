@@ -225,6 +225,11 @@ OVERSUBSCRIBED_RUNNABLE_PER_CPU = Threshold(1.0, "Brendan Gregg, The USE Method:
 #: is enough to move CPU-side timings by more than their projections' own uncertainty (~10%,
 #: WORKER_MIN_GAIN), while a brief burst (a compile, a checkpoint) is not.
 OVERSUBSCRIBED_SHARE = Threshold(0.25, OURS + ": a quarter of the run waiting for CPUs moves CPU-side timings")
+#: A run was contended (analysis/contention.py) when other work left the job less than this share of its cores
+#: (or the run queue passed OVERSUBSCRIBED_RUNNABLE_PER_CPU): ours, half the cores gone moves any step time.
+CONTENDED_FREE_SHARE = 0.5
+#: Factor on the verdict's confidence of a contended run: ours, the same scale as OVERSUBSCRIBED_SCALE's.
+CONTENDED_SCALE = 0.7
 #: Fewest cores ``cores_free`` reports: a job that ran at all had some CPU, and a projection that
 #: divides by the free cores must not divide by zero.
 MIN_FREE_CORES = 0.25
