@@ -303,3 +303,24 @@ def test_no_command_line_secret_reaches_the_wandb_or_mlflow_store(tmp_path):
         assert _files_holding(tmp_path / "out", secret) == []  # the trace redacts too
     assert not [p for d in (stores / "wandb").rglob("code") for p in d.rglob("*") if p.is_file()], "no code captured"
     assert not list((stores / "wandb").rglob("requirements.txt")), "no requirements captured"
+
+
+@pytest.mark.parametrize("given", [None, "mine\x1b]0;X\x07\u202e"])
+def test_a_hostile_trace_name_or_run_name_reaches_the_tracker_escaped(tmp_path, monkeypatch, given):
+    """Tracker run names are shown in their web UIs and terminals: a trace file named with an escape
+    sequence or a bidi override (or a --run-name holding one) reaches them escaped."""
+    import shutil
+
+    import analyzer.track.log_report as log_report_module
+    from analyzer.api import analyze
+    from analyzer.track.log_options import LogOptions
+
+    hostile = tmp_path / "t\x1b]0;X\x07\u202e.arrow"
+    shutil.copy(SAMPLE, hostile)
+    seen: list[str] = []
+    monkeypatch.setattr(LogOptions, "check_installed", lambda self: None)
+    monkeypatch.setattr(log_report_module, "_log_one", lambda tracker, values, html, name: seen.append(name) or "r1")
+    lines = log_report_module.log_report(analyze(hostile), LogOptions(to=("mlflow",), run_name=given, html=False))
+    assert lines == ["logged to mlflow run r1"]
+    (name,) = seen
+    assert not any(c in name for c in "\x1b\x07\u202e") and "\\x1b]0;X\\x07\\u202e" in name
