@@ -291,3 +291,11 @@ def test_fleet_json_says_what_trace_json_says_under_the_same_keys(fleet_dir):
             row[key] == pytest.approx(single[key], abs=1e-3) if isinstance(row[key], float) else row[key] == single[key]
         )
     assert "verdict" not in row and "step_ms" not in row
+
+
+def test_csv_and_parquet_naming_one_file_is_refused(fleet_dir, tmp_path):
+    out = tmp_path / "table.out"
+    args = ["fleet", str(fleet_dir), "--csv", str(out), "--parquet", str(out), "--force", "--workers", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--csv and --parquet name the same file" in result.output
+    assert not out.exists()
