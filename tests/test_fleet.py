@@ -299,3 +299,21 @@ def test_csv_and_parquet_naming_one_file_is_refused(fleet_dir, tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "--csv and --parquet name the same file" in result.output
     assert not out.exists()
+
+
+def test_fleet_of_a_malformed_url_is_one_line():
+    result = runner.invoke(app, ["fleet", "http://[::1/runs", "--workers", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert "not a valid URL" in line  # was exit 0: an empty table and the client's TypeError as a skipped run
+
+
+def test_a_fleet_whose_every_run_is_skipped_is_an_error_with_the_first_reason(tmp_path):
+    root = tmp_path / "fleet"
+    root.mkdir()
+    (root / "t.arrow").write_bytes(b"junk")
+    for extra in ([], ["--json"]):
+        result = runner.invoke(app, ["fleet", str(root), "--workers", "1", *extra])
+        assert result.exit_code == 2, result.output  # was exit 0 with an empty table
+        (line,) = result.output.strip().splitlines()
+        assert "none of its 1 run(s) could be analysed" in line and "not an Arrow IPC stream" in line
