@@ -206,3 +206,17 @@ def test_clean_rows_agrees_with_normalise_frame(change):
     normalised, notes = normalise_frame(frame)
     unchanged = not notes and normalised.equals(frame) and normalised.height == 3
     assert clean_rows(rows) == unchanged
+
+
+@pytest.mark.parametrize("command", [[], ["watch"]])
+def test_a_fifo_named_like_a_trace_is_said_to_be_no_regular_file(tmp_path, command):
+    import os
+
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+
+    fifo = tmp_path / "trace.arrow"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(app, [*command, str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.output  # was "file is empty"
