@@ -72,3 +72,18 @@ def test_the_gate_says_when_the_hosts_differed_and_whether_the_slowdown_is_beyon
     assert any("within that" in d for d in host), host
     same = compare([load_compared(p, CostInputs(), None) for p in (before, before)], gate)
     assert not any(d.startswith("host:") for d in same.differences)
+
+
+def test_the_gate_says_a_contended_after_when_before_has_no_readings(tmp_path):
+    """A short BEFORE the sampler never read (the new user's 1 s twin) and a contended AFTER: the gate
+    cannot compare the hosts, but says AFTER was contended (before: only 'unknown')."""
+    rows = [make_row(i, wall=20.0 + (i % 3) * 0.1, data=1.0, fwd=8.0, bwd=8.0, opt=1.0) for i in range(40)]
+    before = write_trace(tmp_path / "before.arrow", rows, run={"cpu_count": 2, "host_cpus": 2})
+    after = _trace(tmp_path / "after.arrow", CONTENDED, wall=60.0)
+    loaded = [load_compared(p, CostInputs(), None) for p in (before, after)]
+    host = [d for d in compare(loaded, GateOptions(fail_if_slower_pct=5)).differences if d.startswith("host:")]
+    assert "BEFORE has no system readings" in host[0]
+    assert "AFTER was recorded on a contended host (7.0 runnable threads on 2 CPUs" in host[1]
+    assert "rerun both on one quiet host" in host[1]
+    ungated = compare([load_compared(p, CostInputs(), None) for p in (before, after)])
+    assert not any("contended" in d for d in ungated.differences)  # said for a gate's verdict

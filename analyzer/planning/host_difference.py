@@ -3,8 +3,10 @@ slowdown the difference alone could explain, and whether the measured change is 
 
 from __future__ import annotations
 
+from analyzer.analysis.contention import contention
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.planning.gate import GateResult
+from gpuanalyze.ingest.runinfo import RunInfo
 
 #: Free-core ratio (BEFORE / AFTER, either way) from which the hosts are said to differ.
 FREE_CORES_RATIO = 1.25
@@ -17,16 +19,30 @@ def _describe(h: HostFacts) -> str:
     return f"{h.cores_free:.1f} of {h.cores_available:g} cores free{load}"
 
 
-def host_lines(before: HostFacts | None, after: HostFacts | None, gate: GateResult | None) -> list[str]:
+def host_lines(
+    before: HostFacts | None,
+    after: HostFacts | None,
+    gate: GateResult | None,
+    runs: tuple[RunInfo, RunInfo] | None = None,
+) -> list[str]:
     """Notes for the comparison: the two hosts when they differ (only measured facts: a run without
-    system readings is unknown, said once), and the gate's change against what the host explains."""
+    system readings is unknown, said once, and a contended one that has them said to be), and the
+    gate's change against what the host explains."""
     if before is None or after is None:
         return []
     if not (before.sampled and after.sampled):
-        if before.sampled or after.sampled:
-            which = "BEFORE" if not before.sampled else "AFTER"
-            return [f"host: {which} has no system readings, so whether the two hosts differed is unknown"]
-        return []
+        if not (before.sampled or after.sampled):
+            return []
+        which, other = ("BEFORE", "AFTER") if not before.sampled else ("AFTER", "BEFORE")
+        lines = [f"host: {which} has no system readings, so whether the two hosts differed is unknown"]
+        measured, run = (after, runs[1]) if after.sampled and runs else (before, runs[0]) if runs else (None, None)
+        busy = contention(measured, run) if measured is not None and run is not None else None
+        if busy is not None and gate is not None and gate.checks:
+            lines.append(
+                f"host: {other} was recorded on a contended host ({busy.facts()}): part of the change may be "
+                "the host's; rerun both on one quiet host before trusting the gate"
+            )
+        return lines
     ratio = before.cores_free / after.cores_free
     loads = (before.load_avg, after.load_avg)
     load_gap = abs(loads[0] - loads[1]) if loads[0] is not None and loads[1] is not None else 0.0
