@@ -57,6 +57,12 @@ def test_assumed_host_facts_are_said_to_be_assumed(tmp_path):
     report = analyze(write(tmp_path / "imported.json", {"traceEvents": events}))
     assert report.bottleneck == "data_loading"
     assert any("assumed (4), not measured" in n for n in report.notes), report.notes
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, [str(tmp_path / "imported.json"), "--width", "1000"]).output.split())
+    assert "assumed free to this job" in shown and "were free to this job" not in shown  # the advice too
     native = analyze(_trace(tmp_path / "native.arrow", QUIET))
     assert not any("not measured" in n for n in native.notes)
 
