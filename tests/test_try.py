@@ -575,6 +575,8 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 160
+    (said,) = [line for line in proc.stderr.splitlines() if line.startswith("gpuanalyze: baseline:")]
+    assert len(said) <= 160  # the baseline's verdict line follows --width too (was one line of 236 in a log)
     assert "projected ms" in proc.stdout and "measured ms" in proc.stdout
     assert "baseline" in proc.stdout and "num_workers=1" in proc.stdout and "candidate 1" in proc.stdout
     assert "num_workers 0 -> 1" in proc.stdout
