@@ -20,7 +20,6 @@ from typing import BinaryIO
 
 from analyzer.errors import GpuAnalyzeError
 
-
 #: Names the commands read as traces: an output beneath an input directory with one of them is an input.
 _TRACE_SUFFIXES = (".arrow", ".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _RANK_PART = re.compile(r"\.rank\d+(?:-\d+)?$")
@@ -44,7 +43,9 @@ def check_target(path: Path, *, force: bool, inputs: Sequence[str | Path] = ()) 
         raise GpuAnalyzeError(f"{path} is {kind}; refusing to replace it (choose another output path)")
     held = _input_holding(path, inputs)
     if held is not None:
-        raise GpuAnalyzeError(f"{path} is {held}; an input is never overwritten, even with --force (choose another path)")
+        raise GpuAnalyzeError(
+            f"{path} is {held}; an input is never overwritten, even with --force (choose another path)"
+        )
     if not force:
         raise GpuAnalyzeError(f"{path} exists; pass --force to overwrite it")
 
@@ -64,7 +65,7 @@ def _input_holding(path: Path, inputs: Sequence[str | Path]) -> str | None:
             if "://" in str(given):
                 continue
             source = Path(given).resolve()
-            if source == out or (source.is_file() and os.path.samefile(source, out)):  # a hard link too
+            if source == out or (source.is_file() and source.samefile(out)):  # a hard link too
                 return "an input of this command"
             if source.is_dir() and out.is_relative_to(source) and _trace_name(out.name) is not None:
                 return f"a trace beneath the input directory {given}"

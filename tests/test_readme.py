@@ -42,5 +42,5 @@ def test_it_says_where_the_real_traces_come_from_and_that_tests_skip_without_the
     from tests.conftest import SHARED
 
     flat = " ".join(README.split())
-    assert SHARED == ROOT.parent / "shared" and "`../shared`" in flat
+    assert ROOT.parent / "shared" == SHARED and "`../shared`" in flat
     assert "skipped with the reason when it is absent" in flat

@@ -330,7 +330,7 @@ class _Odd(BaseException):
     """A tracker's own BaseException subclass."""
 
 
-class _Unprintable(Exception):
+class _UnprintableError(Exception):
     def __str__(self):
         raise ValueError("no message")
 
@@ -339,7 +339,7 @@ class _Unprintable(Exception):
     ("raised", "says"),
     [
         (_Odd("odd"), "_Odd: odd"),
-        (_Unprintable(), "_Unprintable: (its message cannot be shown)"),
+        (_UnprintableError(), "_UnprintableError: (its message cannot be shown)"),
         (SystemExit(0), "the tracker tried to exit (status 0)"),
     ],
 )

@@ -31,18 +31,7 @@ def host_lines(
     if before is None or after is None:
         return []
     if not (before.sampled and after.sampled):
-        if not (before.sampled or after.sampled):
-            return []
-        which, other = ("BEFORE", "AFTER") if not before.sampled else ("AFTER", "BEFORE")
-        lines = [f"host: {which} has no system readings, so whether the two hosts differed is unknown"]
-        measured, run = (after, runs[1]) if after.sampled and runs else (before, runs[0]) if runs else (None, None)
-        busy = contention(measured, run) if measured is not None and run is not None else None
-        if busy is not None and gate is not None and gate.checks:
-            lines.append(
-                f"host: {other} was recorded on a contended host ({busy.facts()}): part of the change may be "
-                "the host's; rerun both on one quiet host before trusting the gate"
-            )
-        return lines
+        return _one_sampled(before, after, gate, runs) if before.sampled or after.sampled else []
     ratio = before.cores_free / after.cores_free
     loads = (before.load_avg, after.load_avg)
     load_gap = abs(loads[0] - loads[1]) if loads[0] is not None and loads[1] is not None else 0.0
@@ -51,18 +40,35 @@ def host_lines(
     lines = [f"host: BEFORE {_describe(before)}, AFTER {_describe(after)}"]
     explained = max(0.0, ratio - 1.0) * 100  # a CPU-bound step slows as its free cores shrink
     for check in gate.checks if gate is not None else ():
-        if check.metric != "step_time":
-            continue
-        if explained <= 0:
-            lines.append(f"host: AFTER had no fewer free cores; its {check.change_pct:+.1f}% is not the host's")
-        elif check.change_pct > explained:
-            lines.append(
-                f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; the measured "
-                f"{check.change_pct:+.1f}% is beyond that"
-            )
-        else:
-            lines.append(
-                f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; the measured "
-                f"{check.change_pct:+.1f}% is within that: rerun both on one quiet host before trusting the gate"
-            )
+        if check.metric == "step_time":
+            lines.append(_against(explained, check.change_pct))
     return lines
+
+
+def _one_sampled(
+    before: HostFacts, after: HostFacts, gate: GateResult | None, runs: tuple[RunInfo, RunInfo] | None
+) -> list[str]:
+    """One run has system readings: the hosts cannot be compared, but a contended one is said (for a gate)."""
+    which, other = ("BEFORE", "AFTER") if not before.sampled else ("AFTER", "BEFORE")
+    lines = [f"host: {which} has no system readings, so whether the two hosts differed is unknown"]
+    if runs is None or gate is None or not gate.checks:
+        return lines
+    measured, run = (after, runs[1]) if after.sampled else (before, runs[0])
+    busy = contention(measured, run)
+    if busy is not None:
+        lines.append(
+            f"host: {other} was recorded on a contended host ({busy.facts()}): part of the change may be "
+            "the host's; rerun both on one quiet host before trusting the gate"
+        )
+    return lines
+
+
+def _against(explained: float, change_pct: float) -> str:
+    """The gate's step-time change against what fewer free cores explain."""
+    if explained <= 0:
+        return f"host: AFTER had no fewer free cores; its {change_pct:+.1f}% is not the host's"
+    head = f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; "
+    head += f"the measured {change_pct:+.1f}%"
+    if change_pct > explained:
+        return f"{head} is beyond that"
+    return f"{head} is within that: rerun both on one quiet host before trusting the gate"

@@ -35,7 +35,7 @@ def log_report(report: Report, options: LogOptions) -> list[str]:
                 raise
             except SystemExit as exc:  # the tracker's own sys.exit: not the end of this command
                 raise GpuAnalyzeError(f"--log {tracker}: the tracker tried to exit (status {exc.code!r})") from exc
-            except BaseException as exc:  # noqa: BLE001 - a tracker's own BaseException subclasses too
+            except BaseException as exc:  # a tracker's own BaseException subclasses too
                 raise GpuAnalyzeError(f"--log {tracker}: {type(exc).__name__}: {_message(exc)[:300]}") from exc
             lines.append(f"logged to {tracker} run {run_id}" + (" (metrics and HTML report)" if html else ""))
     return lines

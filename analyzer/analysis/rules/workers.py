@@ -184,7 +184,8 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
         f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
         f"to hand over, {concurrent(workers, model.cores, model.cpu_share):.3g} at a time: {loading:.2f} ms per batch; "
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
-        f"the {cores} core(s) {free_word(ctx)} to this job: max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
+        f"the {cores} core(s) {free_word(ctx)} to this job: "
+        f"max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
         f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"
     )
     return WorkerPlan(workers, step, rule, low_ms=min(low, step), high_ms=max(high, step))
