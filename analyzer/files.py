@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from analyzer.errors import GpuAnalyzeError
 
+#: Names the commands read as traces: an output beneath an input directory with one of them is an input.
+_TRACE_SUFFIXES = (".arrow", ".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
+_RANK_PART = re.compile(r"\.rank\d+(?:-\d+)?$")
 
-def check_target(path: Path, *, force: bool) -> None:
+
+def check_target(path: Path, *, force: bool, inputs: Sequence[str | Path] = ()) -> None:
     """Raise GpuAnalyzeError unless ``path`` may be written: its directory exists, and it is absent,
-    or (with ``force``) a regular file."""
+    or (with ``force``) a regular file that is none of the command's ``inputs`` (a trace file, a rank
+    file beside it, or a trace beneath an input directory), which ``--force`` does not replace."""
     parent = path.parent
     if not parent.is_dir():
         raise GpuAnalyzeError(f"{parent}: no such directory (create it first; gpuanalyze does not create directories)")
@@ -35,8 +41,40 @@ def check_target(path: Path, *, force: bool) -> None:
     if not stat.S_ISREG(st.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
         raise GpuAnalyzeError(f"{path} is {kind}; refusing to replace it (choose another output path)")
+    held = _input_holding(path, inputs)
+    if held is not None:
+        raise GpuAnalyzeError(
+            f"{path} is {held}; an input is never overwritten, even with --force (choose another path)"
+        )
     if not force:
         raise GpuAnalyzeError(f"{path} exists; pass --force to overwrite it")
+
+
+def _trace_name(name: str) -> tuple[str, str] | None:
+    """(``trace``, ``.arrow``) for ``trace.arrow`` or ``trace.rank3.arrow``; None for a name no trace has."""
+    lower = name.lower()
+    suffix = next((s for s in _TRACE_SUFFIXES if lower.endswith(s)), None)
+    return None if suffix is None else (_RANK_PART.sub("", name[: -len(suffix)]), suffix)
+
+
+def _input_holding(path: Path, inputs: Sequence[str | Path]) -> str | None:
+    """How the existing file ``path`` is one of ``inputs`` (local paths; URLs are never written), or None."""
+    try:
+        out = path.resolve()
+        for given in inputs:
+            if "://" in str(given):
+                continue
+            source = Path(given).resolve()
+            if source == out or (source.is_file() and source.samefile(out)):  # a hard link too
+                return "an input of this command"
+            if source.is_dir() and out.is_relative_to(source) and _trace_name(out.name) is not None:
+                return f"a trace beneath the input directory {given}"
+            named = _trace_name(source.name)
+            if out.parent == source.parent and named is not None and _trace_name(out.name) == named:
+                return f"a rank file beside the input {given}"  # trace.rank1.arrow beside trace.rank0.arrow
+    except (OSError, RuntimeError):  # a loop of links, a vanished directory: the write itself will say
+        return None
+    return None
 
 
 def _mode_for(path: Path) -> int:

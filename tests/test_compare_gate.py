@@ -231,3 +231,17 @@ def test_compare_shows_how_the_idle_owners_moved(tmp_path):
     assert moved[0]["delta_ms"] == pytest.approx(-3.8, abs=0.2)
     shown = CliRunner().invoke(app, ["compare", str(before), str(after)], env={"COLUMNS": "100"})
     assert shown.exit_code == 0 and "idle owners moved" in shown.output and "data_loader" in shown.output
+
+
+def test_an_after_that_lost_a_rank_is_refused_although_its_world_size_is_the_same(tmp_path):
+    """AFTER recorded 3 of the job's 4 ranks (one rank's file lost): a verdict on 3 ranks would pass a
+    slowdown the missing rank carried; the gate refuses with one line (exit 2)."""
+    for name, ranks in (("before", 4), ("after", 3)):
+        (tmp_path / name).mkdir()
+        for rank in range(ranks):
+            rows = [make_row(i, rank=rank, wall=20.0, fwd=6.0, bwd=8.0, opt=1.0) for i in range(40)]
+            write_trace(tmp_path / name / f"trace.rank{rank}.arrow", rows, run={"world_size": 4, "rank": rank})
+    result = runner.invoke(app, ["compare", str(tmp_path / "before"), str(tmp_path / "after"), "--fail-if-slower", "5"])
+    assert result.exit_code == 2, result.output
+    assert "ranks: 4 vs 3" in result.output and "no verdict" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1

@@ -58,6 +58,12 @@ def test_assumed_host_facts_are_said_to_be_assumed(tmp_path):
     report = analyze(write(tmp_path / "imported.json", {"traceEvents": events}))
     assert report.bottleneck == "data_loading"
     assert any("assumed (4), not measured" in n for n in report.notes), report.notes
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, [str(tmp_path / "imported.json"), "--width", "1000"]).output.split())
+    assert "assumed free to this job" in shown and "were free to this job" not in shown  # the advice too
     native = analyze(_trace(tmp_path / "native.arrow", QUIET))
     assert not any("not measured" in n for n in native.notes)
 
@@ -73,3 +79,18 @@ def test_the_gate_says_when_the_hosts_differed_and_whether_the_slowdown_is_beyon
     assert any("within that" in d for d in host), host
     same = compare([load_compared(p, CostInputs(), None) for p in (before, before)], gate)
     assert not any(d.startswith("host:") for d in same.differences)
+
+
+def test_the_gate_says_a_contended_after_when_before_has_no_readings(tmp_path):
+    """A short BEFORE the sampler never read (the new user's 1 s twin) and a contended AFTER: the gate
+    cannot compare the hosts, but says AFTER was contended (before: only 'unknown')."""
+    rows = [make_row(i, wall=20.0 + (i % 3) * 0.1, data=1.0, fwd=8.0, bwd=8.0, opt=1.0) for i in range(40)]
+    before = write_trace(tmp_path / "before.arrow", rows, run={"cpu_count": 2, "host_cpus": 2})
+    after = _trace(tmp_path / "after.arrow", CONTENDED, wall=60.0)
+    loaded = [load_compared(p, CostInputs(), None) for p in (before, after)]
+    host = [d for d in compare(loaded, GateOptions(fail_if_slower_pct=5)).differences if d.startswith("host:")]
+    assert "BEFORE has no system readings" in host[0]
+    assert "AFTER was recorded on a contended host (7.0 runnable threads on 2 CPUs" in host[1]
+    assert "rerun both on one quiet host" in host[1]
+    ungated = compare([load_compared(p, CostInputs(), None) for p in (before, after)])
+    assert not any("contended" in d for d in ungated.differences)  # said for a gate's verdict

@@ -75,3 +75,57 @@ def test_new_files_get_the_umask_permissions_and_replaced_files_keep_theirs(tmp_
         assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_bytes() == b"b"
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize(
+    ("args", "victim"),
+    [
+        (["export", "{d}/a.arrow", "--chrome-trace", "{d}/a.arrow"], "a.arrow"),
+        (["export", "{d}/t.rank0.arrow", "--chrome-trace", "{d}/t.rank1.arrow"], "t.rank1.arrow"),
+        (["export", "{d}/runs", "--chrome-trace", "{d}/runs/r.arrow"], "runs/r.arrow"),
+        (["fleet", "{d}/runs", "--csv", "{d}/runs/r.arrow", "--workers", "1"], "runs/r.arrow"),
+        (["fleet", "{d}/runs", "--parquet", "{d}/runs/r.arrow", "--workers", "1"], "runs/r.arrow"),
+        (["report", "{d}/a.arrow", "-o", "{d}/a.arrow"], "a.arrow"),
+        (["report", "{d}/a.arrow", "-o", "{d}/hard.arrow"], "hard.arrow"),
+    ],
+)
+def test_an_output_that_is_an_input_is_refused_even_with_force(tmp_path, args, victim):
+    """--force replaces an earlier output, never what the command reads (the trace, a rank file beside
+    it, a trace beneath the input directory, a hard link to it)."""
+    import os
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+    from tests.conftest import SAMPLES, make_row, write_trace
+
+    sample = SAMPLES / "cpu_data_loading.arrow"
+    for name in ("a.arrow", "runs/r.arrow"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(sample, tmp_path / name)
+    for rank in (0, 1):
+        rows = [make_row(i, rank=rank) for i in range(20)]
+        write_trace(tmp_path / f"t.rank{rank}.arrow", rows, run={"world_size": 2, "rank": rank})
+    os.link(tmp_path / "a.arrow", tmp_path / "hard.arrow")
+    before = (tmp_path / victim).read_bytes()
+    result = CliRunner().invoke(app, [a.format(d=tmp_path) for a in args] + ["--force"])
+    assert result.exit_code == 2, result.output
+    assert "an input is never overwritten" in result.output and "Traceback" not in result.output
+    assert (tmp_path / victim).read_bytes() == before
+
+
+def test_force_still_replaces_an_earlier_export_beside_the_trace(tmp_path):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+    from tests.conftest import SAMPLES
+
+    shutil.copy(SAMPLES / "cpu_data_loading.arrow", tmp_path / "trace.arrow")
+    (tmp_path / "trace.json").write_text("{}")
+    args = ["export", str(tmp_path / "trace.arrow"), "--chrome-trace", str(tmp_path / "trace.json"), "--force"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "trace.json").stat().st_size > 2

@@ -291,3 +291,29 @@ def test_fleet_json_says_what_trace_json_says_under_the_same_keys(fleet_dir):
             row[key] == pytest.approx(single[key], abs=1e-3) if isinstance(row[key], float) else row[key] == single[key]
         )
     assert "verdict" not in row and "step_ms" not in row
+
+
+def test_csv_and_parquet_naming_one_file_is_refused(fleet_dir, tmp_path):
+    out = tmp_path / "table.out"
+    args = ["fleet", str(fleet_dir), "--csv", str(out), "--parquet", str(out), "--force", "--workers", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--csv and --parquet name the same file" in result.output
+    assert not out.exists()
+
+
+def test_fleet_of_a_malformed_url_is_one_line():
+    result = runner.invoke(app, ["fleet", "http://[::1/runs", "--workers", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert "not a valid URL" in line  # was exit 0: an empty table and the client's TypeError as a skipped run
+
+
+def test_a_fleet_whose_every_run_is_skipped_is_an_error_with_the_first_reason(tmp_path):
+    root = tmp_path / "fleet"
+    root.mkdir()
+    (root / "t.arrow").write_bytes(b"junk")
+    for extra in ([], ["--json"]):
+        result = runner.invoke(app, ["fleet", str(root), "--workers", "1", *extra])
+        assert result.exit_code == 2, result.output  # was exit 0 with an empty table
+        (line,) = result.output.strip().splitlines()
+        assert "none of its 1 run(s) could be analysed" in line and "not an Arrow IPC stream" in line

@@ -151,8 +151,9 @@ def test_missing_optional_column_becomes_null(tmp_path):
     assert any("data_wait_ms is absent" in n for n in trace.notes)
 
 
-@pytest.mark.parametrize("args", [[], ["--json"]])
+@pytest.mark.parametrize("args", [[], ["--json"], ["report"], ["watch"]])
 def test_a_system_column_of_the_wrong_type_is_dropped_with_a_note(tmp_path, args):
+    """analyze, --json, report and watch (each raised TypeError in the host facts)."""
     from typer.testing import CliRunner
 
     from analyzer.cli import app
@@ -166,10 +167,19 @@ def test_a_system_column_of_the_wrong_type_is_dropped_with_a_note(tmp_path, args
         arrays[S.RANK] = pa.array([rank] * n, type=batch.schema.field(S.RANK).type)
         batch = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
         _write(tmp_path / f"trace.rank{rank}.arrow", batch, meta=_meta(b'{"world_size":2,"rank":%d}' % rank))
-    for target in (tmp_path, tmp_path / "trace.rank0.arrow"):
-        result = CliRunner().invoke(app, [str(target), *args])
+    if args == ["report"]:
+        pytest.importorskip("plotly")
+    for i, target in enumerate((tmp_path, tmp_path / "trace.rank0.arrow")):
+        command = [str(target), *args]
+        if args == ["report"]:
+            command = ["report", str(target), "-o", str(tmp_path / f"r{i}.html")]
+        elif args == ["watch"]:
+            command = ["watch", str(target), "--interval", "0.05"]
+        result = CliRunner().invoke(app, command)
         assert result.exit_code == 0 and "Traceback" not in result.output, result.output
-        assert "column system has an unexpected type (list<item: string>)" in " ".join(result.output.split())
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+        if args != ["report"]:  # report writes its notes into the page
+            assert "column system has an unexpected type (list<item: string>)" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize(
@@ -196,3 +206,17 @@ def test_clean_rows_agrees_with_normalise_frame(change):
     normalised, notes = normalise_frame(frame)
     unchanged = not notes and normalised.equals(frame) and normalised.height == 3
     assert clean_rows(rows) == unchanged
+
+
+@pytest.mark.parametrize("command", [[], ["watch"]])
+def test_a_fifo_named_like_a_trace_is_said_to_be_no_regular_file(tmp_path, command):
+    import os
+
+    from typer.testing import CliRunner
+
+    from analyzer.cli import app
+
+    fifo = tmp_path / "trace.arrow"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(app, [*command, str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.output  # was "file is empty"

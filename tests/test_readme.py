@@ -36,3 +36,11 @@ def test_its_example_output_is_what_the_command_prints() -> None:
 def test_every_link_is_present() -> None:
     links = re.findall(r"\]\(([^)#]+)\)", README)
     assert links and [p for p in links if not p.startswith("http") and not (ROOT / p).exists()] == []
+
+
+def test_it_says_where_the_real_traces_come_from_and_that_tests_skip_without_them() -> None:
+    from tests.conftest import SHARED
+
+    flat = " ".join(README.split())
+    assert ROOT.parent / "shared" == SHARED and "`../shared`" in flat
+    assert "skipped with the reason when it is absent" in flat

@@ -46,3 +46,12 @@ def test_world_size_differs(tmp_path):
     b = _trace(tmp_path / "b.arrow", models=["M"], world=8, run_id="r2", batch=32)
     data = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).output)
     assert "world size: 1 vs 8" in data["differences"]
+
+
+def test_a_cpu_run_against_an_accelerator_run_says_so(tmp_path):
+    """The bundled CPU and H200 samples record no GPU name on the CPU side: the device differs all the same."""
+    from tests.conftest import SAMPLES
+
+    args = ["compare", str(SAMPLES / "cpu_data_loading.arrow"), str(SAMPLES / "h200_data_loading.arrow"), "--json"]
+    data = json.loads(runner.invoke(app, args).output)
+    assert "device: cpu vs cuda" in data["differences"]  # was no difference at all

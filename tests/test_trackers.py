@@ -303,3 +303,76 @@ def test_no_command_line_secret_reaches_the_wandb_or_mlflow_store(tmp_path):
         assert _files_holding(tmp_path / "out", secret) == []  # the trace redacts too
     assert not [p for d in (stores / "wandb").rglob("code") for p in d.rglob("*") if p.is_file()], "no code captured"
     assert not list((stores / "wandb").rglob("requirements.txt")), "no requirements captured"
+
+
+@pytest.mark.parametrize("given", [None, "mine\x1b]0;X\x07\u202e"])
+def test_a_hostile_trace_name_or_run_name_reaches_the_tracker_escaped(tmp_path, monkeypatch, given):
+    """Tracker run names are shown in their web UIs and terminals: a trace file named with an escape
+    sequence or a bidi override (or a --run-name holding one) reaches them escaped."""
+    import shutil
+
+    import analyzer.track.log_report as log_report_module
+    from analyzer.api import analyze
+    from analyzer.track.log_options import LogOptions
+
+    hostile = tmp_path / "t\x1b]0;X\x07\u202e.arrow"
+    shutil.copy(SAMPLE, hostile)
+    seen: list[str] = []
+    monkeypatch.setattr(LogOptions, "check_installed", lambda self: None)
+    monkeypatch.setattr(log_report_module, "_log_one", lambda tracker, values, html, name: seen.append(name) or "r1")
+    lines = log_report_module.log_report(analyze(hostile), LogOptions(to=("mlflow",), run_name=given, html=False))
+    assert lines == ["logged to mlflow run r1"]
+    (name,) = seen
+    assert not any(c in name for c in "\x1b\x07\u202e") and "\\x1b]0;X\\x07\\u202e" in name
+
+
+class _Odd(BaseException):
+    """A tracker's own BaseException subclass."""
+
+
+class _UnprintableError(Exception):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+@pytest.mark.parametrize(
+    ("raised", "says"),
+    [
+        (_Odd("odd"), "_Odd: odd"),
+        (_UnprintableError(), "_UnprintableError: (its message cannot be shown)"),
+        (SystemExit(0), "the tracker tried to exit (status 0)"),
+    ],
+)
+def test_a_tracker_that_raises_anything_or_exits_is_one_line_and_never_ends_training(monkeypatch, raised, says):
+    """--log: one GpuAnalyzeError line (exit 2), not a traceback nor a silent exit 0 with nothing logged;
+    a callback's log_to: one warning, and the training goes on."""
+    import analyzer.track.log_report as log_report_module
+    from analyzer.track.log_options import LogOptions
+
+    def log_one(*_args):
+        raise raised
+
+    monkeypatch.setattr(LogOptions, "check_installed", lambda self: None)
+    monkeypatch.setattr(log_report_module, "_log_one", log_one)
+    options = LogOptions(to=("wandb",), html=False)
+    with pytest.raises(GpuAnalyzeError, match="--log wandb: " + says.replace("(", r"\(").replace(")", r"\)")):
+        log_report_module.log_report(_report(), options)
+    with pytest.warns(GpuAnalyzeWarning, match="could not log"):
+        assert log_report_module.log_quietly(_report(), options) == []
+    result = runner.invoke(app, [str(SAMPLE), "--log", "wandb"])
+    assert result.exit_code == 2 and "Traceback" not in result.output and says in result.output
+
+
+def test_a_terminating_signal_during_a_tracker_call_still_ends_the_command(monkeypatch):
+    import analyzer.track.log_report as log_report_module
+    from analyzer.track.log_options import LogOptions
+    from analyzer.track.tracker_call import Terminated
+
+    def log_one(*_args):
+        raise Terminated(143)
+
+    monkeypatch.setattr(LogOptions, "check_installed", lambda self: None)
+    monkeypatch.setattr(log_report_module, "_log_one", log_one)
+    with pytest.raises(SystemExit) as ended:
+        log_report_module.log_report(_report(), LogOptions(to=("mlflow",), html=False))
+    assert ended.value.code == 143

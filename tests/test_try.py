@@ -82,6 +82,9 @@ def test_every_setting_survives_the_environment_and_the_command_line(setting, st
         ("num_workers=two", "expected a whole number"),
         ("num_workers=-1", "must be at least 0"),
         ("prefetch_factor=0", "must be at least 1"),
+        ("num_workers=99999999999999999999", "at most 256 in a trial"),  # started processes until load 440
+        ("prefetch_factor=1000000", "at most 64 in a trial"),
+        ("batch_size=99999999999", "at most 16,777,216 in a trial"),
         ("pin_memory=maybe", "expected true or false"),
         ("autocast=fp8", "use bf16 or fp16"),
         ("num_workers=1,num_workers=2", "given twice"),
@@ -572,6 +575,8 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 160
+    (said,) = [line for line in proc.stderr.splitlines() if line.startswith("gpuanalyze: baseline:")]
+    assert len(said) <= 160  # the baseline's verdict line follows --width too (was one line of 236 in a log)
     assert "projected ms" in proc.stdout and "measured ms" in proc.stdout
     assert "baseline" in proc.stdout and "num_workers=1" in proc.stdout and "candidate 1" in proc.stdout
     assert "num_workers 0 -> 1" in proc.stdout

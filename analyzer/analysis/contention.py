@@ -38,6 +38,13 @@ class Contention:
     cores_available: float
 
     def line(self) -> str:
+        return (
+            f"recorded on a contended host ({self.facts()}): other work slowed its steps, so the step "
+            "times and the verdict hold for this host under that load; confidence lowered"
+        )
+
+    def facts(self) -> str:
+        """``6.2 runnable threads on 2 CPUs; this run's fair share ~32% of them; ...``"""
         parts = []
         if self.run_queue is not None and self.cpus:
             parts.append(f"{self.run_queue:.1f} runnable threads on {self.cpus} CPUs")
@@ -46,10 +53,7 @@ class Contention:
         if self.used_cores is not None:
             parts.append(f"it used {self.used_cores:.1f} cores")
         parts.append(f"{self.cores_free:.1f} of {self.cores_available:g} cores free to it")
-        return (
-            f"recorded on a contended host ({'; '.join(parts)}): other work slowed its steps, so the step "
-            "times and the verdict hold for this host under that load; confidence lowered"
-        )
+        return "; ".join(parts)
 
 
 def contention(host: HostFacts, run: RunInfo) -> Contention | None:

@@ -61,7 +61,7 @@ def export_cmd(
         ranks = sorted(loaded.frame.get_column(S.RANK).unique().to_list())
         targets = [(rank_path(chrome_trace, r), [r]) for r in ranks] if split_ranks else [(chrome_trace, ranks)]
         for path, _ in targets:  # refuse before writing anything
-            check_target(path, force=force)
+            check_target(path, force=force, inputs=[trace])
         for path, chosen in targets:
 
             def write(fh: BinaryIO, chosen: list[int] = chosen) -> None:

@@ -53,9 +53,11 @@ def fleet_cmd(
             engine=engine,
             workers=workers,
         )
+        if csv is not None and parquet is not None and csv.resolve() == parquet.resolve():
+            raise GpuAnalyzeError(f"--csv and --parquet name the same file ({csv}); give each its own")
         for path in (csv, parquet):  # refuse before hours of analysis, not after
             if path is not None:
-                check_target(path, force=force)
+                check_target(path, force=force, inputs=[root])
         fleet = triage(root, opts, progress=_progress if sys.stderr.isatty() else None)
         if csv is not None or parquet is not None:
             from analyzer.fleet.fleet_output import write_table

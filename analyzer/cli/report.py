@@ -61,7 +61,8 @@ def report_cmd(
         cost = options.cost_inputs(
             cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
         )
-        check_target(out, force=force)  # before the analysis: refuse early, not after a long run
+        # before the analysis: refuse early, not after a long run
+        check_target(out, force=force, inputs=[trace, *(compare or [])])
         from analyzer.api import report_parts
 
         report, data = report_parts(

@@ -159,7 +159,14 @@ def _try(
 
     result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out)
     if result.report is not None:
-        typer.echo(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1), err=True)
+        import textwrap
+
+        from analyzer.render.console import layout_width
+        from analyzer.render.safe import clean
+
+        line = clean(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
+        wrapped = textwrap.wrap(line, layout_width(width, stderr=True), subsequent_indent="  ", break_on_hyphens=False)
+        typer.echo("\n".join(wrapped), err=True)  # the width rule, like the table under it
     if json_out:
         from analyzer.render.json_report import dumps
 

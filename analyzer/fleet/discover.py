@@ -99,16 +99,19 @@ def find_runs(root: str) -> tuple[list[RunTarget], list[str]]:
     URL whose host cannot be reached or listed: one line with the host and the reason)."""
     if not storage.is_url(root):
         return _find_runs(root)
+    from urllib.parse import urlsplit
+
+    from analyzer.render.safe import clean
+
+    try:
+        host = urlsplit(root).hostname or root.split("://", 1)[0]
+    except ValueError as exc:  # http://[::1/runs: an unclosed IPv6 host, a port that is not a number
+        raise GpuAnalyzeError(clean(f"{root}: not a valid URL ({exc})")) from exc
     try:
         return _find_runs(root)
     except GpuAnalyzeError:
         raise
     except Exception as exc:
-        from urllib.parse import urlsplit
-
-        from analyzer.render.safe import clean
-
-        host = urlsplit(root).hostname or root.split("://", 1)[0]
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise GpuAnalyzeError(
             clean(f"{root}: cannot list {host}: {type(exc).__name__}{': ' + reason if reason else ''}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from analyzer.errors import GpuAnalyzeError
 from analyzer.fleet.discover import find_runs
 from analyzer.fleet.fleet_options import FleetOptions
 from analyzer.fleet.run_row import RunJob, RunRow, Skipped, analyse_run
+from analyzer.render.safe import clean
 
 #: What the table is ranked by, from the most to the least informed.
 RANKINGS = {
@@ -83,5 +85,10 @@ def triage(
                 progress(done, len(jobs))
     finally:
         engine.close()
+    if skipped and not rows:
+        first = skipped[0]
+        raise GpuAnalyzeError(
+            clean(f"{root}: none of its {len(skipped)} run(s) could be analysed ({first.run}: {first.reason})")
+        )
     by = ranking_key(options)
     return Fleet(root, tuple(rank(rows, by)), tuple(skipped), tuple(notes), by)

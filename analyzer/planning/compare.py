@@ -154,7 +154,8 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
         raise GpuAnalyzeError(refusal)
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
     if len(loaded) == 2 and loaded[0].report is not None and loaded[1].report is not None:
-        differences = (*differences, *host_lines(loaded[0].report.host, loaded[1].report.host, verdict))
+        a, b = loaded[0].report, loaded[1].report
+        differences = (*differences, *host_lines(a.host, b.host, verdict, (a.run, b.run)))
     moved = _owners_moved(loaded)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:

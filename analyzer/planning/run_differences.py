@@ -1,5 +1,5 @@
 """How two analysed runs differ in what defines a job: model, its parameters, the script, world size
-and ranks measured, batch size, GPU and run id.
+and ranks measured, batch size, device, GPU and run id.
 
 `gpuanalyze compare` reads two traces as one job's before and after; two unrelated jobs must not be
 ranked that way. ``run_differences`` lists what differs (for a note under the comparison);
@@ -47,6 +47,7 @@ def facts(report: Report) -> dict[str, str | None]:
         "batch": _batch(report),
         "world size": None if run.world_size is None else str(run.world_size),
         "ranks": str(report.metrics.ranks) if report.metrics.ranks else None,
+        "device": run.device,
         "GPU": run.gpu_name,
         "run id": run.run_id,
     }

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.fixes import BatchFix, Fix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
-from analyzer.run.trial_env import TrialSetting
+from analyzer.run.trial_env import LOADER_MOST, TrialSetting
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
@@ -108,7 +108,7 @@ def derive(
     if best > 0:
         for extra in (("persistent_workers", True), ("prefetch_factor", PREFETCH)):
             add(TrialSetting(dataloader=(("num_workers", best), extra)), "standard")
-    if current_batch is not None:
+    if current_batch is not None and current_batch * BATCH_FACTOR <= LOADER_MOST["batch_size"]:
         add(TrialSetting(dataloader=(("batch_size", current_batch * BATCH_FACTOR),)), "standard")
     native = report is not None and bool(report.run.cpu_bf16)
     for setting in _device_settings(best, accelerator=accelerator, cpu_bf16=native):

@@ -49,6 +49,9 @@ LOADER_KEYS: dict[str, type] = {
     "pin_memory": bool,
     "prefetch_factor": int,
 }
+#: The most a trial sets: a worker is a process and a prefetched batch is held in memory, so a typo
+#: (num_workers=99999999999999999999) would start processes until the host runs out.
+LOADER_MOST = {"num_workers": 256, "prefetch_factor": 64, "batch_size": 1 << 24}
 #: Autocast precisions a trial may try.
 PRECISIONS = ("bf16", "fp16")
 #: The EndInfo status of a trace that a trial stopped after its bounded steps.
@@ -85,6 +88,8 @@ class TrialSetting:
             least = 1 if key in ("prefetch_factor", "batch_size") else 0
             if kind is int and value < least:
                 raise GpuAnalyzeError(f"{key}={value}: must be at least {least}")
+            if kind is int and value > LOADER_MOST[key]:
+                raise GpuAnalyzeError(f"{key}={value}: at most {LOADER_MOST[key]:,} in a trial")
         names = [k for k, _ in self.script]
         for key, value in self.script:
             if key not in SCRIPT_KEYS:

@@ -11,7 +11,7 @@ from analyzer.render.flat_summary import Scalar, flat_summary
 from analyzer.render.safe import clean
 from analyzer.track.log_options import LogOptions
 from analyzer.track.report_artifact import write_report_html
-from analyzer.track.tracker_call import tracker_call
+from analyzer.track.tracker_call import Terminated, tracker_call
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
@@ -31,12 +31,21 @@ def log_report(report: Report, options: LogOptions) -> list[str]:
         for tracker in options.to:
             try:
                 run_id = _log_one(tracker, values, html, name)
-            except GpuAnalyzeError:
+            except (GpuAnalyzeError, KeyboardInterrupt, GeneratorExit, Terminated):
                 raise
-            except Exception as exc:
-                raise GpuAnalyzeError(f"--log {tracker}: {type(exc).__name__}: {str(exc)[:300]}") from exc
+            except SystemExit as exc:  # the tracker's own sys.exit: not the end of this command
+                raise GpuAnalyzeError(f"--log {tracker}: the tracker tried to exit (status {exc.code!r})") from exc
+            except BaseException as exc:  # a tracker's own BaseException subclasses too
+                raise GpuAnalyzeError(f"--log {tracker}: {type(exc).__name__}: {_message(exc)[:300]}") from exc
             lines.append(f"logged to {tracker} run {run_id}" + (" (metrics and HTML report)" if html else ""))
     return lines
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return "(its message cannot be shown)"
 
 
 def _log_one(tracker: str, values: dict[str, Scalar], html: Path | None, name: str) -> str:

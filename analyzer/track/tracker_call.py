@@ -64,5 +64,9 @@ def _signals_unwind() -> Iterator[None]:
             signal.signal(sig, signal.SIG_DFL)
 
 
+class Terminated(SystemExit):
+    """A SIGTERM/SIGHUP during a tracker call: this process ends (a tracker's own ``sys.exit`` does not)."""
+
+
 def _exit_through_finally(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)

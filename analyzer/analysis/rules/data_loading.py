@@ -18,7 +18,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
-from analyzer.analysis.rules.workers import WorkerPlan, cores_free, loader_cpu_share, worker_plan
+from analyzer.analysis.rules.workers import WorkerPlan, cores_free, free_word, loader_cpu_share, worker_plan
 from gpuanalyze.ingest import schema as S
 
 __all__ = ["DataLoading", "WorkerPlan", "fetch_is_a_step_cost", "other_step_costs", "worker_gain", "worker_plan"]
@@ -216,13 +216,13 @@ class DataLoading(Rule):
         if workers is not None:
             recs.append(
                 f"Load in parallel: DataLoader(num_workers={workers}) (the projection's setting; {free} core(s) "
-                "were free to this job), with prefetch_factor=2 or more if waits are bursty."
+                f"were {free_word(ctx)} to this job), with prefetch_factor=2 or more if waits are bursty."
             )
             recs.append("Keep workers alive between epochs with persistent_workers=True.")
         elif d.cause == "cpu_bound_loading":
             recs.append(
-                f"Worker processes would not help here: loading is CPU work and {free} core(s) were free to this "
-                "job for it and the training loop; make each batch cheaper to build instead."
+                f"Worker processes would not help here: loading is CPU work and {free} core(s) were {free_word(ctx)} "
+                "to this job for it and the training loop; make each batch cheaper to build instead."
             )
             recs.append(
                 "For data already in memory, fetch whole batches by index (a BatchSampler with a Dataset "

@@ -35,6 +35,12 @@ def cores_free(ctx: Context) -> float:
     return max(1.0, ctx.host.cores_free)
 
 
+def free_word(ctx: Context) -> str:
+    """``free``, or ``assumed free`` where the trace records neither the host's CPUs nor system readings
+    (an imported trace: the cores are DEFAULT_CORES, never to be read as measured)."""
+    return "free" if ctx.host.sampled or ctx.run.cpu_count is not None else "assumed free"
+
+
 def max_workers(ctx: Context) -> int:
     """The most workers a projection assumes, at most MAX_WORKERS: never more than the free cores,
     except for loading that mostly sleeps on I/O (CPU share below CPU_BOUND_LOADING): such a worker
@@ -178,7 +184,8 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
         f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
         f"to hand over, {concurrent(workers, model.cores, model.cpu_share):.3g} at a time: {loading:.2f} ms per batch; "
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
-        f"the {cores} core(s) free to this job: max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
+        f"the {cores} core(s) {free_word(ctx)} to this job: "
+        f"max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
         f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"
     )
     return WorkerPlan(workers, step, rule, low_ms=min(low, step), high_ms=max(high, step))
@@ -189,7 +196,7 @@ def _more(ctx: Context, data_ms: float, current: int, workers: int | None) -> Wo
     free = cores_free(ctx)
     workers = workers or min(T.MAX_WORKERS, math.floor(free) - 1, 2 * current)
     if workers <= current:
-        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {free:g} free core(s)")
+        return WorkerPlan(0, ctx.wall, f"num_workers={current} already uses the {free:g} {free_word(ctx)} core(s)")
     # With `current` workers each batch takes a worker current x step to build; more workers divide that,
     # as far as the free cores run them at once.
     loading = ctx.wall * current / workers

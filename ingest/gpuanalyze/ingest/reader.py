@@ -16,6 +16,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import runinfo
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.byte_source import require_regular
 from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.row_rules import normalise_frame
@@ -190,10 +191,7 @@ def _disk_is_full(path: Path) -> bool:
 
 
 def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise TraceError(f"{path}: no such file")
-    if path.is_dir():
-        raise TraceError(f"{path}: is a directory; pass one trace file")
+    require_regular(path)  # a FIFO or /dev/zero is not "empty"
     if path.stat().st_size == 0:
         raise TraceError(f"{path}: file is empty, so it holds no trace")
 
