@@ -124,9 +124,14 @@ def _reject_constant(token: str) -> float:
     raise ValueError(f"bare JSON token {token}")
 
 
-def test_every_command_on_every_hostile_input_ends_cleanly(corpus, tmp_path):
+#: The corpus is checked in this many parts (each input in one), so that pytest-xdist's workers share it.
+SHARDS = 4
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_command_on_every_hostile_input_ends_cleanly(corpus, tmp_path, shard):
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(lambda c: (c, *_run(c, tmp_path)), corpus))
+        runs = list(pool.map(lambda c: (c, *_run(c, tmp_path)), corpus[shard::SHARDS]))
     problems = []
     for case, results, rss, _stderr in runs:
         if rss > MAX_RSS_BYTES:
