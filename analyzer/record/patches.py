@@ -31,11 +31,19 @@ class Patches:
         self._before_backward: list[Before] = []
         """Before each backward once ``time_backward_start`` gave it (CUDA timing); empty on CPU."""
 
-    def install(self, report: Report, before: Before) -> None:
+    def install(self, report: Report, before: Before, dataset_call: list[Any] | None = None) -> None:
+        """``dataset_call`` ([fetcher, ns, collate ns]) is set after each call of torch's dataset fetcher (the
+        Dataset's ``__getitem__`` calls and the collate of one fetch)."""
         import torch
         from torch.utils.data import DataLoader
+        from torch.utils.data._utils import fetch
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+        if dataset_call is not None:
+            for fetcher in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+                original = fetcher.__dict__["fetch"]
+                self._saved.append((fetcher, "fetch", original))
+                fetcher.fetch = functools.wraps(original)(_dataset_wrapper(original, dataset_call))
         self._before_fetch[:] = [before]
         self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, None, late=self._before_fetch)
         self._wrap(DataLoader, "__iter__", "iter", report, None, late=self._before_fetch)
@@ -135,5 +143,37 @@ def _timed_wrapper(original: Any, kind: str, report: Report, before: list[Before
             return result
         finally:
             report(kind, clock() - t0, args[0] if args else None, result, 0)
+
+    return wrapper
+
+
+def _dataset_wrapper(original: Any, cell: list[Any]) -> Callable[..., Any]:
+    """Times one call of a dataset fetcher, and the collate within it, into ``cell`` ([fetcher, ns, collate ns,
+    samples]); the fetcher's collate_fn is put back as found when the call returns. ``samples`` (None: wanted)
+    keeps the first list torch's own default_collate is given (pure: the replay may call it again)."""
+    from torch.utils.data import default_collate
+
+    clock = time.perf_counter_ns
+
+    def wrapper(fetcher: Any, *args: Any, **kwargs: Any) -> Any:
+        collate = fetcher.collate_fn
+        took = [0]
+
+        def timed_collate(batch: Any) -> Any:
+            t = clock()
+            try:
+                return collate(batch)
+            finally:
+                took[0] = clock() - t
+                if cell[3] is None and collate is default_collate and type(batch) is list:
+                    cell[3] = batch  # the samples of one fetch, for the collate's replay (record.sample_replay)
+
+        fetcher.collate_fn = timed_collate
+        t0 = clock()
+        try:
+            return original(fetcher, *args, **kwargs)
+        finally:
+            fetcher.collate_fn = collate
+            cell[0], cell[1], cell[2] = fetcher, clock() - t0, took[0]
 
     return wrapper

@@ -154,10 +154,7 @@ class Profiler:
                 exception=described,
                 end_unix_ns=time.time_ns(),
                 steps=self.steps_recorded,
-                loader_workers=self._loaders.workers,
-                batch_bytes=self._loaders.batch_bytes,
-                fetches=self._loaders.fetches or None,
-                fetch_samples=self._loaders.fetch_samples,
+                **self._loaders.end_facts(),
             )
         )
 
@@ -181,7 +178,7 @@ class Profiler:
             register_optimizer_step_pre_hook(self._on_optimizer_pre),
             register_optimizer_step_post_hook(self._on_optimizer_post),
         ]
-        self._patches.install(self._on_patched_call, self._before_call)
+        self._patches.install(self._on_patched_call, self._before_call, self._loaders.dataset_call)
         if self._steps.by_optimizer or self._steps.manual:
             self._patches.fetches_end_no_step()
         self._patches.install_compile(self._on_compiled)
@@ -215,7 +212,11 @@ class Profiler:
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
             self._windows = KernelWindows(
-                first=opts.window_first, every=opts.window_every, steps=opts.window_steps, cuda=cuda
+                first=opts.window_first,
+                every=opts.window_every,
+                steps=opts.window_steps,
+                cuda=cuda,
+                batch=lambda: (self._loaders.fetch_samples or self._steps.step.forward_samples, self._models),
             )
 
     @guarded
@@ -349,13 +350,13 @@ class Profiler:
             elif kind == "fetch" and self._loaders.loader is None and not self._data_depth:  # a plain loop's fetch
                 self._steps.data(elapsed_ns, cpu_ns)
                 if result is not None:
-                    self._loaders.saw_batch(result, self._steps.step)
+                    self._loaders.saw_batch(result, self._steps.step, elapsed_ns, owner)
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
             elif self._loaders.saw(kind, owner, result, in_block=self._data_depth > 0):
                 self._steps.data(elapsed_ns, cpu_ns)
                 if kind == "fetch" and result is not None:
-                    self._loaders.saw_batch(result, self._steps.step)
+                    self._loaders.saw_batch(result, self._steps.step, elapsed_ns, owner)
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
 

@@ -7,7 +7,9 @@ statistics when unprofiled steps exist (see analyzer.analysis.metrics).
 
 On a CPU run on a CPU with native bf16 the first window also records the ops' shapes, and its float32
 matmul shapes are replayed in bf16 when it ends (record.bf16_replay): every window's steps then carry
-their matmul time under bf16 (KernelStats ``cpu_matmul_bf16*_ms``).
+their matmul time under bf16 (KernelStats ``cpu_matmul_bf16*_ms``). On every CPU run the first window
+records shapes, and its ops that touched the batch are replayed at 2, 4 and 8 times its samples
+(record.sample_replay): every window's steps carry their op time at those batch sizes (``cpu_op_x*_ms``).
 """
 
 from __future__ import annotations
@@ -16,21 +18,25 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from analyzer.record import bf16_replay
+from analyzer.record import bf16_replay, sample_replay
 from analyzer.record.run_facts import cpu_bf16
 from gpuanalyze.ingest.kernel_stats import StepKernels
 from gpuanalyze.ingest.kineto import KinetoTrace, parse_kineto
 from gpuanalyze.ingest.schema import KernelStats
 
+#: What the sample replay needs when the window ends: the samples of one forward's batch (None: not seen) and
+#: the profiled models as (name, module) pairs (their parameters' shapes are not the batch's).
+BatchFacts = Callable[[], tuple[int | None, Any]]
+
 
 class KernelWindows:
-    def __init__(self, *, first: int, every: int, steps: int, cuda: bool) -> None:
+    def __init__(self, *, first: int, every: int, steps: int, cuda: bool, batch: BatchFacts | None = None) -> None:
         self.first, self.every, self.steps, self.cuda = first, every, steps, cuda
         self._prof: Any = None
         self._start_step = -1
@@ -38,6 +44,10 @@ class KernelWindows:
         """Replay the first window's float32 matmuls in bf16 (a CPU run on a CPU with native bf16)."""
         self._bf16: dict[str, float] | None = None
         """Per bf16_replay.FIELDS, the matmul time under bf16 as a share of it (None: not replayed yet)."""
+        self._batch = None if cuda else batch
+        """Replay the first window's ops at larger batches (a CPU run whose batch the recorder sees)."""
+        self._grown: dict[str, float] | None = None
+        """Per sample_replay.FIELDS and UNREPLAYED, a share of the op time (None: not replayed yet)."""
 
     @property
     def active(self) -> bool:
@@ -67,11 +77,15 @@ class KernelWindows:
         prof = torch.profiler.profile(
             activities=activities,
             schedule=lambda _: torch.profiler.ProfilerAction.RECORD,
-            record_shapes=self._replay and self._bf16 is None,  # the shapes the replay needs
+            record_shapes=self._shapes_wanted,  # the shapes the replays need
         )
         with quiet_profiler():
             prof.start()
         self._prof, self._start_step = prof, step
+
+    @property
+    def _shapes_wanted(self) -> bool:
+        return (self._replay and self._bf16 is None) or (self._batch is not None and self._grown is None)
 
     def step_closed(self, step: int) -> dict[int, KernelStats] | None:
         """Called after step ``step`` closed; returns {step: stats} when the window just ended."""
@@ -93,6 +107,8 @@ class KernelWindows:
             trace = parse_kineto(path)
             if self._replay and self._bf16 is None:
                 self._bf16 = _replayed(path)
+            if self._batch is not None and self._grown is None:
+                self._grown = _grown(path, *self._batch())
         finally:
             Path(path).unlink()
         return self._per_step(trace)
@@ -100,11 +116,14 @@ class KernelWindows:
     def _per_step(self, k: KinetoTrace) -> dict[int, KernelStats]:
         kernels = StepKernels(k)
         stats = {self._start_step + num: kernels.stats(lo, hi) for num, lo, hi in k.steps}
-        if not self._bf16:
+        bf16, grown = self._bf16 or {}, self._grown or {}
+        if not bf16 and not grown:
             return stats
-        shares = self._bf16
         return {
-            n: msgspec.structs.replace(s, **{f: s.cpu_matmul_ms * shares[f] for f in shares}) for n, s in stats.items()
+            n: msgspec.structs.replace(
+                s, **{f: s.cpu_matmul_ms * bf16[f] for f in bf16}, **{f: s.cpu_op_ms * grown[f] for f in grown}
+            )
+            for n, s in stats.items()
         }
 
 
@@ -115,6 +134,19 @@ def _replayed(path: str) -> dict[str, float]:
         calls, union_us, reduced = bf16_replay.window_calls(path)
         return bf16_replay.ratios(calls, union_us, bf16_replay.replay(calls), reduced=reduced)
     except (OSError, ValueError, KeyError, TypeError):  # the profiler's JSON not as expected: not measured
+        return {}
+
+
+def _grown(path: str, samples: int | None, models: Any) -> dict[str, float]:
+    """The window's op time at larger batches as a share of it, per sample_replay.FIELDS and UNREPLAYED ({}
+    when the batch was not seen, or the profiler's JSON not as expected)."""
+    if not samples:
+        return {}
+    try:
+        params = frozenset(tuple(p.shape) for _, m in models or () for p in m.parameters())
+        window = sample_replay.window_ops(path, samples, params)
+        return sample_replay.fields(window, sample_replay.replay(window.calls, samples, params))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 

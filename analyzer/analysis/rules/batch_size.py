@@ -26,7 +26,13 @@ from analyzer.analysis.rules.accumulation import (
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
-from analyzer.analysis.rules.measured import per_call_range, per_call_share
+from analyzer.analysis.rules.measured import (
+    dataset_share,
+    has_replay,
+    per_call_range,
+    per_call_share,
+    replayed_per_call,
+)
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -94,6 +100,11 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     else:
         fixed = ctx.ms(per_step_fixed_share(ctx))
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
+    # Where the replay and the fetch's own timing measure how the fetch grows, it is work like the rest.
+    measured_fetch = not ctx.gpu and m.batch_split is None and dataset_share(ctx) is not None and has_replay(ctx)
+    if measured_fetch and _fixed_data_wait(ctx) > 0:
+        fixed -= ctx.ms(_fixed_data_wait(ctx))
+        fixed_what = "optimizer, loop overhead"
     fixed = min(max(fixed, 0.0), wall)
     rest = wall - fixed
     # Time another rule names (a sync, large host time) stays as it is.
@@ -104,10 +115,14 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         return rest - work * f + (fixed + work * f) / k
 
     split = m.batch_split
-    window = None if split is not None or ctx.gpu else per_call_share(ctx, work)
+    data = min(work, ctx.ms(m.effective[S.DATA_WAIT_MS])) if measured_fetch or not _fixed_data_wait(ctx) else 0.0
+    replayed = None if split is not None or ctx.gpu else replayed_per_call(ctx, work, k, data)
+    window = None if split is not None or ctx.gpu or replayed is not None else per_call_share(ctx, work)
     measured = None if split is None else (min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
     f, lo_f, hi_f = fixed_share_range(measured) if window is None else per_call_range(window)
-    if split is not None:
+    if replayed is not None:
+        f, lo_f, hi_f, basis = replayed
+    elif split is not None:
         basis = (
             f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
             f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
@@ -220,7 +235,9 @@ class BatchSize(Rule):
         each = micro_batch_samples(ctx, a)
         return Detection(
             cause="micro_batch_overhead",
-            share=share * per_call(ctx, per_micro_ms(ctx))[0] if ctx.m.batch_split is None else share,
+            share=share * per_call(ctx, per_micro_ms(ctx), enlargement(ctx, a))[0]
+            if ctx.m.batch_split is None
+            else share,
             consistency=1.0,
             evidence_steps=ctx.m.steps,
             summary=f"Each optimizer step runs {a} micro-batches"

@@ -62,7 +62,7 @@ def _outermost(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarra
     return out
 
 
-def _self_times(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def self_times(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """Each op's own time (its duration less its direct children's) of ops sorted by thread, then start."""
     own = end - start
     stack: list[int] = []
@@ -95,7 +95,7 @@ def cpu_op_fields(ops: HostOps, lo: float, hi: float) -> dict[str, float]:
         in_optimizer |= (tid == tid[o]) & (start >= start[o]) & (end <= end[o])
     work = ~in_optimizer
     own = np.zeros(idx.size)
-    own[order] = _self_times(start[order], end[order], tid[order])
+    own[order] = self_times(start[order], end[order], tid[order])
     floor = float(np.quantile(own[work], DISPATCH_QUANTILE)) if work.any() else 0.0
     op_ms = union_length(start[work], end[work]) / 1e3
 

@@ -21,6 +21,8 @@ MAX_WORLD_SIZE = 1 << 20
 _Int = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
 _Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
 _World = Annotated[int, msgspec.Meta(ge=1, le=MAX_WORLD_SIZE)]
+_Ms = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]
+_Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
 _Pct = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
 _Text = Annotated[str, msgspec.Meta(max_length=4096)]
 _Name = Annotated[str, msgspec.Meta(max_length=256)]
@@ -115,6 +117,18 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     one micro-batch per fetch)."""
     fetch_samples: _Int | None = None
     """Samples in the first batch fetched (under gradient accumulation: one micro-batch)."""
+    fetch_ms: _Ms | None = None
+    """Wall time of the training loader's fetches that ran its Dataset in the training process (no worker), summed."""
+    fetch_dataset_ms: _Ms | None = None
+    """Of fetch_ms, the time in torch's dataset fetcher outside the collate (the Dataset's ``__getitem__`` calls,
+    one per sample): the part of a fetch that grows with its samples; the rest (the iterator, the sampler's
+    call, the hand-back) is per fetch."""
+    fetch_collate_ms: _Ms | None = None
+    """Of fetch_ms, the time in the collate: per call (stacking a few small samples) to growing with the samples
+    (copying large ones)."""
+    fetch_collate_growth: Annotated[tuple[_Ratio, ...], msgspec.Meta(max_length=8)] | None = None
+    """torch's default_collate replayed at the run's end on the samples of one fetch, 2, 4 and 8 times over: its
+    time at each over its time on them (analyzer/record/sample_replay.py)."""
     end_unix_ns: _Int | None = None
 
 

@@ -205,10 +205,23 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """The same with every matmul from bf16 inputs (no cast): the fast end."""
     cpu_matmul_bf16_slow_ms: _Ms = 0.0
     """The same with every matmul casting its float32 inputs: the slow end."""
+    cpu_op_x2_ms: _Ms = 0.0
+    """CPU runs (analyzer/record/sample_replay.py): cpu_op_ms as it would run with twice the samples per forward,
+    each op that touched the batch replayed on the machine at the larger batch; 0: not measured."""
+    cpu_op_x4_ms: _Ms = 0.0
+    """The same at four times the samples."""
+    cpu_op_x8_ms: _Ms = 0.0
+    """The same at eight times the samples."""
+    cpu_op_unreplayed_ms: _Ms = 0.0
+    """The part of cpu_op_ms in ops that touched the batch but were not replayed: how it grows is not measured."""
     owners: bool = False
     """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
 
+#: KernelStats fields of a CPU run's op time at k times the samples per forward (analyzer/record/sample_replay.py),
+#: by k, and the part of it that did not replay.
+CPU_OP_GROWN: dict[int, str] = {2: "cpu_op_x2_ms", 4: "cpu_op_x4_ms", 8: "cpu_op_x8_ms"}
+CPU_OP_UNREPLAYED = "cpu_op_unreplayed_ms"
 #: The summable time fields of KernelStats (everything but the count, the median and the top list).
 KERNEL_STAT_FIELDS: tuple[str, ...] = tuple(f for f in KernelStats.__struct_fields__ if f.endswith("_ms"))
 KERNEL_STATS_TYPE = pa.string()
