@@ -38,3 +38,24 @@ def test_stalls_of_another_kind_stay_in_the_projection(trace_factory):
     p = _data_finding(r).projection
     # the same fix; the stalls are not the loader's, so their 2 x 200 / 59 ms per step stays
     assert p.step_ms > 10.5 + 400.0 / 60 - 0.5
+
+
+def test_a_larger_batch_pays_a_per_step_stall_once_per_k_batches_worth(trace_factory):
+    """Batch 1 on a CPU (the batch finding projects per current batch worth of samples with a batch x2): two
+    steps of 60 stall 30 ms more. Steps twice as large pay such a stall half as often per sample, so the
+    projection gets back half of what the stalls add to the mean step, where a fix that keeps the steps gets all."""
+
+    def rows(stall: float) -> list[dict]:
+        return [
+            make_row(i, wall=1.6 + (stall if i in (30, 45) else 0.0), data=0.1, fwd=0.4, bwd=0.5, opt=0.5, samples=1)
+            for i in range(60)
+        ]
+
+    def batch(r):
+        return next(f for f in r.findings if f.cause == "per_step_overhead").projection
+
+    calm = batch(analyze(trace_factory(rows(0.0), run={"cpu_count": 2})))
+    stalled = batch(analyze(trace_factory(rows(30.0), run={"cpu_count": 2})))
+    added = stalled.current_ms - calm.current_ms  # the stalls on the run's mean: 60 ms over the analysed steps
+    assert added == pytest.approx(60.0 / 57, rel=0.01)  # 3 warm-up steps skipped
+    assert stalled.step_ms - calm.step_ms == pytest.approx(added / 2, rel=0.05)

@@ -58,3 +58,30 @@ def test_before_calls_follow_what_can_still_matter():
     finally:
         patches.remove()
     assert reports == ["iter", "fetch", "backward", "backward", "fetch"]
+
+
+def test_the_dataset_fetcher_is_timed_with_its_collate_and_restored():
+    """One fetch through torch's dataset fetcher reports its time and its collate's, keeps the first list
+    default_collate was given, and leaves the fetcher's collate_fn and the class as they were."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data._utils import fetch
+
+    original = fetch._MapDatasetFetcher.fetch
+    cell = [None, 0, 0, None]
+    patches = Patches()
+    patches.install(lambda *a: None, lambda kind: None, cell)
+    loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4)
+    try:
+        it = iter(loader)
+        first = next(it)
+        fetcher = it._dataset_fetcher
+        assert cell[0] is fetcher and cell[1] >= cell[2] > 0
+        assert isinstance(cell[3], list) and len(cell[3]) == 4  # the samples default_collate stacked
+        kept = cell[3]
+        next(it)
+        assert cell[3] is kept  # only the first list is kept
+        assert fetcher.collate_fn is loader.collate_fn  # put back after each call
+    finally:
+        patches.remove()
+    assert fetch._MapDatasetFetcher.fetch is original
+    assert torch.equal(first[0], torch.arange(4.0))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.contention import contended_confidence, contention
 from analyzer.analysis.findings import Confidence, Finding, ranking_key
+from analyzer.analysis.fixes import BatchFix
 from analyzer.analysis.left_out import cause_part, owned_left_out_ms
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.rules import Context, Verdict, classify
@@ -90,7 +91,12 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
 
 def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:
     """What the left-out steps add back to ``f``'s projection: their excess, less the part ``f``'s cause owns
-    (analysis.left_out: a loader stall leaves with the loader's fix)."""
+    (analysis.left_out: a loader stall leaves with the loader's fix). A projection per current batch worth of
+    samples with a batch ``k`` times larger pays a per-step stall (an outlier) once per ``k`` of them: it gets
+    back 1/k of the outliers' excess (the run's settling stays whole: a run-fixed cost over the same samples)."""
+    fix = f.projection.fix if f.projection is not None else None
+    if isinstance(fix, BatchFix) and fix.multiplier > 1 and steady.steps and delta > 0:
+        delta = max(0.0, delta - steady.outlier_ms / steady.steps * (1 - 1 / fix.multiplier))
     column = cause_part(f)
     if column is None or delta <= 0:
         return delta

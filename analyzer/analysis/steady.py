@@ -45,6 +45,8 @@ class SteadyState:
     """Mean excess over the median of a periodic spike (of an outlier step when there is no period), ms."""
     left_out_ms: float = 0.0
     """Excess over the median of every step left out (settling and outliers), summed, ms per rank."""
+    outlier_ms: float = 0.0
+    """Of left_out_ms, the outliers' (stalls and spikes paid per step, unlike the run's settling)."""
     drift: float = 0.0
     """Median step time of the last third of the steady steps over the first third, minus 1."""
     spread: float = 0.0
@@ -107,6 +109,7 @@ def steady_state(m: StepMetrics) -> SteadyState:
         periodic=tuple(int(s) for s in on),
         spike_ms=float(np.mean(wall[spiking] - med)) if spiking.size else 0.0,
         left_out_ms=float(np.sum(wall[~kept] - med)),
+        outlier_ms=float(np.sum(wall[later] - med)),
         drift=_drift(wall[kept]),
         spread=_spread(wall[kept]),
     )
