@@ -127,3 +127,7 @@ left_running  # unused variable (analyzer/run/trials.py:67): a trial's result fi
 cpu_matmul_bf16_fast_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_slow_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
+cpu_op_x2_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
+cpu_op_x4_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
+cpu_op_x8_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
+cpu_op_unreplayed_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_UNREPLAYED)

@@ -59,3 +59,29 @@ def test_a_larger_batch_pays_a_per_step_stall_once_per_k_batches_worth(trace_fac
     added = stalled.current_ms - calm.current_ms  # the stalls on the run's mean: 60 ms over the analysed steps
     assert added == pytest.approx(60.0 / 57, rel=0.01)  # 3 warm-up steps skipped
     assert stalled.step_ms - calm.step_ms == pytest.approx(added / 2, rel=0.05)
+
+
+def test_a_stall_in_the_data_wait_comes_back_whole_with_a_larger_batch(trace_factory):
+    """The same two stalls in the data wait: a larger batch fetches the same samples, so the loader's stall per
+    sample stays; the batch projection gets all of it back."""
+
+    def rows(stall: float) -> list[dict]:
+        return [
+            make_row(
+                i,
+                wall=1.6 + (stall if i in (30, 45) else 0.0),
+                data=0.1 + (stall if i in (30, 45) else 0.0),
+                fwd=0.4,
+                bwd=0.5,
+                opt=0.5,
+                samples=1,
+            )
+            for i in range(60)
+        ]
+
+    def batch(r):
+        return next(f for f in r.findings if f.cause == "per_step_overhead").projection
+
+    calm = batch(analyze(trace_factory(rows(0.0), run={"cpu_count": 2})))
+    stalled = batch(analyze(trace_factory(rows(30.0), run={"cpu_count": 2})))
+    assert stalled.step_ms - calm.step_ms == pytest.approx(stalled.current_ms - calm.current_ms, rel=0.05)

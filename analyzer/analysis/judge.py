@@ -25,6 +25,7 @@ from analyzer.analysis.rules.rule import confidence_level
 from analyzer.analysis.spikes import spike_finding
 from analyzer.analysis.stability import Stability, stability
 from analyzer.analysis.steady import SteadyState
+from gpuanalyze.ingest import schema as S
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +93,14 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
 def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:
     """What the left-out steps add back to ``f``'s projection: their excess, less the part ``f``'s cause owns
     (analysis.left_out: a loader stall leaves with the loader's fix). A projection per current batch worth of
-    samples with a batch ``k`` times larger pays a per-step stall (an outlier) once per ``k`` of them: it gets
-    back 1/k of the outliers' excess (the run's settling stays whole: a run-fixed cost over the same samples)."""
+    samples with a batch ``k`` times larger pays a per-step stall (an outlier's excess outside its data wait) once
+    per ``k`` of them: it gets back 1/k of it. A stall in the data wait comes with the data (the same samples
+    fetched, in larger batches) and the run's settling is a run-fixed cost over the same samples: both whole."""
     fix = f.projection.fix if f.projection is not None else None
-    if isinstance(fix, BatchFix) and fix.multiplier > 1 and steady.steps and delta > 0:
-        delta = max(0.0, delta - steady.outlier_ms / steady.steps * (1 - 1 / fix.multiplier))
+    if isinstance(fix, BatchFix) and steady.outliers and steady.steps and delta > 0:
+        loader = owned_left_out_ms(full, steady, S.DATA_WAIT_MS, frozenset(steady.outliers))
+        per_step = max(0.0, steady.outlier_ms / steady.steps - loader)
+        delta = max(0.0, delta - per_step * (1 - 1 / fix.multiplier))
     column = cause_part(f)
     if column is None or delta <= 0:
         return delta

@@ -31,10 +31,13 @@ def cause_part(f: Finding) -> str | None:
     return CAUSE_PART.get((f.bottleneck, f.cause), CAUSE_PART.get((f.bottleneck, None)))
 
 
-def owned_left_out_ms(full: StepMetrics, steady: SteadyState, column: str) -> float:
-    """Mean ms per analysed step (per rank) of the left-out steps' excess that ``column``'s part owns."""
+def owned_left_out_ms(
+    full: StepMetrics, steady: SteadyState, column: str, among: frozenset[int] | None = None
+) -> float:
+    """Mean ms per analysed step (per rank) of the left-out steps' excess (of those ``among``, default all) that
+    ``column``'s part owns."""
     ps = full.per_step
-    left = steady.left_out
+    left = steady.left_out if among is None else among
     if not left or ps.height == 0 or column not in ps.columns or STEP_WALL not in ps.columns:
         return 0.0
     steps = ps.get_column(S.STEP).to_numpy()
