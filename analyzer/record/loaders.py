@@ -22,6 +22,7 @@ class LoaderWatch:
         "collate_ns",
         "dataset_call",
         "dataset_ns",
+        "epochs",
         "fetch_ns",
         "fetch_samples",
         "fetches",
@@ -41,6 +42,8 @@ class LoaderWatch:
         """Bytes of the first batch seen."""
         self.fetches = 0
         """Training batches fetched (one per micro-batch under gradient accumulation)."""
+        self.epochs = 0
+        """``iter()`` calls on the training loader: epochs started."""
         self.fetch_samples: int | None = None
         """Samples of the first batch seen."""
         self.dataset_call: list[Any] = [None, 0, 0, None]
@@ -66,7 +69,10 @@ class LoaderWatch:
         its time is data wait."""
         if kind == "iter":
             self.saw_iter(owner, result)
-        return self.is_training_data(owner, in_block=in_block)
+        training = self.is_training_data(owner, in_block=in_block)
+        if training and kind == "iter":
+            self.epochs += 1
+        return training
 
     def is_training_data(self, owner: Any, *, in_block: bool) -> bool:
         """A DataLoader call whose time is data wait: not inside ``prof.data()`` (``in_block``: the
@@ -106,6 +112,7 @@ class LoaderWatch:
             "loader_workers": self.workers,
             "batch_bytes": self.batch_bytes,
             "fetches": self.fetches or None,
+            "loader_epochs": self.epochs or None,
             "fetch_samples": self.fetch_samples,
             "fetch_ms": self.fetch_ns / 1e6 if self.fetch_ns else None,
             "fetch_dataset_ms": self.dataset_ns / 1e6 if self.fetch_ns else None,

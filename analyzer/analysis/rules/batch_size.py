@@ -94,18 +94,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
-    if ctx.gpu:
-        fixed = ctx.ms(unexplained_idle(ctx))
-        fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
-    else:
-        fixed = ctx.ms(per_step_fixed_share(ctx))
-        fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
-    # Where the replay and the fetch's own timing measure how the fetch grows, it is work like the rest.
-    measured_fetch = not ctx.gpu and m.batch_split is None and dataset_share(ctx) is not None and has_replay(ctx)
-    if measured_fetch and _fixed_data_wait(ctx) > 0:
-        fixed -= ctx.ms(_fixed_data_wait(ctx))
-        fixed_what = "optimizer, loop overhead"
-    fixed = min(max(fixed, 0.0), wall)
+    fixed, fixed_what, measured_fetch = _per_step_part(ctx)
     rest = wall - fixed
     # Time another rule names (a sync, large host time) stays as it is.
     work = max(0.0, rest - others_ms(ctx))
@@ -114,26 +103,9 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         """The step when a share ``f`` of the work (compute) does not grow with the batch either."""
         return rest - work * f + (fixed + work * f) / k
 
-    split = m.batch_split
     data = min(work, ctx.ms(m.effective[S.DATA_WAIT_MS])) if measured_fetch or not _fixed_data_wait(ctx) else 0.0
-    replayed = None if split is not None or ctx.gpu else replayed_per_call(ctx, work, k, data)
-    window = None if split is not None or ctx.gpu or replayed is not None else per_call_share(ctx, work)
-    measured = None if split is None else (min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
-    f, lo_f, hi_f = fixed_share_range(measured) if window is None else per_call_range(window)
-    if replayed is not None:
-        f, lo_f, hi_f, basis = replayed
-    elif split is not None:
-        basis = (
-            f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
-            f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
-            f"{work:.2f} ms compute is fixed"
-        )
-    elif window is not None:
-        basis = (
-            f"the profiled steps measure at least {lo_f:.0%} of the {work:.2f} ms compute as per call "
-            f"({window.basis}): the point takes {f:.0%}"
-        )
-    else:
+    f, lo_f, hi_f, basis = _fixed_share(ctx, work, k, data)
+    if basis is None:
         basis = (
             f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
             f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "
@@ -153,6 +125,56 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         fix=BatchFix(k),
         per_batch_of=m.batch_samples,
         model=(at(hi_f), at(lo_f)),
+    )
+
+
+def _per_step_part(ctx: Context) -> tuple[float, str, bool]:
+    """(ms per step a larger batch divides by its multiplier, what it is, whether the fetch is measured work
+    instead: where the replay and the fetch's own timing measure how the fetch grows, it is work like the rest)."""
+    if ctx.gpu:
+        fixed = ctx.ms(unexplained_idle(ctx))
+        fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
+    else:
+        fixed = ctx.ms(per_step_fixed_share(ctx))
+        fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
+    m = ctx.m
+    measured_fetch = not ctx.gpu and m.batch_split is None and dataset_share(ctx) is not None and has_replay(ctx)
+    if measured_fetch and _fixed_data_wait(ctx) > 0:
+        fixed -= ctx.ms(_fixed_data_wait(ctx))
+        fixed_what = "optimizer, loop overhead"
+    return min(max(fixed, 0.0), ctx.wall), fixed_what, measured_fetch
+
+
+def _fixed_share(ctx: Context, work: float, k: float, data: float) -> tuple[float, float, float, str | None]:
+    """(point, low, high) of the share of ``work`` that does not grow with the batch, and what measured it: a
+    smaller batch in the run, the sample replay, the profiled steps' lower bound; None: nothing (the point
+    BATCH_UNMEASURED_FIXED over the whole of [0, 1])."""
+    split = ctx.m.batch_split
+    if split is not None:
+        f, lo_f, hi_f = fixed_share_range(min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
+        return (
+            f,
+            lo_f,
+            hi_f,
+            f"forward + backward measured as {split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample "
+            f"(batches of {split.usual:g} and {split.smaller:g} samples in the run): {f:.0%} of the "
+            f"{work:.2f} ms compute is fixed",
+        )
+    if ctx.gpu:
+        return (*fixed_share_range(None), None)
+    replayed = replayed_per_call(ctx, work, k, data)
+    if replayed is not None:
+        return replayed
+    window = per_call_share(ctx, work)
+    if window is None:
+        return (*fixed_share_range(None), None)
+    f, lo_f, hi_f = per_call_range(window)
+    return (
+        f,
+        lo_f,
+        hi_f,
+        f"the profiled steps measure at least {lo_f:.0%} of the {work:.2f} ms compute as per call "
+        f"({window.basis}): the point takes {f:.0%}",
     )
 
 

@@ -117,6 +117,8 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     one micro-batch per fetch)."""
     fetch_samples: _Int | None = None
     """Samples in the first batch fetched (under gradient accumulation: one micro-batch)."""
+    loader_epochs: _Int | None = None
+    """Epochs the training loader started (its ``iter()`` calls) over the recorded steps."""
     fetch_ms: _Ms | None = None
     """Wall time of the training loader's fetches that ran its Dataset in the training process (no worker), summed."""
     fetch_dataset_ms: _Ms | None = None
