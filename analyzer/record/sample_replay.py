@@ -50,7 +50,8 @@ REPLAY_MAX_ELEMENTS = 1 << 24
 REPEATS = 3
 #: Each timing runs the op enough times to last about this long.
 TIMING_S = 0.001
-#: A scaled call longer than this is not replayed (it would spend the budget on one shape).
+#: A scaled call expected to take longer than this (its 1 x time times the multiplier) is not replayed: it would
+#: spend the budget on one shape (a shape without 4 x and 8 x grows linearly from its 2 x).
 CALL_MAX_S = 0.05
 #: Events whose span holds the optimizer's step (its ops are per step, not per sample).
 OPTIMIZER_PREFIX = "Optimizer."
@@ -223,9 +224,10 @@ def _time_call(
         if any(v is None for v in variants):
             return None
         runs: list[Callable[[], Any]] = [_bound(op, *v) for v in variants if v is not None]
+        runs[0]()  # warm-up
+        if _timed(runs[0], 1) * max(multipliers) > CALL_MAX_S:
+            return None  # its largest variant would spend the budget on one shape
         per = [_calls_for(f) for f in runs]
-        if per[0] == 1 and _timed(runs[-1], 1) > CALL_MAX_S:
-            return None
         best = [math.inf] * len(runs)
         for _ in range(REPEATS):
             for i, f in enumerate(runs):
