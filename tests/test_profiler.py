@@ -19,28 +19,27 @@ from gpuanalyze.ingest import schema as S  # noqa: E402
 from gpuanalyze.ingest.reader import load_trace  # noqa: E402
 from tests.scenarios.loops import LoopConfig, make_loop, train  # noqa: E402
 
-ORIGINALS = (
-    DataLoader.__iter__,
-    _BaseDataLoaderIter.__next__,
-    torch.Tensor.item,
-    torch.cuda.synchronize,
-    _fetch._MapDatasetFetcher.fetch,
-    _fetch._IterableDatasetFetcher.fetch,
-)
 
-
-def assert_no_hooks_left(model):
-    assert not model._forward_hooks and not model._forward_pre_hooks
-    assert "_compiled_call_impl" not in vars(model)  # where the profile times the model's calls
-    assert not optim_mod._global_optimizer_pre_hooks and not optim_mod._global_optimizer_post_hooks
-    assert (
+def _patched_attributes() -> tuple:
+    """What the profile wraps while it runs: DataLoader iteration, its dataset fetchers, host-device syncs."""
+    return (
         DataLoader.__iter__,
         _BaseDataLoaderIter.__next__,
         torch.Tensor.item,
         torch.cuda.synchronize,
         _fetch._MapDatasetFetcher.fetch,
         _fetch._IterableDatasetFetcher.fetch,
-    ) == ORIGINALS
+    )
+
+
+ORIGINALS = _patched_attributes()
+
+
+def assert_no_hooks_left(model):
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert "_compiled_call_impl" not in vars(model)  # where the profile times the model's calls
+    assert not optim_mod._global_optimizer_pre_hooks and not optim_mod._global_optimizer_post_hooks
+    assert _patched_attributes() == ORIGINALS
 
 
 def train_with_fault(model, opt, loader, faults):

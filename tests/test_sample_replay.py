@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import analyzer  # noqa: E402
+from analyzer.record import replay_timing  # noqa: E402
 from analyzer.record import sample_replay as R  # noqa: E402
 from gpuanalyze.ingest import schema as S  # noqa: E402
 from gpuanalyze.ingest.reader import load_trace  # noqa: E402
@@ -66,8 +67,9 @@ def test_the_batch_dimension_is_scaled_and_the_weights_are_not(monkeypatch):
     """Each replayed variant scales the first dimension equal to the batch's samples of every input that is not
     shaped as a parameter (and a size argument naming it); the gain is the variant's time less the 1x time. The
     clock is replaced by the inputs' element count (1 ns each): the scaling is tested, not this host's speed."""
-    monkeypatch.setattr(R, "_calls_for", lambda f: 1)
-    monkeypatch.setattr(R, "_timed", lambda f, n: f())
+    monkeypatch.setattr(replay_timing, "calls_for", lambda f, timing_s: 1)
+    monkeypatch.setattr(replay_timing, "timed", lambda f, n: f())
+    monkeypatch.setattr(R, "timed", lambda f, n: f())
     monkeypatch.setattr(
         R, "_bound", lambda op, args, kwargs: lambda: 1e-9 * sum(a.numel() for a in args if torch.is_tensor(a))
     )

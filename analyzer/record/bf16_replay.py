@@ -8,7 +8,8 @@ matmul ran 14x slower in bf16, 256-cubed 4.5x faster, 128 x 1024 x 2048 5.4x fas
 3.3x from fp32 inputs cast first, 1024-cubed 7.5x and 5.5x. So the first sampled profiler window of a CPU run on such a
 CPU records its ops' shapes, and each float32 matmul shape it ran (REPLAYED) is replayed here, between
 steps, at the run's thread count: in float32, in bf16 from bf16 inputs, and in bf16 from float32 inputs
-cast first, alternating the three so a loaded host slows them alike, the fastest of REPEATS rounds each.
+cast first, alternating the three so a loaded host slows them alike, the fastest of a few rounds each
+(record.replay_timing).
 
 Autocast casts a forward matmul's float32 inputs (the activation and the weight); backward matmuls get
 bf16 inputs (the saved casts and bf16 gradients). An op is scaled from its time in the run by the replay's
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.record.replay_timing import fastest
 from gpuanalyze.ingest.cpu_ops import MATMUL_OPS
 from gpuanalyze.ingest.intervals import union_length
 
@@ -55,8 +57,6 @@ REPLAY_BUDGET_S = 1.0
 #: user's process, so a shape whose float32 inputs pass 64 MiB is not replayed (its time stays float32): it must
 #: neither take the memory the run needs nor one call spend the budget.
 REPLAY_MAX_ELEMENTS = 1 << 24
-#: Rounds of (float32, bf16, bf16 with casts); the fastest of each is kept.
-REPEATS = 3
 #: Each timing runs the op enough times to last about this long (a few-microsecond op timed once is noise).
 TIMING_S = 0.002
 FIELDS = ("cpu_matmul_bf16_ms", "cpu_matmul_bf16_fast_ms", "cpu_matmul_bf16_slow_ms")
@@ -220,25 +220,7 @@ def _time_shape(
                 return op(*[t.to(torch.bfloat16) for t in x])
 
             runs: tuple[Callable[[], Any], ...] = (lambda: op(*x), lambda: op(*low), cast)
-            per = [_calls_for(f) for f in runs]
-            best = [math.inf] * 3
-            for _ in range(REPEATS):
-                for k, f in enumerate(runs):
-                    best[k] = min(best[k], _timed(f, per[k]))
+            best = fastest(runs, TIMING_S)
     except (RuntimeError, TypeError, ValueError, MemoryError):
         return None
     return Speedup(*best) if all(0 < t < math.inf for t in best) else None
-
-
-def _calls_for(f: Callable[[], Any]) -> int:
-    """Calls of ``f`` that last about TIMING_S (after one warm-up call)."""
-    f()
-    once = _timed(f, 1)
-    return max(1, min(10_000, int(TIMING_S / max(once, 1e-7))))
-
-
-def _timed(f: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        f()
-    return (time.perf_counter() - start) / n

@@ -6,8 +6,8 @@ costs what a 16 x 64 x 128 one does, a 8 x 512 x 1024 one reads its weight whate
 first sampled profiler window records its ops' shapes, and when it ends each leaf ATen op (one that calls
 no other op) that touched the batch (an input tensor, not a parameter's shape, with a dimension of the
 batch's samples) is replayed here, between steps, at its shapes and at the batch dimension scaled by each
-of MULTIPLIERS, alternating the variants so a loaded host slows them alike, the fastest of REPEATS rounds
-each; largest own time in the run first, within REPLAY_BUDGET_S.
+of MULTIPLIERS, alternating the variants so a loaded host slows them alike, the fastest of
+replay_timing.REPEATS rounds each; largest own time in the run first, within REPLAY_BUDGET_S.
 
 An op's own time in the run grows by what its replay gains (time at k x less time at 1 x, in microseconds: the
 run's own cache misses and allocations stay as they were), times its own share of its duration (a composite op's
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.record.replay_timing import fastest, timed
 from gpuanalyze.ingest.cpu_ops import self_times
 from gpuanalyze.ingest.schema import CPU_OP_GROWN, CPU_OP_UNREPLAYED
 
@@ -46,8 +47,6 @@ REPLAY_BUDGET_S = 1.0
 #: Largest replay, in input elements at the largest multiplier (the replay allocates its inputs in the user's
 #: process: 64 MiB of float32).
 REPLAY_MAX_ELEMENTS = 1 << 24
-#: Rounds of (1 x, 2 x, 4 x, 8 x); the fastest of each is kept.
-REPEATS = 3
 #: Each timing runs the op enough times to last about this long.
 TIMING_S = 0.001
 #: A scaled call expected to take longer than this (its 1 x time times the multiplier) is not replayed: it would
@@ -225,13 +224,9 @@ def _time_call(
             return None
         runs: list[Callable[[], Any]] = [_bound(op, *v) for v in variants if v is not None]
         runs[0]()  # warm-up
-        if _timed(runs[0], 1) * max(multipliers) > CALL_MAX_S:
+        if timed(runs[0], 1) * max(multipliers) > CALL_MAX_S:
             return None  # its largest variant would spend the budget on one shape
-        per = [_calls_for(f) for f in runs]
-        best = [math.inf] * len(runs)
-        for _ in range(REPEATS):
-            for i, f in enumerate(runs):
-                best[i] = min(best[i], _timed(f, per[i]))
+        best = fastest(runs, TIMING_S)
     except Exception:  # noqa: BLE001 - an op the replay cannot rebuild is left unmeasured, never the run's failure
         return None
     if not all(0 < t < math.inf for t in best):
@@ -316,31 +311,12 @@ def _value(text: str, samples: int, target: int) -> Any:
 
 def collate_growth(samples: list[Any]) -> tuple[float, ...] | None:
     """torch's default_collate on ``samples`` (one fetch's, kept by record.patches) repeated 2, 4 and 8 times: its
-    time at each over its time on them, the fastest of REPEATS rounds (None when it fails: the samples were not
-    what it collated)."""
+    time at each over its time on them, the fastest of a few rounds each (None when it fails: the samples were
+    not what it collated)."""
     from torch.utils.data import default_collate
 
     try:
-        runs = [_bound(default_collate, [samples * k], {}) for k in (1, *MULTIPLIERS)]
-        per = [_calls_for(f) for f in runs]
-        best = [math.inf] * len(runs)
-        for _ in range(REPEATS):
-            for i, f in enumerate(runs):
-                best[i] = min(best[i], _timed(f, per[i]))
+        best = fastest([_bound(default_collate, [samples * k], {}) for k in (1, *MULTIPLIERS)], TIMING_S)
     except Exception:  # noqa: BLE001 - not measured, never the run's failure
         return None
     return tuple(t / best[0] for t in best[1:]) if all(0 < t < math.inf for t in best) else None
-
-
-def _calls_for(f: Callable[[], Any]) -> int:
-    """Calls of ``f`` that last about TIMING_S (after one warm-up call)."""
-    f()
-    once = _timed(f, 1)
-    return max(1, min(10_000, int(TIMING_S / max(once, 1e-7))))
-
-
-def _timed(f: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        f()
-    return (time.perf_counter() - start) / n
