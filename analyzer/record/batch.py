@@ -39,13 +39,28 @@ def first_tensor(obj: Any, *, depth: int = 0) -> Any:
 
 
 def batch_size_of(obj: Any) -> int | None:
-    """Leading dimension of the first tensor found: the number of samples in a batch."""
+    """The number of samples in a batch: the leading dimension of the first tensor found, unless a batch of several
+    tensors says otherwise (shared_dim)."""
     # The common batch, ``(x, y)`` or ``(x,)`` (every fetch and forward), without the search's calls.
     head = obj[0] if type(obj) in (tuple, list) and obj else None
     tensor = head if type(head) in _TENSOR_TYPES else first_tensor(obj)
     if tensor is None or tensor.dim() == 0:
         return None
-    return int(tensor.shape[0])
+    n = int(tensor.shape[0])
+    return shared_dim(obj, tensor, n) if type(obj) in (tuple, list) and len(obj) > 1 else n
+
+
+def shared_dim(batch: tuple[Any, ...] | list[Any], first: Any, n: int) -> int:
+    """``n`` (the first tensor's leading dimension) when every other top-level tensor of the batch has a dimension
+    of that size; else the first of the first tensor's dimensions that they all have: a sequence-first input
+    [T, B, F] beside its targets [B, 1] holds B samples, not T."""
+    others = [t for t in batch[1:] if type(t) in _TENSOR_TYPES and t.dim() > 0]
+    if all(n in t.shape for t in others):
+        return n
+    for d in first.shape[1:]:
+        if all(d in t.shape for t in others):
+            return int(d)
+    return n
 
 
 def batch_bytes_of(obj: Any, *, depth: int = 0) -> int | None:
