@@ -186,7 +186,9 @@ def replay(
                 if got is not None:
                     gains[key] = (*gains.get(key, ()), *got)
     # a shape with 2 x only grows linearly from it
-    return {key: g if len(g) == 3 else (g[0], g[0] * 3, g[0] * 7) for key, g in gains.items()}
+    return {
+        key: g if len(g) == len(MULTIPLIERS) else tuple(g[0] * (m - 1) for m in MULTIPLIERS) for key, g in gains.items()
+    }
 
 
 def fields(window: Window, gains: dict[tuple[Any, ...], tuple[float, ...]]) -> dict[str, float]:

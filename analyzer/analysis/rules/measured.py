@@ -94,12 +94,16 @@ def _op_ms_at(ctx: Context, k: float) -> tuple[float, float, int] | None:
     grown = {m: window_ms(ctx, f) for m, f in S.CPU_OP_GROWN.items()}
     if base is None or any(g is None or g[0] <= 0 for g in grown.values()):
         return None
-    xs = [1.0, *(float(m) for m in grown)]
-    ys = [base[0], *(g[0] for g in grown.values() if g is not None)]
+    return _at_multiplier(k, [base[0], *(g[0] for g in grown.values() if g is not None)]), base[0], base[1]
+
+
+def _at_multiplier(k: float, ys: list[float]) -> float:
+    """The value at ``k`` times the samples of ``ys`` (its value at 1 x, then at each S.CPU_OP_GROWN multiplier):
+    interpolated between them, beyond the largest along the last slope."""
+    xs = [1.0, *(float(m) for m in S.CPU_OP_GROWN)]
     if k <= xs[-1]:
-        return float(np.interp(k, xs, ys)), base[0], base[1]
-    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-    return ys[-1] + slope * (k - xs[-1]), base[0], base[1]
+        return float(np.interp(k, xs, ys))
+    return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (k - xs[-1])
 
 
 def has_replay(ctx: Context) -> bool:
@@ -171,12 +175,9 @@ def replayed_per_call(
 
 def _collate_at(ctx: Context, k: float) -> float | None:
     """The collate's time with ``k`` times the samples over its time (the end marker's replay of default_collate,
-    interpolated as _op_ms_at is), None when not replayed."""
+    interpolated as the op time is), None when not replayed."""
     end = ctx.end
     got = None if end is None else end.fetch_collate_growth
     if not got or len(got) != len(S.CPU_OP_GROWN):
         return None
-    xs, ys = [1.0, *(float(m) for m in S.CPU_OP_GROWN)], [1.0, *got]
-    if k <= xs[-1]:
-        return float(np.interp(k, xs, ys))
-    return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (k - xs[-1])
+    return _at_multiplier(k, [1.0, *got])
