@@ -37,6 +37,23 @@ class GpuSummary(msgspec.Struct, frozen=True, kw_only=True):
     non_compute_pct: _Pct
 
 
+class TimeSpent(msgspec.Struct, frozen=True, kw_only=True):
+    """Host time in one kind of work (its name: an API call, a phase, 'untraced'), summed over its calls."""
+
+    name: _Name
+    ms: _Ms
+    count: _Int = 0
+
+
+class OutsideSteps(msgspec.Struct, frozen=True, kw_only=True):
+    """A part of a capture outside its judged steps: set-up (the process before its first device work) or teardown
+    (after its last), reported with what the host did in it, never judged as step work."""
+
+    ms: _Ms
+    parts: Annotated[tuple[TimeSpent, ...], msgspec.Meta(max_length=16)] = ()
+    """What the host did in it, most time first (imports and dataset building show as untraced host time)."""
+
+
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One process's run: host, devices, versions, distributed setup. Unknown values are None."""
 
@@ -84,6 +101,10 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     unrecorded_device: _Text | None = None
     """An imported capture whose device activity was not recorded at all (an Nsight Systems export without kernel,
     copy or memset rows): what it lacks and how to record it. Not a CPU-only run: no verdict is read from it."""
+    setup: OutsideSteps | None = None
+    """An imported capture's set-up: from its first event to its first device work (or first step), not judged."""
+    teardown: OutsideSteps | None = None
+    """An imported capture's teardown: from its last device work (or last step's end) to its last event."""
     cpu_bf16: _Name | None = None
     """The CPU's native bf16 flags from /proc/cpuinfo (``avx512_bf16``, ``amx_bf16``, comma-joined; '' none);
     None when not read."""

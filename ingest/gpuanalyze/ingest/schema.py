@@ -120,6 +120,15 @@ class StartupOp(msgspec.Struct, frozen=True, kw_only=True):
     count: Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
 
 
+class OwnerFrame(msgspec.Struct, frozen=True, kw_only=True):
+    """The user's code that held the GPU idle: the innermost user frame (``file:line function``, from the
+    capture's Python stack events or record_function ranges) active on the host while ``owner`` owned idle time."""
+
+    owner: Annotated[str, msgspec.Meta(max_length=64)]
+    frame: Annotated[str, msgspec.Meta(max_length=1024)]
+    ms: _Ms
+
+
 class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """Kernel-level statistics of one sampled step (ingest/kernel_stats.py says how each is measured).
 
@@ -136,6 +145,9 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     compute_ms: _Ms = 0.0
     non_compute_ms: _Ms = 0.0
     comm_exposed_ms: _Ms = 0.0
+    copy_busy_ms: _Ms = 0.0
+    """GPU busy time that only copies and memsets fill (no compute or communication kernel running at the instant):
+    the busy split is compute (compute_ms), communication (non_compute_ms - copy_busy_ms), copies (this)."""
     gemm_tensor_core_ms: _Ms = 0.0
     gemm_simt_fp32_ms: _Ms = 0.0
     """fp32 GEMMs on SIMT cores (plus rocBLAS fp32 GEMMs)."""
@@ -214,6 +226,9 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """The same at eight times the samples."""
     cpu_op_unreplayed_ms: _Ms = 0.0
     """The part of cpu_op_ms in ops that touched the batch but were not replayed: how it grows is not measured."""
+    owner_frames: Annotated[tuple[OwnerFrame, ...], msgspec.Meta(max_length=64)] = ()
+    """The user frames that held the GPU idle in the step, by owner, most idle first (captures with Python stacks
+    or record_function ranges; empty otherwise)."""
     owners: bool = False
     """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
