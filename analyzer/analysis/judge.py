@@ -72,7 +72,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
     if ranked:
         top = ranked[0]
         if top.bottleneck != verdict.bottleneck:
-            stab = stab.of_headline(top.bottleneck, top.cause, verdict.bottleneck)
+            stab = stab.of_headline(top.bottleneck, top.cause)
         conf = _stable(top.confidence, stab.value)
         ranked = (dataclasses.replace(top, confidence=conf), *ranked[1:])
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
