@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.planning.gate import change_words
 from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
@@ -109,22 +110,17 @@ def check_line(k: ProjectionCheck) -> Text:
 
 def gate_verdict(k: GateCheck) -> str:
     """Why the gate passed or failed this tolerance, in words."""
-    what = {"step_time": "slower", "throughput": "lower throughput"}[k.metric]
-    interval = f"{k.confidence:.0%} interval {k.low_pct:+.1f}% to {k.high_pct:+.1f}%"
+    what, low, high = (change_words(pct, k.metric) for pct in (k.change_pct, k.low_pct, k.high_pct))
+    interval = f"{k.confidence:.0%} interval: {low} to {high}"
     if k.failed:
-        return (
-            f"FAIL: {what} by {k.change_pct:+.1f}% ({interval}), beyond the {k.tolerance_pct:g}% tolerance "
-            "and the noise"
-        )
+        return f"FAIL: {what} ({interval}), beyond the {k.tolerance_pct:g}% tolerance and the noise"
     if k.change_pct > k.tolerance_pct:
-        return (
-            f"pass: {what} by {k.change_pct:+.1f}%, but within noise ({interval} reaches below the "
-            f"{k.tolerance_pct:g}% tolerance)"
-        )
-    return f"pass: {what} by {k.change_pct:+.1f}% ({interval}), within the {k.tolerance_pct:g}% tolerance"
+        return f"pass: {what}, but within noise ({interval} reaches below the {k.tolerance_pct:g}% tolerance)"
+    return f"pass: {what} ({interval})" + (f", within the {k.tolerance_pct:g}% tolerance" if k.change_pct > 0 else "")
 
 
-def _gate_lines(g: GateResult) -> list[RenderableType]:
+def _gate_lines(g: GateResult, *, notes: bool = True) -> list[RenderableType]:
+    """Each check's pass/fail line (first and last in the output, for a CI log), with its notes when asked."""
     unit = {"step_time": "ms/step", "throughput": "samples/s"}
     out: list[RenderableType] = []
     for k in g.checks:
@@ -134,7 +130,7 @@ def _gate_lines(g: GateResult) -> list[RenderableType]:
             style="bold red" if k.failed else "bold",
         )
         out.append(line)
-        out += [text(n, style="dim") for n in gate_notes(k)]
+        out += [text(n, style="dim") for n in gate_notes(k)] if notes else []
     return out
 
 
@@ -175,15 +171,14 @@ def _part_cell(v: float | None, ref: float | None) -> Text:
 
 
 def render_compare(c: Comparison) -> RenderableType:
-    parts: list[RenderableType] = [_cost_table(c.options), _cheapest(c)]
+    gate = [] if c.gate is None else _gate_lines(c.gate)
+    parts: list[RenderableType] = [*gate, _cost_table(c.options), _cheapest(c)]
     parts += [check_line(k) for k in c.checks]
     if c.differences:
         parts.append(_differences_note(c.differences))
-    if c.gate is not None:
-        parts += _gate_lines(c.gate)
     parts += _breakdown(c.options)
     parts += _owners_moved(c)
-    return Group(*parts)
+    return Group(*parts, *([] if c.gate is None else [Text(""), *_gate_lines(c.gate, notes=False)]))
 
 
 #: Owner moves listed by ``compare`` (the largest first).
