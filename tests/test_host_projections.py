@@ -227,7 +227,7 @@ def test_on_a_contended_cpu_run_every_range_is_widened_alike_said_and_never_past
     """A CPU run's precision fix is CPU work too: the load widens it as it widens the host finding (it was left
     narrow, and ranked above a host finding four times its size); the rule line says how, and no low end is below
     the step without the time the cause owns (a bf16 range read 0.00 ms at its low end)."""
-    rows = [make_row(i, wall=40.0 + (i % 5) * 0.4, data=0.2, fwd=7.0, bwd=11.0, opt=1.5, samples=256) for i in range(60)]
+    rows = [make_row(i, wall=40.0 + i % 5 * 0.4, data=0.2, fwd=7.0, bwd=11.0, opt=1.5, samples=256) for i in range(60)]
     run = {"host": "t", "cpu_count": 2, "host_cpus": 2, "param_dtype": "float32", "cpu_bf16": "avx512_bf16,amx_bf16"}
     host = HostFacts(cores_available=2, cores_free=1, load_avg=8.0, oversubscribed=True, sampled=True, run_queue=8.0)
     v = _judged(trace_factory(rows, run=run), host)

@@ -16,10 +16,10 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.gate import GateOptions, GateResult, regression_gate
-from analyzer.planning.host_difference import host_lines
+from analyzer.planning.host_difference import host_lines, unchanged_phases
 from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
-from analyzer.planning.run_differences import different_jobs, gate_refusal, run_differences
+from analyzer.planning.run_differences import changes, different_jobs, gate_refusal, run_differences
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries
 from analyzer.planning.toml_config import read_toml
@@ -155,7 +155,8 @@ def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
     if len(loaded) == 2 and loaded[0].report is not None and loaded[1].report is not None:
         a, b = loaded[0].report, loaded[1].report
-        differences = (*differences, *host_lines(a.host, b.host, verdict, (a.run, b.run)))
+        phases = unchanged_phases(a, b, [*differences, *(k.kind for k in checks)])
+        differences = (*differences, *host_lines(a.host, b.host, verdict, (a.run, b.run)), *filter(None, [phases]))
     moved = _owners_moved(loaded)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
     if len(priced) < 2:
@@ -173,11 +174,11 @@ def _owners_moved(loaded: list[Loaded]) -> tuple[OwnerMove, ...]:
 
 
 def _differences(loaded: list[Loaded]) -> tuple[str, ...]:
-    """For two traces: how the runs differ (model, batch, world size, GPU, run id)."""
+    """For two traces: how the runs differ (model, batch, world size, GPU, run id) and what AFTER changed."""
     reports = [x.report for x in loaded]
     if len(reports) != 2 or reports[0] is None or reports[1] is None:
         return ()
-    return tuple(run_differences(reports[0], reports[1]))
+    return (*run_differences(reports[0], reports[1]), *changes(reports[0], reports[1]))
 
 
 def _pair_checks(

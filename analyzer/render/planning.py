@@ -203,13 +203,14 @@ def _owners_moved(c: Comparison) -> list[RenderableType]:
     return [Text(""), Text("How the GPU's idle owners moved, ms per step"), FitTable(None, columns, split=True)]
 
 
-def _differences_note(differences: tuple[str, ...]) -> Text:
+def _differences_note(differences: tuple[str, ...]) -> RenderableType:
+    """What differs and what changed between the runs, one item a line."""
     verdict = (
         "these are two different jobs, not one job's before and after; no projection is checked"
         if different_jobs(list(differences))
         else "compare them as before and after only if that is what changed"
     )
-    return text(f"note: the runs differ ({'; '.join(differences)}): {verdict}", style="yellow")
+    return Group(text(f"What differs ({verdict}):", style="yellow"), bullets(text(d) for d in differences))
 
 
 def whatif_dict(w: WhatIf) -> dict[str, Any]:
