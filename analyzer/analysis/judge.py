@@ -130,7 +130,12 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
     )
     floor = min(model_lo, current * (1.0 - f.share))
     low, high = min(max(low, floor), point), max(high, point)
-    rule = f"{p.rule}; {_range_words((low, high), (model_lo, model_hi), delta, floor, noise, loaded)}"
+    why = "an oversubscribed host (other work gone or doubled)" if loaded else "run-to-run noise"
+    rule = (
+        f"{p.rule}; range {low:.2f}-{high:.2f} ms: the rule's {model_lo:.2f}-{model_hi:.2f} ms"
+        f"{' with the left-out steps' * (abs(delta) >= 0.005)} widened for {why} ({noise:.0%} of the point) and its "
+        "spread over resamples of the steps, no faster than the fix can reach"
+    )
     projection = dataclasses.replace(p, step_ms=point, current_ms=current, low_ms=low, high_ms=high, rule=rule)
     conf = f.confidence
     if loaded:
@@ -150,22 +155,6 @@ def widened(low: float, high: float, point: float, error: float) -> tuple[float,
     point: MODEL_ERROR) added to both ends (conformalized quantile regression: the calibrated error is added to
     the interval's ends, not in quadrature with its parts), the low end no faster than an instant step."""
     return max(0.0, low - error * point), high + error * point
-
-
-def _range_words(
-    final: tuple[float, float], model: tuple[float, float], delta: float, floor: float, noise: float, loaded: bool
-) -> str:
-    """How the rule's range became the one shown: 'range 2.29-2.55 ms: the rule's 2.29-2.35 ms, its slow end
-    widened for run-to-run noise (8% of the point) and ...'."""
-    (low, high), (lo, hi) = final, model
-    span = f"{lo:.2f}-{hi:.2f} ms" if hi - lo >= 0.005 else f"point {lo:.2f} ms"
-    left = f" with the left-out steps' {delta:+.2f} ms" if abs(delta) >= 0.005 else ""
-    why = "an oversubscribed host (other work gone or doubled)" if loaded else "run-to-run noise"
-    reach = ", the fast end no faster than the step without the time its cause owns" if low == floor < lo else ""
-    return (
-        f"range {low:.2f}-{high:.2f} ms: the rule's {span}{left}, {'its slow end' if low >= lo else 'both ends'} "
-        f"widened for {why} ({noise:.0%} of the point) and the projection's spread over resamples of the steps{reach}"
-    )
 
 
 def loaded_noise(ctx: Context) -> float:

@@ -22,8 +22,6 @@ from gpuanalyze.ingest import schema as S
 JOB_DEFINING = ("model", "parameters", "script", "world size", "ranks")
 #: A per-step cost counts as removed when AFTER has at most this fraction of BEFORE's.
 FELL = 0.5
-#: GPU idle owners that are host work: CPU ops that launch nothing, host time the profiler records nothing in.
-HOST_OWNERS = ("cpu_ops", "host_idle")
 
 
 def _models(report: Report) -> str | None:
@@ -116,7 +114,7 @@ def changes(a: Report, b: Report) -> list[str]:
     if phased and fell(o0, o1, max(T.HOST_MIN_MS, T.MIN_SAVING * a.metrics.step_mean_ms)):
         out.append(f"host work removed: unattributed host time {o0:.2f} -> {o1:.2f} ms per step")
     owners = ownership(a.metrics.kernels), ownership(b.metrics.kernels)
-    for owner in HOST_OWNERS:
+    for owner in ("cpu_ops", "host_idle"):  # GPU idle owned by host work (CPU ops, host time with nothing recorded)
         i0, i1 = (None if o is None else o.per_step(owner) for o in owners)
         if fell(i0, i1, T.MIN_SAVING * a.metrics.step_mean_ms):
             out.append(f"host work removed: GPU idle owned by {OWNER_WORDS[owner]} {i0:.2f} -> {i1:.2f} ms per step")

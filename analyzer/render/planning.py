@@ -35,12 +35,7 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "gate": None if c.gate is None else gate_dict(c.gate),
         "differences": list(c.differences),
         "idle_owners_moved": [
-            {
-                "owner": m.owner,
-                "before_ms_per_step": m.before_ms,
-                "after_ms_per_step": m.after_ms,
-                "delta_ms": m.delta_ms,
-            }
+            dict(owner=m.owner, before_ms_per_step=m.before_ms, after_ms_per_step=m.after_ms, delta_ms=m.delta_ms)
             for m in c.owners_moved
         ],
     }
@@ -188,17 +183,12 @@ SHOWN_MOVES = 5
 def _owners_moved(c: Comparison) -> list[RenderableType]:
     if not c.owners_moved:
         return []
-    before, after = c.options[0].name, c.options[1].name
+    moves = c.owners_moved[:SHOWN_MOVES]
+    after = [Text(f"{m.after_ms:.3f} ({m.delta_ms:+.3f})") for m in moves]
     columns = [
-        Column(header="idle owner", cells=[Text(m.owner) for m in c.owners_moved[:SHOWN_MOVES]], justify="left"),
-        Column(
-            header=text(before), cells=[Text(f"{m.before_ms:.3f}") for m in c.owners_moved[:SHOWN_MOVES]], wrap=True
-        ),
-        Column(
-            header=text(after),
-            cells=[Text(f"{m.after_ms:.3f} ({m.delta_ms:+.3f})") for m in c.owners_moved[:SHOWN_MOVES]],
-            wrap=True,
-        ),
+        Column(header="idle owner", cells=[Text(m.owner) for m in moves], justify="left"),
+        Column(header=text(c.options[0].name), cells=[Text(f"{m.before_ms:.3f}") for m in moves], wrap=True),
+        Column(header=text(c.options[1].name), cells=after, wrap=True),
     ]
     return [Text(""), Text("How the GPU's idle owners moved, ms per step"), FitTable(None, columns, split=True)]
 

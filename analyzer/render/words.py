@@ -168,12 +168,9 @@ def projection_range(p: Projection) -> str:
 
 def ranking(findings: tuple[Finding, ...]) -> str | None:
     """How the findings are ordered, and why a lower severity may stand first (None for fewer than two)."""
-    if len(findings) < 2:
-        return None
-    order = ["high", "moderate", "low"]
-    ranks = [order.index(f.severity) for f in findings]
-    severity = "" if ranks == sorted(ranks) else "; severity is the share of the step the cause takes"
-    return f"Findings ranked by the step time each fix saves at the slow end of its range{severity}"
+    order = [("high", "moderate", "low").index(f.severity) for f in findings]
+    why = "" if order == sorted(order) else "; severity is the share of the step the cause takes"
+    return f"Findings ranked by the step time each fix saves at the slow end of its range{why}" if order[1:] else None
 
 
 def stability(report: Report) -> str | None:

@@ -25,7 +25,9 @@ class Host(Rule):
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if ctx.gpu:
             return _preprocessing(ctx, relaxed)
-        share = max(0.0, ctx.m.effective[S.OTHER_MS] - straggler_share(ctx))
+        d = ctx.m.distributed  # a straggler's own excess is the straggler finding's (sync), not a second finding
+        own = sum(max(0.0, dict(s.phase_diffs).get("other", 0.0)) for s in d.stragglers) if d else 0.0
+        share = ctx.m.effective[S.OTHER_MS] - (own / (d.ranks * ctx.wall) if d and ctx.wall > 0 else 0.0)
         if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
         if ctx.ms(share) < T.HOST_MIN_MS:
@@ -93,15 +95,6 @@ class Host(Rule):
             )
             return (every_n, profile)
         return (wrap, every_n, profile)
-
-
-def straggler_share(ctx: Context) -> float:
-    """The share of the ranks' steps that the stragglers' own unattributed excess takes (over the other ranks'):
-    the sync rule's straggler finding owns it, so it is not a second finding."""
-    d = ctx.m.distributed
-    if d is None or ctx.wall <= 0:
-        return 0.0
-    return sum(max(0.0, dict(s.phase_diffs).get("other", 0.0)) for s in d.stragglers) / (d.ranks * ctx.wall)
 
 
 def after_optimizer(ctx: Context, d: Detection) -> bool:
