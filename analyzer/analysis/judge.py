@@ -133,7 +133,7 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
     why = "an oversubscribed host (other work gone or doubled)" if loaded else "run-to-run noise"
     rule = (
         f"{p.rule}; range {low:.2f}-{high:.2f} ms: the rule's {model_lo:.2f}-{model_hi:.2f} ms"
-        f"{' with the left-out steps' * (abs(delta) >= 0.005)} widened for {why} ({noise:.0%} of the point) and its "
+        f"{' with the left-out steps' * bool(round(delta, 2))} widened for {why} ({noise:.0%} of the point) and its "
         "spread over resamples of the steps, no faster than the fix can reach"
     )
     projection = dataclasses.replace(p, step_ms=point, current_ms=current, low_ms=low, high_ms=high, rule=rule)
