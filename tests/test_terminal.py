@@ -162,6 +162,9 @@ def test_the_report_says_how_findings_are_ranked_and_why_a_lower_severity_may_st
     )
     assert "severity is the share of the step the cause takes" in " ".join(shown(moderate_first).split())
     assert "severity is the share" not in flat  # in order: nothing to explain
+    from analyzer.render.html_panel import verdict_panel
+
+    assert "Findings ranked by the step time each fix saves at the slow end of its range" in verdict_panel(report)
 
 
 def test_the_range_shown_is_the_one_the_rule_line_gives():

@@ -139,11 +139,7 @@ def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stabil
     projection = dataclasses.replace(p, step_ms=point, current_ms=current, low_ms=low, high_ms=high, rule=rule)
     conf = f.confidence
     if loaded:
-        conf = _scaled(
-            conf,
-            T.OVERSUBSCRIBED_SCALE,
-            "recorded on an oversubscribed host: a CPU-side projection is less certain",
-        )
+        conf = _scaled(conf, T.OVERSUBSCRIBED_SCALE, "on an oversubscribed host a CPU-side projection is less certain")
     if projection.high_ms is not None and projection.high_ms >= current and f.recommendations:
         conf = _capped(conf, math.nextafter(T.CONFIDENCE_MEDIUM, 0.0), "its range reaches the current step time")
     share = max(f.share, min(1.0, projection.saved_ms / current)) if current > 0 else f.share

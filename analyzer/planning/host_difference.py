@@ -83,9 +83,8 @@ def _against(ratio: float, change_pct: float) -> str:
 
 
 def unchanged_phases(a: Report, b: Report, changed: list[str]) -> str | None:
-    """For one job's two runs with no batch, micro-batch or precision change (``changed``: the differences and the
-    checks' kinds), the compute phases moving beyond run-to-run noise (PROJECTION_NOISE): the machine's speed or
-    load moved, and this says how much of the step's change that is."""
+    """With no batch, micro-batch or precision change among ``changed`` (differences, checks' kinds), compute phases
+    moving beyond run-to-run noise (PROJECTION_NOISE) say the machine's speed or load moved, and by how much."""
     if different_jobs(changed) or any(c.startswith(("batch", "micro_batch", "precision")) for c in changed):
         return None
     before, after = (sum(r.metrics.mean_ms.get(p) or 0.0 for p in COMPUTE) for r in (a, b))

@@ -85,9 +85,7 @@ def _cost_table(opts: tuple[RunOption, ...]) -> FitTable:
 def _cheapest(c: Comparison) -> Text:
     if c.cheapest is None:
         return Text("Give prices and a run length to rank the options by cost per run.")
-    line = text(c.cheapest, style="bold")
-    line.append(f" is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
-    return line
+    return text(f"{c.cheapest} is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
 
 
 def check_line(k: ProjectionCheck) -> Text:

@@ -25,9 +25,7 @@ class Host(Rule):
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if ctx.gpu:
             return _preprocessing(ctx, relaxed)
-        d = ctx.m.distributed  # a straggler's own excess is the straggler finding's (sync), not a second finding
-        own = sum(max(0.0, dict(s.phase_diffs).get("other", 0.0)) for s in d.stragglers) if d else 0.0
-        share = ctx.m.effective[S.OTHER_MS] - (own / (d.ranks * ctx.wall) if d and ctx.wall > 0 else 0.0)
+        share = ctx.own_share(S.OTHER_MS)
         if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
         if ctx.ms(share) < T.HOST_MIN_MS:
