@@ -48,7 +48,7 @@ def test_an_equal_pair_with_noise_passes(tmp_path):
 def test_a_clearly_slower_pair_fails_with_the_numbers(tmp_path):
     result = _gate(tmp_path, (20.0, 0.5), (26.0, 0.5), "--fail-if-slower", "5")
     assert result.exit_code == 1, result.output
-    assert "FAIL: slower by +" in result.output and "95% interval" in result.output
+    assert "FAIL: slower by 3" in result.output and "95% interval: slower by" in result.output
     a, b = tmp_path / "baseline" / "trace.arrow", tmp_path / "new" / "trace.arrow"
     as_json = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5", "--json"])
     assert as_json.exit_code == 1
@@ -72,7 +72,7 @@ def test_a_throughput_drop_fails_the_throughput_gate(tmp_path):
     a = _run(tmp_path / "a.arrow", 20.0, 0.5, seed=1)
     b = _run(tmp_path / "b.arrow", 20.0, 0.5, seed=2, samples=24)
     result = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-throughput-drops", "10"])
-    assert result.exit_code == 1 and "Gate [throughput]" in result.output and "lower throughput by +25" in result.output
+    assert result.exit_code == 1 and "Gate [throughput]" in result.output and "lower throughput by 25" in result.output
     assert runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "10"]).exit_code == 0
 
 
@@ -245,3 +245,24 @@ def test_an_after_that_lost_a_rank_is_refused_although_its_world_size_is_the_sam
     assert result.exit_code == 2, result.output
     assert "ranks: 4 vs 3" in result.output and "no verdict" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_faster_run_reads_in_words_with_its_interval_in_range_and_the_verdict_first_and_last(tmp_path):
+    """For a CI log: "faster by 90%" (was "slower by -90.0%"), an interval that no step time can leave (it reached
+    -123.9%: a drifting BEFORE widened it past an instant step), the pass/fail line first and last at 80 columns."""
+    walls = np.linspace(100.0, 300.0, 40)  # BEFORE drifts: +200% from its first to its last third
+    rows = [make_row(i, wall=float(w), fwd=30.0, bwd=40.0, opt=1.0) for i, w in enumerate(walls)]
+    a = write_trace(tmp_path / "a.arrow", rows, end=EndInfo(status="ok", steps=40))
+    b = _run(tmp_path / "b.arrow", 20.0, 0.2, seed=2)
+    result = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5", "--width", "80"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].startswith("Gate [step_time]") and "pass: faster by 9" in " ".join(result.output.split())
+    last = " ".join(result.output.split()).rsplit("Gate [step_time]", 1)[1]
+    assert "pass: faster by 9" in last and "spikes" not in last and "drift" not in last
+    assert "slower by -" not in result.output and "+-" not in result.output
+    (check,) = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5", "--json"]).output)[
+        "gate"
+    ]["checks"]
+    assert check["low_pct"] == -100.0 < check["change_pct"] < check["high_pct"] < 0

@@ -4,6 +4,7 @@ an oversubscribed host lowering confidence, no thread for CPU-bound Python loadi
 advice for host time after the optimizer step of a DataLoader loop."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -99,8 +100,10 @@ def test_an_oversubscribed_host_lowers_confidence_and_widens_ranges(trace_factor
     assert fq.bottleneck == fl.bottleneck == "data_loading"
     assert fq.confidence.level == "high" and fl.confidence.level != "high"
     assert "oversubscribed" in fl.confidence.reason
-    width = lambda f: f.projection.high_ms - f.projection.low_ms  # noqa: E731
-    assert width(fl) > width(fq)
+    p = fl.projection  # its slow end widened for the load, and the rule line says so
+    assert p.high_ms - p.step_ms >= T.LOADED_NOISE * p.step_ms and "oversubscribed host" in p.rule
+    assert "oversubscribed host" not in fq.projection.rule
+    assert p.low_ms >= p.current_ms - 10.0  # no faster than the fix can reach: the step without its data wait
 
 
 def test_a_loaded_host_does_not_make_cpu_loading_look_like_waiting(trace_factory):
@@ -213,8 +216,25 @@ def test_the_loaded_range_spans_the_measured_run_queue_excess(trace_factory):
     base = HostFacts(cores_available=2, cores_free=1, load_avg=6.0, oversubscribed=True, sampled=True)
     queued = _judged(path, dataclasses.replace(base, run_queue=6.0)).findings[0].projection
     assert queued.high_ms >= queued.step_ms * (1 + 4 / 6)
-    assert queued.low_ms <= queued.step_ms * (1 - 4 / 6)
+    assert queued.low_ms == pytest.approx(queued.current_ms - 10.0)  # the fix removes at most the data wait
     unread = _judged(path, base).findings[0].projection  # no run queue read: LOADED_NOISE
     assert unread.high_ms < queued.step_ms * (1 + 4 / 6)
     barely = _judged(path, dataclasses.replace(base, run_queue=2.1)).findings[0].projection
     assert barely.high_ms == pytest.approx(unread.high_ms)  # an excess below LOADED_NOISE: the floor
+
+
+def test_on_a_contended_cpu_run_every_range_is_widened_alike_said_and_never_past_the_fixs_reach(trace_factory):
+    """A CPU run's precision fix is CPU work too: the load widens it as it widens the host finding (it was left
+    narrow, and ranked above a host finding four times its size); the rule line says how, and no low end is below
+    the step without the time the cause owns (a bf16 range read 0.00 ms at its low end)."""
+    rows = [make_row(i, wall=40.0 + i % 5 * 0.4, data=0.2, fwd=7.0, bwd=11.0, opt=1.5, samples=256) for i in range(60)]
+    run = {"host": "t", "cpu_count": 2, "host_cpus": 2, "param_dtype": "float32", "cpu_bf16": "avx512_bf16,amx_bf16"}
+    host = HostFacts(cores_available=2, cores_free=1, load_avg=8.0, oversubscribed=True, sampled=True, run_queue=8.0)
+    v = _judged(trace_factory(rows, run=run), host)
+    assert {f.bottleneck for f in v.findings} >= {"host", "kernels"}
+    for f in v.findings:
+        p = f.projection
+        assert f"range {p.low_ms:.2f}-{p.high_ms:.2f} ms: the rule's" in p.rule and "oversubscribed host" in p.rule
+        fast = float(re.search(r"the rule's ([\d.]+)", p.rule).group(1))  # the rule's own fast end
+        assert p.low_ms >= min(fast, p.current_ms * (1 - f.share)) - 0.005 > 0
+    assert v.findings[0].bottleneck == "host"  # half the step, against a precision fix of a third of it

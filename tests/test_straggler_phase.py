@@ -61,3 +61,37 @@ def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
     out = console.export_text()
     assert "GPU-h" not in out and "GPU(s)" not in out and "CPU-h" in out, out
     assert "GPU" not in words.verdict_line(r)
+
+
+# -- one cause reported once: a straggler's own excess is not a second finding -----------------------
+
+
+def _late_rank_run(tmp_path, *, everyone_ms: float, phase: str = "other"):
+    """Two CPU ranks of 50 ms steps; rank 1 spends 30 ms more in ``phase`` (a sleep in its loop, or its own slow
+    loader) and rank 0 waits for it in the all-reduce; ``everyone_ms`` of such work on both ranks."""
+    from tests.conftest import make_row, write_trace
+
+    for rank in (0, 1):
+        rows = []
+        for i in range(40):
+            wall = 50.0 + (i % 3) * 0.2
+            extra = everyone_ms + (30.0 if rank == 1 else 0.0)
+            data = 1.0 + (extra if phase == "data" else 0.0)
+            other = extra if phase == "other" else 0.0
+            sync = wall - 14 - data - other
+            rows.append(make_row(i, rank=rank, wall=wall, data=data, fwd=5.0, bwd=8.0, opt=1.0, sync=sync))
+        write_trace(tmp_path / f"trace.rank{rank}.arrow", rows, run={"world_size": 2, "rank": rank})
+    return analyze(tmp_path / "trace.arrow")
+
+
+@pytest.mark.parametrize("phase", ["other", "data"])
+def test_a_stragglers_own_excess_is_the_straggler_not_a_second_finding(tmp_path, phase):
+    r = _late_rank_run(tmp_path, everyone_ms=0.0, phase=phase)
+    assert [(f.bottleneck, f.cause) for f in r.findings] == [("sync", "straggler")]  # was also host / data, high
+
+
+@pytest.mark.parametrize(("phase", "bottleneck"), [("other", "host"), ("data", "data_loading")])
+def test_work_every_rank_does_is_still_its_own_finding_beside_the_straggler(tmp_path, phase, bottleneck):
+    r = _late_rank_run(tmp_path, everyone_ms=10.0, phase=phase)
+    f = next(f for f in r.findings if f.bottleneck == bottleneck)
+    assert f.share == pytest.approx((10.0 + (phase == "data")) / 50.0, abs=0.02)

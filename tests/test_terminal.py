@@ -145,3 +145,33 @@ def test_a_findings_severity_is_worded_apart_from_its_confidence():
     assert result.exit_code == 0, result.output
     titles = [line for line in result.output.splitlines() if re.search(r"\d\. \w+: ", line)]
     assert titles and all(re.search(r"\((low|medium|high) severity\)", t) for t in titles), titles
+
+
+def test_the_report_says_how_findings_are_ranked_and_why_a_lower_severity_may_stand_first():
+    trace = SAMPLES / "h200_small_batch.arrow"
+    result = runner.invoke(app, [str(trace), "--width", "80"])
+    assert result.exit_code == 0, result.output
+    assert max(cell_len(line) for line in result.output.splitlines()) <= 80
+    flat = " ".join(result.output.split())
+    assert "Findings ranked by the step time each fix saves at the slow end of its range" in flat
+    report = analyze(trace)
+    first, second = report.findings[:2]
+    moderate_first = dataclasses.replace(
+        report,
+        findings=(dataclasses.replace(first, severity="moderate"), dataclasses.replace(second, severity="high")),
+    )
+    assert "severity is the share of the step the cause takes" in " ".join(shown(moderate_first).split())
+    assert "severity is the share" not in flat  # in order: nothing to explain
+    from analyzer.render.html_panel import verdict_panel
+
+    assert "Findings ranked by the step time each fix saves at the slow end of its range" in verdict_panel(report)
+
+
+def test_the_range_shown_is_the_one_the_rule_line_gives():
+    for sample in ("h200_small_batch.arrow", "cpu_data_loading.arrow", "h200_fp32_compute.arrow"):
+        report = analyze(SAMPLES / sample)
+        out = " ".join(shown(report, 200).split())
+        for f in report.findings:
+            p = f.projection
+            shown_range = f"range {p.low_ms:.2f}-{p.high_ms:.2f} ms"
+            assert f"{shown_range} (width" in out and f"{shown_range}: the rule's" in out  # headline and rule agree

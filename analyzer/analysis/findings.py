@@ -1,7 +1,7 @@
 """The analysis result types: frozen, so renderers can only format them.
 
-The rules give one ``Finding`` per bottleneck that fired, ranked by the step time its fix saves
-(``planning.outcome.Report`` carries them with cost and MFU). Every finding has evidence (each
+The rules give one ``Finding`` per bottleneck that fired, ranked by the step time its fix saves at the
+slow end of its range (``planning.outcome.Report`` carries them with cost and MFU). Every finding has evidence (each
 item a test that passed or failed, for or against the finding), a projection with the bound that
 limits it, and a confidence that says how much evidence stands behind it.
 """

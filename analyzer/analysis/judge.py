@@ -44,7 +44,7 @@ FIX_ON_HOST: dict[str, str] = {
     "host": "always",
     "batch_size": "cpu_runs",
     "sync": "cpu_runs",
-    "kernels": "never",
+    "kernels": "cpu_runs",
     "none": "never",
     "unknown": "never",
 }
@@ -66,13 +66,13 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
         _finish(ctx, f, _back(f, delta, full, steady), full.step_mean_ms, stab, steady.spread) for f in verdict.findings
     ]
     spikes = spike_finding(ctx, full, steady)
-    if spikes is not None:
-        findings.append(spikes)
+    if spikes is not None:  # widened alike, so the ranking compares like with like
+        findings.append(_finish(ctx, spikes, 0.0, full.step_mean_ms, stab, steady.spread))
     ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
     if ranked:
         top = ranked[0]
         if top.bottleneck != verdict.bottleneck:
-            stab = stab.of_headline(top.bottleneck, top.cause, verdict.bottleneck)
+            stab = stab.of_headline(top.bottleneck, top.cause)
         conf = _stable(top.confidence, stab.value)
         ranked = (dataclasses.replace(top, confidence=conf), *ranked[1:])
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
@@ -110,32 +110,36 @@ def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> f
 def _finish(ctx: Context, f: Finding, delta: float, current: float, stab: Stability, spread: float) -> Finding:
     """The finding with its projection on the whole run and as a range, and its confidence capped.
     Run-to-run noise is at least the steps' own spread (a loaded host shows it even unsampled); the model's own
-    out-of-sample error (MODEL_ERROR) widens both ends."""
+    out-of-sample error (MODEL_ERROR) widens both ends. The low end is never faster than the fix can reach: the
+    rule's own fast end, or the step without the time the cause owns (a fix removes at most that). The rule line
+    says how the range was widened, so the range shown is the one the rule gives."""
     p = f.projection
     point = p.step_ms + delta
     loaded = ctx.host.oversubscribed and cpu_side(f, ctx.gpu)
-    noise = point * max(loaded_noise(ctx) if loaded else T.PROJECTION_NOISE, spread)
+    noise = max(loaded_noise(ctx) if loaded else T.PROJECTION_NOISE, spread)
     lo_b, hi_b = stab.projected.get((f.bottleneck, f.cause), (p.step_ms, p.step_ms))
     # On an oversubscribed host the left-out steps (far above the median) are steps the scheduler gave
     # to other work: the next run may not meet it, so the low end does not carry their excess.
     model_lo = (p.low_ms if p.low_ms is not None else p.step_ms) + (min(delta, 0.0) if loaded else delta)
     model_hi = (p.high_ms if p.high_ms is not None else p.step_ms) + delta
     low, high = widened(
-        model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise),
-        model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise),
+        model_lo - math.hypot(max(0.0, p.step_ms - lo_b), noise * point),
+        model_hi + math.hypot(max(0.0, hi_b - p.step_ms), noise * point),
         point,
         T.MODEL_ERROR,
     )
-    projection = dataclasses.replace(
-        p, step_ms=point, current_ms=current, low_ms=min(low, point), high_ms=max(high, point)
+    floor = min(model_lo, current * (1.0 - f.share))
+    low, high = min(max(low, floor), point), max(high, point)
+    why = "an oversubscribed host (other work gone or doubled)" if loaded else "run-to-run noise"
+    rule = (
+        f"{p.rule}; range {low:.2f}-{high:.2f} ms: the rule's {model_lo:.2f}-{model_hi:.2f} ms"
+        f"{' with the left-out steps' * bool(round(delta, 2))} widened for {why} ({noise:.0%} of the point) and its "
+        "spread over resamples of the steps, no faster than the fix can reach"
     )
+    projection = dataclasses.replace(p, step_ms=point, current_ms=current, low_ms=low, high_ms=high, rule=rule)
     conf = f.confidence
     if loaded:
-        conf = _scaled(
-            conf,
-            T.OVERSUBSCRIBED_SCALE,
-            "recorded on an oversubscribed host: a CPU-side projection is less certain",
-        )
+        conf = _scaled(conf, T.OVERSUBSCRIBED_SCALE, "on an oversubscribed host a CPU-side projection is less certain")
     if projection.high_ms is not None and projection.high_ms >= current and f.recommendations:
         conf = _capped(conf, math.nextafter(T.CONFIDENCE_MEDIUM, 0.0), "its range reaches the current step time")
     share = max(f.share, min(1.0, projection.saved_ms / current)) if current > 0 else f.share

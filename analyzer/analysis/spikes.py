@@ -4,8 +4,8 @@ A finding of its own, with the period and the cost: the spikes' excess over the 
 the mean step time and as a share of run time. Its projection is the periodic work run half as
 often (every 2N steps: half the excess stays), a ``PeriodicFix`` that ``run --try`` applies through
 the script's ``eval_every``/``checkpoint_every`` knobs; its range spans the work off the step
-entirely (asynchronous: none of the excess stays) to half as often, each widened by the run-to-run
-noise (PROJECTION_NOISE).
+entirely (asynchronous: none of the excess stays) to half as often (analysis.judge widens it as every
+finding's).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def spike_finding(ctx: Context, full: StepMetrics, steady: SteadyState) -> Findi
         f"(asynchronous): {removed:.2f} ms",
         bound=f"half the periodic work: {point:.2f} ms",
         fix=PeriodicFix(period=steady.period, every=every),
-        low_ms=removed * (1 - T.PROJECTION_NOISE),
-        high_ms=point * (1 + T.PROJECTION_NOISE),
+        low_ms=removed,
+        high_ms=point,
     )
     return Finding(
         bottleneck="host",

@@ -43,20 +43,16 @@ class Stability:
     steps: int = 0
     """Steps resampled."""
 
-    def of_headline(self, bottleneck: str, cause: str, classified: str) -> Stability:
+    def of_headline(self, bottleneck: str, cause: str) -> Stability:
         """The stability of a headline that the ranking by saved step time put first although the share-based
-        verdict of the resamples is ``classified``: how many resamples have the headline's finding at all,
-        saying which verdict they give (never a line about one verdict under another's headline)."""
+        verdict of the resamples is another: how many resamples find the headline's finding at all."""
         if self.value is None:
             return self
         found = self.fired.get((bottleneck, cause))
         if found is None:
-            reason = f"not resampled for {bottleneck}; {self.reason}"
+            reason = f"the {cause} finding is measured on the whole run, not on resamples of its steps"
             return dataclasses.replace(self, value=None, reason=reason)
-        reason = (
-            f"{found} of {self.resamples} resamples of the {self.steps} steps find {bottleneck} ({cause}), first by "
-            f"the step time its fix saves; by share they give {classified} in {round(self.value * self.resamples)}"
-        )
+        reason = f"{found} of {self.resamples} resamples of the {self.steps} steps also find {bottleneck} ({cause})"
         return dataclasses.replace(self, value=found / self.resamples, reason=reason)
 
 

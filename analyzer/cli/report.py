@@ -86,12 +86,10 @@ def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInput
     """This run (from its report: not analysed twice) against the other runs or servers given."""
     from analyzer.api import load_compared
     from analyzer.planning.compare import Loaded, RunOption, compare
-    from analyzer.planning.cost import CostInputs
     from analyzer.planning.run_label import run_label
 
     c = report.cost
     if c is None or cost is None:
         raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
     this = RunOption.from_report(run_label(trace), report, cost.price_per_gpu_hour)
-    defaults = cost or CostInputs()
-    return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), defaults, None) for p in others]])
+    return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), cost, None) for p in others]])

@@ -16,10 +16,10 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.planning.cost import CostInputs, cost_inputs, gpu_hours_usd
 from analyzer.planning.gate import GateOptions, GateResult, regression_gate
-from analyzer.planning.host_difference import host_lines
+from analyzer.planning.host_difference import host_lines, unchanged_phases
 from analyzer.planning.outcome import Report
 from analyzer.planning.projection_check import ProjectionCheck, projection_checks
-from analyzer.planning.run_differences import different_jobs, gate_refusal, run_differences
+from analyzer.planning.run_differences import changes, different_jobs, gate_refusal, run_differences
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries
 from analyzer.planning.toml_config import read_toml
@@ -142,42 +142,27 @@ def _from_trace(
 
 
 def compare(loaded: list[Loaded], gate: GateOptions | None = None) -> Comparison:
-    """The options side by side, cheapest first when priced; for two traces the projection checks
-    and, with ``gate``, the regression gate (AFTER = the second)."""
+    """The options side by side, cheapest first when priced; for two traces how they differ, the projection
+    checks and, with ``gate``, the regression gate (AFTER = the second)."""
     if len(loaded) < 2:
         raise GpuAnalyzeError("compare needs at least two runs or servers")
     labels = unique_labels([x.option.name for x in loaded], [x.path or Path(x.option.name) for x in loaded])
     options = tuple(dataclasses.replace(x.option, name=n) for x, n in zip(loaded, labels, strict=True))
-    differences = _differences(loaded)
+    a, b = (loaded[0].report, loaded[1].report) if len(loaded) == 2 else (None, None)
+    differences = (*run_differences(a, b), *changes(a, b)) if a is not None and b is not None else ()
     refusal = gate_refusal(list(differences)) if gate is not None and gate.active else None
     if refusal is not None:
         raise GpuAnalyzeError(refusal)
     checks, verdict = _pair_checks(loaded, gate, check_projections=not different_jobs(list(differences)))
-    if len(loaded) == 2 and loaded[0].report is not None and loaded[1].report is not None:
-        a, b = loaded[0].report, loaded[1].report
-        differences = (*differences, *host_lines(a.host, b.host, verdict, (a.run, b.run)))
-    moved = _owners_moved(loaded)
+    moved: tuple[OwnerMove, ...] = ()
+    if a is not None and b is not None:
+        phases = unchanged_phases(a, b, [*differences, *(k.kind for k in checks)])
+        differences = (*differences, *host_lines(a.host, b.host, verdict, (a.run, b.run)), *filter(None, [phases]))
+        before, after = ownership(a.metrics.kernels), ownership(b.metrics.kernels)
+        moved = () if before is None or after is None else owner_moves(before, after)
     priced = sorted((o.per_run_usd, o.name) for o in options if o.per_run_usd is not None)
-    if len(priced) < 2:
-        return Comparison(options, None, None, checks, verdict, differences, moved)
-    return Comparison(options, priced[0][1], priced[1][0] - priced[0][0], checks, verdict, differences, moved)
-
-
-def _owners_moved(loaded: list[Loaded]) -> tuple[OwnerMove, ...]:
-    """For two traces with measured idle owners: how the owners moved."""
-    reports = [x.report for x in loaded]
-    if len(reports) != 2 or reports[0] is None or reports[1] is None:
-        return ()
-    before, after = ownership(reports[0].metrics.kernels), ownership(reports[1].metrics.kernels)
-    return () if before is None or after is None else owner_moves(before, after)
-
-
-def _differences(loaded: list[Loaded]) -> tuple[str, ...]:
-    """For two traces: how the runs differ (model, batch, world size, GPU, run id)."""
-    reports = [x.report for x in loaded]
-    if len(reports) != 2 or reports[0] is None or reports[1] is None:
-        return ()
-    return tuple(run_differences(reports[0], reports[1]))
+    cheapest, saving = (priced[0][1], priced[1][0] - priced[0][0]) if len(priced) > 1 else (None, None)
+    return Comparison(options, cheapest, saving, checks, verdict, differences, moved)
 
 
 def _pair_checks(

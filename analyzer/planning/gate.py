@@ -166,14 +166,15 @@ def _check(metric: Metric, tolerance: float, before: StepSeries, after: StepSeri
     low, high = np.percentile(changes, [tail, 100 - tail])
     drift = (drift_pct(before.step_ms), drift_pct(after.step_ms))
     allowance = math.hypot(*drift) / 2
+    floor, ceiling = (-100.0, math.inf) if metric == "step_time" else (-math.inf, 100.0)  # no step faster than 0 ms
     return GateCheck(
         metric=metric,
         tolerance_pct=float(tolerance),
         before=b,
         after=a,
         change_pct=float(_change(metric, np.array([b]), np.array([a]))[0]),
-        low_pct=float(low) - allowance,
-        high_pct=float(high) + allowance,
+        low_pct=max(floor, float(low) - allowance),
+        high_pct=min(ceiling, float(high) + allowance),
         confidence=o.confidence,
         steps=(before.steps, after.steps),
         resampled=(sb.size, sa.size),
@@ -181,6 +182,12 @@ def _check(metric: Metric, tolerance: float, before: StepSeries, after: StepSeri
         drift_pct=drift,
         drift_allowance_pct=allowance,
     )
+
+
+def change_words(pct: float, metric: Metric) -> str:
+    """A change in words for a CI log: 'slower by 12.0%', 'faster by 90.0%' ('lower/higher throughput by')."""
+    worse, better = ("slower", "faster") if metric == "step_time" else ("lower throughput", "higher throughput")
+    return f"{worse if pct > 0 else better} by {abs(pct):.1f}%" if round(pct, 1) else "unchanged"
 
 
 def _change(metric: Metric, before: np.ndarray, after: np.ndarray) -> np.ndarray:

@@ -1,17 +1,24 @@
 """The hosts of the two runs a gate compares: when they differ (free cores, load), how much of a
-slowdown the difference alone could explain, and whether the measured change is beyond it."""
+change the difference alone could explain, and whether the measured change is beyond it; and, for one
+job's two runs, how far the phases no recognised change touches moved (the machine's speed or load)."""
 
 from __future__ import annotations
 
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.contention import contention
 from analyzer.analysis.host_facts import HostFacts
-from analyzer.planning.gate import GateResult
+from analyzer.planning.gate import GateResult, change_words
+from analyzer.planning.outcome import Report
+from analyzer.planning.run_differences import different_jobs
+from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import RunInfo
 
 #: Free-core ratio (BEFORE / AFTER, either way) from which the hosts are said to differ.
 FREE_CORES_RATIO = 1.25
 #: Load-average difference (absolute) from which the hosts are said to differ.
 LOAD_DIFFERENCE = 1.0
+#: The phases only a batch, micro-batch or precision change moves among the changes compare recognises.
+COMPUTE = (S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)
 
 
 def _describe(h: HostFacts) -> str:
@@ -38,10 +45,9 @@ def host_lines(
     if max(ratio, 1 / ratio) < FREE_CORES_RATIO and load_gap < LOAD_DIFFERENCE:
         return []
     lines = [f"host: BEFORE {_describe(before)}, AFTER {_describe(after)}"]
-    explained = max(0.0, ratio - 1.0) * 100  # a CPU-bound step slows as its free cores shrink
     for check in gate.checks if gate is not None else ():
         if check.metric == "step_time":
-            lines.append(_against(explained, check.change_pct))
+            lines.append(_against(ratio, check.change_pct))
     return lines
 
 
@@ -63,12 +69,30 @@ def _one_sampled(
     return lines
 
 
-def _against(explained: float, change_pct: float) -> str:
-    """The gate's step-time change against what fewer free cores explain."""
-    if explained <= 0:
-        return f"host: AFTER had no fewer free cores; its {change_pct:+.1f}% is not the host's"
-    head = f"host: fewer free cores explain up to +{explained:.0f}% for a CPU-bound step; "
-    head += f"the measured {change_pct:+.1f}%"
-    if change_pct > explained:
-        return f"{head} is beyond that"
-    return f"{head} is within that: rerun both on one quiet host before trusting the gate"
+def _against(ratio: float, change_pct: float) -> str:
+    """The gate's step-time change against what the free cores alone explain: a CPU-bound step's time scales with
+    1 / its free cores, faster or slower."""
+    explained = (ratio - 1.0) * 100
+    head = (
+        f"host: its free cores alone would make a CPU-bound step {change_words(explained, 'step_time')}; it is "
+        f"{change_words(change_pct, 'step_time')}"
+    )
+    if explained * change_pct > 0 and abs(change_pct) <= abs(explained):
+        return f"{head}, within that: rerun both on one quiet host before trusting the gate"
+    return f"{head}, beyond that"
+
+
+def unchanged_phases(a: Report, b: Report, changed: list[str]) -> str | None:
+    """With no batch, micro-batch or precision change among ``changed`` (differences, checks' kinds), compute phases
+    moving beyond run-to-run noise (PROJECTION_NOISE) say the machine's speed or load moved, and by how much."""
+    if different_jobs(changed) or any(c.startswith(("batch", "micro_batch", "precision")) for c in changed):
+        return None
+    before, after = (sum(r.metrics.mean_ms.get(p) or 0.0 for p in COMPUTE) for r in (a, b))
+    if before <= 0 or abs(after / before - 1) <= T.PROJECTION_NOISE:
+        return None
+    step = b.metrics.step_mean_ms - a.metrics.step_mean_ms
+    return (
+        f"host: forward, backward and optimizer, which no change recognised here touches, went {before:.2f} -> "
+        f"{after:.2f} ms per step ({after / before - 1:+.0%}), {after - before:+.2f} of the step's {step:+.2f} ms: "
+        "unless their code changed, the machine's speed or load did"
+    )

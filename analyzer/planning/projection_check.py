@@ -41,8 +41,8 @@ from analyzer.analysis.rules.accumulation import micro_projection
 from analyzer.analysis.rules.batch_size import batch_projection
 from analyzer.analysis.rules.data_loading import worker_plan
 from analyzer.analysis.steady import SteadyState
-from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.outcome import Report
+from analyzer.planning.run_differences import fell, precision_change
 from analyzer.planning.step_series import StepSeries
 from gpuanalyze.ingest import schema as S
 
@@ -60,8 +60,6 @@ CheckKind = Literal[
 ]
 #: Samples per step count as unchanged within this fraction (a micro-batch change keeps them).
 SAME_SAMPLES = 0.05
-#: A per-step cost counts as removed when AFTER has at most this fraction of BEFORE's.
-FELL = 0.5
 #: An imported Kineto trace's end status: its loader_workers says single (0) or multi-process (1), not how many.
 IMPORTED = "imported"
 
@@ -146,10 +144,6 @@ class _Pair:
         return Projection(step_ms=step, current_ms=self.ctx.wall, rule=rule, bound="as applied")
 
 
-def _fell(before: float | None, after: float | None, floor: float) -> bool:
-    return before is not None and after is not None and before >= floor and after <= FELL * before
-
-
 def _worker_change(p: _Pair) -> tuple[str, int | None] | None:
     """(what changed, AFTER's worker count or None when the trace says only 'at least one'), or None
     when the workers did not change to a positive count."""
@@ -198,13 +192,8 @@ def _batch(p: _Pair) -> ProjectionCheck | None:
 
 
 def _precision(p: _Pair) -> ProjectionCheck | None:
-    tc0, tc1 = tensor_core_share(p.before.metrics.kernels), tensor_core_share(p.after.metrics.kernels)
-    d0, d1 = p.before.run.param_dtype, p.after.run.param_dtype
-    moved = (tc0 is not None and tc1 is not None and tc0 < 0.5 <= tc1) or (
-        d0 == "float32" and d1 in ("bfloat16", "float16")
-    )
     f = p.finding("kernels")
-    if not moved or f is None:
+    if f is None or precision_change(p.before, p.after) is None:
         return None
     return p.check("precision", "fp32 -> tensor-core precision", "kernels", f.projection, recommended=True)
 
@@ -212,7 +201,7 @@ def _precision(p: _Pair) -> ProjectionCheck | None:
 def _host_syncs(p: _Pair) -> ProjectionCheck | None:
     s0, s1 = p.before.metrics.mean_ms.get(S.SYNC_MS), p.after.metrics.mean_ms.get(S.SYNC_MS)
     f = p.finding("sync", "host_sync")
-    if f is None or not _fell(s0, s1, 0.0) or not s0:
+    if f is None or not fell(s0, s1, 0.0) or not s0:
         return None
     fix = f"host syncs {s0:.2f} -> {s1:.2f} ms per step"
     return p.check("host_syncs", fix, "sync", f.projection, recommended=True)
@@ -225,7 +214,7 @@ def _loader(p: _Pair) -> ProjectionCheck | None:
     ctx = p.ctx
     d0 = ctx.ms(p.before.metrics.effective[S.DATA_WAIT_MS])
     d1 = p.after.metrics.effective[S.DATA_WAIT_MS] * p.measured
-    if not _fell(d0, d1, T.DATA_WAIT_MODERATE.value * ctx.wall):
+    if not fell(d0, d1, T.DATA_WAIT_MODERATE.value * ctx.wall):
         return None
     fix = f"data wait {d0:.2f} -> {d1:.2f} ms per step, same DataLoader workers (loader or prof.data() change)"
     f = p.finding("data_loading")
@@ -241,7 +230,7 @@ def _loader(p: _Pair) -> ProjectionCheck | None:
 def _logging(p: _Pair) -> ProjectionCheck | None:
     l0, l1 = p.lead
     ctx = p.ctx
-    if l0 is None or l1 is None or not _fell(l0, l1, max(T.HOST_MIN_MS, T.MIN_SAVING * ctx.wall)):
+    if l0 is None or l1 is None or not fell(l0, l1, max(T.HOST_MIN_MS, T.MIN_SAVING * ctx.wall)):
         return None
     f = p.finding("host") or p.finding("batch_size", "host_overhead")
     name = f.bottleneck if f is not None else "host"
@@ -262,7 +251,7 @@ def _rank_balance(p: _Pair) -> ProjectionCheck | None:
         return None
     e0 = bd.stragglers[0].excess_ms
     e1 = ad.stragglers[0].excess_ms if ad.stragglers else 0.0
-    if not _fell(e0, e1, 0.0):
+    if not fell(e0, e1, 0.0):
         return None
     fix = f"rank {bd.stragglers[0].rank}'s excess {e0:.2f} -> {e1:.2f} ms per slow step"
     return p.check("rank_balance", fix, "sync", f.projection, recommended=True)

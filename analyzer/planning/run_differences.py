@@ -6,14 +6,22 @@ ranked that way. ``run_differences`` lists what differs (for a note under the co
 ``different_jobs`` says when the differences mean another job (another model or world size), in
 which case no projection is checked against the other run and the regression gate refuses the pair
 (``gate_refusal``: a verdict across two jobs, or across a lost rank, would be a wrong answer).
+``changes`` says what AFTER changed that the facts alone do not: matmuls moved to 16-bit (autocast leaves
+the parameters float32: the kernels say it) and host work removed.
 """
 
 from __future__ import annotations
 
+from analyzer.analysis import thresholds as T
+from analyzer.analysis.owners import OWNER_WORDS, ownership
+from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.outcome import Report
+from gpuanalyze.ingest import schema as S
 
 #: What, differing, makes two traces two jobs rather than one job's before and after.
 JOB_DEFINING = ("model", "parameters", "script", "world size", "ranks")
+#: A per-step cost counts as removed when AFTER has at most this fraction of BEFORE's.
+FELL = 0.5
 
 
 def _models(report: Report) -> str | None:
@@ -77,3 +85,37 @@ def gate_refusal(differences: list[str]) -> str | None:
         f"the gate compares one job before and after a change, and these runs differ ({'; '.join(defining)}): "
         "no verdict (record both runs of the same job, on the same number of ranks)"
     )
+
+
+def fell(before: float | None, after: float | None, floor: float) -> bool:
+    """A per-step cost of at least ``floor`` that AFTER cut by half or more."""
+    return before is not None and after is not None and before >= floor and after <= FELL * before
+
+
+def precision_change(a: Report, b: Report) -> str | None:
+    """'precision: ...' when AFTER's matmuls moved to 16-bit: most GEMM/convolution kernel time on tensor cores
+    (as machine.datasheet.compute_precision reads it; autocast keeps float32 parameters), or 16-bit parameters."""
+    tc0, tc1 = tensor_core_share(a.metrics.kernels), tensor_core_share(b.metrics.kernels)
+    d0, d1 = a.run.param_dtype, b.run.param_dtype
+    if tc0 is not None and tc1 is not None and tc0 < 0.5 <= tc1:
+        kept = "; parameters still float32: autocast" if d1 == "float32" else ""
+        return f"precision: GEMM/convolution time on tensor cores {tc0:.0%} -> {tc1:.0%}{kept}"
+    if d0 in ("float32", "float64") and d1 in ("bfloat16", "float16"):
+        return f"precision: parameters {d0} -> {d1}"
+    return None
+
+
+def changes(a: Report, b: Report) -> list[str]:
+    """What AFTER changed that the facts alone do not say: 16-bit matmuls, and host work removed (the unattributed
+    host phase of traces with phases, or GPU idle owned by host work, cut by half or more)."""
+    out = [p] if (p := precision_change(a, b)) is not None else []
+    o0, o1 = (r.metrics.mean_ms.get(S.OTHER_MS) for r in (a, b))
+    phased = all(1.0 - (r.metrics.share.get(S.OTHER_MS) or 0.0) >= T.HOST_RECOGNISED for r in (a, b))
+    if phased and fell(o0, o1, max(T.HOST_MIN_MS, T.MIN_SAVING * a.metrics.step_mean_ms)):
+        out.append(f"host work removed: unattributed host time {o0:.2f} -> {o1:.2f} ms per step")
+    owners = ownership(a.metrics.kernels), ownership(b.metrics.kernels)
+    for owner in ("cpu_ops", "host_idle"):  # GPU idle owned by host work (CPU ops, host time with nothing recorded)
+        i0, i1 = (None if o is None else o.per_step(owner) for o in owners)
+        if fell(i0, i1, T.MIN_SAVING * a.metrics.step_mean_ms):
+            out.append(f"host work removed: GPU idle owned by {OWNER_WORDS[owner]} {i0:.2f} -> {i1:.2f} ms per step")
+    return out

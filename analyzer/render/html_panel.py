@@ -136,7 +136,7 @@ def verdict_panel(report: Report) -> str:
     if report.findings:
         body = _finding(report.findings[0], 1, report)
         if len(report.findings) > 1:
-            body += "<h3 class='others'>Other findings (ranked by the time their fix saves)</h3>"
+            body += f"<h3 class='others'>Other findings</h3><p>{h(words.ranking(report.findings) or '')}</p>"
             body += "".join(_finding(f, i, report) for i, f in enumerate(report.findings[1:], 2))
     else:
         body = _health(report) if report.health else ""

@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.planning.gate import change_words
 from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
@@ -34,12 +35,7 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
         "gate": None if c.gate is None else gate_dict(c.gate),
         "differences": list(c.differences),
         "idle_owners_moved": [
-            {
-                "owner": m.owner,
-                "before_ms_per_step": m.before_ms,
-                "after_ms_per_step": m.after_ms,
-                "delta_ms": m.delta_ms,
-            }
+            dict(owner=m.owner, before_ms_per_step=m.before_ms, after_ms_per_step=m.after_ms, delta_ms=m.delta_ms)
             for m in c.owners_moved
         ],
     }
@@ -89,9 +85,7 @@ def _cost_table(opts: tuple[RunOption, ...]) -> FitTable:
 def _cheapest(c: Comparison) -> Text:
     if c.cheapest is None:
         return Text("Give prices and a run length to rank the options by cost per run.")
-    line = text(c.cheapest, style="bold")
-    line.append(f" is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
-    return line
+    return text(f"{c.cheapest} is cheapest per completed run, by {_usd(c.saving_usd)} per run.", style="bold")
 
 
 def check_line(k: ProjectionCheck) -> Text:
@@ -109,22 +103,17 @@ def check_line(k: ProjectionCheck) -> Text:
 
 def gate_verdict(k: GateCheck) -> str:
     """Why the gate passed or failed this tolerance, in words."""
-    what = {"step_time": "slower", "throughput": "lower throughput"}[k.metric]
-    interval = f"{k.confidence:.0%} interval {k.low_pct:+.1f}% to {k.high_pct:+.1f}%"
+    what, low, high = (change_words(pct, k.metric) for pct in (k.change_pct, k.low_pct, k.high_pct))
+    interval = f"{k.confidence:.0%} interval: {low} to {high}"
     if k.failed:
-        return (
-            f"FAIL: {what} by {k.change_pct:+.1f}% ({interval}), beyond the {k.tolerance_pct:g}% tolerance "
-            "and the noise"
-        )
+        return f"FAIL: {what} ({interval}), beyond the {k.tolerance_pct:g}% tolerance and the noise"
     if k.change_pct > k.tolerance_pct:
-        return (
-            f"pass: {what} by {k.change_pct:+.1f}%, but within noise ({interval} reaches below the "
-            f"{k.tolerance_pct:g}% tolerance)"
-        )
-    return f"pass: {what} by {k.change_pct:+.1f}% ({interval}), within the {k.tolerance_pct:g}% tolerance"
+        return f"pass: {what}, but within noise ({interval} reaches below the {k.tolerance_pct:g}% tolerance)"
+    return f"pass: {what} ({interval})" + (f", within the {k.tolerance_pct:g}% tolerance" if k.change_pct > 0 else "")
 
 
-def _gate_lines(g: GateResult) -> list[RenderableType]:
+def _gate_lines(g: GateResult, *, notes: bool = True) -> list[RenderableType]:
+    """Each check's pass/fail line (first and last in the output, for a CI log), with its notes when asked."""
     unit = {"step_time": "ms/step", "throughput": "samples/s"}
     out: list[RenderableType] = []
     for k in g.checks:
@@ -134,7 +123,7 @@ def _gate_lines(g: GateResult) -> list[RenderableType]:
             style="bold red" if k.failed else "bold",
         )
         out.append(line)
-        out += [text(n, style="dim") for n in gate_notes(k)]
+        out += [text(n, style="dim") for n in gate_notes(k)] if notes else []
     return out
 
 
@@ -175,15 +164,14 @@ def _part_cell(v: float | None, ref: float | None) -> Text:
 
 
 def render_compare(c: Comparison) -> RenderableType:
-    parts: list[RenderableType] = [_cost_table(c.options), _cheapest(c)]
+    gate = [] if c.gate is None else _gate_lines(c.gate)
+    parts: list[RenderableType] = [*gate, _cost_table(c.options), _cheapest(c)]
     parts += [check_line(k) for k in c.checks]
     if c.differences:
         parts.append(_differences_note(c.differences))
-    if c.gate is not None:
-        parts += _gate_lines(c.gate)
     parts += _breakdown(c.options)
     parts += _owners_moved(c)
-    return Group(*parts)
+    return Group(*parts, *([] if c.gate is None else [Text(""), *_gate_lines(c.gate, notes=False)]))
 
 
 #: Owner moves listed by ``compare`` (the largest first).
@@ -193,28 +181,24 @@ SHOWN_MOVES = 5
 def _owners_moved(c: Comparison) -> list[RenderableType]:
     if not c.owners_moved:
         return []
-    before, after = c.options[0].name, c.options[1].name
+    moves = c.owners_moved[:SHOWN_MOVES]
+    after = [Text(f"{m.after_ms:.3f} ({m.delta_ms:+.3f})") for m in moves]
     columns = [
-        Column(header="idle owner", cells=[Text(m.owner) for m in c.owners_moved[:SHOWN_MOVES]], justify="left"),
-        Column(
-            header=text(before), cells=[Text(f"{m.before_ms:.3f}") for m in c.owners_moved[:SHOWN_MOVES]], wrap=True
-        ),
-        Column(
-            header=text(after),
-            cells=[Text(f"{m.after_ms:.3f} ({m.delta_ms:+.3f})") for m in c.owners_moved[:SHOWN_MOVES]],
-            wrap=True,
-        ),
+        Column(header="idle owner", cells=[Text(m.owner) for m in moves], justify="left"),
+        Column(header=text(c.options[0].name), cells=[Text(f"{m.before_ms:.3f}") for m in moves], wrap=True),
+        Column(header=text(c.options[1].name), cells=after, wrap=True),
     ]
     return [Text(""), Text("How the GPU's idle owners moved, ms per step"), FitTable(None, columns, split=True)]
 
 
-def _differences_note(differences: tuple[str, ...]) -> Text:
+def _differences_note(differences: tuple[str, ...]) -> RenderableType:
+    """What differs and what changed between the runs, one item a line."""
     verdict = (
         "these are two different jobs, not one job's before and after; no projection is checked"
         if different_jobs(list(differences))
         else "compare them as before and after only if that is what changed"
     )
-    return text(f"note: the runs differ ({'; '.join(differences)}): {verdict}", style="yellow")
+    return Group(text(f"What differs ({verdict}):", style="yellow"), bullets(text(d) for d in differences))
 
 
 def whatif_dict(w: WhatIf) -> dict[str, Any]:

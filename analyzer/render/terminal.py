@@ -78,6 +78,8 @@ def render_terminal(report: Report) -> RenderableType:
     kernels = _kernel_section(report)
     if kernels is not None:
         parts.append(kernels)
+    if ranked := words.ranking(report.findings):
+        parts.append(Text(ranked, style="dim"))
     for i, f in enumerate(report.findings, 1):
         parts.append(_finding(i, f, report))
     if not report.findings and report.health:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from analyzer.analysis.findings import Confidence, Evidence, Projection, Savings
+from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
 from analyzer.planning.outcome import Report
@@ -164,6 +164,13 @@ def projection_range(p: Projection) -> str:
         return ""
     wide = "; wide: it says little until measured" if width > WIDE_RANGE else ""
     return f", range {p.low_ms:.2f}-{p.high_ms:.2f} ms (width {width:.0%} of the step{wide})"
+
+
+def ranking(findings: tuple[Finding, ...]) -> str | None:
+    """How the findings are ordered, and why a lower severity may stand first (None for fewer than two)."""
+    order = [("high", "moderate", "low").index(f.severity) for f in findings]
+    why = "" if order == sorted(order) else "; severity is the share of the step the cause takes"
+    return f"Findings ranked by the step time each fix saves at the slow end of its range{why}" if order[1:] else None
 
 
 def stability(report: Report) -> str | None:

@@ -1,7 +1,7 @@
 """The rule engine: one rule per bottleneck, one ranking, one definition of a healthy run.
 
-Ranking: findings are ordered by the step time their fix saves (current minus projected mean
-step time), then by share. ``none`` is the verdict only when the run is healthy (every test of
+Ranking: findings are ordered by the step time their fix saves at the slow end of its range, then at
+its point, then by share (findings.ranking_key). ``none`` is the verdict only when the run is healthy (every test of
 ``health`` passes) and no rule fires; a run that is not healthy always gets a named cause (the
 largest remaining one, at low confidence, if no rule crosses its usual threshold).
 """

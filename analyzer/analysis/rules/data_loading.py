@@ -101,7 +101,7 @@ class DataLoading(Rule):
     }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
-        share = ctx.m.effective[S.DATA_WAIT_MS]
+        share = ctx.own_share(S.DATA_WAIT_MS)
         if share < (T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value):
             return None
         data = ctx.ms(share)

@@ -25,7 +25,7 @@ class Host(Rule):
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if ctx.gpu:
             return _preprocessing(ctx, relaxed)
-        share = ctx.m.effective[S.OTHER_MS]
+        share = ctx.own_share(S.OTHER_MS)
         if share < (T.RELAXED if relaxed else T.HOST_MODERATE.value) or 1.0 - share < T.HOST_RECOGNISED:
             return None  # below threshold, or no phase recognised at all: nothing to attribute against
         if ctx.ms(share) < T.HOST_MIN_MS:

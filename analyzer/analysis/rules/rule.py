@@ -29,6 +29,7 @@ from analyzer.analysis.fixes import Fix
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.owners import IdleOwnership, owned_consistency, ownership
+from analyzer.analysis.ranks import PHASE_NAMES
 from analyzer.machine.ceilings import Ceilings
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -94,6 +95,13 @@ class Context:
 
     def ms(self, share: float) -> float:
         return share * self.wall
+
+    def own_share(self, column: str) -> float:
+        """``column``'s share of the steps less the stragglers' own excess in that phase over the other ranks': the
+        straggler finding owns that time, so it is not a second finding (one cause reported once)."""
+        d, name = self.m.distributed, PHASE_NAMES.get(column, column.removesuffix("_ms"))
+        own = sum(max(0.0, dict(s.phase_diffs).get(name, 0.0)) for s in d.stragglers) if d else 0.0
+        return self.m.effective[column] - (own / (d.ranks * self.wall) if d and own and self.wall > 0 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
