@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.blocking_calls import CALLER, is_user_frame, role_of
 from gpuanalyze.ingest.kineto import parse_kineto
 from gpuanalyze.ingest.kineto_import import import_kineto
-from gpuanalyze.ingest.owner_frames import ANNOTATION, PYTHON, frame_kind
 from tests.capture_fixtures import kineto, launch
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write
@@ -23,7 +23,7 @@ STACKS += ("mi300_xdit_sd35",)
 
 def test_user_frames_are_told_from_torch_the_standard_library_and_built_ins():
     for name in ("train.py(42): step", "moca/library/profile.py(53): run", "/app/xfuser/runner.py(81): profile"):
-        assert frame_kind(name, "python_function", False) == PYTHON, name
+        assert is_user_frame(name), name
     for name in (
         "torch/nn/modules/module.py(1501): _call_impl",
         "torchvision/models/resnet.py(284): forward",
@@ -35,9 +35,9 @@ def test_user_frames_are_told_from_torch_the_standard_library_and_built_ins():
         "/venv/lib/python3.11/site-packages/numpy/core/fromnumeric.py(59): _wrapfunc",
         "nn.Module: Linear_0",
     ):
-        assert frame_kind(name, "python_function", False) == 0, name
-    assert frame_kind("model_inference", "user_annotation", False) == ANNOTATION
-    assert frame_kind("ProfilerStep#3", "user_annotation", True) == 0
+        assert not is_user_frame(name), name
+    assert role_of("model_inference", "user_annotation") == CALLER
+    assert role_of("ProfilerStep#3", "user_annotation") == -1
 
 
 def _py(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:

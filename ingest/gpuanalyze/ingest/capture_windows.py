@@ -14,14 +14,12 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.blocking_calls import HostOps
 from gpuanalyze.ingest.idle_owners import call_kinds
-from gpuanalyze.ingest.intervals import Seg, intersect, minus, outermost, segments
+from gpuanalyze.ingest.intervals import Seg, intersect, minus, outermost_by_thread, segments
 from gpuanalyze.ingest.iterations import detect_iterations
 from gpuanalyze.ingest.kernel_stats import launch_times
 from gpuanalyze.ingest.kineto import MARK_BACKWARD, MARK_LOADER, MARK_OPTIMIZER, KinetoTrace
@@ -37,9 +35,9 @@ NO_STEPS_NOTE = (
 UNTRACED = "untraced"
 """Host time in set-up or teardown that no recorded event covers."""
 API_CALLS = "CUDA/HIP API calls"
-#: Parts of set-up or teardown named (RunInfo allows 16), and CPU op names among them.
+#: Parts of set-up or teardown named (RunInfo allows 16), and names of one kind among them.
 MAX_PARTS = 16
-MAX_OP_NAMES = 10
+MAX_NAMES = 10
 _CALL_NAMES = ("(other call)", "(blocking call)", "(capture begin)", "(capture end)")
 
 
@@ -115,77 +113,49 @@ def capture_span(k: KinetoTrace, windows: Windows) -> tuple[float, float]:
 
 
 def outside_steps(k: KinetoTrace, windows: Windows) -> tuple[OutsideSteps | None, OutsideSteps | None]:
-    """The capture's set-up and teardown (None where there is none) with what the host did in each."""
+    """The capture's set-up and teardown (None where there is none) with what the host did in each: each instant
+    to the first that covers it of start-up work by name, other runtime calls, outermost CPU ops by name; the rest
+    is untraced."""
     lo, hi = capture_span(k, windows)
-    first, last = min(w[1] for w in windows), max(w[2] for w in windows)
-    return _outside(k, lo, first), _outside(k, last, hi)
+    w, rt, ops = k.startup, k.runtime, k.host_ops
+    work = np.array([n != INIT_TO_FIRST_WORK for n in w.names] + [False])[w.name]  # what the process did is below
+    top = np.lexsort((-ops.end, ops.start, ops.tid))
+    top = top[outermost_by_thread(ops.start[top], ops.end[top], ops.tid[top])]
+    calls = np.zeros(rt.start.size, np.int32)
+    out: list[OutsideSteps | None] = []
+    for a, b in ((lo, min(x[1] for x in windows)), (max(x[2] for x in windows), hi)):
+        if b <= a:
+            out.append(None)
+            continue
+        remaining: Seg = (np.array([a]), np.array([b]))
+        parts: list[TimeSpent] = []
+        for name, segs, count in (
+            *_named(w.start[work], w.end[work], w.name[work], w.names, a, b, "other start-up work"),
+            *_named(rt.start, rt.end, calls, (API_CALLS,), a, b, API_CALLS),
+            *_named(ops.start[top], ops.end[top], ops.name[top], ops.names, a, b, "other CPU ops"),
+        ):
+            got = intersect(remaining, segs)
+            if (ms := float((got[1] - got[0]).sum()) / 1e3) > 0:
+                parts.append(TimeSpent(name=name[:256], ms=ms, count=count))
+                remaining = minus(remaining, segs)
+        if (untraced := float((remaining[1] - remaining[0]).sum()) / 1e3) > 0:
+            parts.append(TimeSpent(name=UNTRACED, ms=untraced))
+        parts.sort(key=lambda p: -p.ms)
+        out.append(OutsideSteps(ms=(b - a) / 1e3, parts=tuple(parts[:MAX_PARTS])))
+    return out[0], out[1]
 
 
-def _outside(k: KinetoTrace, lo: float, hi: float) -> OutsideSteps | None:
-    """[lo, hi) cut into parts, each instant to the first that covers it: start-up work by name, other runtime
-    calls, outermost CPU ops by name, untraced."""
-    if hi <= lo:
-        return None
-    remaining: Seg = (np.array([lo]), np.array([hi]))
-    parts: list[TimeSpent] = []
-    for name, segs, count in (*_startup_parts(k, lo, hi), *_call_parts(k, lo, hi), *_op_parts(k, lo, hi)):
-        got = intersect(remaining, segs)
-        ms = float((got[1] - got[0]).sum()) / 1e3
-        if ms > 0:
-            parts.append(TimeSpent(name=name[:256], ms=ms, count=count))
-            remaining = minus(remaining, segs)
-    untraced = float((remaining[1] - remaining[0]).sum()) / 1e3
-    if untraced > 0:
-        parts.append(TimeSpent(name=UNTRACED, ms=untraced))
-    parts.sort(key=lambda p: -p.ms)
-    return OutsideSteps(ms=(hi - lo) / 1e3, parts=tuple(parts[:MAX_PARTS]))
-
-
-def _inside(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    return (start < hi) & (end > lo)
-
-
-def _startup_parts(k: KinetoTrace, lo: float, hi: float) -> list[tuple[str, Seg, int]]:
-    w = k.startup
-    sel = _inside(w.start, w.end, lo, hi)
-    out = []
-    for n in np.unique(w.name[sel]).tolist():
-        if w.names[n] != INIT_TO_FIRST_WORK:  # the process starting: what it did is told by the parts below
-            mine = sel & (w.name == n)
-            out.append((w.names[n], segments(w.start[mine], w.end[mine]), int(mine.sum())))
-    return out
-
-
-def _call_parts(k: KinetoTrace, lo: float, hi: float) -> list[tuple[str, Seg, int]]:
-    rt = k.runtime
-    sel = _inside(rt.start, rt.end, lo, hi)
-    return [(API_CALLS, segments(rt.start[sel], rt.end[sel]), int(sel.sum()))] if sel.any() else []
-
-
-def _op_parts(k: KinetoTrace, lo: float, hi: float) -> list[tuple[str, Seg, int]]:
-    """The outermost CPU ops by name, the MAX_OP_NAMES with the most time first, then the others as one part."""
-    ops = k.host_ops
-    sel = np.flatnonzero(_inside(ops.start, ops.end, lo, hi))
-    if sel.size == 0:
-        return []
-    sel = sel[np.lexsort((-ops.end[sel], ops.start[sel], ops.tid[sel]))]
-    top = np.concatenate([outermost(ops.start[sel][t], ops.end[sel][t]) for t in _threads(ops.tid[sel])])
-    s, e, name = ops.start[sel][top], ops.end[sel][top], ops.name[sel][top]
-    names, inverse = np.unique(name, return_inverse=True)
-    total = np.bincount(inverse, weights=np.minimum(e, hi) - np.maximum(s, lo))
-    out = []
-    rest = np.ones(s.size, bool)
-    for g in np.argsort(-total, kind="stable")[:MAX_OP_NAMES].tolist():
-        mine = inverse == g
+def _named(
+    start: np.ndarray, end: np.ndarray, name: np.ndarray, names: tuple[str, ...], lo: float, hi: float, other: str
+) -> list[tuple[str, Seg, int]]:
+    """The intervals in [lo, hi) by name, the MAX_NAMES with the most time in it first, then the others as one."""
+    sel = (start < hi) & (end > lo)
+    s, e = start[sel], end[sel]
+    ids, inverse = np.unique(name[sel], return_inverse=True)
+    total = np.bincount(inverse.reshape(-1), weights=np.minimum(e, hi) - np.maximum(s, lo))
+    rest, out = np.ones(s.size, bool), []
+    for g in np.argsort(-total, kind="stable")[:MAX_NAMES].tolist():
+        mine = inverse.reshape(-1) == g
         rest &= ~mine
-        out.append((ops.names[int(names[g])], segments(s[mine], e[mine]), int(mine.sum())))
-    if rest.any():
-        out.append(("other CPU ops", segments(s[rest], e[rest]), int(rest.sum())))
-    return out
-
-
-def _threads(tid: np.ndarray) -> list[slice]:
-    """Slices of each thread's run in ``tid`` (sorted by thread)."""
-    cut = np.flatnonzero(np.diff(tid)) + 1
-    edges = [0, *cut.tolist(), tid.size]
-    return [slice(a, b) for a, b in pairwise(edges)]
+        out.append((names[int(ids[g])], segments(s[mine], e[mine]), int(mine.sum())))
+    return out + ([(other, segments(s[rest], e[rest]), int(rest.sum()))] if rest.any() else [])

@@ -1,39 +1,15 @@
-"""Who owned each idle interval of the GPU: the timeline read the way an engineer reads it.
+"""Who owned each idle interval of the GPU: the timeline read the way an engineer reads it (docs/idle-owners.md,
+"Owners by behaviour", states each rule and the API behaviour it rests on).
 
-The GPU timeline (the union of every kernel, memcpy and memset) is cut into busy and idle intervals over
-the whole capture. Each idle gap ends with a kernel whose launch call returned at L:
-
-- L after the gap began: the GPU waited for the host. Until the launch call returned the host's state at each
-  instant owns the time (a launch call that blocks, a copy to pageable memory, is a blocking call); from then
-  to the kernel's start it is the launch's own latency (``launch``), except where the host sat in a blocking
-  call meanwhile (it waited for that work: ``sync``);
-- L before the gap began: the work was already queued and the GPU waited on a dependency (an event, another
-  stream, a graph's internal edges): ``queued``;
-- no kernel after it (the capture's tail) or no launch record: the host's state owns it.
-
-Every idle instant gets exactly one owner, by this precedence (schema.IDLE_OWNERS):
-
-1. ``graph_capture``: inside ``cudaStreamBeginCapture``..``EndCapture`` (launches into a capturing stream are
-   recorded, not run); a begin with no end is bounded by the first device work launched after it (work that
-   ran was not captured) or the next begin;
-2. start-up work on the host (startup_work.py): ``compilation``, ``module_loading`` (also a kernel launch call
-   of LONG_LAUNCH_US or more while the GPU idles: lazy loading / JIT inside the launch; not a synchronous copy
-   call that runs a copy kernel), ``device_setup`` (and allocation that does not repeat: the first, context-
-   creating cudaMalloc, a pool growing once), ``allocator`` (allocation calls that repeat: in REPEAT_SHARE or more
-   of the windows after the first; cudaFree synchronises the device);
-3. only where the GPU waited for the host: ``data_loader`` (DataLoader ``__next__``); ``sync`` (inside a
-   blocking call, runtime_calls.py, or a ``.item()`` op: the call returns only when device work it waits on is
-   done, so the time in it is the wait; once it returned the host's state owns the time again);
-   ``collective`` (inside a c10d/NCCL/Gloo op); ``launch`` (inside a CPU op that launches device work, or a
-   runtime call: dispatch); ``cpu_ops`` (inside a CPU op that launches nothing: preprocessing, an optimizer on
-   the CPU); ``host_idle`` (no recorded host activity: host work the trace does not show, "untraced");
-4. ``queued`` where the work was already queued.
-
-A call is also blocking by behaviour: any runtime call of BEHAVIOUR_MIN_US or more, enqueuing no device work or
-only a copy, that ends within BEHAVIOUR_EPS_US of the end of device work it overlapped (it returned when that
-work did: a copy to pageable memory "returns only once the copy has completed", CUDA Runtime API, "API
-synchronization behavior", where the copy's record does not say pageable, as HIP's do not).
-The owners of a window add up to its idle time (its length less the union of device activity in it).
+The GPU timeline (the union of every kernel, memcpy and memset) is cut into busy and idle intervals over the whole
+capture. A gap ended by a kernel whose launch call returned after the gap began waited for the host: the host's
+state owns each instant until the call returned, then the kernel's launch latency is ``launch`` (``sync`` where the
+host sat in a blocking call meanwhile). A gap whose kernel was launched before it began is ``queued``; one with no
+kernel after it is the host's. Every idle instant gets one owner, by schema.IDLE_OWNERS' precedence: graph capture
+and start-up work wherever the GPU idles, then (only where it waited for the host) the DataLoader, a blocking call
+(a call that returns only when device work it waits on is done; once it returned the host's state owns the time
+again), a collective, a launch or dispatch, a CPU op that launches nothing, and nothing recorded (``host_idle``:
+host work the trace does not show); ``queued`` last. The owners of a window add up to its idle time.
 """
 
 from __future__ import annotations
@@ -72,13 +48,14 @@ class IdleOwners:
     def __init__(
         self,
         k: KinetoTrace,
-        launch: tuple[np.ndarray, np.ndarray],
+        launch: tuple[np.ndarray, np.ndarray, np.ndarray],
         blocking_calls: np.ndarray,
         busy: Clipper,
         by_start: tuple[np.ndarray, np.ndarray],
         windows: _Windows,
     ) -> None:
-        """``launch``: each device event's launch-call start and end (-1 without one); ``blocking_calls``: the
+        """``launch``: each device event's launch-call start and end (-1 without one), each runtime call's device
+        work (``call_kinds``); ``blocking_calls``: the
         runtime calls known to block (sync family and copies to pageable memory); ``busy``: the union of device
         activity; ``by_start``: the device events' stable order by start, and their starts in it; ``windows``:
         the (step, start, end) the capture is judged in."""
@@ -92,7 +69,7 @@ class IdleOwners:
         segs = (busy.s, busy.e)
         idle = outside(lo_all, hi_all, segs) if segs[0].size else EMPTY
         launched = np.sort(launch[0][launch[0] >= 0])
-        owned = self._paint(k, launch[1], launched, blocking_calls, segs, idle, by_start, windows)
+        owned = self._paint(k, launch[1:], launched, blocking_calls, segs, idle, by_start, windows)
         self.by_owner = {o: Clipper(*owned.get(o, EMPTY)) for o in S.IDLE_OWNERS}
         """Each owner's idle time as disjoint sorted segments."""
         self._busy = busy
@@ -100,7 +77,7 @@ class IdleOwners:
     def _paint(
         self,
         k: KinetoTrace,
-        launch_end: np.ndarray,
+        launch: tuple[np.ndarray, np.ndarray],
         launched: np.ndarray,
         blocking: np.ndarray,
         busy: Seg,
@@ -109,13 +86,14 @@ class IdleOwners:
         windows: _Windows,
     ) -> dict[str, Seg]:
         rt = k.runtime
-        enqueued = _enqueued(k)
+        codes = [{"memcpy": COPY, "memset": SET}.get(x.category, KERNEL) for x in k.kinds]
+        enqueued = np.array([*codes, NONE], np.int8)[launch[1]]
         owned: dict[str, Seg] = {}
         remaining = idle
         for owner, segs in (("graph_capture", _capture(k, launched)), *_startup(k, enqueued, windows)):
             owned[owner] = intersect(remaining, segs)
             remaining = minus(remaining, segs)
-        host, latency, queued = _gap_kinds(k, launch_end, idle, by_start)
+        host, latency, queued = _gap_kinds(k, launch[0], idle, by_start)
         block = union(
             segments(rt.start[blocking], rt.end[blocking]),
             _behaviour_blocking(k, enqueued, busy),
@@ -140,12 +118,6 @@ class IdleOwners:
         owned["queued"] = intersect(remaining, queued)
         return owned
 
-    def window(self, lo: float, hi: float) -> dict[str, float]:
-        """Milliseconds of idle time each owner holds in [lo, hi), and the window's idle time (``""``)."""
-        out = {o: c.length(lo, hi) / 1e3 for o, c in self.by_owner.items()}
-        out[""] = max(0.0, (hi - lo) - self._busy.length(lo, hi)) / 1e3
-        return out
-
     def sync_owned_ms(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """The ``sync``-owned idle (ms) while the host sat in each blocking call, cut at the next call's start so
         that none is counted twice. ``start`` is sorted; the calls not in it (``.item()`` ops, calls blocking by
@@ -157,10 +129,9 @@ class IdleOwners:
         return self.by_owner["sync"].lengths(start, np.maximum(stop, start)) / 1e3
 
     def fields(self, lo: float, hi: float) -> dict[str, float | bool]:
-        """The KernelStats fields of [lo, hi)."""
-        got = self.window(lo, hi)
-        out: dict[str, float | bool] = {S.owner_field(o): got[o] for o in S.IDLE_OWNERS}
-        out["window_idle_ms"] = got[""]
+        """The KernelStats fields of [lo, hi): each owner's idle time in it (ms), the window's idle time."""
+        out: dict[str, float | bool] = {S.owner_field(o): c.length(lo, hi) / 1e3 for o, c in self.by_owner.items()}
+        out["window_idle_ms"] = max(0.0, (hi - lo) - self._busy.length(lo, hi)) / 1e3
         out["owners"] = True
         return out
 
@@ -179,12 +150,6 @@ def call_kinds(k: KinetoTrace) -> np.ndarray:
     hit = (dev[at] == corr) & (corr >= 0)
     out[hit] = kind[at[hit]]
     return out
-
-
-def _enqueued(k: KinetoTrace) -> np.ndarray:
-    """What device work each runtime call enqueued: NONE, KERNEL, COPY or SET."""
-    codes = np.array([{"memcpy": COPY, "memset": SET}.get(x.category, KERNEL) for x in k.kinds] + [NONE], np.int8)
-    return codes[call_kinds(k)]
 
 
 def _capture(k: KinetoTrace, launched: np.ndarray) -> Seg:

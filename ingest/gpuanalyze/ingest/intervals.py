@@ -54,6 +54,13 @@ def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return out
 
 
+def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """``outermost`` within each thread, of intervals sorted by thread, then as ``outermost`` wants them."""
+    cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+    parts = [outermost(s, e) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
+    return np.concatenate(parts) if start.size else np.ones(0, dtype=bool)
+
+
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
     s, e = merge(start, end)
     return float((e - s).sum())

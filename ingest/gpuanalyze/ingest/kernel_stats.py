@@ -24,7 +24,7 @@ import numpy as np
 
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.cpu_ops import cpu_op_fields
-from gpuanalyze.ingest.idle_owners import IdleOwners
+from gpuanalyze.ingest.idle_owners import IdleOwners, call_kinds
 from gpuanalyze.ingest.intervals import Clipper, merge, merge_sorted, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.owner_frames import OwnerFrames
@@ -102,12 +102,15 @@ class StepKernels:
         del order
         kind_cat = np.array([_CATEGORY_CODE[x.category] for x in k.kinds], dtype=np.int8)
         kind_mem = np.array([_MEMCPY_CODE.get(x.memcpy, -1) for x in k.kinds], dtype=np.int8)
-        kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds], dtype=bool)
+        kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds] + [False], dtype=bool)
         self.category = kind_cat[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
         self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
-        self.pageable = kind_page[k.gpu_kind] if k.kinds else np.empty(0, bool)
+        self.pageable = kind_page[k.gpu_kind]
         rt = k.runtime
-        is_sync = k.runtime_sync | _pageable_copy_calls(k, self.pageable)
+        call_kind = call_kinds(k)
+        # blocking: by API family, and asynchronous copies to or from pageable memory (the host waits in them: CUDA
+        # runtime API, 'API synchronization behavior'; device-to-host returns once the copy is done)
+        is_sync = k.runtime_sync | kind_page[call_kind]
         sync = np.flatnonzero(is_sync)
         order = sync[np.argsort(rt.start[sync], kind="stable")]
         self._sync_start = rt.start[order]
@@ -123,7 +126,7 @@ class StepKernels:
         del owner
         steps = k.steps if windows is None else windows
         self.owners = (
-            IdleOwners(k, (launch, launch_end), sync, self.device_busy, (by_start, start_sorted), steps)
+            IdleOwners(k, (launch, launch_end, call_kind), sync, self.device_busy, (by_start, start_sorted), steps)
             if start.size
             else None
         )
@@ -307,16 +310,6 @@ class StepKernels:
             kernel_median_us=float(np.median(dur)),
             top_kernels=tuple(TopKernel(name=n[:300], total_ms=ms, count=c) for n, ms, c in top),
         )
-
-
-def _pageable_copy_calls(k: KinetoTrace, pageable: np.ndarray) -> np.ndarray:
-    """Runtime calls (``cudaMemcpyAsync``) whose copy is to or from pageable host memory: they block the host
-    (device-to-host returns once the copy is done, behind everything queued before it)."""
-    corr = np.unique(k.gpu_correlation[pageable & (k.gpu_correlation >= 0)]) if pageable.size else np.empty(0)
-    if corr.size == 0 or k.runtime_correlation.size == 0:
-        return np.zeros(k.runtime_correlation.size, dtype=bool)
-    at = np.minimum(np.searchsorted(corr, k.runtime_correlation), corr.size - 1)
-    return (corr[at] == k.runtime_correlation) & (k.runtime_correlation >= 0)
 
 
 def launch_times(k: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:

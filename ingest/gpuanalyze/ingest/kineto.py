@@ -53,7 +53,6 @@ from gpuanalyze.ingest.kineto_events import (
     decode_events,
 )
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
-from gpuanalyze.ingest.owner_frames import FrameSink, frame_kind
 from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
 from gpuanalyze.ingest.step_windows import resolve_windows
@@ -158,7 +157,7 @@ class KinetoTrace:
     enqueue_calls: int = 0
     """Runtime calls that put device work on a stream (runtime_calls.enqueues): launches, copies, memsets."""
     frames: HostOps = field(default_factory=HostOps.empty)
-    """User Python frames (``with_stack``), or record_function ranges without them (owner_frames.py)."""
+    """The user's Python frames (``with_stack``), or record_function ranges without them (blocking_calls.py)."""
     span: tuple[float, float] | None = None
     """The capture's own start and end where the capture says (an Nsight Systems session), else None: its first
     and last event."""
@@ -168,12 +167,9 @@ class KinetoTrace:
 _ROLE_CACHE = 1 << 16
 
 
-def _cpu_role(name: str, cat: str) -> tuple[int | None, int, bool, int]:
-    """(phase mark, call-site role, start-up work, owner_frames.frame_kind) of a CPU event, from its name and
-    category alone."""
-    mark = _mark(name, cat)
-    startup = name.endswith(COMPILE_SUFFIX) or name in OVERHEAD_KINDS
-    return mark, role_of(name, cat), startup, frame_kind(name, cat, mark is not None)
+def _cpu_role(name: str, cat: str) -> tuple[int | None, int, bool]:
+    """(phase mark, call-site role, start-up work) of a CPU event, from its name and category alone."""
+    return _mark(name, cat), role_of(name, cat), name.endswith(COMPILE_SUFFIX) or name in OVERHEAD_KINDS
 
 
 class KinetoSink:
@@ -201,9 +197,8 @@ class KinetoSink:
         self.loader_iters: set[str] = set()
         self.long_names = 0
         self.enqueue_calls = 0
-        self._roles: dict[tuple[str, str], tuple[int | None, int, bool, int]] = {}
+        self._roles: dict[tuple[str, str], tuple[int | None, int, bool]] = {}
         self.sites = CallSites()
-        self.frames = FrameSink()
         self.startup = StartupSink()
 
     def _cat(self, raw: str) -> tuple[int, str]:
@@ -287,11 +282,11 @@ class KinetoSink:
                     got = _cpu_role(name, cat)
                     if len(roles) < _ROLE_CACHE:
                         roles[(name, cat)] = got
-                mark, site, startup_work, frame = got
+                mark, site, startup_work = got
                 if site >= 0 and sites.dropped:
                     site = -1
-                if mark is not None or site >= 0 or startup_work or frame:  # most CPU events are none: no call
-                    self._cpu_kept(e, name, got[:3], site, frame)
+                if mark is not None or site >= 0 or startup_work:  # most CPU events are none: skipped without a call
+                    self._cpu_kept(e, name, mark, site, startup_work)
                 continue
             t = times(e)
             if t is None:
@@ -332,23 +327,20 @@ class KinetoSink:
                 f"{self.path}: more than {self.limits.max_kept_events:,} device, runtime and phase events; "
                 "profile a shorter window (torch.profiler schedule) or split the trace"
             )
-        if kept + len(sites) + len(self.frames) > self.limits.max_kept_events:
-            sites.drop()  # the CPU ops that name blocking calls and frames count too, but never make a trace fail
-            self.frames.drop()
+        if kept + len(sites) > self.limits.max_kept_events:
+            sites.drop()  # the CPU ops that name blocking calls count too, but never make a trace fail
 
-    def _cpu_kept(self, e: Any, name: str, role: tuple[int | None, int, bool], site: int, frame: int) -> None:
+    def _cpu_kept(self, e: Any, name: str, mark: int | None, site: int, startup_work: bool) -> None:
         """A CPU event the importer keeps: a phase mark (step, loader, optimizer, backward, export), an op
-        that may enclose a blocking runtime call, start-up work (a compile phase, module loading), a frame."""
+        that may enclose a blocking runtime call, a caller or user frame, and/or start-up work (a compile phase,
+        module loading)."""
         t = self._times(e)
         if t is None:
             return
-        mark, _, startup_work = role
         if startup_work:
             self.startup.add(name, t[0], t[1])
         if site >= 0:
             self.sites.add_cpu(name, site, t[0], t[1], e.tid)
-        if frame:
-            self.frames.add(name, frame, t[0], t[1], self.sites.thread_id(e.tid))
         if mark is None:
             return
         if mark == -1:
@@ -445,7 +437,7 @@ class KinetoSink:
             runtime_tid=_ints(self.r_tid),
             host_ops=self.sites.ops(),
             enqueue_calls=self.enqueue_calls,
-            frames=self.frames.finish(),
+            frames=self.sites.frames(),
         )
 
 

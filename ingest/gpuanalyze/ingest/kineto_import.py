@@ -65,17 +65,14 @@ IMPORTED = EndInfo(status="imported")
 IMPORTER_VERSION = "10"
 
 
-def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
-    """HTA keeps kernels launched before the last ProfilerStep starts (the last step is partial)."""
+def hta_gpu_mask(k: KinetoTrace, launch: np.ndarray | None = None) -> np.ndarray:
+    """HTA keeps kernels launched before the last ProfilerStep starts (the last step is partial); ``launch``: each
+    device event's launch-call start (kernel_stats.launch_times)."""
     mask = np.ones(k.gpu.start.size, dtype=bool)
     if k.steps and k.gpu.start.size:
-        last = max(s for _, s, _ in k.steps)
-        valid = np.unique(k.runtime_correlation[(k.runtime.start < last) & (k.runtime_correlation >= 0)])
-        if valid.size:
-            at = np.minimum(np.searchsorted(valid, k.gpu_correlation), valid.size - 1)
-            hta = valid[at] == k.gpu_correlation  # np.isin without its sort of both arrays
-            if hta.any():
-                mask = hta
+        launch = launch_times(k)[0] if launch is None else launch
+        hta = (launch >= 0) & (launch < max(s for _, s, _ in k.steps))
+        mask = hta if hta.any() else mask
     return mask
 
 
@@ -265,7 +262,7 @@ def import_kineto(
     rows = [src.row(step, lo, end) for step, lo, end in windows]
     if has_gpu:
         notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
-    mask = hta_gpu_mask(k)
+    mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
     try:

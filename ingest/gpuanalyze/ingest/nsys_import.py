@@ -161,14 +161,11 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
 
 def _session(db: NsysDb, k: KinetoTrace) -> tuple[float, float] | None:
     """The capture session as (0, its duration) in us, where the export records it and it holds every event."""
-    if not db.has("ANALYSIS_DETAILS", "duration"):
+    rows = db.small("SELECT duration FROM ANALYSIS_DETAILS", limit=1) if db.has("ANALYSIS_DETAILS", "duration") else []
+    arrays = [a for a in (k.gpu, k.runtime, k.cpu, k.host_ops) if a.end.size]
+    if not rows or not isinstance(rows[0][0], int) or not arrays or min(float(a.start.min()) for a in arrays) < 0:
         return None
-    rows = db.small("SELECT duration FROM ANALYSIS_DETAILS", limit=1)
-    ends = [float(a.end.max()) for a in (k.gpu, k.runtime, k.cpu, k.host_ops) if a.end.size]
-    starts = [float(a.start.min()) for a in (k.gpu, k.runtime, k.cpu, k.host_ops) if a.start.size]
-    if not rows or not isinstance(rows[0][0], int) or not ends or min(starts) < 0 or max(ends) > rows[0][0] / 1e3:
-        return None
-    return 0.0, rows[0][0] / 1e3
+    return (0.0, rows[0][0] / 1e3) if max(float(a.end.max()) for a in arrays) <= rows[0][0] / 1e3 else None
 
 
 def _return_freed_memory() -> None:
