@@ -9,9 +9,6 @@ a thread, and a thread's frames overlap other threads' (the autograd thread runs
 
 from __future__ import annotations
 
-import heapq
-from array import array
-
 import numpy as np
 
 from gpuanalyze.ingest.blocking_calls import HostOps
@@ -23,25 +20,48 @@ MAX_PER_OWNER = 3
 
 
 def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Disjoint sorted (start, end, name id) of the frame entered last among those active at each instant."""
-    order = np.lexsort((-frames.end, frames.start))
-    starts, ends, names = (frames.start[order].tolist(), frames.end[order].tolist(), frames.name[order].tolist())
-    out_s, out_e, out_n = array("d"), array("d"), array("i")
-    heap: list[tuple[float, float, int]] = []
-    for k, (s, e, n) in enumerate(zip(starts, ends, names, strict=True)):
-        heapq.heappush(heap, (-s, e, n))
-        cur, nxt = s, starts[k + 1] if k + 1 < len(starts) else np.inf
-        while heap and cur < nxt:
-            _, end, name = heap[0]
-            if end <= cur:
-                heapq.heappop(heap)
-                continue
-            stop = min(end, nxt)
-            out_s.append(cur)
-            out_e.append(stop)
-            out_n.append(name)
-            cur = stop
-    return (np.frombuffer(out_s, np.float64), np.frombuffer(out_e, np.float64), np.frombuffer(out_n, np.int32))
+    """Disjoint sorted (start, end, name id) of the frame entered last among those active at each instant, on any
+    thread: each thread's innermost frames (``_nested``), and where threads overlap, the one that began last."""
+    per = [
+        _nested(frames.start[m], frames.end[m], frames.name[m])
+        for m in (frames.tid == t for t in np.unique(frames.tid))
+    ]
+    if len(per) == 1:
+        return per[0][0], per[0][1], per[0][2]
+    bounds = np.unique(np.concatenate([np.concatenate(p[:2]) for p in per]))
+    began, name = np.full(bounds.size, -np.inf), np.full(bounds.size, -1, np.int64)
+    for a, b, n, first in per:
+        i = np.maximum(np.searchsorted(a, bounds, side="right") - 1, 0)
+        newer = (bounds >= a[i]) & (bounds < b[i]) & (first[i] > began) if a.size else np.zeros(bounds.size, bool)
+        began[newer], name[newer] = first[i[newer]], n[i[newer]]
+    keep = np.flatnonzero(name[:-1] >= 0)
+    return bounds[keep], bounds[keep + 1], name[keep]
+
+
+def _nested(
+    start: np.ndarray, end: np.ndarray, names: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, name id, the frame's own start) of a thread's innermost frame at each instant: Python calls nest,
+    so in time order of the frames' starts and ends (ends first at equal times, outer frames open first and close
+    last) the frame at each depth is the last one opened at that depth, while it has not ended."""
+    m = start.size
+    order = np.lexsort((-end, start))
+    s, e, name = start[order], end[order], names[order]
+    idx = np.concatenate([np.arange(m), np.arange(m)])
+    step = np.concatenate([np.ones(m, np.int64), -np.ones(m, np.int64)])
+    ev = np.lexsort((idx * step, step, np.concatenate([s, e])))
+    t, depth, frame = np.concatenate([s, e])[ev], np.cumsum(step[ev]), idx[ev]
+    opens = np.flatnonzero(step[ev] > 0)
+    keys = depth[opens] * (2 * m + 1) + opens  # by depth, then position
+    by_key = np.argsort(keys, kind="stable")
+    keys, opens = keys[by_key], opens[by_key]
+    j = np.searchsorted(keys, depth * (2 * m + 1) + np.arange(2 * m), side="right") - 1
+    at = frame[opens[np.maximum(j, 0)]]
+    ok = (j >= 0) & (keys[np.maximum(j, 0)] // (2 * m + 1) == depth) & (depth > 0) & (e[at] > t)
+    ok[-1:] = False
+    ok[:-1] &= t[1:] > t[:-1]
+    sel = np.flatnonzero(ok)
+    return t[sel], np.minimum(t[sel + 1], e[at[sel]]), name[at[sel]], s[at[sel]]
 
 
 class OwnerFrames:
