@@ -136,20 +136,22 @@ class IdleOwners:
         return out
 
 
+def correlated(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """For each of ``ids`` (correlation ids), the index of the last element of ``keys`` equal to it; -1 where none."""
+    out = np.full(ids.size, -1, np.int64)
+    if keys.size == 0 or ids.size == 0:
+        return out
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(keys[order], ids, side="right") - 1
+    found = (pos >= 0) & (ids >= 0)
+    found[found] = keys[order[pos[found]]] == ids[found]
+    out[found] = order[pos[found]]
+    return out
+
+
 def call_kinds(k: KinetoTrace) -> np.ndarray:
     """Each runtime call's device work (an index into ``k.kinds``, by correlation id); -1 where it enqueued none."""
-    corr = k.runtime_correlation
-    out = np.full(corr.size, -1, np.int64)
-    has = k.gpu_correlation >= 0
-    if corr.size == 0 or not has.any():
-        return out
-    dev = k.gpu_correlation[has]
-    order = np.argsort(dev, kind="stable")
-    dev, kind = dev[order], k.gpu_kind[has][order]
-    at = np.minimum(np.searchsorted(dev, corr), dev.size - 1)
-    hit = (dev[at] == corr) & (corr >= 0)
-    out[hit] = kind[at[hit]]
-    return out
+    return np.append(k.gpu_kind, -1)[correlated(k.gpu_correlation, k.runtime_correlation)]
 
 
 def _capture(k: KinetoTrace, launched: np.ndarray) -> Seg:

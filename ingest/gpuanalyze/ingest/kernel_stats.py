@@ -24,7 +24,7 @@ import numpy as np
 
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.cpu_ops import cpu_op_fields
-from gpuanalyze.ingest.idle_owners import IdleOwners, call_kinds
+from gpuanalyze.ingest.idle_owners import IdleOwners, call_kinds, correlated
 from gpuanalyze.ingest.intervals import Clipper, merge, merge_sorted, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.owner_frames import OwnerFrames
@@ -315,17 +315,5 @@ class StepKernels:
 def launch_times(k: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of each kernel's launch call (the last runtime call with its correlation id); -1 without
     one."""
-    corr = k.gpu_correlation
-    start, end = np.full(corr.size, -1.0), np.full(corr.size, -1.0)
-    rt_corr = k.runtime_correlation
-    if corr.size == 0 or rt_corr.size == 0:
-        return start, end
-    order = np.argsort(rt_corr, kind="stable")
-    pos = np.searchsorted(rt_corr[order], corr, side="right") - 1
-    found = (pos >= 0) & (corr >= 0)
-    found[found] = rt_corr[order[pos[found]]] == corr[found]
-    at = order[pos[found]]
-    del order, pos
-    start[found] = k.runtime.start[at]
-    end[found] = k.runtime.end[at]
-    return start, end
+    at = correlated(k.runtime_correlation, k.gpu_correlation)
+    return np.append(k.runtime.start, -1.0)[at], np.append(k.runtime.end, -1.0)[at]

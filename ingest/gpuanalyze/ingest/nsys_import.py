@@ -4,10 +4,8 @@ PATH, a ``.nsys-rep``/``.qdrep`` report exported to a temporary directory first.
 The export is read read-only (nsys_db.py), its rows become Kineto events per rank (nsys_events.py) and each
 rank goes through the Kineto importer's conversion (kineto_import.import_kineto), so the trace has the same
 rows, kernel statistics and idle owners as a PyTorch profiler trace of the same run. Step start times are
-moved onto UTC with the export's session start time (nsys_meta.py). Event times count from the session's start
-and ``ANALYSIS_DETAILS.duration`` is its length: a whole-process capture (``nsys profile python train.py``) is
-that span, so the time before the process's first GPU work and after its last is its set-up and teardown, even
-where nothing was recorded in them (capture_windows.py).
+moved onto UTC with the export's session start time (nsys_meta.py); ``ANALYSIS_DETAILS.duration`` is the session's
+length, so a whole-process capture's set-up and teardown hold what was not recorded (capture_windows.py).
 """
 
 from __future__ import annotations
