@@ -119,3 +119,18 @@ def test_a_capture_with_steps_reports_what_lies_outside_them(tmp_path):
     assert setup is not None and setup.ms == pytest.approx(10.0)
     assert _parts(setup) == pytest.approx({"aten::randn": 3.0, "cudaStreamCreate": 1.0, API_CALLS: 0.5, UNTRACED: 5.5})
     assert teardown is not None and _parts(teardown) == pytest.approx({"aten::save": 2.0, UNTRACED: 1.0})
+
+
+def test_a_cold_capture_keeps_its_long_first_launch_in_the_window_as_module_loading(tmp_path):
+    """A step-less cold first call: the window starts at the first launch call's start, so a 343 ms first
+    cudaLaunchKernel (lazy module loading inside it) is judged, as module loading, never left in set-up."""
+    events = [
+        ev("cuda_runtime", "cudaGetDeviceProperties", 0, 100),
+        ev("cuda_runtime", "cudaLaunchKernel", 500_000, 343_000, correlation=1),
+        ev("kernel", "ncclKernel_AllGather_RING_LL_Sum_bf16", 843_050, 5000, stream=7, correlation=1),
+        *launch(843_100, 2, 848_100, 2000),
+    ]
+    t = import_kineto(parse_kineto(write(tmp_path / "cold.json", kineto(events))))
+    (s,) = _stats(t)
+    assert t.frame[S.START_UNIX_NS][0] == 500_000 * 1000 and t.run.setup is not None
+    assert s.idle_owner_module_loading_ms == pytest.approx(343.0) and s.window_idle_ms == pytest.approx(343.1)
