@@ -126,8 +126,8 @@ def owners_whole(path: Path) -> dict[str, float]:
     owners = StepKernels(k).owners
     if owners is None:
         return {}
-    got = owners.window(float(k.gpu.start.min()), float(k.gpu.end.max()))
-    return {"idle_ms": got[""], **{o: got[o] for o in S.IDLE_OWNERS}}
+    got = owners.fields(float(k.gpu.start.min()), float(k.gpu.end.max()))
+    return {"idle_ms": float(got["window_idle_ms"]), **{o: float(got[S.owner_field(o)]) for o in S.IDLE_OWNERS}}
 
 
 def _union(start: Any, end: Any) -> float:

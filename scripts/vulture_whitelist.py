@@ -105,6 +105,8 @@ host_before_gpu_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:123)
 rows_written  # unused variable (ingest/gpuanalyze/ingest/writer.py:74)
 _.rows_written  # unused attribute (ingest/gpuanalyze/ingest/writer.py:161)
 window_idle_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:171)
+copy_busy_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:148): filled by ingest, written out
+owner_frames  # unused variable (ingest/gpuanalyze/ingest/schema.py:229): filled by ingest, written out
 idle_owner_graph_capture_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:174)
 idle_owner_compilation_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:175)
 idle_owner_module_loading_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:176)

@@ -14,7 +14,9 @@ from analyzer.api import analyze
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto import parse_kineto
 from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.nsys_import import load_nsys_ranks
 from gpuanalyze.ingest.runtime_calls import BLOCKING, OTHER, call_class
+from tests.capture_fixtures import DEVICE, HTOD, PAGEABLE, Nsys, launch
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write
 from tests.mechanism_fixtures import _doc
@@ -345,3 +347,157 @@ def test_cpu_ops_that_launch_nothing_own_the_idle_and_their_steps_are_counted(tm
     half = analyze(write(tmp_path / "half.json", _doc(_steps(12, body(2)), "NVIDIA A100-SXM4-40GB", (8, 0))))
     f = next(f for f in half.findings if f.cause == "cpu_work")
     assert 0.4 <= f.consistency <= 0.6, f.consistency  # every other analysed step
+
+
+# -- owners by behaviour, read from timestamps (issue 36) --------------------------------------------------------
+
+
+def test_every_api_family_blocks_by_its_documented_behaviour():
+    """CUDA runtime, driver and HIP: every *Synchronize and every copy without Async blocks the host; an Async copy
+    blocks only to or from pageable memory, read from its record or from when it returns."""
+    for name in ("cuCtxSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "cuMemcpyHtoD_v2", "hipMemcpyDtoH"):
+        assert call_class(name) == BLOCKING, name
+    for name in ("cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "hipMemcpyAsync", "cuLaunchKernel", "hipMemset"):
+        assert call_class(name) == OTHER, name
+
+
+def _one_window(tmp_path: Path, events: list[dict[str, Any]]) -> S.KernelStats:
+    (stats,) = _owners(tmp_path, events)
+    return stats
+
+
+def test_a_host_back_from_a_blocking_copy_that_records_nothing_is_untraced_not_sync(tmp_path):
+    """A blocking cudaMemcpy returns when its copy is done; the 600 s of CPU work after it (nothing recorded) are the
+    host's, not the copy's: host_idle, never sync (issue 36, item 3)."""
+    events = [
+        *launch(0, 1, 10, 1000),
+        ev("cuda_runtime", "cudaMemcpy", 1100, 2000, correlation=2),
+        ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 2900, 190, stream=7, correlation=2),
+        *launch(600_003_200, 3, 600_003_210, 1000),
+    ]
+    s = _one_window(tmp_path, events)
+    assert s.idle_owner_host_idle_ms >= 600_000 - 1
+    assert s.idle_owner_sync_ms == pytest.approx(1.81)  # in the call while the GPU idled: 1100..2900, 3090..3100 us
+
+
+def test_a_copy_that_waits_while_the_host_sits_in_a_sync_is_not_launch_latency(tmp_path):
+    """cudaMemcpyAsync returns in 10 us; its copy runs 42.6 ms later while the host sits in cudaStreamSynchronize:
+    the host waited for that work, not for a launch (issue 36, item 5)."""
+    events = [
+        *launch(0, 1, 10, 100),
+        ev("cpu_op", "aten::to", 150, 42_600),
+        ev("cuda_runtime", "cudaMemcpyAsync", 160, 10, correlation=2),
+        ev("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 42_700, 20, stream=7, correlation=2),
+        ev("cuda_runtime", "cudaStreamSynchronize", 180, 42_545),
+    ]
+    s = _one_window(tmp_path, events)
+    assert s.idle_owner_sync_ms >= 42.5 and s.idle_owner_launch_ms < 0.1
+
+
+@pytest.mark.parametrize("record", ["gpu_memcpy", "kernel"])
+def test_a_493_ms_synchronous_copy_is_sync_whatever_runs_the_copy(tmp_path, record):
+    """hipMemcpyWithStream is synchronous: the host sits in it 493 ms while the GPU idles, whether the copy is a
+    copy record or a blit kernel (then the call is no kernel launch to be read as module loading)."""
+    name = "Memcpy DtoH (Device -> Host)" if record == "gpu_memcpy" else "__amd_rocclr_copyBuffer"
+    events = [
+        ev("cuda_runtime", "hipLaunchKernel", 0, 5, correlation=1),
+        ev("kernel", "Cijk_Ailk_Bljk_SB_MT64x64", 10, 1000, stream=7, correlation=1),
+        ev("cuda_runtime", "hipMemcpyWithStream", 1100, 493_000, correlation=2),
+        ev(record, name, 493_900, 150, stream=7, correlation=2),
+    ]
+    s = _one_window(tmp_path, events)
+    assert s.idle_owner_sync_ms >= 492.5 and s.idle_owner_launch_ms < 0.1 and s.idle_owner_module_loading_ms == 0
+
+
+def test_an_async_copy_that_returns_when_its_copy_ends_blocked(tmp_path):
+    """HIP's copy records say Host, not Pageable or Pinned: a hipMemcpyAsync that returns only when its copy has
+    completed behaved as a copy to pageable memory does (blocking), so the idle while the host sat in it is sync."""
+    events = [
+        *launch(0, 1, 10, 1000),
+        ev("cuda_runtime", "hipMemcpyAsync", 1020, 5000, correlation=2),
+        ev("gpu_memcpy", "Memcpy DtoH (Device -> Host)", 5900, 115, stream=7, correlation=2),
+        *launch(6100, 3, 6110, 1000),
+    ]
+    s = _one_window(tmp_path, events)
+    assert s.idle_owner_sync_ms == pytest.approx(4.89, abs=0.01) and s.idle_owner_launch_ms < 0.1
+
+
+def _allocating(every_step: bool) -> list[dict[str, Any]]:
+    """Six steps; a 300 ms context-creating cudaMalloc in the first only, or a cuMemAlloc in every step."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        alloc = []
+        if every_step:
+            alloc = [ev("cuda_runtime", "cuMemAlloc_v2", lo + 100, 2000)]
+        elif c == 0:
+            alloc = [ev("cuda_runtime", "cudaMalloc", lo + 100, 300_000)]
+        t = lo + 100 + (alloc[0]["dur"] if alloc else 0) + 50
+        return [*alloc, *launch(t, c + 1, t + 20, 2000)]
+
+    return _steps(6, body, step_us=400_000.0)
+
+
+def test_a_first_allocation_is_start_up_and_a_repeated_one_is_churn(tmp_path):
+    first = _owners(tmp_path, _allocating(False), "first.json")
+    assert first[0].idle_owner_device_setup_ms == pytest.approx(300.0) and _ms(first, "allocator") == 0
+    churn = _owners(tmp_path, _allocating(True), "churn.json")
+    assert all(s.idle_owner_allocator_ms == pytest.approx(2.0) for s in churn)
+    assert _ms(churn, "device_setup") == 0
+
+
+def test_a_capture_begun_and_never_ended_holds_only_until_work_runs_again(tmp_path):
+    """A stray cudaStreamBeginCapture: launches into a capturing stream are recorded, not run; kernels that run after
+    it were not captured, so the capture region ends there (issue 37, item 6)."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        out = launch(lo + 10, c + 1, lo + 20, 2000) + launch(lo + 4000, c + 2, lo + 4010, 2000)
+        return out + ([ev("cuda_runtime", "cudaStreamBeginCapture", lo + 2100, 5)] if c == 0 else [])
+
+    stats = _owners(tmp_path, _steps(6, body))
+    assert _ms(stats, "graph_capture") == pytest.approx(1.9, abs=0.01)  # 2100 us to the next launch at 4000 us
+    assert _ms(stats, "launch") + _ms(stats, "host_idle") >= 0.9 * sum(s.window_idle_ms for s in stats[1:])
+
+
+def test_a_gpu_busy_copying_says_so_in_its_busy_split(tmp_path):
+    """Each 10 ms step maps 512 MB to the device and back (pageable): 96% of the GPU's busy time is copies; a kernel
+    running beside a copy is compute, an all-reduce alone communication."""
+
+    def body(lo: float, c: int) -> list[dict[str, Any]]:
+        return [
+            ev("cuda_runtime", "cudaMemcpy", lo + 10, 4810, correlation=c + 1),
+            ev("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", lo + 20, 4800, stream=7, correlation=c + 1),
+            *launch(lo + 4830, c + 2, lo + 4840, 200),
+            ev("cuda_runtime", "cudaMemcpy", lo + 5050, 4810, correlation=c + 3),
+            ev("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", lo + 5060, 4800, stream=7, correlation=c + 3),
+        ]
+
+    stats = _owners(tmp_path, _steps(4, body))
+    for s in stats:
+        assert s.copy_busy_ms / s.gpu_busy_ms == pytest.approx(9.6 / 9.8, abs=1e-6)
+        assert s.memcpy_pageable_ms == pytest.approx(9.6) and s.memcpy_h2d_ms == pytest.approx(4.8)
+    mixed = [
+        ev("user_annotation", "ProfilerStep#1", 0, 2000),
+        ev("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 0, 1000, stream=8, correlation=1),
+        *launch(0, 2, 500, 1000),
+        ev("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", 1600, 300, stream=9, correlation=3),
+    ]
+    (s,) = _owners(tmp_path, mixed, "mixed.json")
+    assert (s.compute_ms, s.copy_busy_ms, s.non_compute_ms - s.copy_busy_ms) == pytest.approx((1.0, 0.5, 0.3))
+
+
+def test_a_driver_api_async_copy_from_pageable_memory_blocks(tmp_path):
+    """cuMemcpyHtoDAsync from pageable memory (an Nsight Systems capture of a driver-API program): the driver stages
+    the buffer before the call returns (CUDA driver API, "API synchronization behavior"), so the host sits in it
+    while the GPU idles: sync, and blocking host time (sync_api_ms), its copy H2D and pageable."""
+    cap = Nsys()
+    for i in range(3):
+        t = i * 40 * 1_000_000
+        cap.kernel(t, t + 10_000, 2_000_000)
+        cap.copy(t + 3 * 1_000_000, 27_000_000, t + 29_900_000, 100_000, HTOD, PAGEABLE, DEVICE, "cuMemcpyHtoDAsync_v2")
+        cap.call(t + 30_010_000, 9_000_000, "cuCtxSynchronize")
+    (t,) = load_nsys_ranks(cap.write(tmp_path / "d.sqlite"))
+    stats = [S.decode_kernel_stats(x) for x in t.frame.get_column(S.KERNEL_STATS).to_list() if x]
+    assert sum(s.idle_owner_sync_ms for s in stats) >= 3 * 26.8
+    assert sum(s.idle_owner_launch_ms for s in stats) < 0.1
+    assert all(s.memcpy_pageable_ms == pytest.approx(0.1) and s.memcpy_h2d_ms == pytest.approx(0.1) for s in stats)
+    assert sum(s.sync_api_ms for s in stats) >= 3 * 27

@@ -72,7 +72,7 @@ def test_one_forward_pass_of_repeated_layers_is_one_window(tmp_path):
     ]
     trace = import_kineto(parse_kineto(write(tmp_path / "fwd.json", _doc(events))))
     assert trace.frame.height == 1
-    assert any("whole trace is analysed as one step" in n for n in trace.notes)
+    assert any("from its first device work to its last is analysed as one step" in n for n in trace.notes)
 
 
 def test_layers_that_exchange_nothing_with_the_host_are_not_iterations_even_at_the_end(tmp_path):

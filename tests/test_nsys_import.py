@@ -77,14 +77,19 @@ def test_copies_alone_make_a_rank(tmp_path):
     assert t.frame.height == 3 and _col(t, S.H2D_MS) == pytest.approx([0.2] * 3)
 
 
-def test_without_step_ranges_the_capture_is_one_window_and_says_so(tmp_path):
+def test_without_step_ranges_the_capture_is_cut_by_its_runtime_calls_and_says_so(tmp_path):
+    """No NVTX step ranges and no CPU ops: the loop's iterations are found in its runtime calls (each step copies
+    its input, launches, syncs); with one step there is no loop: one window, said so."""
     t = load_any(build_export(tmp_path / "r.sqlite", Export(step_name=None)))
-    assert t.frame.height == 1 and WINDOW_NOTE in t.notes and t.run.profiler_steps == 0
+    assert t.frame.height == 3 and t.run.profiler_steps == 0
+    assert any("3 iterations found" in n for n in t.notes)
+    one = load_any(build_export(tmp_path / "one.sqlite", Export(steps=1, step_name=None)))
+    assert one.frame.height == 1 and WINDOW_NOTE in one.notes
 
 
 def test_step_range_names_the_step_ranges(tmp_path):
     path = build_export(tmp_path / "r.sqlite", Export(step_name="train_step {}"))
-    assert load_any(path).frame.height == 1  # not a known step name: one window
+    assert not any("NVTX ranges named" in n for n in load_any(path).notes)  # not a known step name
     t = load_nsys(path, step_range="train_step")
     assert _col(t, S.STEP) == [0, 1, 2] and any("NVTX ranges named 'train_step'" in n for n in t.notes)
     with pytest.raises(TraceError, match=r"no NVTX range named 'train'.*'train_step 0'"):

@@ -4,7 +4,12 @@ says what it lacks and how to capture it."""
 
 import sqlite3
 
+import pytest
+
 from analyzer.api import analyze
+from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.capture_windows import API_CALLS, UNTRACED
+from gpuanalyze.ingest.nsys_import import load_nsys_ranks
 from gpuanalyze.ingest.startup_work import INIT_TO_FIRST_WORK, StartupSink
 from tests.nsys_fixtures import MS, Export, build_export, global_pid
 
@@ -27,20 +32,22 @@ def _tiny_work_after(tmp_path, first_call: str):
     return path
 
 
-def test_cuda_initialisation_until_the_first_gpu_work_is_start_up(tmp_path):
-    r = analyze(_tiny_work_after(tmp_path, "cudaGetDeviceProperties_v12000"))
-    assert r.bottleneck == "unknown"
-    assert "start-up work for 25% or more" in r.confidence.reason
-    assert f"{INIT_TO_FIRST_WORK} (device set-up)" in r.confidence.reason
-    assert "the GPU's own work in it: 2 us (elementwise 100%)" in r.confidence.reason  # what little the GPU ran
-    assert "--capture-range=cudaProfilerApi" in r.confidence.reason  # how to capture the steady state with nsys
-
-
-def test_host_time_before_the_first_kernel_without_cuda_initialisation_is_not_start_up(tmp_path):
-    # the same timeline after a call a running process makes any time: the capture began mid-run, so the host
-    # time before the first kernel is read as before (work in the loop ahead of the GPU)
-    r = analyze(_tiny_work_after(tmp_path, "cudaStreamIsCapturing_v10000"))
-    assert (r.bottleneck, r.findings[0].cause) == ("host", "input_preprocessing")
+@pytest.mark.parametrize("first_call", ["cudaGetDeviceProperties_v12000", "cudaStreamIsCapturing_v10000"])
+def test_the_time_before_the_first_gpu_work_is_set_up_never_a_step(tmp_path, first_call):
+    """A fresh process (CUDA initialisation at 1 ms) or a capture begun mid-run (a call a process makes any time):
+    either way the 100 ms before the first launch is set-up, reported with its parts, and the judged window runs
+    from that launch to the end of the last GPU work (docs/idle-owners.md, "Windows")."""
+    path = _tiny_work_after(tmp_path, first_call)
+    (t,) = load_nsys_ranks(path)
+    assert t.frame.height == 1 and t.frame[S.WALL_MS][0] == pytest.approx(0.102, abs=1e-3)
+    setup = t.run.setup
+    assert setup is not None and setup.ms == pytest.approx(100.0)  # from the first event (no session recorded)
+    parts = {p.name: p.ms for p in setup.parts}
+    assert parts[UNTRACED] == pytest.approx(100.0 - 0.009)
+    assert parts.get(first_call.rsplit("_v", 1)[0], parts.get(API_CALLS)) == pytest.approx(0.009, abs=1e-6)
+    assert t.run.teardown is not None and t.run.teardown.ms > 5.8  # the sync after the kernel, then the session's end
+    r = analyze(path)
+    assert r.bottleneck != "host"  # never "input preprocessing" from the process's start
 
 
 def test_start_up_calls_keep_their_names_inside_the_initialisation():

@@ -1,10 +1,15 @@
 """Who made each blocking runtime call: the CPU op around it and the code that called that op.
 
 The Kineto sink drops ordinary CPU ops, so it keeps, in compact arrays (start, end, thread, interned
-name: about 30 bytes each), only the events that could name a blocking call: CPU ops (``cpu_op``), and
-callers: ``user_annotation`` (``record_function``) slices other than gpuanalyze's own step and phase
-marks, and ``nn.Module: ...`` slices (``with_stack``/``with_modules``). It also keeps, for each runtime
-call that may block the host (synchronize calls and every ``cudaMemcpy*``), its thread and name.
+name: about 30 bytes each), only the events that could name a blocking call or an idle GPU's code: CPU ops
+(``cpu_op``), callers: ``user_annotation`` (``record_function``) slices other than gpuanalyze's own step and
+phase marks, and ``nn.Module: ...`` slices (``with_stack``/``with_modules``), and the user's Python frames
+(``python_function`` events of ``with_stack``, named ``file(line): function``, the file with every ``sys.path``
+prefix taken off: torch/profiler/python_tracer.py, ``_prefix_regex``). A user frame is none of: a ``<...>``
+name (``<built-in method ...>``, ``<frozen runpy>``), PyTorch and its domain libraries (``torch*``), the
+standard library (``sys.stdlib_module_names``: ``threading.py``), a path still under site-packages,
+dist-packages or a Python installation. It also keeps, for each runtime call that may block the host
+(synchronize calls and every ``cudaMemcpy*``), its thread and name.
 
 After parsing, ``attribute`` matches each call to the outermost CPU op around it on its thread (the
 op the Python code called: ``aten::to``, not its inner ``aten::copy_``) and the innermost caller
@@ -14,6 +19,8 @@ overlap without nesting (malformed or hostile traces) cost at most ``_PROBE`` st
 
 from __future__ import annotations
 
+import re
+import sys
 from array import array
 from dataclasses import dataclass
 
@@ -32,6 +39,10 @@ OTHER_NAME = "(other names)"
 MODULE_PREFIX = "nn.Module: "
 #: user_annotation names that are gpuanalyze's step and phase marks, not a caller.
 NOT_CALLERS = ("ProfilerStep#", "enumerate(Data", "gpuanalyze:")
+OP, CALLER, FRAME = 0, 1, 2
+_FRAME = re.compile(r"(.+)\(\d+\): \S")
+_LIBRARY_DIRS = ("site-packages/", "dist-packages/", "/lib/python")
+_STDLIB = frozenset(sys.stdlib_module_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +76,23 @@ class HostOps(HostIntervals):
 
 
 def role_of(name: str, cat: str) -> int:
-    """CallSites.role by name and category alone: 0 for a CPU op, 1 for a caller, -1 for a CPU event not kept."""
+    """A CPU event's role by name and category alone: OP, CALLER, FRAME (a user's Python frame), -1: not kept."""
     if name.startswith(NOT_CALLERS):
         return -1
     if cat == "cpu_op" or cat == "operator":
-        return 0
+        return OP
     if cat == "user_annotation" or (cat == "python_function" and name.startswith(MODULE_PREFIX)):
-        return 1
-    return -1
+        return CALLER
+    return FRAME if cat == "python_function" and is_user_frame(name) else -1
+
+
+def is_user_frame(name: str) -> bool:
+    """A ``python_function`` name of the user's own code (module docstring)."""
+    m = _FRAME.match(name) if not name.startswith("<") else None
+    if m is None or any(d in m.group(1) for d in _LIBRARY_DIRS):
+        return False
+    top = m.group(1).split("/", 1)[0].removesuffix(".py")
+    return name.startswith("/") or not (top.startswith("torch") or top in _STDLIB)
 
 
 class CallSites:
@@ -101,7 +121,7 @@ class CallSites:
         return got
 
     def add_cpu(self, name: str, role: int, ts: float, dur: float, tid: object) -> None:
-        """A CPU event whose ``role`` is 0 or 1."""
+        """A CPU event whose ``role`` is OP, CALLER or FRAME."""
         self.e_ts.append(ts)
         self.e_end.append(ts + dur)
         self.e_tid.append(self.thread_id(tid))
@@ -116,16 +136,21 @@ class CallSites:
         self.c_tid.append(self.thread_id(tid))
         self.c_name.append(self._names.id(name))
 
+    def frames(self) -> HostOps:
+        """The user's Python frames, or the callers (record_function ranges) of a capture without them."""
+        got = self.ops(FRAME)
+        return got if got.start.size else self.ops(CALLER)
+
     def drop(self) -> None:
         """Keep nothing more (the trace has too many events to name its blocking calls)."""
         self._reset()
         self.dropped = True
 
-    def ops(self) -> HostOps:
-        """The kept CPU ops (role 0), for the idle-owner pass."""
+    def ops(self, role: int = OP) -> HostOps:
+        """The kept CPU ops (or events of another role), for the idle-owner pass."""
         if not self.e_ts:
             return HostOps.empty()
-        op = np.frombuffer(self.e_caller, dtype=np.int8) == 0
+        op = np.frombuffer(self.e_caller, dtype=np.int8) == role
         return HostOps(
             np.frombuffer(self.e_ts, dtype=np.float64)[op],
             np.frombuffer(self.e_end, dtype=np.float64)[op],
@@ -148,9 +173,9 @@ class CallSites:
             e_e = np.frombuffer(self.e_end, dtype=np.float64)
             e_tid = np.frombuffer(self.e_tid, dtype=np.int64)
             e_name = np.frombuffer(self.e_name, dtype=np.int32)
-            is_caller = np.frombuffer(self.e_caller, dtype=np.int8).astype(bool)
-            for flag, out, outermost in ((False, op, True), (True, caller, False)):
-                sel = np.flatnonzero((is_caller == flag) & np.isin(e_tid, c_tid))
+            roles = np.frombuffer(self.e_caller, dtype=np.int8)
+            for role, out, outermost in ((OP, op, True), (CALLER, caller, False)):
+                sel = np.flatnonzero((roles == role) & np.isin(e_tid, c_tid))
                 if sel.size:
                     out[:] = _sweep(e_s[sel], e_e[sel], e_tid[sel], e_name[sel], c_s, c_e, c_tid, outermost)
         return BlockingCalls(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuanalyze.ingest.blocking_calls import HostOps
-from gpuanalyze.ingest.intervals import union_length
+from gpuanalyze.ingest.intervals import outermost_by_thread, union_length
 
 MATMUL_OPS = (
     "aten::mm",
@@ -48,20 +48,6 @@ def _exact(ops: HostOps, names: tuple[str, ...]) -> np.ndarray:
     return np.array([n in wanted for n in ops.names], dtype=bool)[ops.name]
 
 
-def _outermost(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Which ops (sorted by thread, then start) no earlier op of their thread contains."""
-    out = np.ones(start.size, dtype=bool)
-    if start.size < 2:
-        return out
-    new_thread = np.r_[True, tid[1:] != tid[:-1]]
-    reach = end.copy()
-    for i in range(1, start.size):  # running max of the ends within a thread
-        if not new_thread[i]:
-            out[i] = start[i] >= reach[i - 1]
-            reach[i] = max(reach[i - 1], end[i])
-    return out
-
-
 def self_times(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """Each op's own time (its duration less its direct children's) of ops sorted by thread, then start."""
     own = end - start
@@ -86,9 +72,9 @@ def cpu_op_fields(ops: HostOps, lo: float, hi: float) -> dict[str, float]:
     idx = np.flatnonzero(inside)
     start, end, tid = ops.start[idx], np.minimum(ops.end[idx], hi), ops.tid[idx]
     sub = HostOps(start, end, tid, ops.name[idx], ops.names)
-    order = np.lexsort((start, tid))
+    order = np.lexsort((-end, start, tid))
     outer = np.zeros(idx.size, dtype=bool)
-    outer[order] = _outermost(start[order], end[order], tid[order])
+    outer[order] = outermost_by_thread(start[order], end[order], tid[order])
     optim = sub.named(OPTIMIZER_PREFIX)
     in_optimizer = np.zeros(idx.size, dtype=bool)
     for o in np.flatnonzero(optim & outer):

@@ -1,11 +1,18 @@
-"""Interval arithmetic on numpy arrays of (start, end)."""
+"""Interval arithmetic on numpy arrays of (start, end): the one module of it (issue #38).
+
+A set of intervals is a pair ``(start, end)``; "segments" are disjoint and sorted (what ``merge`` returns), and the
+set operations (``intersect``, ``minus``, ``union``, ``outside``) take and return segments.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+Seg = tuple[np.ndarray, np.ndarray]
+EMPTY: Seg = (np.empty(0), np.empty(0))
 
-def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+
+def merge(start: np.ndarray, end: np.ndarray) -> Seg:
     """The union of intervals as disjoint, sorted (start, end) arrays."""
     if start.size == 0:
         return start, end
@@ -15,7 +22,7 @@ def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return merge_sorted(start[order], end[order])
 
 
-def merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
     """``merge`` of intervals already sorted by start (stably, as ``merge`` sorts them): no sort, no copies."""
     if s.size == 0:
         return s, e
@@ -29,34 +36,89 @@ def merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return seg_start, seg_end
 
 
+def segments(start: np.ndarray, end: np.ndarray) -> Seg:
+    """The segments of intervals, empty ones left out."""
+    keep = end > start
+    return merge(start[keep], end[keep])
+
+
+def union(*sets: Seg) -> Seg:
+    return segments(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which intervals (sorted by start, the longer of two starting together first) no earlier one contains."""
+    out = np.ones(start.size, dtype=bool)
+    if start.size > 1:
+        out[1:] = start[1:] >= np.maximum.accumulate(end)[:-1]
+    return out
+
+
+def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """``outermost`` within each thread, of intervals sorted by thread, then as ``outermost`` wants them."""
+    cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+    parts = [outermost(s, e) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
+    return np.concatenate(parts) if start.size else np.ones(0, dtype=bool)
+
+
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
     s, e = merge(start, end)
     return float((e - s).sum())
 
 
-def subtract(
-    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of the union of A outside the union of B, as disjoint sorted segments."""
-    a_s, a_e = merge(a_start, a_end)
-    if a_s.size == 0 or b_start.size == 0:
-        return a_s, a_e
-    b_s, b_e = merge(b_start, b_end)
-    # boundaries of both sets, in order; a point is kept when it is inside A and outside B
-    points = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
-    lo, hi = points[:-1], points[1:]
-    mid = (lo + hi) / 2
-    in_a = _inside(a_s, a_e, mid)
-    in_b = _inside(b_s, b_e, mid)
-    keep = in_a & ~in_b
-    return merge(lo[keep], hi[keep]) if keep.any() else (np.empty(0), np.empty(0))
+def pairs(a: Seg, b: Seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty overlaps of segments ``a`` and ``b``: (start, end, index of the ``b`` segment of each)."""
+    none = (np.empty(0), np.empty(0), np.empty(0, np.int64))
+    if a[0].size == 0 or b[0].size == 0:
+        return none
+    i = np.searchsorted(b[1], a[0], side="right")  # first b segment ending after each a starts
+    j = np.searchsorted(b[0], a[1], side="left")  # b segments starting before each a ends
+    n = np.maximum(j - i, 0)
+    if not n.any():
+        return none
+    ai = np.repeat(np.arange(a[0].size), n)
+    bi = np.arange(int(n.sum()))  # b's index of each pair: i of its a segment, then on, in place
+    bi -= np.repeat(np.cumsum(n) - n - i, n)
+    s = np.maximum(a[0][ai], b[0][bi])
+    e = np.minimum(a[1][ai], b[1][bi])
+    del ai
+    keep = e > s
+    return s[keep], e[keep], bi[keep]
 
 
-def _inside(seg_s: np.ndarray, seg_e: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """x lies inside one of the disjoint sorted segments."""
-    i = np.searchsorted(seg_s, x, side="right") - 1
-    ok = i >= 0
-    return ok & (x < seg_e[np.clip(i, 0, None)])
+def intersect(a: Seg, b: Seg) -> Seg:
+    """The intersection of two sets of segments."""
+    s, e, _ = pairs(a, b)
+    return s, e
+
+
+def minus(a: Seg, b: Seg) -> Seg:
+    """The parts of segments ``a`` outside segments ``b``."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    lo, hi = min(a[0][0], b[0][0]) - 1.0, max(a[1][-1], b[1][-1]) + 1.0
+    comp = (np.concatenate([[lo], b[1]]), np.concatenate([b[0], [hi]]))
+    keep = comp[1] > comp[0]
+    return intersect(a, (comp[0][keep], comp[1][keep]))
+
+
+def outside(lo: float, hi: float, b: Seg) -> Seg:
+    """``minus(([lo], [hi]), b)`` without intersect's index arrays (one segment less every gap of a capture): the
+    gaps of ``b`` clipped to [lo, hi), in order."""
+    if b[0].size == 0:
+        return (np.array([lo]), np.array([hi])) if hi > lo else EMPTY
+    cs = np.concatenate([[min(lo, b[0][0]) - 1.0], b[1]])
+    ce = np.concatenate([b[0], [max(hi, b[1][-1]) + 1.0]])
+    keep = ce > cs
+    s, e = np.maximum(cs[keep], lo), np.minimum(ce[keep], hi)
+    del cs, ce, keep
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def subtract(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> Seg:
+    """The parts of the union of A outside the union of B, as segments."""
+    return minus(merge(a_start, a_end), merge(b_start, b_end))
 
 
 class Clipper:

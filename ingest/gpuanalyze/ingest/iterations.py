@@ -9,15 +9,17 @@ earliest op with that count), the one whose matching windows cover the most ops 
 Three checks keep a repeated block that is not an iteration (a model's layers in one forward pass) from passing as
 one:
 
-- every matching window exchanges something with the host: it takes its input (a DataLoader fetch, a host-to-device
-  copy) or hands a result back (a device-to-host copy, a sync, a ``.item()``). An iteration of a training or
-  serving loop does; a layer inside one forward pass does not;
+- every matching window exchanges something with the host or is a training step: it takes its input (a DataLoader
+  fetch, a host-to-device copy), hands a result back (a device-to-host copy, a sync, a ``.item()``), or runs a
+  backward pass or an optimizer step. An iteration of a training or serving loop does; a layer inside one forward
+  pass does not;
 - at least MIN_ITERATIONS windows match (two repetitions say nothing about a steady state);
 - the capture must end inside the repeated structure: the ops after the last match are ops of the loop (all but
   MAX_FOREIGN of them, or FOREIGN_SHARE), at most one iteration's worth. One forward pass of a 36-layer model
   repeats its layer 36 times, then runs the head and sampling: it is one window, not 36 iterations.
 
-What comes before the first iteration (set-up, the first allocation) is not analysed, and said so.
+What comes before the first iteration (set-up, the first allocation) is not analysed, and said so. A capture
+without CPU ops is searched the same way in its runtime calls (capture_windows.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from itertools import pairwise
 import numpy as np
 
 from gpuanalyze.ingest.blocking_calls import HostOps
+from gpuanalyze.ingest.intervals import outermost
 
 #: Fewest matching windows that make a repeated structure a loop.
 MIN_ITERATIONS = 3
@@ -78,9 +81,7 @@ def _outermost(ops: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
     idx = np.flatnonzero(ops.tid == best)
     idx = idx[np.lexsort((-ops.end[idx], ops.start[idx]))]
     start, end = ops.start[idx], ops.end[idx]
-    reach = np.maximum.accumulate(end)
-    top = np.ones(idx.size, dtype=bool)
-    top[1:] = start[1:] >= reach[:-1]  # not inside an op that began earlier
+    top = outermost(start, end)
     return start[top], end[top], ops.name[idx][top]
 
 

@@ -3,7 +3,8 @@
 Definitions follow HolisticTraceAnalysis (HTA) so numbers can be cross-checked:
 span = first kernel start to last kernel end; busy = union of kernel intervals; idle = span - busy;
 compute = union of kernels that are neither communication nor memcpy/memset; non-compute =
-busy - compute; exposed communication = time when only communication kernels run.
+busy - compute; exposed communication = time when only communication kernels run; copy busy = time when only
+copies and memsets run (the busy split: compute, communication = non-compute - copy busy, copies).
 
 Idle gaps are found on the GPU timeline of the *whole trace* (the union of every kernel) and each
 gap belongs to the step that launched the kernel ending it, so the gap between two steps counts
@@ -23,9 +24,10 @@ import numpy as np
 
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.cpu_ops import cpu_op_fields
-from gpuanalyze.ingest.idle_owners import IdleOwners
+from gpuanalyze.ingest.idle_owners import IdleOwners, call_kinds, correlated
 from gpuanalyze.ingest.intervals import Clipper, merge, merge_sorted, union_length
 from gpuanalyze.ingest.kineto import KinetoTrace
+from gpuanalyze.ingest.owner_frames import OwnerFrames
 from gpuanalyze.ingest.runinfo import GpuSummary
 from gpuanalyze.ingest.schema import BlockingOp, KernelStats, StartupOp, TopKernel
 
@@ -36,6 +38,7 @@ TOP_STARTUP = 5
 _CATEGORY_CODE = {c: i for i, c in enumerate(S.KERNEL_CATEGORIES)}
 _MEMCPY_CODE = {"h2d": 0, "d2h": 1, "d2d": 2}
 _NON_COMPUTE = np.array([c in ("communication", "memcpy", "memset") for c in S.KERNEL_CATEGORIES])
+_COPY = np.array([c in ("memcpy", "memset") for c in S.KERNEL_CATEGORIES])
 _COMM = _CATEGORY_CODE["communication"]
 
 
@@ -81,10 +84,17 @@ class StepKernels:
     over kernels sorted by that time, so cutting a trace into N steps costs O(N log n), not O(N n).
     """
 
-    def __init__(self, k: KinetoTrace) -> None:
+    def __init__(
+        self,
+        k: KinetoTrace,
+        windows: list[tuple[int, float, float]] | None = None,
+        launches: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """``windows``: the (step, start, end) the trace is judged in (default: its ProfilerStep windows);
+        ``launches``: ``launch_times(k)`` where already known."""
         self.k = k
         start, end = k.gpu.start, k.gpu.end
-        launch, launch_end = _launch_times(k)
+        launch, launch_end = launches or launch_times(k)
         owner = np.where(launch >= 0, launch, start)
         order = np.argsort(owner, kind="stable")
         self._owner_sorted = owner[order]
@@ -92,12 +102,15 @@ class StepKernels:
         del order
         kind_cat = np.array([_CATEGORY_CODE[x.category] for x in k.kinds], dtype=np.int8)
         kind_mem = np.array([_MEMCPY_CODE.get(x.memcpy, -1) for x in k.kinds], dtype=np.int8)
-        kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds], dtype=bool)
+        kind_page = np.array([x.pageable and x.category == "memcpy" for x in k.kinds] + [False], dtype=bool)
         self.category = kind_cat[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
         self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
-        self.pageable = kind_page[k.gpu_kind] if k.kinds else np.empty(0, bool)
+        self.pageable = kind_page[k.gpu_kind]
         rt = k.runtime
-        is_sync = k.runtime_sync | _pageable_copy_calls(k, self.pageable)
+        call_kind = call_kinds(k)
+        # blocking: by API family, and asynchronous copies to or from pageable memory (the host waits in them: CUDA
+        # runtime API, 'API synchronization behavior'; device-to-host returns once the copy is done)
+        is_sync = k.runtime_sync | kind_page[call_kind]
         sync = np.flatnonzero(is_sync)
         order = sync[np.argsort(rt.start[sync], kind="stable")]
         self._sync_start = rt.start[order]
@@ -110,10 +123,14 @@ class StepKernels:
         self.device_busy = Clipper(*merge_sorted(start_sorted, end[by_start]))
         """The union of device activity (every kernel, memcpy and memset)."""
         self._gaps(by_start, start_sorted, launch, owner)
-        del launch, owner
+        del owner
+        steps = k.steps if windows is None else windows
         self.owners = (
-            IdleOwners(k, launch_end, sync, self.device_busy, (by_start, start_sorted)) if start.size else None
+            IdleOwners(k, (launch, launch_end, call_kind), sync, self.device_busy, (by_start, start_sorted), steps)
+            if start.size
+            else None
         )
+        self.frames = OwnerFrames(k.frames, self.owners.by_owner) if self.owners and k.frames.start.size else None
         self._b_idle = (
             self.owners.sync_owned_ms(self._b_start, self._b_start + self._b_dur)
             if self.owners is not None
@@ -239,7 +256,9 @@ class StepKernels:
         stats = self._window(idx, self.idle_us(lo, hi), self.sync_us(lo, hi))
         blocking = self.blocking_ops(lo, hi)
         startup_us, startup_ops = self.startup(lo, hi)
-        owners = self.owners.fields(lo, hi) if self.owners is not None else {}
+        owners: dict[str, Any] = self.owners.fields(lo, hi) if self.owners is not None else {}
+        if self.frames is not None:
+            owners["owner_frames"] = self.frames.window(lo, hi)
         cpu = cpu_op_fields(self.k.host_ops, lo, hi) if self.k.gpu.start.size == 0 else {}  # CPU run: ops are kernels
         if not blocking and not startup_us and not owners and not cpu:
             return stats
@@ -261,12 +280,14 @@ class StepKernels:
         compute_mask = ~_NON_COMPUTE[cats]
         compute = union_length(start[compute_mask], end[compute_mask])
         non_comm = union_length(start[cats != _COMM], end[cats != _COMM])
+        not_copy = ~_COPY[cats]
         stats.update(
             gpu_span_ms=float(seg_e[-1] - seg_s[0]) / 1e3,
             gpu_busy_ms=busy / 1e3,
             compute_ms=compute / 1e3,
             comm_exposed_ms=(busy - non_comm) / 1e3,
             non_compute_ms=(busy - compute) / 1e3,
+            copy_busy_ms=(busy - union_length(start[not_copy], end[not_copy])) / 1e3,
             idle_host_wait_ms=idle[0] / 1e3,
             idle_launch_ms=idle[1] / 1e3,
             idle_other_ms=idle[2] / 1e3,
@@ -291,30 +312,8 @@ class StepKernels:
         )
 
 
-def _pageable_copy_calls(k: KinetoTrace, pageable: np.ndarray) -> np.ndarray:
-    """Runtime calls (``cudaMemcpyAsync``) whose copy is to or from pageable host memory: they block the host
-    (device-to-host returns once the copy is done, behind everything queued before it)."""
-    corr = np.unique(k.gpu_correlation[pageable & (k.gpu_correlation >= 0)]) if pageable.size else np.empty(0)
-    if corr.size == 0 or k.runtime_correlation.size == 0:
-        return np.zeros(k.runtime_correlation.size, dtype=bool)
-    at = np.minimum(np.searchsorted(corr, k.runtime_correlation), corr.size - 1)
-    return (corr[at] == k.runtime_correlation) & (k.runtime_correlation >= 0)
-
-
-def _launch_times(k: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
+def launch_times(k: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of each kernel's launch call (the last runtime call with its correlation id); -1 without
     one."""
-    corr = k.gpu_correlation
-    start, end = np.full(corr.size, -1.0), np.full(corr.size, -1.0)
-    rt_corr = k.runtime_correlation
-    if corr.size == 0 or rt_corr.size == 0:
-        return start, end
-    order = np.argsort(rt_corr, kind="stable")
-    pos = np.searchsorted(rt_corr[order], corr, side="right") - 1
-    found = (pos >= 0) & (corr >= 0)
-    found[found] = rt_corr[order[pos[found]]] == corr[found]
-    at = order[pos[found]]
-    del order, pos
-    start[found] = k.runtime.start[at]
-    end[found] = k.runtime.end[at]
-    return start, end
+    at = correlated(k.runtime_correlation, k.gpu_correlation)
+    return np.append(k.runtime.start, -1.0)[at], np.append(k.runtime.end, -1.0)[at]

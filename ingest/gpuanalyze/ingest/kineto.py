@@ -156,6 +156,11 @@ class KinetoTrace:
     """CPU ops (``cpu_op`` events) with their threads and names: what the host did while the GPU idled."""
     enqueue_calls: int = 0
     """Runtime calls that put device work on a stream (runtime_calls.enqueues): launches, copies, memsets."""
+    frames: HostOps = field(default_factory=HostOps.empty)
+    """The user's Python frames (``with_stack``), or record_function ranges without them (blocking_calls.py)."""
+    span: tuple[float, float] | None = None
+    """The capture's own start and end where the capture says (an Nsight Systems session), else None: its first
+    and last event."""
 
 
 #: Distinct (name, category) pairs of CPU events whose roles are cached (ops repeat: a few thousand names).
@@ -327,7 +332,8 @@ class KinetoSink:
 
     def _cpu_kept(self, e: Any, name: str, mark: int | None, site: int, startup_work: bool) -> None:
         """A CPU event the importer keeps: a phase mark (step, loader, optimizer, backward, export), an op
-        that may enclose a blocking runtime call and/or start-up work (a compile phase, module loading)."""
+        that may enclose a blocking runtime call, a caller or user frame, and/or start-up work (a compile phase,
+        module loading)."""
         t = self._times(e)
         if t is None:
             return
@@ -431,6 +437,7 @@ class KinetoSink:
             runtime_tid=_ints(self.r_tid),
             host_ops=self.sites.ops(),
             enqueue_calls=self.enqueue_calls,
+            frames=self.sites.frames(),
         )
 
 

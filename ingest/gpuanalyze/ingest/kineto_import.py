@@ -42,9 +42,9 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.capture_windows import NO_STEPS_NOTE, outside_steps, windows_of
 from gpuanalyze.ingest.intervals import Clipper, subtract, union_length
-from gpuanalyze.ingest.iterations import detect_iterations
-from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary
+from gpuanalyze.ingest.kernel_stats import StepKernels, hta_summary, launch_times
 from gpuanalyze.ingest.kineto import (
     EXPORT_PART_OF_MARK,
     MARK_BACKWARD,
@@ -56,67 +56,24 @@ from gpuanalyze.ingest.kineto import (
 from gpuanalyze.ingest.reader import Trace, frame_of
 from gpuanalyze.ingest.row_rules import clean_rows, normalise_frame
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.runtime_calls import BLOCKING, SCALAR_READ_OPS
 from gpuanalyze.ingest.step_windows import OVERLAP_US
 from gpuanalyze.ingest.stream import ReadLimits
 
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "9"
+IMPORTER_VERSION = "10"
 
 
-def hta_gpu_mask(k: KinetoTrace) -> np.ndarray:
-    """HTA keeps kernels launched before the last ProfilerStep starts (the last step is partial)."""
+def hta_gpu_mask(k: KinetoTrace, launch: np.ndarray | None = None) -> np.ndarray:
+    """HTA keeps kernels launched before the last ProfilerStep starts (the last step is partial); ``launch``: each
+    device event's launch-call start (kernel_stats.launch_times)."""
     mask = np.ones(k.gpu.start.size, dtype=bool)
     if k.steps and k.gpu.start.size:
-        last = max(s for _, s, _ in k.steps)
-        valid = np.unique(k.runtime_correlation[(k.runtime.start < last) & (k.runtime_correlation >= 0)])
-        if valid.size:
-            at = np.minimum(np.searchsorted(valid, k.gpu_correlation), valid.size - 1)
-            hta = valid[at] == k.gpu_correlation  # np.isin without its sort of both arrays
-            if hta.any():
-                mask = hta
+        launch = launch_times(k)[0] if launch is None else launch
+        hta = (launch >= 0) & (launch < max(s for _, s, _ in k.steps))
+        mask = hta if hta.any() else mask
     return mask
-
-
-NO_STEPS_NOTE = (
-    "no ProfilerStep#N annotations and no iterations found in its top-level ops: the whole trace is analysed as "
-    "one step"
-)
-
-
-def windows_of(k: KinetoTrace, no_steps: str = NO_STEPS_NOTE) -> tuple[list[tuple[int, float, float]], list[str]]:
-    """(step, start, end) of every step the trace is cut into, and a note on how: its ProfilerStep windows, else
-    the iterations found in its top-level ops (iterations.py), else the whole trace as one step (``no_steps``
-    says so)."""
-    if k.steps:
-        return k.steps, []
-    times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
-    ends = [a for a in (k.gpu.end, k.runtime.end, k.cpu.end) if a.size]
-    if not times:
-        raise TraceError(f"{k.path}: no ProfilerStep annotations, kernels or runtime calls to analyse")
-    host_ends = [a for a in (k.runtime.end, k.host_ops.end) if a.size]
-    found = detect_iterations(k.host_ops, _exchanges(k), max(float(a.max()) for a in host_ends)) if host_ends else None
-    if found is not None:
-        return found.windows, [found.note()]
-    lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
-    return [(0, lo, hi)], [no_steps]
-
-
-def _exchanges(k: KinetoTrace) -> np.ndarray:
-    """Sorted host times where the host hands the device input or takes a result back: DataLoader fetches, the
-    launch of a host-to-device or device-to-host copy, blocking calls, scalar reads (iterations.py)."""
-    parts = [k.cpu.start[k.cpu_mark == MARK_LOADER]]
-    if k.runtime_class.size:
-        parts.append(k.runtime.start[k.runtime_class == BLOCKING])
-    if k.kinds and k.gpu.start.size:
-        host_copy = np.array([x.memcpy in ("h2d", "d2h") for x in k.kinds], dtype=bool)[k.gpu_kind]
-        corr = np.unique(k.gpu_correlation[host_copy & (k.gpu_correlation >= 0)])
-        if corr.size:
-            parts.append(k.runtime.start[np.isin(k.runtime_correlation, corr)])
-    parts.append(k.host_ops.start[k.host_ops.named(SCALAR_READ_OPS)])
-    return np.sort(np.concatenate(parts))
 
 
 class _Marks:
@@ -276,7 +233,8 @@ def import_kineto(
     names it in the run information, ``no_steps`` is the note for a trace without step annotations or
     iterations, ``no_device`` why a capture without device activity did not record the GPU: RunInfo's
     unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
-    windows, notes = windows_of(k, no_steps)
+    launch = launch_times(k)
+    windows, notes = windows_of(k, no_steps, launch[0])
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     device_notes, unrecorded = _device_notes(k, no_device)
@@ -286,7 +244,8 @@ def import_kineto(
         notes.append(
             f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
         )
-    kernels = StepKernels(k)
+    kernels = StepKernels(k, windows, launch)
+    setup, teardown = outside_steps(k, windows)
     src = _Sources(
         k=k,
         kernels=kernels,
@@ -303,7 +262,7 @@ def import_kineto(
     rows = [src.row(step, lo, end) for step, lo, end in windows]
     if has_gpu:
         notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
-    mask = hta_gpu_mask(k)
+    mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
     try:
@@ -319,6 +278,8 @@ def import_kineto(
                 "device": k.device,
                 "gpu_summary": summary,
                 "profiler_steps": len(k.steps),
+                "setup": setup,
+                "teardown": teardown,
                 **unrecorded,
             },
             RunInfo,

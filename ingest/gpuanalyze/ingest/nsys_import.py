@@ -4,7 +4,8 @@ PATH, a ``.nsys-rep``/``.qdrep`` report exported to a temporary directory first.
 The export is read read-only (nsys_db.py), its rows become Kineto events per rank (nsys_events.py) and each
 rank goes through the Kineto importer's conversion (kineto_import.import_kineto), so the trace has the same
 rows, kernel statistics and idle owners as a PyTorch profiler trace of the same run. Step start times are
-moved onto UTC with the export's session start time (nsys_meta.py).
+moved onto UTC with the export's session start time (nsys_meta.py); ``ANALYSIS_DETAILS.duration`` is the session's
+length, so a whole-process capture's set-up and teardown hold what was not recorded (capture_windows.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import polars as pl
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.kineto_import import import_kineto
 from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
 from gpuanalyze.ingest.nsys_events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
@@ -37,7 +39,7 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_TIMEOUT_S = 600
 WINDOW_NOTE = (
     "no step NVTX ranges (--step-range NAME, ProfilerStep#N, or gpuanalyze:step#N from gpuanalyze run --nvtx): "
-    "the whole capture is analysed as one window"
+    "the window from the capture's first GPU work to its last is analysed as one step"
 )
 
 
@@ -155,6 +157,15 @@ def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
     return dataclasses.replace(trace, frame=frame)
 
 
+def _session(db: NsysDb, k: KinetoTrace) -> tuple[float, float] | None:
+    """The capture session as (0, its duration) in us, where the export records it and it holds every event."""
+    rows = db.small("SELECT duration FROM ANALYSIS_DETAILS", limit=1) if db.has("ANALYSIS_DETAILS", "duration") else []
+    arrays = [a for a in (k.gpu, k.runtime, k.cpu, k.host_ops) if a.end.size]
+    if not rows or not isinstance(rows[0][0], int) or not arrays or min(float(a.start.min()) for a in arrays) < 0:
+        return None
+    return (0.0, rows[0][0] / 1e3) if max(float(a.end.max()) for a in arrays) <= rows[0][0] / 1e3 else None
+
+
 def _return_freed_memory() -> None:
     """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
     does; nothing elsewhere): a rank's arrays freed after its conversion otherwise stay resident (glibc serves
@@ -188,7 +199,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
         if kind:
             notes.append(f"steps from {kind}")
         for k in events.traces():
-            k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes])
+            k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes], span=_session(db, k))
             out.append(
                 _on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device), meta.epoch_ns)
             )
