@@ -1,5 +1,6 @@
 """`gpuanalyze run --try`: trials of the command, one per candidate setting, measured."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -22,11 +23,11 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.run import trial_env
 from analyzer.run.candidates import Candidate, derive, setting_of
 from analyzer.run.candidates import given as given_candidates
-from analyzer.run.trial_child import _override
+from analyzer.run.trial_child import _batch_of, _override
 from analyzer.run.trial_env import TrialSetting, parse_setting
 from analyzer.run.trial_measure import Measured, beats
 from analyzer.run.trial_output import as_dict, print_table, recommendation
-from analyzer.run.trials import TrialRun, TryResult
+from analyzer.run.trials import TrialRun, TryResult, _batch_notes
 from analyzer.run.try_options import TryOptions
 from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any
@@ -39,12 +40,12 @@ def test_a_setting_parses_from_the_command_line_and_travels_through_the_environm
     setting = parse_setting("num_workers=2, persistent_workers=true,prefetch_factor=4")
     assert setting.dataloader == (("num_workers", 2), ("persistent_workers", True), ("prefetch_factor", 4))
     assert setting.label() == "num_workers=2, persistent_workers=true, prefetch_factor=4"
-    env = trial_env.env_for(setting, stop_after=25, log="/tmp/log")
+    env = trial_env.env_for(setting, stop_after=25, log="/tmp/log", token="t:/x")
     assert env[trial_env.TRIAL] == "1" and env[trial_env.STOP_AFTER] == "25"
     assert json.loads(env[trial_env.DATALOADER]) == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4}
     assert trial_env.from_env(env) == (setting, 25)
     precision = parse_setting("autocast=BF16,tf32=1")
-    assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="")) == (precision, 3)
+    assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="", token="")) == (precision, 3)
     assert precision.needs_accelerator and not setting.needs_accelerator
     assert trial_env.from_env({}) == (TrialSetting(), None)
     assert TrialSetting().is_baseline and TrialSetting().slug() == "baseline"
@@ -69,7 +70,7 @@ def _settings(draw):
 
 @given(_settings(), st.integers(1, 10_000))
 def test_every_setting_survives_the_environment_and_the_command_line(setting, steps):
-    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x")) == (setting, steps)
+    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x", token="")) == (setting, steps)
     if not setting.is_baseline:
         assert parse_setting(setting.label()) == setting
 
@@ -223,7 +224,7 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
     assert projected[0].setting.label() == "batch_size=32" and projected[0].source == "projection"
     micro = parse_setting("batch_size=16,accumulate=2")
     assert micro.changes_batch and micro.script == (("accumulate", 2),)
-    env = trial_env.env_for(micro, stop_after=3, log="")
+    env = trial_env.env_for(micro, stop_after=3, log="", token="")
     assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and json.loads(env[trial_env.DATALOADER]) == {"batch_size": 16}
     assert parse_setting("eval_every=0").label() == "eval_every=0"
     with pytest.raises(GpuAnalyzeError, match="at least 1"):
@@ -232,9 +233,38 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
         parse_setting("batch_size=0")
 
 
-def test_a_loader_with_its_own_batch_sampler_keeps_it():
-    changed = _override({"batch_size": None, "num_workers": 0}, {"batch_size": 16})
-    assert changed == {"batch_size": [None, "skipped: batch_sampler"]}
+def _loader_arguments(**kwargs):
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    bound = inspect.signature(DataLoader.__init__).bind(None, **kwargs)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k != "self"}
+
+
+def test_a_batch_sampler_loader_gets_the_trials_batch_or_says_why_not():
+    pytest.importorskip("torch")
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    data = list(range(64))
+    torchs = _loader_arguments(dataset=data, batch_sampler=BatchSampler(SequentialSampler(data), 8, False))
+    assert _batch_of(torchs) == 8  # what the baseline logs: its batch candidate is 16
+    assert _override(torchs, {"batch_size": 16}) == {"batch_size": [8, 16]}
+    assert [len(b) for b in DataLoader(**torchs)] == [16] * 4  # DataLoader takes it (batch_size=16 would raise)
+
+    class Buckets(BatchSampler):
+        pass
+
+    own = _loader_arguments(dataset=data, batch_sampler=Buckets(SequentialSampler(data), 8, False))
+    assert _batch_of(own) is None  # no batch candidate from it
+    assert _override(own, {"batch_size": 16}) == {"batch_size": [None, "skipped: batch_sampler Buckets"]}
+    assert [len(b) for b in DataLoader(**own)] == [8] * 8
+    unbatched = _loader_arguments(dataset=data, batch_size=None)
+    assert _override(unbatched, {"batch_size": 16}) == {"batch_size": [None, "skipped: the loader does not batch"]}
+    log = ({"event": "loader", "batch_size": None, "batch_sampler": "Buckets"},)
+    baseline = TrialRun("baseline", TrialSetting(), None, "stopped", log=log)
+    assert _batch_notes(baseline, []) == ["batch_size not tried: the DataLoader batches with its own Buckets"]
 
 
 @pytest.mark.parametrize(
@@ -271,6 +301,23 @@ def test_the_try_says_whether_it_settles_the_analysis_advice(tmp_path):
     assert "slower than the projected range" in lines[0] and lines[-1].endswith("within the baselines' noise")
 
 
+def test_the_top_findings_trial_is_recognised_by_its_setting_whatever_made_it_a_candidate(tmp_path):
+    from analyzer.run.trial_output import against_projection
+
+    result = _result(tmp_path, 13.0, low=11.0, high=14.0)
+    setting = result.trials[0][0].setting
+    result.trials[0] = (Candidate(setting, "given"), result.trials[0][1])  # tried as given, no projection on it
+    top = SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(WorkerFix(2)))
+    result.report = SimpleNamespace(findings=[top])  # type: ignore[assignment]
+    assert against_projection(result)[-1].startswith("the analysis' advice (data_loading/c: num_workers=2): confirmed")
+    top.projection = _projection(WorkerFix(4))
+    assert against_projection(result)[-1] == (
+        "the analysis' advice (data_loading/c: num_workers=4) was not tried (--candidates num_workers=4 tries it)"
+    )
+    top.projection = _projection(None)
+    assert "names no setting a trial can apply" in against_projection(result)[-1]
+
+
 def test_a_projection_that_needs_code_changes_is_no_candidate():
     assert setting_of(BatchFix(4)) is None  # the baseline's batch size unknown
     assert setting_of(None) is None
@@ -294,7 +341,7 @@ def test_a_candidate_beats_the_baseline_only_beyond_noise():
 
 
 def _result(tmp_path, candidate_ms, low=None, high=None):
-    projection = _projection((("num_workers", 2),), step_ms=12.0, low=low, high=high)
+    projection = _projection(WorkerFix(2), step_ms=12.0, low=low, high=high)
     candidate = Candidate(TrialSetting(dataloader=(("num_workers", 2),)), "projection", projection, "data_loading/c")
     baseline = TrialRun("baseline", TrialSetting(), tmp_path, "stopped", 0, (), _measured(29.9, 1.0))
     again = TrialRun("baseline 2", TrialSetting(), tmp_path, "stopped", 0, (), _measured(30.1, 1.0))
@@ -328,22 +375,38 @@ def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
 def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
     print_table(_result(tmp_path, 13.0, low=11.0, high=14.0), width=160)
     out = capsys.readouterr().out
-    assert "projected ms [range]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
-    assert "13.00 ± 1.00 (20)" in out and "-56.7%" in out and "yes" in out
+    assert "projected ms" in out and "[11.00, 14.00]" in out  # brackets are not markup
+    assert "13.00 ± 1.00" in out and "-56.7%" in out and "yes" in out and "ended" in out
     assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
     assert "projected 12.00 ms [11.00, 14.00], measured 13.00 ms: inside the projected range" in out
     print_table(_result(tmp_path, 13.0), width=160)
-    assert "12.00 [n/a]" in capsys.readouterr().out
+    assert "[n/a]" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("width", [60, 80, 120])
-def test_the_table_fits_the_width_it_is_given(tmp_path, capsys, width):
+def _crowded(tmp_path):
     result = _result(tmp_path, 13.0, low=11.0, high=14.0)
     result.notes.append("a long note " * 20)
-    print_table(result, width=width)
+    for n, label in enumerate(("num_workers=8,persistent_workers=true", "batch_size=16", "num_workers=1"), start=2):
+        ended = "failed" if label == "num_workers=1" else "stopped"
+        trial = TrialRun(f"candidate {n}", parse_setting(label), tmp_path, ended, 1, (), _measured(1234.5, 100.25))
+        result.trials.append((Candidate(trial.setting, "standard"), trial))
+    return result
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 160])
+def test_the_table_fits_the_width_it_is_given(tmp_path, capsys, width):
+    print_table(_crowded(tmp_path), width=width)
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= width
     assert any("12.00" in line for line in lines) and any("candidate 1" in line for line in lines)
+
+
+def test_at_80_columns_no_value_is_split(tmp_path, capsys):
+    print_table(_crowded(tmp_path), width=80)
+    words = capsys.readouterr().out.split()
+    for value in ("persistent_workers=true", "num_workers=8", "batch_size=16", "1234.50", "100.25", "+4015.0%"):
+        assert value in words, value  # whole, on one line (it was 'persistent_w' / 'orkers=true')
+    assert "[11.00, 14.00]" in " ".join(words) and "failed (exit 1)" in " ".join(words)
 
 
 def test_the_table_takes_its_width_from_columns_in_a_log(tmp_path, monkeypatch, capsys):
@@ -351,6 +414,18 @@ def test_the_table_takes_its_width_from_columns_in_a_log(tmp_path, monkeypatch, 
     print_table(_result(tmp_path, 13.0, low=11.0, high=14.0))  # stdout is not a terminal here
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 70 and any("12.00" in line for line in lines)
+
+
+def test_the_trials_warnings_come_once_after_the_table(tmp_path, capsys):
+    result = _result(tmp_path, 13.0)
+    warned = ({"event": "warning", "text": "UserWarning: this DataLoader will create 8 worker processes"},) * 2
+    result.repeats[0] = dataclasses.replace(result.repeats[0], log=warned)
+    result.trials[0] = (result.trials[0][0], dataclasses.replace(result.trials[0][1], log=warned))
+    print_table(result, width=200)
+    out = capsys.readouterr().out
+    assert out.count("this DataLoader will create 8 worker processes") == 1
+    assert "warning (from 2 of the trials; all in their trial-log.jsonl)" in out
+    assert as_dict(result)["warnings"] == ["UserWarning: this DataLoader will create 8 worker processes"]
 
 
 # -- the noise rule: repeated baselines -------------------------------------------------------
@@ -399,7 +474,9 @@ def test_candidates_that_would_overrun_the_time_limit_are_not_started(tmp_path, 
 
     started = []
 
-    def fake_trial(name, command, profile, setting, directory, options, deadline, stop):
+    monkeypatch.chdir(tmp_path)
+
+    def fake_trial(name, setting, directory, trials):
         started.append(name)
         trace = (tmp_path / "trace.arrow",)
         return TrialRun(name, setting, directory, "stopped", 0, trace, _measured(30.0, 1.0), seconds=1000.0)

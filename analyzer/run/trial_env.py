@@ -12,6 +12,9 @@ Variables (set only by `gpuanalyze run --try`):
 - ``GPUANALYZE_TRY_TF32``: ``1``: TF32 matmuls and convolutions.
 - ``GPUANALYZE_TRY_STOP_AFTER``: the process stops (cleanly) after this many optimizer steps.
 - ``GPUANALYZE_TRY_LOG``: file the process appends one JSON line to per loader it creates and at its stop.
+- ``GPUANALYZE_TRY_TOKEN``: ``<random>:<file>``: the variables count only where the file holds the
+  random value. The launcher writes it in a private directory it removes when the trials end, so
+  variables left in a shell, or copied from a trial, are ignored (genuine).
 
 Script knobs (the convention for what only the script can change): a trial given
 ``accumulate=N``, ``eval_every=N`` or ``checkpoint_every=N`` sets ``GPUANALYZE_TRIAL_ACCUMULATE``,
@@ -22,9 +25,12 @@ exposes the setting reads it (``int(os.environ.get("GPUANALYZE_TRIAL_EVAL_EVERY"
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from analyzer.errors import GpuAnalyzeError
 
@@ -34,6 +40,7 @@ AUTOCAST = "GPUANALYZE_TRY_AUTOCAST"
 TF32 = "GPUANALYZE_TRY_TF32"
 STOP_AFTER = "GPUANALYZE_TRY_STOP_AFTER"
 LOG = "GPUANALYZE_TRY_LOG"
+TOKEN = "GPUANALYZE_TRY_TOKEN"
 #: Script knobs: setting name -> the variable the script reads (see the module docstring).
 SCRIPT_KEYS = {
     "accumulate": "GPUANALYZE_TRIAL_ACCUMULATE",
@@ -160,9 +167,9 @@ def parse_setting(text: str) -> TrialSetting:
     return TrialSetting(dataloader=tuple(loader), autocast=autocast, tf32=tf32, script=tuple(script))
 
 
-def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, str]:
+def env_for(setting: TrialSetting, *, stop_after: int, log: str, token: str) -> dict[str, str]:
     """The variables that make every process of a trial apply ``setting`` and stop after ``stop_after`` steps."""
-    env = {TRIAL: "1", STOP_AFTER: str(stop_after), LOG: log}
+    env = {TRIAL: "1", STOP_AFTER: str(stop_after), LOG: log, TOKEN: token}
     if setting.dataloader:
         env[DATALOADER] = json.dumps(dict(setting.dataloader))
     if setting.autocast is not None:
@@ -172,6 +179,28 @@ def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, st
     for key, value in setting.script:
         env[SCRIPT_KEYS[key]] = str(value)
     return env
+
+
+def is_trial_variable(name: str) -> bool:
+    return name == TRIAL or name.startswith(("GPUANALYZE_TRY_", "GPUANALYZE_TRIAL_"))
+
+
+def new_token(directory: Path) -> str:
+    """A TOKEN value whose file is in ``directory`` (private to the launcher, removed after the trials)."""
+    value = secrets.token_hex(16)
+    path = directory / "token"
+    path.write_text(value)
+    return f"{value}:{path}"
+
+
+def genuine(env: Mapping[str, str]) -> bool:
+    """Whether this process belongs to a running `gpuanalyze run --try` (its TOKEN's file holds its value)."""
+    value, _, path = env.get(TOKEN, "").partition(":")
+    try:
+        with open(path, "rb") as fh:
+            return bool(value) and hmac.compare_digest(fh.read(64), value.encode())
+    except (OSError, ValueError):
+        return False
 
 
 def from_env(env: Mapping[str, str]) -> tuple[TrialSetting, int | None]:
