@@ -700,8 +700,7 @@ CHILD = textwrap.dedent("""
     from torch.utils.data import DataLoader
     from analyzer.run import trial_child
 
-    finished = []
-    trial_child.start(os.environ, None, lambda: finished.append(True))
+    trial_child.start(os.environ, None, lambda: print("trace closed", flush=True))
     model = torch.nn.Linear(4, 2)
     out = {
         "forward_dtype": str(model(torch.randn(3, 4)).dtype),
@@ -710,44 +709,50 @@ CHILD = textwrap.dedent("""
         "workers": DataLoader(list(range(8)), num_workers=0).num_workers,
         "prefetch": DataLoader(list(range(8)), num_workers=0).prefetch_factor,
     }
+    print(json.dumps(out), flush=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = 0
     try:
-        for _ in range(10):
+        for step in range(10):
             model(torch.randn(3, 4)).sum().backward()
             opt.step()
-            steps += 1
-    except SystemExit as exc:
-        out["exit_code"] = exc.code
-    out["steps"] = steps
-    out["finished"] = finished
-    print(json.dumps(out))
+            print("stepped", step, flush=True)
+    except SystemExit:
+        print("caught the stop")
+    finally:
+        open(sys.argv[1], "w").write("saved in finally")
+    print("after the loop")
 """)
 
 
 @pytest.mark.slow
-def test_the_child_applies_autocast_tf32_and_loader_settings_and_stops_after_its_steps(tmp_path):
-    log = tmp_path / "log.jsonl"
-    env = {
-        **os.environ,
-        **trial_env.env_for(
-            parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1"), stop_after=3, log=str(log)
-        ),
-    }
+def test_the_child_applies_its_setting_and_stops_without_the_scripts_exit_handlers(tmp_path):
+    log, saved = tmp_path / "log.jsonl", tmp_path / "ckpt.pt"
+    setting = parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1")
+    token = trial_env.new_token(tmp_path)
+    env = {**os.environ, **trial_env.env_for(setting, stop_after=3, log=str(log), token=token)}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", CHILD, str(saved)], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.splitlines()
+    out = json.loads(lines[0])
     assert out["forward_dtype"] == "torch.bfloat16"  # the outermost forward ran under autocast (CPU here)
     assert out["outside_dtype"] == "torch.float32"  # and only the forward
     assert out["tf32"] is True
     assert out["workers"] == 2 and out["prefetch"] == 3  # what the script passed is overridden
-    assert out["steps"] == 2 and out["exit_code"] == 0 and out["finished"] == [True]  # stopped in the 3rd step
+    assert lines[1:] == ["stepped 0", "stepped 1", "trace closed"]  # stopped in the 3rd step, the trace closed
+    assert not saved.exists()  # no finally block, no except, no code after the loop ran
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [e["event"] for e in entries] == ["loader", "loader", "stop"]
+    assert [e["event"] for e in entries if e["event"] != "warning"] == ["loader", "loader", "stop"]
     assert entries[0]["changed"] == {"num_workers": [0, 2], "prefetch_factor": [None, 3]}
     assert proc.stderr == ""
+    forged = {**env, trial_env.TOKEN: "0" * 32 + token[32:]}  # another value, the same file
+    plain = subprocess.run([sys.executable, "-c", CHILD, str(saved)], env=forged, capture_output=True, text=True,
+                           timeout=300, check=False)  # fmt: skip
+    assert plain.returncode == 0 and "stepped 9" in plain.stdout and saved.read_text() == "saved in finally"
+    assert json.loads(plain.stdout.splitlines()[0])["workers"] == 0  # nothing applied
+    (note,) = plain.stderr.splitlines()
+    assert "GPUANALYZE_TRIAL, GPUANALYZE_TRY_AUTOCAST" in note and "ignored" in note
 
 
 DDP_LOADER = textwrap.dedent("""

@@ -6,10 +6,11 @@ the command line (a directory there is walked too), breadth first: each file's s
 time and inode (``os.lstat``: a file replaced by a rename has a new inode). After every trial it
 records them again; a file of the previous record that differs or is gone was changed by that
 trial. A new file is not counted (Lightning's ``lightning_logs/version_N``, Hydra's ``outputs/``),
-but a trial that changes what an earlier trial wrote is. Left out: ``__pycache__``, the trials'
-own directory, and the files the launcher's process group holds open (its own log, a ``| tee
-log``: written by it, not by a trial). A record is bounded by MAX_FILES files and MAX_CHECK_S
-seconds; the launcher says so when the bound left files out.
+but a trial that changes what an earlier trial wrote is. Left out: ``__pycache__``, ``.git``,
+virtual environments (a directory with ``pyvenv.cfg``), the trials' own directory, and the files
+the launcher's process group holds open (its own log, a ``| tee log``: written by it, not by a
+trial). A record is bounded by MAX_FILES files and MAX_CHECK_S seconds; the launcher says so when
+the bound left files out.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Files:
                 self.complete = True
                 break
             path = queue.popleft()
-            if os.path.basename(path) == "__pycache__" or os.path.abspath(path) in self.skip:  # noqa: PTH100, PTH119
+            if os.path.basename(path) in ("__pycache__", ".git") or os.path.abspath(path) in self.skip:  # noqa: PTH100, PTH119
                 continue
             with contextlib.suppress(OSError):
                 st = os.lstat(path)
@@ -69,8 +70,9 @@ class Files:
                 if not os.path.isdir(path) or os.path.islink(path):  # noqa: PTH112, PTH114
                     out[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
                     continue
-                with os.scandir(path) as entries:
-                    queue.extend(sorted(os.path.normpath(e.path) for e in entries))
+                if not os.path.exists(os.path.join(path, "pyvenv.cfg")):  # noqa: PTH110, PTH118
+                    with os.scandir(path) as entries:
+                        queue.extend(sorted(os.path.normpath(e.path) for e in entries))
         return out
 
     def changed(self) -> list[str]:
