@@ -123,7 +123,6 @@ cpu_softmax_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelSta
 cpu_sdpa_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_op_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
-left_running  # unused variable (analyzer/run/trials.py:67): a trial's result field, kept for the report
 cpu_matmul_bf16_fast_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_slow_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)

@@ -521,10 +521,13 @@ SLOW_LOADER = textwrap.dedent("""
 """)
 
 
-def _gpuanalyze(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "analyzer.run", *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+def _gpuanalyze(tmp_path, *args, timeout=600):
+    """`gpuanalyze run ARGS` in a directory of its own under ``tmp_path`` (a trial that changes a file in
+    the working directory stops the trials; these scripts write beside it)."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "analyzer.run", *args]
+    return subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.slow
@@ -534,7 +537,7 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     (out / "trial-0-baseline").mkdir(parents=True)  # something already there is never reused
     (out / "trial-0-baseline" / "mine.txt").write_text("keep")
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--json", "--out", str(out), "--",
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "4", "--json", "--out", str(out), "--",
         sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -590,7 +593,7 @@ def test_try_measures_a_batch_size_candidate_per_sample_against_two_baselines(tm
     script = tmp_path / "train.py"
     script.write_text(FIXED_COST_LOOP)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
         "--candidates", "batch_size=16", "--candidates", "batch_size=4,accumulate=2", "--",
         sys.executable, str(script),
     )  # fmt: skip
@@ -631,8 +634,8 @@ def test_try_leaves_no_process_of_a_trial_running(tmp_path):
     """)
     )
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1", "--out", str(tmp_path / "o"),
-        "--", sys.executable, str(script), str(pids), timeout=200,
+        tmp_path, "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1",
+        "--out", str(tmp_path / "o"), "--", sys.executable, str(script), str(pids), timeout=200,
     )  # fmt: skip  # capture_output: returns only once every holder of the pipes has gone
     assert proc.returncode == 0, proc.stderr
     started = [int(line.split()[1]) for line in pids.read_text().splitlines()]
@@ -647,7 +650,7 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
     script.write_text(SLOW_LOADER)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
         "--width", "160", "--", sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -663,7 +666,9 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_baseline_passes_its_status_on_and_tries_nothing(tmp_path):
-    proc = _gpuanalyze("--try", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    proc = _gpuanalyze(
+        tmp_path, "--try", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)"
+    )
     assert proc.returncode == 3, proc.stderr
     assert "no recommendation: the baseline trial failed (exit status 3)" in proc.stdout
     assert [p.name for p in (tmp_path / "o").iterdir()] == ["trial-0-baseline"]
@@ -679,7 +684,17 @@ def test_a_trial_past_the_time_limit_is_killed_with_its_process_group(tmp_path):
     )
     started = time.monotonic()
     proc = _gpuanalyze(
-        "--try", "--try-time-limit", "4", "--json", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", hang
+        tmp_path,
+        "--try",
+        "--try-time-limit",
+        "4",
+        "--json",
+        "--out",
+        str(tmp_path / "o"),
+        "--",
+        sys.executable,
+        "-c",
+        hang,
     )
     assert time.monotonic() - started < 100
     assert proc.returncode == 1, proc.stderr
@@ -788,8 +803,8 @@ def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
     script.write_text(DDP_LOADER)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json", "--out", str(out),
-        "--", *torchrun,
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json",
+        "--out", str(out), "--", *torchrun,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     base, again, cand = json.loads(proc.stdout)["trials"]
