@@ -24,7 +24,7 @@ def test_a_file_rewritten_appended_replaced_or_removed_is_named(tmp_path, monkey
     work = _project(tmp_path, monkeypatch)
     elsewhere = tmp_path / "data.bin"
     elsewhere.write_bytes(b"d")
-    files = Files.watch(["python", "train.py", f"--data={elsewhere}"], [work / "out"])
+    files = Files(["python", "train.py", f"--data={elsewhere}"], [work / "out"])
     assert files.complete and files.changed() == []
     (work / "metrics.csv").write_text("step,loss\n1,0.5\n")  # appended
     (work / "ckpt.tmp").write_bytes(b"weights")
@@ -42,7 +42,7 @@ def test_new_files_bytecode_our_own_output_and_virtual_environments_are_not_chan
     (work / "__pycache__").mkdir()
     log = (work / "try.log").open("w")  # `gpuanalyze run --try ... > try.log` in the working directory
     try:
-        files = Files.watch(["python", "train.py"], [work / "out"])
+        files = Files(["python", "train.py"], [work / "out"])
         (work / "lightning_logs" / "version_0").mkdir(parents=True)  # a new run directory: not the user's
         (work / "lightning_logs" / "version_0" / "events").write_text("e")
         (work / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"pyc")
@@ -61,7 +61,7 @@ def test_new_files_bytecode_our_own_output_and_virtual_environments_are_not_chan
 def test_the_record_is_bounded_and_says_so(tmp_path, monkeypatch):
     work = _project(tmp_path, monkeypatch)
     monkeypatch.setattr(trial_files, "MAX_FILES", 2)
-    files = Files.watch(["python", "train.py"], [work / "out"])
+    files = Files(["python", "train.py"], [work / "out"])
     assert not files.complete and sorted(files.last) == ["ckpt.pt", "metrics.csv"]  # breadth first, in order
     (work / "ckpt.pt").write_bytes(b"other weights")
     assert files.changed() == ["ckpt.pt"]

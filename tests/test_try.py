@@ -42,7 +42,7 @@ def test_a_setting_parses_from_the_command_line_and_travels_through_the_environm
     assert setting.label() == "num_workers=2, persistent_workers=true, prefetch_factor=4"
     env = trial_env.env_for(setting, stop_after=25, log="/tmp/log", token="t:/x")
     assert env[trial_env.TRIAL] == "1" and env[trial_env.STOP_AFTER] == "25"
-    assert json.loads(env[trial_env.DATALOADER]) == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4}
+    assert env[trial_env.SETTING] == "num_workers=2,persistent_workers=true,prefetch_factor=4"
     assert trial_env.from_env(env) == (setting, 25)
     precision = parse_setting("autocast=BF16,tf32=1")
     assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="", token="")) == (precision, 3)
@@ -100,11 +100,9 @@ def test_a_bad_candidate_says_what_is_accepted(text, says):
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({trial_env.DATALOADER: "{num_workers: 2"}, "GPUANALYZE_TRY_DATALOADER=.*not JSON"),
-        ({trial_env.DATALOADER: "[2]"}, "expected a JSON object"),
-        ({trial_env.DATALOADER: '{"num_workers": "2"}'}, "expected a whole number"),
-        ({trial_env.DATALOADER: '{"sampler": 2}'}, "unknown DataLoader setting"),
-        ({trial_env.SCRIPT_KEYS["accumulate"]: "two"}, "GPUANALYZE_TRIAL_ACCUMULATE"),
+        ({trial_env.SETTING: "num_workers"}, "GPUANALYZE_TRY_SETTING 'num_workers': .* is not key=value"),
+        ({trial_env.SETTING: "num_workers=two"}, "expected a whole number"),
+        ({trial_env.SETTING: "sampler=2"}, "GPUANALYZE_TRY_SETTING 'sampler=2': unknown setting"),
         ({trial_env.STOP_AFTER: "ten"}, "GPUANALYZE_TRY_STOP_AFTER"),
         ({trial_env.STOP_AFTER: "0"}, "at least 1"),
     ],
@@ -225,7 +223,7 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
     micro = parse_setting("batch_size=16,accumulate=2")
     assert micro.changes_batch and micro.script == (("accumulate", 2),)
     env = trial_env.env_for(micro, stop_after=3, log="", token="")
-    assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and json.loads(env[trial_env.DATALOADER]) == {"batch_size": 16}
+    assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and trial_env.from_env(env)[0] == micro
     assert parse_setting("eval_every=0").label() == "eval_every=0"
     with pytest.raises(GpuAnalyzeError, match="at least 1"):
         parse_setting("accumulate=0")
@@ -326,9 +324,7 @@ def test_a_projection_that_needs_code_changes_is_no_candidate():
 
 # -- measuring and recommending ------------------------------------------------------------------
 def _measured(mean, stdev, steps=20, workers=0):
-    return Measured(
-        steps=steps, mean_ms=mean, stdev_ms=stdev, recorded=steps + 5, loader_workers=workers, end_status="trial_stop"
-    )
+    return Measured(steps=steps, mean_ms=mean, stdev_ms=stdev, loader_workers=workers, end_status="trial_stop")
 
 
 def test_a_candidate_beats_the_baseline_only_beyond_noise():
@@ -430,14 +426,13 @@ def test_the_trials_warnings_come_once_after_the_table(tmp_path, capsys):
 
 # -- the noise rule: repeated baselines -------------------------------------------------------
 def test_a_change_inside_the_baselines_own_spread_is_not_beyond_noise():
-    from analyzer.run.trial_measure import Baselines, beyond_noise, noise_ms
+    beyond_noise = beats
 
     steady = 0.05  # steps so even that within-trial noise alone would call -8.9% real
     baselines = [_measured(28.5, steady), _measured(31.5, steady)]  # run to run: 10% apart
     candidate = _measured(27.33, steady)  # -8.9% against their mean
     assert beats(baselines[1], candidate)  # the old rule, one baseline and its steps' variation
     assert not beyond_noise(baselines, candidate)
-    assert noise_ms(Baselines(tuple(baselines)), candidate) == pytest.approx(3.0)
     assert beyond_noise(baselines, _measured(26.5, steady))  # beyond the 3 ms spread
     assert beyond_noise([_measured(29.9, steady), _measured(30.1, steady)], candidate)  # tight baselines
     noisy = [_measured(29.9, 6.0, steps=5), _measured(30.1, 6.0, steps=5)]
@@ -452,12 +447,12 @@ def test_no_candidate_is_recommended_without_a_second_baseline(tmp_path):
 
 
 def test_a_larger_batch_is_compared_per_sample():
-    from analyzer.run.trial_measure import beyond_noise, comparable_ms, vs_baseline
+    from analyzer.run.trial_measure import comparable_ms, vs_baseline
+
+    beyond_noise = beats
 
     def batch(mean, samples):
-        return Measured(
-            steps=20, mean_ms=mean, stdev_ms=0.1, recorded=25, loader_workers=0, end_status=None, samples=samples
-        )
+        return Measured(steps=20, mean_ms=mean, stdev_ms=0.1, loader_workers=0, end_status=None, samples=samples)
 
     baselines = [batch(10.0, 8), batch(10.2, 8)]
     doubled = batch(16.0, 16)  # slower per step, 8 ms per 8 samples
@@ -767,7 +762,7 @@ def test_the_child_applies_its_setting_and_stops_without_the_scripts_exit_handle
     assert plain.returncode == 0 and "stepped 9" in plain.stdout and saved.read_text() == "saved in finally"
     assert json.loads(plain.stdout.splitlines()[0])["workers"] == 0  # nothing applied
     (note,) = plain.stderr.splitlines()
-    assert "GPUANALYZE_TRIAL, GPUANALYZE_TRY_AUTOCAST" in note and "ignored" in note
+    assert "GPUANALYZE_TRIAL, GPUANALYZE_TRY_LOG, GPUANALYZE_TRY_SETTING" in note and "ignored" in note
 
 
 DDP_LOADER = textwrap.dedent("""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -146,20 +145,23 @@ def _try(
     command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool, width: int | None
 ) -> None:
     """`--try`: the trials, their table (or JSON), then the baseline's exit status if it failed, else 0."""
+    import textwrap
+
+    from analyzer.render.console import layout_width
+    from analyzer.render.safe import clean
     from analyzer.run import launch, trial_output, trials
     from analyzer.run.summary import verdict_line
 
-    say = partial(typer.echo, err=True)
+    def say(line: str) -> None:  # on stderr, within the width, like the table under it
+        columns = layout_width(width, stderr=True)
+        wrapped = textwrap.wrap(
+            clean(line), columns, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        typer.echo("\n".join(wrapped), err=True)
+
     result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out, say=say)
     if result.report is not None:
-        import textwrap
-
-        from analyzer.render.console import layout_width
-        from analyzer.render.safe import clean
-
-        line = clean(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
-        wrapped = textwrap.wrap(line, layout_width(width, stderr=True), subsequent_indent="  ", break_on_hyphens=False)
-        typer.echo("\n".join(wrapped), err=True)  # the width rule, like the table under it
+        say(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
     if json_out:
         from analyzer.render.json_report import dumps
 
@@ -169,11 +171,9 @@ def _try(
     code = result.baseline.returncode
     if result.baseline.outcome == "failed" and code is not None:
         launch.die_like(code)
-    if result.baseline.outcome == "time_limit":
-        raise typer.Exit(1)
     if result.interrupted_by is not None:
         raise typer.Exit(128 + result.interrupted_by)
-    if result.files_changed:
+    if result.baseline.outcome == "time_limit" or result.files_changed:
         raise typer.Exit(1)
 
 

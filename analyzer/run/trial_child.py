@@ -1,24 +1,20 @@
 """Inside each Python process of a `gpuanalyze run --try` trial: apply the trial's setting and
 stop after its bounded steps.
 
-``start`` is called by analyzer.run.child once torch has loaded and the automatic profile is
-armed, when a trial variable is set; it applies nothing unless they come from a running
-`gpuanalyze run --try` (trial_env.genuine). It:
+``start`` is called by analyzer.run.child once torch has loaded and the automatic profile is armed,
+when a trial variable is set; it applies nothing unless they come from a running `gpuanalyze run
+--try` (trial_env.genuine). It:
 
-- logs the batch size of every DataLoader the process creates (the baseline's tells which batch
-  size candidates to try) and replaces the DataLoader arguments of the setting in **every** one
-  (``DataLoader.__init__`` is wrapped; what the script passed is overridden, since a script that
-  wants ``num_workers=0`` usually says so), skipping for a loader the worker-only arguments
-  (``persistent_workers``, ``prefetch_factor``) when it ends up without workers; a loader given
-  torch's ``BatchSampler`` gets a new one of the trial's batch size over the same sampler (another
-  batch sampler is the script's own: kept, and said); each loader is one JSON line in the trial's log;
-- writes the process's Python warnings to that log instead of stderr (the launcher prints each
-  distinct one once, after its table);
+- logs the batch size of every DataLoader the process creates and replaces the setting's DataLoader
+  arguments in **every** one (``DataLoader.__init__`` is wrapped; what the script passed is
+  overridden), except the worker-only ones for a loader left without workers; a loader given torch's
+  ``BatchSampler`` gets a new one of the trial's batch size over the same sampler (another batch
+  sampler is the script's own: kept, and said); one JSON line per loader in the trial's log;
+- writes the process's Python warnings to that log instead of stderr (printed once, after the table);
 - allows TF32 and runs the outermost module forward under ``torch.autocast`` when asked;
-- after ``GPUANALYZE_TRY_STOP_AFTER`` optimizer steps closes the trace with the end status
-  ``trial_stop`` and ends the process with ``os._exit(0)`` from the optimizer's step hook: the
-  script's ``finally`` blocks, atexit handlers and the code after its loop do not run, so a trial
-  never saves a checkpoint or appends to a log on its way out.
+- after ``GPUANALYZE_TRY_STOP_AFTER`` optimizer steps closes the trace (end status ``trial_stop``)
+  and ends the process with ``os._exit(0)`` from the optimizer's step hook: the script's ``finally``
+  blocks, atexit handlers and code after its loop do not run, so a trial saves nothing on its way out.
 
 Anything that fails here is reported once and the script runs on unchanged.
 """
@@ -90,18 +86,9 @@ def _patch_loader(values: tuple[tuple[str, trial_env.LoaderValue], ...], log: st
             original(self, *args, **kwargs)
             return
         original(*bound.args, **bound.kwargs)
-        dataset = bound.arguments.get("dataset")
-        _log(
-            log,
-            {
-                "event": "loader",
-                "pid": os.getpid(),
-                "dataset": type(dataset).__name__,
-                "batch_size": _batch_of(bound.arguments),
-                "batch_sampler": _name(bound.arguments.get("batch_sampler")),
-                "changed": changed,
-            },
-        )
+        arguments = bound.arguments
+        entry = {"event": "loader", "pid": os.getpid(), "dataset": _name(arguments.get("dataset")), "changed": changed}
+        _log(log, {**entry, "batch_size": _batch_of(arguments), "batch_sampler": _name(arguments.get("batch_sampler"))})
 
     DataLoader.__init__ = __init__
 

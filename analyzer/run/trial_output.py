@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analyzer.run.candidates import Candidate, setting_of
+from analyzer.run.trial_env import TrialSetting
 from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, Measured, beats, comparable_ms, vs_baseline
 from analyzer.run.trials import LOG_NAME, TrialRun, TryResult, batch_size_of
 
@@ -153,7 +154,7 @@ def as_dict(result: TryResult) -> dict[str, Any]:
         "baseline_verdict": None if result.report is None else result.report.bottleneck,
         "baseline_problem": result.problem if result.report is None or result.baseline_failed else None,
         "trials": rows(result),
-        "recommended": None if best is None else _setting_dict(best[0]),
+        "recommended": None if best is None else _setting_dict(best[0].setting),
         "within_noise_of_recommended": within_noise(result),
         "recommendation": recommendation(result).removeprefix("gpuanalyze: "),
         "against_projection": against_projection(result),
@@ -185,14 +186,16 @@ def print_table(result: TryResult, width: int | None = None) -> None:
         pad_edge=False,
     )
     cells = [_cells(row) for row in rows(result)]
-    wide = _width([COLUMNS, *cells]) <= console.width  # else the in-range, workers and ended columns go
-    for name in COLUMNS[: None if wide else 5]:
+    wide = _width([COLUMNS + WIDE_COLUMNS, *cells]) <= console.width
+    for name in COLUMNS + WIDE_COLUMNS if wide else COLUMNS:
         justify = "left" if name in ("trial", "setting", "ended") else "center" if name == "in range" else "right"
         table.add_column(Text(name), justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row, shown in zip(rows(result), cells, strict=True):
         if not wide and row["outcome"] != "stopped":  # the outcome in the measured cell
             shown[3] = shown[7] if shown[3] == "—" else f"{shown[3]}\n{shown[7]}"
-        table.add_row(*(Text(cell) for cell in shown[: None if wide else 5]))  # Text: "[low, high]" is not markup
+        table.add_row(
+            *(Text(cell) for cell in shown[: None if wide else len(COLUMNS)])
+        )  # Text: "[low, high]" is not markup
     console.print(table)
     lines = [f"{row['trial']}: {line}" for row in rows(result) for line in row["loaders_changed"]]
     lines += against_projection(result)
@@ -205,17 +208,9 @@ def print_table(result: TryResult, width: int | None = None) -> None:
     console.print(Text(recommendation(result)))
 
 
-#: The table's columns (their names on two lines, as their values are).
-COLUMNS = [
-    "trial",
-    "setting",
-    "projected ms\n[range]",
-    "measured ms\n± sd (n)",
-    "vs base",
-    "in range",
-    "workers",
-    "ended",
-]
+#: The table's columns (their names on two lines, as their values are), and those left out where they do not fit.
+COLUMNS = ["trial", "setting", "projected ms\n[range]", "measured ms\n± sd (n)", "vs base"]
+WIDE_COLUMNS = ["in range", "workers", "ended"]
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
@@ -244,7 +239,7 @@ def _width(rows: list[list[str]]) -> int:
 def warnings(result: TryResult) -> list[tuple[str, int]]:
     """Each distinct Python warning of the trials' processes, with the number of trials it came from."""
     seen: dict[str, set[str]] = {}
-    for trial in result.runs:
+    for trial in [result.baseline, *result.repeats, *(t for _, t in result.trials)]:
         for entry in trial.entries("warning"):
             seen.setdefault(str(entry.get("text")), set()).add(trial.name)
     return [(text, len(names)) for text, names in seen.items()]
@@ -255,11 +250,7 @@ def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dic
     m = trial.measured
     return {
         "trial": trial.name,
-        "setting": trial.setting.label(),
-        "dataloader": dict(trial.setting.dataloader),
-        "autocast": trial.setting.autocast,
-        "tf32": trial.setting.tf32,
-        "script": dict(trial.setting.script),
+        **_setting_dict(trial.setting),
         "source": "baseline" if candidate is None else candidate.source,
         **_projected(projection),
         "projected_by": None if candidate is None else candidate.finding,
@@ -283,14 +274,9 @@ def _change(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> 
     return vs_baseline(noise if candidate is not None else first, m)
 
 
-def _projected(projection: Projection | None) -> dict[str, float | None]:
-    if projection is None:
-        return {"projected_ms": None, "projected_low_ms": None, "projected_high_ms": None}
-    return {
-        "projected_ms": projection.step_ms,
-        "projected_low_ms": projection.low_ms,
-        "projected_high_ms": projection.high_ms,
-    }
+def _projected(p: Projection | None) -> dict[str, float | None]:
+    values = (None, None, None) if p is None else (p.step_ms, p.low_ms, p.high_ms)
+    return dict(zip(("projected_ms", "projected_low_ms", "projected_high_ms"), values, strict=True))
 
 
 def _measured(m: Measured | None) -> dict[str, Any]:
@@ -308,15 +294,9 @@ def _inside(projection: Projection | None, m: Measured | None, samples: float | 
     return "yes" if projection.low_ms <= comparable_ms(samples, m) <= projection.high_ms else "no"
 
 
-def _setting_dict(candidate: Candidate) -> dict[str, Any]:
-    s = candidate.setting
-    return {
-        "setting": s.label(),
-        "dataloader": dict(s.dataloader),
-        "autocast": s.autocast,
-        "tf32": s.tf32,
-        "script": dict(s.script),
-    }
+def _setting_dict(s: TrialSetting) -> dict[str, Any]:
+    return {"setting": s.label(), "dataloader": dict(s.dataloader), "autocast": s.autocast, "tf32": s.tf32,
+            "script": dict(s.script)}  # fmt: skip
 
 
 def _projected_text(row: dict[str, Any]) -> str:

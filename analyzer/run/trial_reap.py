@@ -90,11 +90,11 @@ class Tree:
         table = processes()
         return [(pid, start) for pid, start in self.seen if table.get(pid, (0, 0, -1))[2] == start and _running(pid)]
 
-    def kill(self) -> int:
+    def kill(self) -> None:
         """SIGTERM the group and every descendant, SIGKILL what is left after KILL_GRACE_S, reap
-        what the launcher may reap; returns how many processes besides the root were signalled."""
+        what the launcher may reap."""
         self.scan()
-        signalled = self._signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline:
             self._reap()
@@ -110,20 +110,15 @@ class Tree:
                 break
             time.sleep(0.05)
             self._reap()
-        return signalled
 
-    def _signal(self, signum: int) -> int:
+    def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.root, signum)
-        count = 0
         for pid, _ in self.alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-                count += 1
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                os.kill(pid, signum)
                 if os.getpgid(pid) == pid:  # a setsid leader: its own group too
                     os.killpg(pid, signum)
-        return count
 
     def _reap(self) -> None:
         for pid, _ in list(self.seen):

@@ -35,7 +35,7 @@ from analyzer.run import trial_env, trial_files, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
 from analyzer.run.launch import child_env, create_dir, prepare_out_dir, signals_handled, traces_of
 from analyzer.run.trial_env import TrialSetting
-from analyzer.run.trial_measure import Baselines, Measured, beyond_noise, comparable_ms, measure
+from analyzer.run.trial_measure import Baselines, Measured, beats, comparable_ms, measure
 from analyzer.run.try_options import TryOptions
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 #: Name of the per-trial log the child processes append to (loaders, warnings, the stop).
 LOG_NAME = "trial-log.jsonl"
-#: How to keep a script's writes out of the trials (said wherever the trials touched the user's files).
-GUARD = 'skip its writes when GPUANALYZE_TRIAL is 1 (if os.environ.get("GPUANALYZE_TRIAL") != "1": ...)'
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +99,6 @@ class TryResult:
     """Which trial changed which of the user's files (None: none did); no trial ran after it."""
 
     @property
-    def runs(self) -> list[TrialRun]:
-        return [self.baseline, *self.repeats, *(t for _, t in self.trials)]
-
-    @property
     def noise(self) -> Baselines | None:
         """The measured baselines (None: the first one was not measured)."""
         runs = [self.baseline, *self.repeats]
@@ -121,7 +115,7 @@ class TryResult:
             return None
         candidate, trial = min(ran, key=lambda ct: comparable_ms(base.samples, ct[1].measured))  # type: ignore[arg-type]
         assert trial.measured is not None
-        return (candidate, trial) if beyond_noise(base.runs, trial.measured) else None
+        return (candidate, trial) if beats(base.runs, trial.measured) else None
 
     @property
     def baseline_failed(self) -> bool:
@@ -142,10 +136,9 @@ def try_command(
     result); ``say``: where the lines the user must read before the trials go."""
     out_dir, _ = prepare_out_dir(out_dir)
     with tempfile.TemporaryDirectory(prefix="gpuanalyze-try-") as private:
-        trials = _Trials(command, profile, options, out_dir, time.monotonic() + options.time_limit_s, say)
-        trials.stdout_to_stderr = stdout_to_stderr
-        trials.token = trial_env.new_token(Path(private))
-        trials.files = trial_files.Files.watch(command, [out_dir, Path(private)])
+        token, files = trial_env.new_token(Path(private)), trial_files.Files(command, [out_dir, Path(private)])
+        deadline = time.monotonic() + options.time_limit_s
+        trials = _Trials(command, profile, options, out_dir, deadline, say, stdout_to_stderr, token, files)
         result = trials.run_all()
     result.interrupted_by = trials.signum
     return result
@@ -159,32 +152,24 @@ class _Trials:
     out_dir: Path
     deadline: float
     say: Callable[[str], None]
-    stdout_to_stderr: bool = False
-    token: str = ""
+    stdout_to_stderr: bool
+    token: str
     """The value of trial_env.TOKEN that makes the trial variables count (trial_env.genuine)."""
-    files: trial_files.Files | None = None
+    files: trial_files.Files
     signum: int | None = None
     """A signal that reached the launcher: it is passed to the running trial, and no further trial starts."""
     child: subprocess.Popen[bytes] | None = None
 
     def run_all(self) -> TryResult:
         options = self.options
-        runs = (
-            f"{options.baselines + len(options.candidates)} times ({options.baselines} baselines, "
-            f"{len(options.candidates)} candidates)"
-            if options.candidates
-            else f"{options.baselines} times as the baseline, then once per candidate (counted after the first)"
-        )
+        n, k = options.baselines, len(options.candidates)
+        runs = f"{n + k} times ({n} baselines, {k} candidates)" if k else f"{n} times, then once per candidate"
         self.say(
             f"gpuanalyze: --try will run your command {runs}, each for {options.stop_after} optimizer steps, "
             "then end it without its exit handlers; GPUANALYZE_TRIAL=1 is set so that it can skip its "
             f"checkpoints. A trial that changes a file under {Path.cwd()} or on the command line stops the trials."
+            + ("" if self.files.complete else f" Only the first {len(self.files.last):,} files are checked.")
         )
-        if self.files is not None and not self.files.complete:
-            self.say(
-                f"gpuanalyze: only the first {len(self.files.last):,} files (breadth first, at most "
-                f"{trial_files.MAX_CHECK_S:g} s) are checked after each trial; files past them are not"
-            )
         with _forwarding_signals(self), trial_reap.subreaper():
             baseline = self.run("baseline", TrialSetting(), 0)
             result = TryResult(out_dir=self.out_dir, baseline=baseline)
@@ -217,7 +202,7 @@ class _Trials:
                 result.report, cores=_cores(), accelerator=accelerator, current_workers=workers, current_batch=batch
             )
         result.notes += notes + _batch_notes(baseline, candidates)
-        self.say(f"gpuanalyze: {len(candidates)} candidates; your command runs {len(candidates)} more times")
+        self.say(f"gpuanalyze: {len(candidates)} candidate(s): your command runs {len(candidates)} more time(s)")
         for index, candidate in enumerate(candidates, start=1):
             name = f"candidate {index}"
             if result.files_changed or not self.time_for(f"{name} ({candidate.setting.label()})", result):
@@ -229,12 +214,13 @@ class _Trials:
 
     def checked(self, result: TryResult, trial: TrialRun) -> TryResult:
         """``result``, with ``files_changed`` set when ``trial`` changed the user's files."""
-        changed = [] if self.files is None else self.files.changed()
+        changed = self.files.changed()
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             result.files_changed = (
                 f"{trial.name} changed {shown}; no trial ran after it, since each would start from what the one "
-                f"before left. To try the fixes, make the script {GUARD}, or run the trials on a copy."
+                "before left. To try the fixes, make the script skip its writes when GPUANALYZE_TRIAL is 1 "
+                '(if os.environ.get("GPUANALYZE_TRIAL") != "1": ...), or run the trials on a copy.'
             )
         return result
 
@@ -389,39 +375,27 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 
 def _loader_line(entry: dict[str, Any]) -> str:
-    changed = entry.get("changed")
-    parts = []
-    if isinstance(changed, dict):
-        for key, values in changed.items():
-            if isinstance(values, list) and len(values) == 2:
-                parts.append(f"{key} {values[0]} -> {values[1]}")
+    changed = entry["changed"] if isinstance(entry.get("changed"), dict) else {}
+    parts = [f"{k} {v[0]} -> {v[1]}" for k, v in changed.items() if isinstance(v, list) and len(v) == 2]
     return f"DataLoader({entry.get('dataset', '?')}) in pid {entry.get('pid', '?')}: {', '.join(parts)}"
 
 
 def _cores() -> int:
     """Cores this job may use (its affinity mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _why_no_baseline(baseline: TrialRun) -> str:
-    if baseline.outcome == "time_limit":
-        return "the baseline trial was still running at the time limit (raise --try-time-limit)"
-    if baseline.outcome == "interrupted":
-        return "the baseline trial was interrupted"
-    if baseline.outcome == "failed":
-        return f"the baseline trial failed ({_status(baseline.returncode)})"
-    if not baseline.traces:
-        return "the baseline trial left no trace (no Python process of the command ran an optimizer step)"
-    return (
-        "the baseline trial recorded too few steps after the warm-up to measure "
-        "(the script ends sooner: lower --try-warmup/--try-steps)"
-    )
-
-
-def _status(returncode: int | None) -> str:
-    if returncode is None:
-        return "not run"
-    return f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    code = baseline.returncode or 0
+    why = {
+        "time_limit": "was still running at the time limit (raise --try-time-limit)",
+        "interrupted": "was interrupted",
+        "failed": f"failed ({f'killed by signal {-code}' if code < 0 else f'exit status {code}'})",
+    }.get(baseline.outcome)
+    if why is None:
+        why = (
+            "recorded too few steps after the warm-up to measure (it ends sooner: lower --try-warmup/--try-steps)"
+            if baseline.traces
+            else "left no trace (no Python process of the command ran an optimizer step)"
+        )
+    return f"the baseline trial {why}"
