@@ -41,14 +41,15 @@ def test_new_files_bytecode_our_own_output_and_virtual_environments_are_not_chan
     (work / ".venv" / "pyvenv.cfg").write_text("home = /usr")
     (work / "__pycache__").mkdir()
     log = (work / "try.log").open("w")  # `gpuanalyze run --try ... > try.log` in the working directory
+    (work / "out").mkdir()
+    (work / "out" / "trace.arrow").write_bytes(b"t")
     try:
         files = Files(["python", "train.py"], [work / "out"])
         (work / "lightning_logs" / "version_0").mkdir(parents=True)  # a new run directory: not the user's
         (work / "lightning_logs" / "version_0" / "events").write_text("e")
         (work / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"pyc")
         (work / ".venv" / "pyvenv.cfg").write_text("home = /opt")
-        (work / "out").mkdir()
-        (work / "out" / "trace.arrow").write_bytes(b"t")
+        (work / "out" / "trace.arrow").write_bytes(b"the trials' own")
         log.write("the trials' output")
         log.flush()
         assert files.changed() == []

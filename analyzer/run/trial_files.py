@@ -37,8 +37,8 @@ class Files:
         words = [w.partition("=")[2] if w.startswith("-") else w for w in command[1:]]
         named = [os.path.normpath(w) for w in dict.fromkeys(words) if w and os.path.lexists(w)]
         self.roots = [os.curdir, *named]
-        self.skip = {str(p.resolve()) for p in skip}
-        self.ours = _held_open()
+        self.ours = _held_open() | {(st.st_dev, st.st_ino) for st in (p.stat() for p in skip if p.exists())}
+        """(device, inode) of what is never looked at: ``skip`` and what this process group holds open."""
         self.last = self.record()
 
     def record(self) -> dict[str, Stat]:
@@ -47,7 +47,7 @@ class Files:
         queue, started = deque(self.roots), time.monotonic()
         while queue and len(out) < MAX_FILES and time.monotonic() - started < MAX_CHECK_S:
             path = queue.popleft()
-            if os.path.basename(path) in ("__pycache__", ".git") or os.path.abspath(path) in self.skip:  # noqa: PTH100, PTH119
+            if os.path.basename(path) in ("__pycache__", ".git"):  # noqa: PTH119
                 continue
             with contextlib.suppress(OSError):
                 st = os.lstat(path)
