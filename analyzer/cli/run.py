@@ -150,7 +150,6 @@ def _try(
     from analyzer.render.console import layout_width
     from analyzer.render.safe import clean
     from analyzer.run import launch, trial_output, trials
-    from analyzer.run.summary import verdict_line
 
     def say(line: str) -> None:  # on stderr, within the width, like the table under it
         columns = layout_width(width, stderr=True)
@@ -160,8 +159,6 @@ def _try(
         typer.echo("\n".join(wrapped), err=True)
 
     result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out, say=say)
-    if result.report is not None:
-        say(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
     if json_out:
         from analyzer.render.json_report import dumps
 

@@ -34,6 +34,7 @@ from analyzer.record.profile_options import ProfileOptions
 from analyzer.run import trial_env, trial_files, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
 from analyzer.run.launch import child_env, create_dir, prepare_out_dir, signals_handled, traces_of
+from analyzer.run.summary import verdict_line
 from analyzer.run.trial_env import TrialSetting
 from analyzer.run.trial_measure import Baselines, Measured, beats, comparable_ms, measure
 from analyzer.run.try_options import TryOptions
@@ -177,6 +178,8 @@ class _Trials:
                 result.problem = _why_no_baseline(baseline)
                 return self.checked(result, baseline)
             result.report, result.problem = analyze_baseline(baseline.traces[0], options.warmup)
+            if result.report is not None:
+                self.say(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
             if not self.checked(result, baseline).files_changed:
                 self.candidates(result)
         return result
