@@ -71,6 +71,7 @@ _._repr_html_  # unused method (analyzer/render/html_report.py:194)
 _.allow_tf32  # unused attribute (analyzer/run/trial_child.py:109)
 _.allow_tf32  # unused attribute (analyzer/run/trial_child.py:110)
 output  # unused variable (analyzer/run/trial_child.py:131)
+_.showwarning  # unused attribute (analyzer/run/trial_child.py): a trial writes its warnings to its log
 exc_type  # unused variable (analyzer/scale/engine.py:136)
 workers_rss_bytes  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:43)
 involuntary_switches_per_s  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:45)
@@ -125,7 +126,6 @@ cpu_softmax_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelSta
 cpu_sdpa_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_op_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
-left_running  # unused variable (analyzer/run/trials.py:67): a trial's result field, kept for the report
 cpu_matmul_bf16_fast_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_slow_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_matmul_bf16_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)

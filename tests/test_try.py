@@ -1,5 +1,6 @@
 """`gpuanalyze run --try`: trials of the command, one per candidate setting, measured."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -22,11 +23,11 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.run import trial_env
 from analyzer.run.candidates import Candidate, derive, setting_of
 from analyzer.run.candidates import given as given_candidates
-from analyzer.run.trial_child import _override
+from analyzer.run.trial_child import _batch_of, _override
 from analyzer.run.trial_env import TrialSetting, parse_setting
 from analyzer.run.trial_measure import Measured, beats
 from analyzer.run.trial_output import as_dict, print_table, recommendation
-from analyzer.run.trials import TrialRun, TryResult
+from analyzer.run.trials import TrialRun, TryResult, _batch_notes
 from analyzer.run.try_options import TryOptions
 from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any
@@ -39,12 +40,12 @@ def test_a_setting_parses_from_the_command_line_and_travels_through_the_environm
     setting = parse_setting("num_workers=2, persistent_workers=true,prefetch_factor=4")
     assert setting.dataloader == (("num_workers", 2), ("persistent_workers", True), ("prefetch_factor", 4))
     assert setting.label() == "num_workers=2, persistent_workers=true, prefetch_factor=4"
-    env = trial_env.env_for(setting, stop_after=25, log="/tmp/log")
+    env = trial_env.env_for(setting, stop_after=25, log="/tmp/log", token="t:/x")
     assert env[trial_env.TRIAL] == "1" and env[trial_env.STOP_AFTER] == "25"
-    assert json.loads(env[trial_env.DATALOADER]) == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4}
+    assert env[trial_env.SETTING] == "num_workers=2,persistent_workers=true,prefetch_factor=4"
     assert trial_env.from_env(env) == (setting, 25)
     precision = parse_setting("autocast=BF16,tf32=1")
-    assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="")) == (precision, 3)
+    assert trial_env.from_env(trial_env.env_for(precision, stop_after=3, log="", token="")) == (precision, 3)
     assert precision.needs_accelerator and not setting.needs_accelerator
     assert trial_env.from_env({}) == (TrialSetting(), None)
     assert TrialSetting().is_baseline and TrialSetting().slug() == "baseline"
@@ -69,7 +70,7 @@ def _settings(draw):
 
 @given(_settings(), st.integers(1, 10_000))
 def test_every_setting_survives_the_environment_and_the_command_line(setting, steps):
-    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x")) == (setting, steps)
+    assert trial_env.from_env(trial_env.env_for(setting, stop_after=steps, log="x", token="")) == (setting, steps)
     if not setting.is_baseline:
         assert parse_setting(setting.label()) == setting
 
@@ -99,11 +100,9 @@ def test_a_bad_candidate_says_what_is_accepted(text, says):
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({trial_env.DATALOADER: "{num_workers: 2"}, "GPUANALYZE_TRY_DATALOADER=.*not JSON"),
-        ({trial_env.DATALOADER: "[2]"}, "expected a JSON object"),
-        ({trial_env.DATALOADER: '{"num_workers": "2"}'}, "expected a whole number"),
-        ({trial_env.DATALOADER: '{"sampler": 2}'}, "unknown DataLoader setting"),
-        ({trial_env.SCRIPT_KEYS["accumulate"]: "two"}, "GPUANALYZE_TRIAL_ACCUMULATE"),
+        ({trial_env.SETTING: "num_workers"}, "GPUANALYZE_TRY_SETTING 'num_workers': .* is not key=value"),
+        ({trial_env.SETTING: "num_workers=two"}, "expected a whole number"),
+        ({trial_env.SETTING: "sampler=2"}, "GPUANALYZE_TRY_SETTING 'sampler=2': unknown setting"),
         ({trial_env.STOP_AFTER: "ten"}, "GPUANALYZE_TRY_STOP_AFTER"),
         ({trial_env.STOP_AFTER: "0"}, "at least 1"),
     ],
@@ -223,8 +222,8 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
     assert projected[0].setting.label() == "batch_size=32" and projected[0].source == "projection"
     micro = parse_setting("batch_size=16,accumulate=2")
     assert micro.changes_batch and micro.script == (("accumulate", 2),)
-    env = trial_env.env_for(micro, stop_after=3, log="")
-    assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and json.loads(env[trial_env.DATALOADER]) == {"batch_size": 16}
+    env = trial_env.env_for(micro, stop_after=3, log="", token="")
+    assert env["GPUANALYZE_TRIAL_ACCUMULATE"] == "2" and trial_env.from_env(env)[0] == micro
     assert parse_setting("eval_every=0").label() == "eval_every=0"
     with pytest.raises(GpuAnalyzeError, match="at least 1"):
         parse_setting("accumulate=0")
@@ -232,9 +231,38 @@ def test_batch_size_candidates_come_from_the_baselines_loader():
         parse_setting("batch_size=0")
 
 
-def test_a_loader_with_its_own_batch_sampler_keeps_it():
-    changed = _override({"batch_size": None, "num_workers": 0}, {"batch_size": 16})
-    assert changed == {"batch_size": [None, "skipped: batch_sampler"]}
+def _loader_arguments(**kwargs):
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    bound = inspect.signature(DataLoader.__init__).bind(None, **kwargs)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k != "self"}
+
+
+def test_a_batch_sampler_loader_gets_the_trials_batch_or_says_why_not():
+    pytest.importorskip("torch")
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    data = list(range(64))
+    torchs = _loader_arguments(dataset=data, batch_sampler=BatchSampler(SequentialSampler(data), 8, False))
+    assert _batch_of(torchs) == 8  # what the baseline logs: its batch candidate is 16
+    assert _override(torchs, {"batch_size": 16}) == {"batch_size": [8, 16]}
+    assert [len(b) for b in DataLoader(**torchs)] == [16] * 4  # DataLoader takes it (batch_size=16 would raise)
+
+    class Buckets(BatchSampler):
+        pass
+
+    own = _loader_arguments(dataset=data, batch_sampler=Buckets(SequentialSampler(data), 8, False))
+    assert _batch_of(own) is None  # no batch candidate from it
+    assert _override(own, {"batch_size": 16}) == {"batch_size": [None, "skipped: batch_sampler Buckets"]}
+    assert [len(b) for b in DataLoader(**own)] == [8] * 8
+    unbatched = _loader_arguments(dataset=data, batch_size=None)
+    assert _override(unbatched, {"batch_size": 16}) == {"batch_size": [None, "skipped: the loader does not batch"]}
+    log = ({"event": "loader", "batch_size": None, "batch_sampler": "Buckets"},)
+    baseline = TrialRun("baseline", TrialSetting(), None, "stopped", log=log)
+    assert _batch_notes(baseline, []) == ["batch_size not tried: the DataLoader batches with its own Buckets"]
 
 
 @pytest.mark.parametrize(
@@ -271,6 +299,23 @@ def test_the_try_says_whether_it_settles_the_analysis_advice(tmp_path):
     assert "slower than the projected range" in lines[0] and lines[-1].endswith("within the baselines' noise")
 
 
+def test_the_top_findings_trial_is_recognised_by_its_setting_whatever_made_it_a_candidate(tmp_path):
+    from analyzer.run.trial_output import against_projection
+
+    result = _result(tmp_path, 13.0, low=11.0, high=14.0)
+    setting = result.trials[0][0].setting
+    result.trials[0] = (Candidate(setting, "given"), result.trials[0][1])  # tried as given, no projection on it
+    top = SimpleNamespace(bottleneck="data_loading", cause="c", projection=_projection(WorkerFix(2)))
+    result.report = SimpleNamespace(findings=[top])  # type: ignore[assignment]
+    assert against_projection(result)[-1].startswith("the analysis' advice (data_loading/c: num_workers=2): confirmed")
+    top.projection = _projection(WorkerFix(4))
+    assert against_projection(result)[-1] == (
+        "the analysis' advice (data_loading/c: num_workers=4) was not tried (--candidates num_workers=4 tries it)"
+    )
+    top.projection = _projection(None)
+    assert "names no setting a trial can apply" in against_projection(result)[-1]
+
+
 def test_a_projection_that_needs_code_changes_is_no_candidate():
     assert setting_of(BatchFix(4)) is None  # the baseline's batch size unknown
     assert setting_of(None) is None
@@ -279,9 +324,7 @@ def test_a_projection_that_needs_code_changes_is_no_candidate():
 
 # -- measuring and recommending ------------------------------------------------------------------
 def _measured(mean, stdev, steps=20, workers=0):
-    return Measured(
-        steps=steps, mean_ms=mean, stdev_ms=stdev, recorded=steps + 5, loader_workers=workers, end_status="trial_stop"
-    )
+    return Measured(steps=steps, mean_ms=mean, stdev_ms=stdev, loader_workers=workers, end_status="trial_stop")
 
 
 def test_a_candidate_beats_the_baseline_only_beyond_noise():
@@ -294,7 +337,7 @@ def test_a_candidate_beats_the_baseline_only_beyond_noise():
 
 
 def _result(tmp_path, candidate_ms, low=None, high=None):
-    projection = _projection((("num_workers", 2),), step_ms=12.0, low=low, high=high)
+    projection = _projection(WorkerFix(2), step_ms=12.0, low=low, high=high)
     candidate = Candidate(TrialSetting(dataloader=(("num_workers", 2),)), "projection", projection, "data_loading/c")
     baseline = TrialRun("baseline", TrialSetting(), tmp_path, "stopped", 0, (), _measured(29.9, 1.0))
     again = TrialRun("baseline 2", TrialSetting(), tmp_path, "stopped", 0, (), _measured(30.1, 1.0))
@@ -328,22 +371,38 @@ def test_the_result_shows_projection_interval_and_recommendation(tmp_path):
 def test_the_table_shows_the_projected_interval_as_text(tmp_path, capsys):
     print_table(_result(tmp_path, 13.0, low=11.0, high=14.0), width=160)
     out = capsys.readouterr().out
-    assert "projected ms [range]" in out and "12.00 [11.00, 14.00]" in out  # brackets are not markup
-    assert "13.00 ± 1.00 (20)" in out and "-56.7%" in out and "yes" in out
+    assert "projected ms" in out and "[11.00, 14.00]" in out  # brackets are not markup
+    assert "13.00 ± 1.00" in out and "-56.7%" in out and "yes" in out and "ended" in out
     assert out.strip().splitlines()[-1].startswith("gpuanalyze: recommended: num_workers=2")
     assert "projected 12.00 ms [11.00, 14.00], measured 13.00 ms: inside the projected range" in out
     print_table(_result(tmp_path, 13.0), width=160)
-    assert "12.00 [n/a]" in capsys.readouterr().out
+    assert "[n/a]" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("width", [60, 80, 120])
-def test_the_table_fits_the_width_it_is_given(tmp_path, capsys, width):
+def _crowded(tmp_path):
     result = _result(tmp_path, 13.0, low=11.0, high=14.0)
     result.notes.append("a long note " * 20)
-    print_table(result, width=width)
+    for n, label in enumerate(("num_workers=8,persistent_workers=true", "batch_size=16", "num_workers=1"), start=2):
+        ended = "failed" if label == "num_workers=1" else "stopped"
+        trial = TrialRun(f"candidate {n}", parse_setting(label), tmp_path, ended, 1, (), _measured(1234.5, 100.25))
+        result.trials.append((Candidate(trial.setting, "standard"), trial))
+    return result
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 160])
+def test_the_table_fits_the_width_it_is_given(tmp_path, capsys, width):
+    print_table(_crowded(tmp_path), width=width)
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= width
     assert any("12.00" in line for line in lines) and any("candidate 1" in line for line in lines)
+
+
+def test_at_80_columns_no_value_is_split(tmp_path, capsys):
+    print_table(_crowded(tmp_path), width=80)
+    words = capsys.readouterr().out.split()
+    for value in ("persistent_workers=true", "num_workers=8", "batch_size=16", "1234.50", "100.25", "+4015.0%"):
+        assert value in words, value  # whole, on one line (it was 'persistent_w' / 'orkers=true')
+    assert "[11.00, 14.00]" in " ".join(words) and "failed (exit 1)" in " ".join(words)
 
 
 def test_the_table_takes_its_width_from_columns_in_a_log(tmp_path, monkeypatch, capsys):
@@ -353,16 +412,27 @@ def test_the_table_takes_its_width_from_columns_in_a_log(tmp_path, monkeypatch, 
     assert max(len(line) for line in lines) <= 70 and any("12.00" in line for line in lines)
 
 
+def test_the_trials_warnings_come_once_after_the_table(tmp_path, capsys):
+    result = _result(tmp_path, 13.0)
+    warned = ({"event": "warning", "text": "UserWarning: this DataLoader will create 8 worker processes"},) * 2
+    result.repeats[0] = dataclasses.replace(result.repeats[0], log=warned)
+    result.trials[0] = (result.trials[0][0], dataclasses.replace(result.trials[0][1], log=warned))
+    print_table(result, width=200)
+    out = capsys.readouterr().out
+    assert out.count("this DataLoader will create 8 worker processes") == 1
+    assert "warning (from 2 of the trials; all in their trial-log.jsonl)" in out
+    assert as_dict(result)["warnings"] == ["UserWarning: this DataLoader will create 8 worker processes"]
+
+
 # -- the noise rule: repeated baselines -------------------------------------------------------
 def test_a_change_inside_the_baselines_own_spread_is_not_beyond_noise():
-    from analyzer.run.trial_measure import Baselines, beyond_noise, noise_ms
+    beyond_noise = beats
 
     steady = 0.05  # steps so even that within-trial noise alone would call -8.9% real
     baselines = [_measured(28.5, steady), _measured(31.5, steady)]  # run to run: 10% apart
     candidate = _measured(27.33, steady)  # -8.9% against their mean
     assert beats(baselines[1], candidate)  # the old rule, one baseline and its steps' variation
     assert not beyond_noise(baselines, candidate)
-    assert noise_ms(Baselines(tuple(baselines)), candidate) == pytest.approx(3.0)
     assert beyond_noise(baselines, _measured(26.5, steady))  # beyond the 3 ms spread
     assert beyond_noise([_measured(29.9, steady), _measured(30.1, steady)], candidate)  # tight baselines
     noisy = [_measured(29.9, 6.0, steps=5), _measured(30.1, 6.0, steps=5)]
@@ -377,12 +447,12 @@ def test_no_candidate_is_recommended_without_a_second_baseline(tmp_path):
 
 
 def test_a_larger_batch_is_compared_per_sample():
-    from analyzer.run.trial_measure import beyond_noise, comparable_ms, vs_baseline
+    from analyzer.run.trial_measure import comparable_ms, vs_baseline
+
+    beyond_noise = beats
 
     def batch(mean, samples):
-        return Measured(
-            steps=20, mean_ms=mean, stdev_ms=0.1, recorded=25, loader_workers=0, end_status=None, samples=samples
-        )
+        return Measured(steps=20, mean_ms=mean, stdev_ms=0.1, loader_workers=0, end_status=None, samples=samples)
 
     baselines = [batch(10.0, 8), batch(10.2, 8)]
     doubled = batch(16.0, 16)  # slower per step, 8 ms per 8 samples
@@ -399,7 +469,9 @@ def test_candidates_that_would_overrun_the_time_limit_are_not_started(tmp_path, 
 
     started = []
 
-    def fake_trial(name, command, profile, setting, directory, options, deadline, stop):
+    monkeypatch.chdir(tmp_path)
+
+    def fake_trial(name, setting, directory, trials):
         started.append(name)
         trace = (tmp_path / "trace.arrow",)
         return TrialRun(name, setting, directory, "stopped", 0, trace, _measured(30.0, 1.0), seconds=1000.0)
@@ -444,10 +516,13 @@ SLOW_LOADER = textwrap.dedent("""
 """)
 
 
-def _gpuanalyze(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "analyzer.run", *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+def _gpuanalyze(tmp_path, *args, timeout=600):
+    """`gpuanalyze run ARGS` in a directory of its own under ``tmp_path`` (a trial that changes a file in
+    the working directory stops the trials; these scripts write beside it)."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "analyzer.run", *args]
+    return subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.slow
@@ -457,7 +532,7 @@ def test_try_measures_worker_candidates_on_a_slow_loader(tmp_path):
     (out / "trial-0-baseline").mkdir(parents=True)  # something already there is never reused
     (out / "trial-0-baseline" / "mine.txt").write_text("keep")
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--json", "--out", str(out), "--",
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "4", "--json", "--out", str(out), "--",
         sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -513,7 +588,7 @@ def test_try_measures_a_batch_size_candidate_per_sample_against_two_baselines(tm
     script = tmp_path / "train.py"
     script.write_text(FIXED_COST_LOOP)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "6", "--json", "--out", str(tmp_path / "o"),
         "--candidates", "batch_size=16", "--candidates", "batch_size=4,accumulate=2", "--",
         sys.executable, str(script),
     )  # fmt: skip
@@ -554,8 +629,8 @@ def test_try_leaves_no_process_of_a_trial_running(tmp_path):
     """)
     )
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1", "--out", str(tmp_path / "o"),
-        "--", sys.executable, str(script), str(pids), timeout=200,
+        tmp_path, "--try", "--try-warmup", "1", "--try-steps", "3", "--candidates", "num_workers=1",
+        "--out", str(tmp_path / "o"), "--", sys.executable, str(script), str(pids), timeout=200,
     )  # fmt: skip  # capture_output: returns only once every holder of the pipes has gone
     assert proc.returncode == 0, proc.stderr
     started = [int(line.split()[1]) for line in pids.read_text().splitlines()]
@@ -570,7 +645,7 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
     script, seen, out = tmp_path / "train.py", tmp_path / "seen.txt", tmp_path / "out"
     script.write_text(SLOW_LOADER)
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "4", "--candidates", "num_workers=1", "--out", str(out),
         "--width", "160", "--", sys.executable, str(script), str(seen),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -586,7 +661,9 @@ def test_try_prints_the_table_and_a_recommendation(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_baseline_passes_its_status_on_and_tries_nothing(tmp_path):
-    proc = _gpuanalyze("--try", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    proc = _gpuanalyze(
+        tmp_path, "--try", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", "import sys; sys.exit(3)"
+    )
     assert proc.returncode == 3, proc.stderr
     assert "no recommendation: the baseline trial failed (exit status 3)" in proc.stdout
     assert [p.name for p in (tmp_path / "o").iterdir()] == ["trial-0-baseline"]
@@ -602,7 +679,17 @@ def test_a_trial_past_the_time_limit_is_killed_with_its_process_group(tmp_path):
     )
     started = time.monotonic()
     proc = _gpuanalyze(
-        "--try", "--try-time-limit", "4", "--json", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", hang
+        tmp_path,
+        "--try",
+        "--try-time-limit",
+        "4",
+        "--json",
+        "--out",
+        str(tmp_path / "o"),
+        "--",
+        sys.executable,
+        "-c",
+        hang,
     )
     assert time.monotonic() - started < 100
     assert proc.returncode == 1, proc.stderr
@@ -623,8 +710,7 @@ CHILD = textwrap.dedent("""
     from torch.utils.data import DataLoader
     from analyzer.run import trial_child
 
-    finished = []
-    trial_child.start(os.environ, None, lambda: finished.append(True))
+    trial_child.start(os.environ, None, lambda: print("trace closed", flush=True))
     model = torch.nn.Linear(4, 2)
     out = {
         "forward_dtype": str(model(torch.randn(3, 4)).dtype),
@@ -633,44 +719,50 @@ CHILD = textwrap.dedent("""
         "workers": DataLoader(list(range(8)), num_workers=0).num_workers,
         "prefetch": DataLoader(list(range(8)), num_workers=0).prefetch_factor,
     }
+    print(json.dumps(out), flush=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = 0
     try:
-        for _ in range(10):
+        for step in range(10):
             model(torch.randn(3, 4)).sum().backward()
             opt.step()
-            steps += 1
-    except SystemExit as exc:
-        out["exit_code"] = exc.code
-    out["steps"] = steps
-    out["finished"] = finished
-    print(json.dumps(out))
+            print("stepped", step, flush=True)
+    except SystemExit:
+        print("caught the stop")
+    finally:
+        open(sys.argv[1], "w").write("saved in finally")
+    print("after the loop")
 """)
 
 
 @pytest.mark.slow
-def test_the_child_applies_autocast_tf32_and_loader_settings_and_stops_after_its_steps(tmp_path):
-    log = tmp_path / "log.jsonl"
-    env = {
-        **os.environ,
-        **trial_env.env_for(
-            parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1"), stop_after=3, log=str(log)
-        ),
-    }
+def test_the_child_applies_its_setting_and_stops_without_the_scripts_exit_handlers(tmp_path):
+    log, saved = tmp_path / "log.jsonl", tmp_path / "ckpt.pt"
+    setting = parse_setting("num_workers=2,prefetch_factor=3,autocast=bf16,tf32=1")
+    token = trial_env.new_token(tmp_path)
+    env = {**os.environ, **trial_env.env_for(setting, stop_after=3, log=str(log), token=token)}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", CHILD, str(saved)], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.splitlines()
+    out = json.loads(lines[0])
     assert out["forward_dtype"] == "torch.bfloat16"  # the outermost forward ran under autocast (CPU here)
     assert out["outside_dtype"] == "torch.float32"  # and only the forward
     assert out["tf32"] is True
     assert out["workers"] == 2 and out["prefetch"] == 3  # what the script passed is overridden
-    assert out["steps"] == 2 and out["exit_code"] == 0 and out["finished"] == [True]  # stopped in the 3rd step
+    assert lines[1:] == ["stepped 0", "stepped 1", "trace closed"]  # stopped in the 3rd step, the trace closed
+    assert not saved.exists()  # no finally block, no except, no code after the loop ran
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [e["event"] for e in entries] == ["loader", "loader", "stop"]
+    assert [e["event"] for e in entries if e["event"] != "warning"] == ["loader", "loader", "stop"]
     assert entries[0]["changed"] == {"num_workers": [0, 2], "prefetch_factor": [None, 3]}
     assert proc.stderr == ""
+    forged = {**env, trial_env.TOKEN: "0" * 32 + token[32:]}  # another value, the same file
+    plain = subprocess.run([sys.executable, "-c", CHILD, str(saved)], env=forged, capture_output=True, text=True,
+                           timeout=300, check=False)  # fmt: skip
+    assert plain.returncode == 0 and "stepped 9" in plain.stdout and saved.read_text() == "saved in finally"
+    assert json.loads(plain.stdout.splitlines()[0])["workers"] == 0  # nothing applied
+    (note,) = plain.stderr.splitlines()
+    assert "GPUANALYZE_TRIAL, GPUANALYZE_TRY_LOG, GPUANALYZE_TRY_SETTING" in note and "ignored" in note
 
 
 DDP_LOADER = textwrap.dedent("""
@@ -706,8 +798,8 @@ def test_try_under_torchrun_stops_and_measures_every_rank(tmp_path):
     script.write_text(DDP_LOADER)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
     proc = _gpuanalyze(
-        "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json", "--out", str(out),
-        "--", *torchrun,
+        tmp_path, "--try", "--try-warmup", "2", "--try-steps", "3", "--candidates", "num_workers=1", "--json",
+        "--out", str(out), "--", *torchrun,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     base, again, cand = json.loads(proc.stdout)["trials"]

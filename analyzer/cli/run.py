@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -43,9 +43,9 @@ def run_cmd(
             show_default=False,
         ),
     ] = None,
-    window_first: Annotated[int, typer.Option(help="Step of the first kernel window.")] = 50,
-    window_every: Annotated[int, typer.Option(help="Steps between kernel windows.")] = 2000,
-    window_steps: Annotated[int, typer.Option(help="Steps per kernel window.")] = 3,
+    window_first: Annotated[int | None, typer.Option(help="Step of the first kernel window.")] = None,
+    window_every: Annotated[int | None, typer.Option(help="Steps between kernel windows.")] = None,
+    window_steps: Annotated[int | None, typer.Option(help="Steps per kernel window.")] = None,
     nvtx: Annotated[
         bool, typer.Option("--nvtx", help="Emit NVTX ranges per step and phase (for nsys profile; CUDA only).")
     ] = False,
@@ -65,19 +65,21 @@ def run_cmd(
         ),
     ] = False,
     try_steps: Annotated[
-        int, typer.Option("--try-steps", help="Steps measured per trial, after the warm-up (--try).")
-    ] = 20,
-    try_warmup: Annotated[int, typer.Option("--try-warmup", help="Warm-up steps per trial, not measured (--try).")] = 5,
+        int | None, typer.Option("--try-steps", help="Steps measured per trial, after the warm-up (--try).")
+    ] = None,
+    try_warmup: Annotated[
+        int | None, typer.Option("--try-warmup", help="Warm-up steps per trial, not measured (--try).")
+    ] = None,
     try_time_limit: Annotated[
-        float,
+        float | None,
         typer.Option("--try-time-limit", help="Seconds for all trials together; a trial past it is killed (--try)."),
-    ] = 600.0,
+    ] = None,
     try_baselines: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--try-baselines", help="Baseline trials; their spread is the noise a candidate must beat (--try)."
         ),
-    ] = 2,
+    ] = None,
     width: Width = None,
     candidates: Annotated[
         list[str] | None,
@@ -96,15 +98,8 @@ def run_cmd(
     try:
         trackers = log_targets(log)
         tags = dict(_tag(t) for t in tag or [])
-        options = ProfileOptions(
-            tags=tags,
-            device=device,
-            kernel_windows=kernel_windows,
-            window_first=window_first,
-            window_every=window_every,
-            window_steps=window_steps,
-            nvtx=nvtx,
-        )
+        windows = _given(window_first=window_first, window_every=window_every, window_steps=window_steps)
+        options = ProfileOptions(tags=tags, device=device, kernel_windows=kernel_windows, nvtx=nvtx, **windows)
         if print_env:
             directory = (out or Path(env_vars.DEFAULT_OUT)).absolute()
             env = env_vars.env_for(options, directory, "<one id per run, e.g. $SLURM_JOB_ID>")
@@ -113,7 +108,8 @@ def run_cmd(
                 typer.echo(f"export {key}={shlex.quote(value)}")
             typer.echo(f"export PYTHONPATH={shlex.quote(str(env_vars.bootstrap_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}")
             return
-        if not try_ and (candidates or _given_try_option(try_steps, try_warmup, try_time_limit, try_baselines)):
+        trial = _given(steps=try_steps, warmup=try_warmup, time_limit_s=try_time_limit, baselines=try_baselines)
+        if not try_ and (candidates or trial):
             raise GpuAnalyzeError(
                 "--try-steps, --try-warmup, --try-time-limit, --try-baselines and --candidates need --try"
             )
@@ -121,13 +117,7 @@ def run_cmd(
             from analyzer.run.trial_env import parse_setting
             from analyzer.run.try_options import TryOptions
 
-            try_options = TryOptions(
-                steps=try_steps,
-                warmup=try_warmup,
-                time_limit_s=try_time_limit,
-                baselines=try_baselines,
-                candidates=tuple(parse_setting(c) for c in candidates or []),
-            )
+            try_options = TryOptions(candidates=tuple(parse_setting(c) for c in candidates or []), **trial)
         if not command:
             raise GpuAnalyzeError("give the command to run after `--`, e.g. gpuanalyze run -- python train.py")
         if try_:
@@ -146,27 +136,29 @@ def run_cmd(
     launch.die_like(finished.returncode)
 
 
-def _given_try_option(steps: int, warmup: int, time_limit: float, baselines: int) -> bool:
-    return (steps, warmup, time_limit, baselines) != (20, 5, 600.0, 2)
+def _given(**values: float | None) -> dict[str, Any]:
+    """The options given on the command line (the dataclasses hold the defaults)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _try(
     command: list[str], options: ProfileOptions, try_options: TryOptions, out: Path, json_out: bool, width: int | None
 ) -> None:
     """`--try`: the trials, their table (or JSON), then the baseline's exit status if it failed, else 0."""
+    import textwrap
+
+    from analyzer.render.console import layout_width
+    from analyzer.render.safe import clean
     from analyzer.run import launch, trial_output, trials
-    from analyzer.run.summary import verdict_line
 
-    result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out)
-    if result.report is not None:
-        import textwrap
+    def say(line: str) -> None:  # on stderr, within the width, like the table under it
+        columns = layout_width(width, stderr=True)
+        wrapped = textwrap.wrap(
+            clean(line), columns, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        typer.echo("\n".join(wrapped), err=True)
 
-        from analyzer.render.console import layout_width
-        from analyzer.render.safe import clean
-
-        line = clean(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
-        wrapped = textwrap.wrap(line, layout_width(width, stderr=True), subsequent_indent="  ", break_on_hyphens=False)
-        typer.echo("\n".join(wrapped), err=True)  # the width rule, like the table under it
+    result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out, say=say)
     if json_out:
         from analyzer.render.json_report import dumps
 
@@ -176,10 +168,10 @@ def _try(
     code = result.baseline.returncode
     if result.baseline.outcome == "failed" and code is not None:
         launch.die_like(code)
-    if result.baseline.outcome == "time_limit":
-        raise typer.Exit(1)
     if result.interrupted_by is not None:
         raise typer.Exit(128 + result.interrupted_by)
+    if result.baseline.outcome == "time_limit" or result.files_changed:
+        raise typer.Exit(1)
 
 
 def _tag(text: str) -> tuple[str, str]:

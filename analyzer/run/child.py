@@ -106,7 +106,9 @@ def _arm() -> None:
             previous(kind, exc, tb)
 
         sys.excepthook = excepthook
-        if os.environ.get("GPUANALYZE_TRIAL") == "1":  # `gpuanalyze run --try`: apply the trial's setting
+        from analyzer.run.trial_env import is_trial_variable
+
+        if any(map(is_trial_variable, os.environ)):  # `gpuanalyze run --try`: apply the trial's setting
             from analyzer.run.trial_child import start
 
             start(os.environ, prof, _finish)

@@ -1,20 +1,20 @@
 """Inside each Python process of a `gpuanalyze run --try` trial: apply the trial's setting and
 stop after its bounded steps.
 
-``start`` is called by analyzer.run.child once torch has loaded and the automatic profile is
-armed, only when ``GPUANALYZE_TRIAL=1``. It:
+``start`` is called by analyzer.run.child once torch has loaded and the automatic profile is armed,
+when a trial variable is set; it applies nothing unless they come from a running `gpuanalyze run
+--try` (trial_env.genuine). It:
 
-- logs the batch size of every DataLoader the process creates (the baseline's tells which batch
-  size candidates to try) and replaces the DataLoader arguments of the setting in **every** one
-  (``DataLoader.__init__`` is wrapped; what the script passed is overridden, since a script that
-  wants ``num_workers=0`` usually says so), skipping for a loader the worker-only arguments
-  (``persistent_workers``, ``prefetch_factor``) when it ends up without workers and ``batch_size``
-  when it was given a ``batch_sampler``; each loader is one JSON line in the trial's log (the
-  launcher prints those it changed);
+- logs the batch size of every DataLoader the process creates and replaces the setting's DataLoader
+  arguments in **every** one (``DataLoader.__init__`` is wrapped; what the script passed is
+  overridden), except the worker-only ones for a loader left without workers; a loader given torch's
+  ``BatchSampler`` gets a new one of the trial's batch size over the same sampler (another batch
+  sampler is the script's own: kept, and said); one JSON line per loader in the trial's log;
+- writes the process's Python warnings to that log instead of stderr (printed once, after the table);
 - allows TF32 and runs the outermost module forward under ``torch.autocast`` when asked;
-- after ``GPUANALYZE_TRY_STOP_AFTER`` optimizer steps closes the trace with the end status
-  ``trial_stop`` and raises ``SystemExit(0)`` from the optimizer's step hook, so the script's
-  ``finally`` blocks and atexit handlers run and the process exits 0.
+- after ``GPUANALYZE_TRY_STOP_AFTER`` optimizer steps closes the trace (end status ``trial_stop``)
+  and ends the process with ``os._exit(0)`` from the optimizer's step hook: the script's ``finally``
+  blocks, atexit handlers and code after its loop do not run, so a trial saves nothing on its way out.
 
 Anything that fails here is reported once and the script runs on unchanged.
 """
@@ -40,6 +40,10 @@ class _State:
 
 def start(env: Mapping[str, str], profiler: Any, finish: Callable[[], None]) -> None:
     """Apply this trial's setting; ``finish`` closes the automatic profile (once). Never raises."""
+    if not trial_env.genuine(env):
+        names = ", ".join(sorted(k for k in env if trial_env.is_trial_variable(k)))
+        _say(f"{names} ignored: not set by a running `gpuanalyze run --try` (unset them)")
+        return
     try:
         setting, stop_after = trial_env.from_env(env)
     except GpuAnalyzeError as exc:
@@ -48,6 +52,7 @@ def start(env: Mapping[str, str], profiler: Any, finish: Callable[[], None]) -> 
     log = env.get(trial_env.LOG) or None
     for name, apply in (
         ("DataLoader", lambda: _patch_loader(setting.dataloader, log)),
+        ("warnings", lambda: _keep_warnings(log) if log else None),
         ("TF32", lambda: _tf32() if setting.tf32 else None),
         ("autocast", lambda: _autocast(setting.autocast) if setting.autocast else None),
         ("step bound", lambda: _stop_after(stop_after, profiler, finish, log) if stop_after else None),
@@ -81,24 +86,16 @@ def _patch_loader(values: tuple[tuple[str, trial_env.LoaderValue], ...], log: st
             original(self, *args, **kwargs)
             return
         original(*bound.args, **bound.kwargs)
-        dataset = bound.arguments.get("dataset")
-        _log(
-            log,
-            {
-                "event": "loader",
-                "pid": os.getpid(),
-                "dataset": type(dataset).__name__,
-                "batch_size": bound.arguments.get("batch_size"),
-                "changed": changed,
-            },
-        )
+        arguments = bound.arguments
+        entry = {"event": "loader", "pid": os.getpid(), "dataset": _name(arguments.get("dataset")), "changed": changed}
+        _log(log, {**entry, "batch_size": _batch_of(arguments), "batch_sampler": _name(arguments.get("batch_sampler"))})
 
     DataLoader.__init__ = __init__
 
 
 def _override(arguments: dict[str, Any], wanted: Mapping[str, Any]) -> dict[str, list[Any]]:
     """Set the wanted arguments in place; returns {name: [before, after]} for those that changed
-    (and {name: [before, "skipped: no workers"]} for worker-only ones a loader without workers cannot take)."""
+    (and {name: [before, "skipped: why"]} for those this loader cannot take)."""
     changed: dict[str, list[Any]] = {}
     workers = wanted.get("num_workers", arguments.get("num_workers", 0))
     for key, value in wanted.items():
@@ -106,14 +103,42 @@ def _override(arguments: dict[str, Any], wanted: Mapping[str, Any]) -> dict[str,
             continue
         if key in ("persistent_workers", "prefetch_factor") and not workers:
             changed[key] = [arguments[key], "skipped: no workers"]
-            continue
-        if key == "batch_size" and arguments[key] is None:  # the script batches with its own batch_sampler
-            changed[key] = [None, "skipped: batch_sampler"]
-            continue
-        if arguments[key] != value:
+        elif key == "batch_size" and arguments.get("batch_sampler") is not None:
+            own = arguments["batch_sampler"]
+            if _batch_of(arguments) is None:
+                changed[key] = [None, f"skipped: batch_sampler {_name(own)}"]
+            elif own.batch_size != value:
+                changed[key] = [own.batch_size, value]
+                arguments["batch_sampler"] = type(own)(own.sampler, value, own.drop_last)
+        elif key == "batch_size" and arguments[key] is None:
+            changed[key] = [None, "skipped: the loader does not batch"]
+        elif arguments[key] != value:
             changed[key] = [arguments[key], value]
             arguments[key] = value
     return changed
+
+
+def _batch_of(arguments: Mapping[str, Any]) -> int | None:
+    """The loader's batch size (None: it does not batch, or batches with a sampler of the script's own)."""
+    own = arguments.get("batch_sampler")
+    if own is None:
+        return arguments.get("batch_size")
+    from torch.utils.data import BatchSampler
+
+    return own.batch_size if type(own) is BatchSampler else None
+
+
+def _name(value: Any) -> str | None:
+    return None if value is None else type(value).__name__
+
+
+def _keep_warnings(log: str) -> None:
+    import warnings
+
+    def keep(message: Warning | str, category: type[Warning], filename: str, lineno: int, *_: Any) -> None:
+        _log(log, {"event": "warning", "text": f"{category.__name__}: {message}", "where": f"{filename}:{lineno}"})
+
+    warnings.showwarning = keep  # type: ignore[assignment]
 
 
 def _tf32() -> None:
@@ -161,16 +186,16 @@ def _stop_after(steps: int, profiler: Any, finish: Callable[[], None], log: str 
         _State.steps += 1
         if _State.steps < steps:
             return
-        if not _State.stopping:
-            _State.stopping = True
-            try:
-                finish()
-                _log(log, {"event": "stop", "pid": os.getpid(), "steps": _State.steps})
-            except Exception as exc:  # noqa: BLE001 - stop anyway
-                _say(f"trial: could not close the trace ({type(exc).__name__}: {exc})")
+        _State.stopping = True
+        try:
+            finish()
+            _log(log, {"event": "stop", "pid": os.getpid(), "steps": _State.steps})
+        except Exception as exc:  # noqa: BLE001 - stop anyway
+            _say(f"trial: could not close the trace ({type(exc).__name__}: {exc})")
+        for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):
-                sys.stdout.flush()
-        raise SystemExit(0)  # again at every later step, should the script catch it
+                stream.flush()
+        os._exit(0)  # no exit handler of the script runs: a trial writes none of its outputs
 
     register_optimizer_step_post_hook(after_step)
 

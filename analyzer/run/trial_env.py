@@ -7,11 +7,13 @@ imports nothing heavy: it is read at the start of every process of a trial.
 Variables (set only by `gpuanalyze run --try`):
 
 - ``GPUANALYZE_TRIAL=1``: this run is a trial (scripts may skip checkpoints and other outputs).
-- ``GPUANALYZE_TRY_DATALOADER``: JSON object of DataLoader arguments, e.g. ``{"num_workers": 2}``.
-- ``GPUANALYZE_TRY_AUTOCAST``: ``bf16`` or ``fp16``: the outermost forward runs under ``torch.autocast``.
-- ``GPUANALYZE_TRY_TF32``: ``1``: TF32 matmuls and convolutions.
+- ``GPUANALYZE_TRY_SETTING``: the setting as ``--candidates`` takes it (``num_workers=2,autocast=bf16``;
+  empty: the baseline).
 - ``GPUANALYZE_TRY_STOP_AFTER``: the process stops (cleanly) after this many optimizer steps.
 - ``GPUANALYZE_TRY_LOG``: file the process appends one JSON line to per loader it creates and at its stop.
+- ``GPUANALYZE_TRY_TOKEN``: ``<random>:<file>``: the variables count only where the file holds the
+  random value. The launcher writes it in a private directory it removes when the trials end, so
+  variables left in a shell, or copied from a trial, are ignored (genuine).
 
 Script knobs (the convention for what only the script can change): a trial given
 ``accumulate=N``, ``eval_every=N`` or ``checkpoint_every=N`` sets ``GPUANALYZE_TRIAL_ACCUMULATE``,
@@ -22,18 +24,19 @@ exposes the setting reads it (``int(os.environ.get("GPUANALYZE_TRIAL_EVAL_EVERY"
 
 from __future__ import annotations
 
-import json
+import hmac
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from analyzer.errors import GpuAnalyzeError
 
 TRIAL = "GPUANALYZE_TRIAL"
-DATALOADER = "GPUANALYZE_TRY_DATALOADER"
-AUTOCAST = "GPUANALYZE_TRY_AUTOCAST"
-TF32 = "GPUANALYZE_TRY_TF32"
+SETTING = "GPUANALYZE_TRY_SETTING"
 STOP_AFTER = "GPUANALYZE_TRY_STOP_AFTER"
 LOG = "GPUANALYZE_TRY_LOG"
+TOKEN = "GPUANALYZE_TRY_TOKEN"
 #: Script knobs: setting name -> the variable the script reads (see the module docstring).
 SCRIPT_KEYS = {
     "accumulate": "GPUANALYZE_TRIAL_ACCUMULATE",
@@ -75,30 +78,23 @@ class TrialSetting:
     """Script knobs (keys of SCRIPT_KEYS), passed in variables the script may read."""
 
     def __post_init__(self) -> None:
-        seen = set()
-        for key, value in self.dataloader:
-            kind = LOADER_KEYS.get(key)
-            if kind is None:
-                raise GpuAnalyzeError(f"unknown DataLoader setting {key!r}; use one of {', '.join(LOADER_KEYS)}")
-            if key in seen:
-                raise GpuAnalyzeError(f"DataLoader setting {key!r} given twice")
-            seen.add(key)
-            if type(value) is not kind:
-                raise GpuAnalyzeError(f"{key}={value!r}: expected {'true/false' if kind is bool else 'a whole number'}")
-            least = 1 if key in ("prefetch_factor", "batch_size") else 0
-            if kind is int and value < least:
-                raise GpuAnalyzeError(f"{key}={value}: must be at least {least}")
-            if kind is int and value > LOADER_MOST[key]:
-                raise GpuAnalyzeError(f"{key}={value}: at most {LOADER_MOST[key]:,} in a trial")
-        names = [k for k, _ in self.script]
-        for key, value in self.script:
-            if key not in SCRIPT_KEYS:
-                raise GpuAnalyzeError(f"unknown script setting {key!r}; use one of {', '.join(SCRIPT_KEYS)}")
-            if names.count(key) > 1:
-                raise GpuAnalyzeError(f"script setting {key!r} given twice")
-            least = 1 if key == "accumulate" else 0
-            if type(value) is not int or value < least:
-                raise GpuAnalyzeError(f"{key}={value!r}: expected a whole number of at least {least}")
+        for pairs, kinds in ((self.dataloader, LOADER_KEYS), (self.script, dict.fromkeys(SCRIPT_KEYS, int))):
+            keys = [k for k, _ in pairs]
+            for key, value in pairs:
+                kind = kinds.get(key)
+                if kind is None:
+                    raise GpuAnalyzeError(f"unknown setting {key!r}; use one of {', '.join(kinds)}")
+                if keys.count(key) > 1:
+                    raise GpuAnalyzeError(f"setting {key!r} given twice")
+                if type(value) is not kind:
+                    raise GpuAnalyzeError(
+                        f"{key}={value!r}: expected {'true/false' if kind is bool else 'a whole number'}"
+                    )
+                least = 1 if key in ("prefetch_factor", "batch_size", "accumulate") else 0
+                if kind is int and value < least:
+                    raise GpuAnalyzeError(f"{key}={value}: must be at least {least}")
+                if kind is int and value > LOADER_MOST.get(key, value):
+                    raise GpuAnalyzeError(f"{key}={value}: at most {LOADER_MOST[key]:,} in a trial")
         if self.autocast is not None and self.autocast not in PRECISIONS:
             raise GpuAnalyzeError(f"autocast={self.autocast!r}: use bf16 or fp16")
 
@@ -117,35 +113,36 @@ class TrialSetting:
         CPU too: natively on one with AVX512_BF16/AMX)."""
         return self.autocast == "fp16" or self.tf32 or dict(self.dataloader).get("pin_memory") is True
 
-    def label(self) -> str:
-        """``num_workers=2, persistent_workers=true`` (``current settings`` for the baseline)."""
+    def label(self, separator: str = ", ") -> str:
+        """``num_workers=2, persistent_workers=true`` (``current settings`` for the baseline); with
+        ``separator=","``, what ``--candidates`` takes (``""`` for the baseline)."""
         parts = [f"{k}={_text(v)}" for k, v in self.dataloader]
         if self.autocast is not None:
             parts.append(f"autocast={self.autocast}")
         if self.tf32:
             parts.append("tf32=true")
         parts += [f"{k}={v}" for k, v in self.script]
-        return ", ".join(parts) or "current settings"
+        return separator.join(parts) or ("current settings" if separator == ", " else "")
 
     def slug(self) -> str:
         """A directory-name form of the label (``num_workers-2_persistent_workers-true``)."""
         return "_".join(p.replace("=", "-") for p in self.label().split(", ")) if not self.is_baseline else "baseline"
 
 
-def parse_setting(text: str) -> TrialSetting:
+def parse_setting(text: str, source: str = "--candidates") -> TrialSetting:
     """``num_workers=2,persistent_workers=true``, ``autocast=bf16``, ``tf32=true`` → TrialSetting.
-    Raises GpuAnalyzeError saying what is accepted."""
+    Raises GpuAnalyzeError saying what is accepted (``source``: where the text came from)."""
     loader: list[tuple[str, LoaderValue]] = []
     autocast: str | None = None
     tf32 = False
     script: list[tuple[str, int]] = []
     items = [p.strip() for p in text.split(",") if p.strip()]
     if not items:
-        raise GpuAnalyzeError(f"--candidates {text!r}: expected key=value[,key=value], e.g. num_workers=2")
+        raise GpuAnalyzeError(f"{source} {text!r}: expected key=value[,key=value], e.g. num_workers=2")
     for item in items:
         key, sep, raw = (s.strip() for s in item.partition("="))
         if not sep or not key or not raw:
-            raise GpuAnalyzeError(f"--candidates {text!r}: {item!r} is not key=value (e.g. num_workers=2)")
+            raise GpuAnalyzeError(f"{source} {text!r}: {item!r} is not key=value (e.g. num_workers=2)")
         if key == "autocast":
             autocast = raw.lower()
         elif key == "tf32":
@@ -156,59 +153,46 @@ def parse_setting(text: str) -> TrialSetting:
             loader.append((key, _bool(key, raw) if LOADER_KEYS[key] is bool else _int(key, raw)))
         else:
             known = ", ".join([*LOADER_KEYS, "autocast", "tf32", *SCRIPT_KEYS])
-            raise GpuAnalyzeError(f"--candidates {text!r}: unknown setting {key!r}; use one of {known}")
+            raise GpuAnalyzeError(f"{source} {text!r}: unknown setting {key!r}; use one of {known}")
     return TrialSetting(dataloader=tuple(loader), autocast=autocast, tf32=tf32, script=tuple(script))
 
 
-def env_for(setting: TrialSetting, *, stop_after: int, log: str) -> dict[str, str]:
+def env_for(setting: TrialSetting, *, stop_after: int, log: str, token: str) -> dict[str, str]:
     """The variables that make every process of a trial apply ``setting`` and stop after ``stop_after`` steps."""
-    env = {TRIAL: "1", STOP_AFTER: str(stop_after), LOG: log}
-    if setting.dataloader:
-        env[DATALOADER] = json.dumps(dict(setting.dataloader))
-    if setting.autocast is not None:
-        env[AUTOCAST] = setting.autocast
-    if setting.tf32:
-        env[TF32] = "1"
-    for key, value in setting.script:
-        env[SCRIPT_KEYS[key]] = str(value)
+    env = {TRIAL: "1", STOP_AFTER: str(stop_after), LOG: log, TOKEN: token, SETTING: setting.label(",")}
+    env.update((SCRIPT_KEYS[key], str(value)) for key, value in setting.script)
     return env
+
+
+def is_trial_variable(name: str) -> bool:
+    return name == TRIAL or name.startswith(("GPUANALYZE_TRY_", "GPUANALYZE_TRIAL_"))
+
+
+def new_token(directory: Path) -> str:
+    """A TOKEN value whose file is in ``directory`` (private to the launcher, removed after the trials)."""
+    value = secrets.token_hex(16)
+    path = directory / "token"
+    path.write_text(value)
+    return f"{value}:{path}"
+
+
+def genuine(env: Mapping[str, str]) -> bool:
+    """Whether this process belongs to a running `gpuanalyze run --try` (its TOKEN's file holds its value)."""
+    value, _, path = env.get(TOKEN, "").partition(":")
+    try:
+        with open(path, "rb") as fh:
+            return bool(value) and hmac.compare_digest(fh.read(64), value.encode())
+    except (OSError, ValueError):
+        return False
 
 
 def from_env(env: Mapping[str, str]) -> tuple[TrialSetting, int | None]:
     """The setting and step bound of this process's trial; raises GpuAnalyzeError naming the bad variable."""
-    loader: tuple[tuple[str, LoaderValue], ...] = ()
-    raw = env.get(DATALOADER, "").strip()
-    if raw:
-        try:
-            decoded = json.loads(raw)
-        except ValueError as exc:
-            raise GpuAnalyzeError(f"{DATALOADER}={raw!r}: not JSON ({exc})") from exc
-        if not isinstance(decoded, dict):
-            raise GpuAnalyzeError(f'{DATALOADER}={raw!r}: expected a JSON object such as {{"num_workers": 2}}')
-        loader = tuple(decoded.items())
-    stop_raw = env.get(STOP_AFTER, "").strip()
-    stop: int | None = None
-    if stop_raw:
-        try:
-            stop = int(stop_raw)
-        except ValueError as exc:
-            raise GpuAnalyzeError(f"{STOP_AFTER}={stop_raw!r}: expected a whole number") from exc
-        if stop < 1:
-            raise GpuAnalyzeError(f"{STOP_AFTER}={stop}: must be at least 1")
-    autocast = env.get(AUTOCAST, "").strip().lower() or None
-    tf32 = env.get(TF32, "").strip() == "1"
-    script = []
-    for key, name in SCRIPT_KEYS.items():
-        raw_knob = env.get(name, "").strip()
-        if raw_knob:
-            try:
-                script.append((key, int(raw_knob)))
-            except ValueError as exc:
-                raise GpuAnalyzeError(f"{name}={raw_knob!r}: expected a whole number") from exc
-    try:
-        return TrialSetting(dataloader=loader, autocast=autocast, tf32=tf32, script=tuple(script)), stop
-    except GpuAnalyzeError as exc:
-        raise GpuAnalyzeError(f"{DATALOADER}/{AUTOCAST}: {exc}") from exc
+    text, stop = env.get(SETTING, "").strip(), env.get(STOP_AFTER, "").strip()
+    setting = parse_setting(text, SETTING) if text else TrialSetting()
+    if stop and not (stop.isdigit() and int(stop) >= 1):
+        raise GpuAnalyzeError(f"{STOP_AFTER}={stop!r}: expected a whole number of at least 1")
+    return setting, int(stop) if stop else None
 
 
 def _text(value: object) -> str:

@@ -37,8 +37,6 @@ class Measured:
     mean_ms: float
     stdev_ms: float
     """Sample standard deviation of the measured steps' time."""
-    recorded: int
-    """Steps the trace holds, warm-up included."""
     loader_workers: int | None
     """The largest DataLoader num_workers the trial's trace saw (EndInfo.loader_workers)."""
     end_status: str | None
@@ -73,7 +71,6 @@ def measure(path: Path, warmup: int) -> Measured | None:
         steps=len(steady),
         mean_ms=mean,
         stdev_ms=stdev,
-        recorded=len(walls),
         loader_workers=None if end is None else end.loader_workers,
         end_status=None if end is None else end.status,
         samples=samples if samples is not None and samples > 0 else None,
@@ -124,23 +121,11 @@ def vs_baseline(baseline: Measured | Baselines, candidate: Measured) -> float:
     return 100.0 * (comparable_ms(base.samples, candidate) / mean - 1.0) if mean > 0 else 0.0
 
 
-def noise_ms(baselines: Baselines, candidate: Measured) -> float:
-    """The smallest gain that is beyond noise: the baselines' spread, or NOISE_SE standard errors
-    of the difference of the means, whichever is larger."""
-    within = NOISE_SE * math.hypot(baselines.stderr_ms, candidate.stderr_ms)
-    return max(baselines.spread_ms, within)
-
-
-def beyond_noise(baselines: Sequence[Measured], candidate: Measured) -> bool:
-    """Faster than the baselines' mean beyond noise (noise_ms) and by at least MIN_GAIN of it."""
-    base = Baselines(tuple(baselines))
+def beats(baseline: Measured | Sequence[Measured], candidate: Measured, spread_ms: float | None = None) -> bool:
+    """``candidate`` faster than the baselines' mean (per their samples) beyond noise, the larger of their
+    spread (or ``spread_ms``: the run-to-run noise measured elsewhere) and NOISE_SE standard errors of
+    the difference of the means, and by at least MIN_GAIN of it."""
+    base = Baselines((baseline,) if isinstance(baseline, Measured) else tuple(baseline))
     gain = base.mean_ms - comparable_ms(base.samples, candidate)
-    return gain > noise_ms(base, candidate) and gain >= MIN_GAIN * base.mean_ms
-
-
-def beats(baseline: Measured, candidate: Measured, spread_ms: float = 0.0) -> bool:
-    """``candidate`` faster than ``baseline`` (one trial each) beyond ``spread_ms`` (the run-to-run
-    noise the baselines measured), NOISE_SE standard errors, and by MIN_GAIN."""
-    gain = baseline.mean_ms - comparable_ms(baseline.samples, candidate)
-    noise = max(spread_ms, NOISE_SE * math.hypot(baseline.stderr_ms, candidate.stderr_ms))
-    return gain > noise and gain >= MIN_GAIN * baseline.mean_ms
+    within = NOISE_SE * math.hypot(base.stderr_ms, candidate.stderr_ms)
+    return gain > max(base.spread_ms if spread_ms is None else spread_ms, within) and gain >= MIN_GAIN * base.mean_ms

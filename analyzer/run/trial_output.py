@@ -1,24 +1,23 @@
 """What `gpuanalyze run --try` prints: one row per trial (setting, the baseline's projection and
 its range beside the measured steady-state step time, the change against the baselines, whether
 the measurement fell inside the projected range), the loaders each trial changed, how each
-measurement relates to the analysis' projection, and the recommendation (the measured best, only
-when it beats the baselines beyond noise). The table fits the width it is given (--width,
-$COLUMNS, 80 in a log or pipe)."""
+measurement relates to the analysis' projection, the trials' Python warnings (each distinct one
+once), the files a trial changed, and the recommendation (the measured best, only when it beats the
+baselines beyond noise). The table fits the width it is given (--width, $COLUMNS, 80 in a log or
+pipe); below WIDE columns a cell breaks between its values, never inside one."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from analyzer.run.candidates import Candidate
+from analyzer.run.candidates import Candidate, setting_of
+from analyzer.run.trial_env import TrialSetting
 from analyzer.run.trial_measure import MIN_GAIN, NOISE_SE, Measured, beats, comparable_ms, vs_baseline
-from analyzer.run.trials import TrialRun, TryResult
+from analyzer.run.trials import LOG_NAME, TrialRun, TryResult, batch_size_of
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Projection
 
-#: Width from which the table has its workers and ended columns (narrower: the outcome goes in the
-#: trial cell when it is not the usual one).
-WIDE = 110
 _OUTCOME = {
     "stopped": "after its steps",
     "ended": "ended on its own",
@@ -115,14 +114,20 @@ def against_projection(result: TryResult) -> list[str]:
 
 
 def _top_finding(result: TryResult) -> list[str]:
+    """Whether the trials settle the advice of the top finding: the trial of the setting its fix
+    describes (whatever made it a candidate)."""
     report = result.report
     if report is None or not report.findings:
         return []
     top = report.findings[0]
     name = f"{top.bottleneck}/{top.cause}"
-    tried = [(c, t) for c, t in result.trials if c.finding == name and c.projection == top.projection]
+    setting = setting_of(top.projection.fix, batch_size_of(result.baseline))
+    if setting is None:
+        return [f"the analysis' top finding ({name}) names no setting a trial can apply: its fix is a code change"]
+    tried = [(c, t) for c, t in result.trials if c.setting == setting]
     if not tried:
-        return [f"the analysis' top finding ({name}) was not tried: its fix needs a change no trial can make"]
+        given = setting.label().replace(", ", ",")
+        return [f"the analysis' advice ({name}: {setting.label()}) was not tried (--candidates {given} tries it)"]
     candidate, trial = tried[0]
     best = result.best
     if trial.measured is None:
@@ -149,7 +154,7 @@ def as_dict(result: TryResult) -> dict[str, Any]:
         "baseline_verdict": None if result.report is None else result.report.bottleneck,
         "baseline_problem": result.problem if result.report is None or result.baseline_failed else None,
         "trials": rows(result),
-        "recommended": None if best is None else _setting_dict(best[0]),
+        "recommended": None if best is None else _setting_dict(best[0].setting),
         "within_noise_of_recommended": within_noise(result),
         "recommendation": recommendation(result).removeprefix("gpuanalyze: "),
         "against_projection": against_projection(result),
@@ -157,11 +162,14 @@ def as_dict(result: TryResult) -> dict[str, Any]:
         if result.noise is None or len(result.noise.runs) < 2
         else 100 * result.noise.spread_ms / result.noise.mean_ms,
         "notes": list(result.notes),
+        "warnings": [text for text, _ in warnings(result)],
+        "files_changed": result.files_changed,
     }
 
 
 def print_table(result: TryResult, width: int | None = None) -> None:
     """The table, laid out for ``width`` columns (default: the terminal's, $COLUMNS, or 80)."""
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
@@ -169,53 +177,72 @@ def print_table(result: TryResult, width: int | None = None) -> None:
     from analyzer.render.safe import clean
 
     console = report_console(width)
-    narrow = console.width < WIDE
-    from rich import box
-
     table = Table(
         title=Text(f"gpuanalyze run --try: traces in {clean(str(result.out_dir))}"),
         title_justify="left",
-        box=box.SIMPLE_HEAD,  # no vertical rules: the columns keep the width for their numbers
+        box=box.SIMPLE_HEAD,  # no vertical rules, one space of padding: the width goes to the values
+        show_edge=False,
+        padding=(0, 0, 0, 1),
         pad_edge=False,
     )
-    columns = [
-        ("trial", "left"),
-        ("setting", "left"),
-        ("projected ms [range]", "right"),
-        ("measured ms ± sd (n)", "right"),
-        ("vs base", "right"),
-        ("in range", "center"),
-        ("workers", "right"),
-        ("ended", "left"),
-    ]
-    if narrow:
-        columns = [c for c in columns if c[0] not in ("workers", "ended")]
-    table_rows = rows(result)
-    for name, justify in columns:
+    cells = [_cells(row) for row in rows(result)]
+    wide = _width([COLUMNS + WIDE_COLUMNS, *cells]) <= console.width
+    for name in COLUMNS + WIDE_COLUMNS if wide else COLUMNS:
+        justify = "left" if name in ("trial", "setting", "ended") else "center" if name == "in range" else "right"
         table.add_column(Text(name), justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in table_rows:
-        cells = [
-            row["trial"],
-            clean(row["setting"]),
-            _projected_text(row),
-            _measured_text(row),
-            "—" if row["vs_baseline_pct"] is None else f"{row['vs_baseline_pct']:+.1f}%",
-            row["inside_interval"],
-            "—" if row["loader_workers"] is None else str(row["loader_workers"]),
-            _OUTCOME.get(row["outcome"], row["outcome"]) + _status_suffix(row),
-        ]
-        if narrow:
-            if row["outcome"] not in ("stopped",):
-                cells[0] += f" ({_OUTCOME.get(row['outcome'], row['outcome'])}{_status_suffix(row)})"
-            cells = cells[:6]
-        table.add_row(*(Text(cell) for cell in cells))  # Text: "[low, high]" is not markup
+    for row, shown in zip(rows(result), cells, strict=True):
+        if not wide and row["outcome"] != "stopped":  # the outcome in the measured cell
+            shown[3] = shown[7] if shown[3] == "—" else f"{shown[3]}\n{shown[7]}"
+        table.add_row(
+            *(Text(cell) for cell in shown[: None if wide else len(COLUMNS)])
+        )  # Text: "[low, high]" is not markup
     console.print(table)
     lines = [f"{row['trial']}: {line}" for row in rows(result) for line in row["loaders_changed"]]
     lines += against_projection(result)
     lines += [f"note: {note}" for note in result.notes]
+    lines += [f"warning (from {n} of the trials; all in their {LOG_NAME}): {text}" for text, n in warnings(result)]
     for line in lines:
         console.print(Text("  " + clean(line)))
+    if result.files_changed:
+        console.print(Text(f"gpuanalyze: stopped: {clean(result.files_changed)}"))
     console.print(Text(recommendation(result)))
+
+
+#: The table's columns (their names on two lines, as their values are), and those left out where they do not fit.
+COLUMNS = ["trial", "setting", "projected ms\n[range]", "measured ms\n± sd (n)", "vs base"]
+WIDE_COLUMNS = ["in range", "workers", "ended"]
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    """A row's cells, each value on a line of its own (the settings, the range, the step count): a
+    cell then breaks between values, never inside one."""
+    from analyzer.render.safe import clean
+
+    return [
+        row["trial"],
+        clean(row["setting"]).replace(", ", "\n"),
+        _projected_text(row).replace(" [", "\n["),
+        _measured_text(row).replace(" (", "\n("),
+        "—" if row["vs_baseline_pct"] is None else f"{row['vs_baseline_pct']:+.1f}%",
+        row["inside_interval"],
+        "—" if row["loader_workers"] is None else str(row["loader_workers"]),
+        _OUTCOME.get(row["outcome"], row["outcome"]) + _status_suffix(row),
+    ]
+
+
+def _width(rows: list[list[str]]) -> int:
+    """The table's natural width: each column's longest line, one space of padding and one rule between."""
+    widths = [max(len(line) for row in rows for line in row[k].splitlines()) for k in range(len(rows[0]))]
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def warnings(result: TryResult) -> list[tuple[str, int]]:
+    """Each distinct Python warning of the trials' processes, with the number of trials it came from."""
+    seen: dict[str, set[str]] = {}
+    for trial in [result.baseline, *result.repeats, *(t for _, t in result.trials)]:
+        for entry in trial.entries("warning"):
+            seen.setdefault(str(entry.get("text")), set()).add(trial.name)
+    return [(text, len(names)) for text, names in seen.items()]
 
 
 def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dict[str, Any]:
@@ -223,11 +250,7 @@ def _row(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> dic
     m = trial.measured
     return {
         "trial": trial.name,
-        "setting": trial.setting.label(),
-        "dataloader": dict(trial.setting.dataloader),
-        "autocast": trial.setting.autocast,
-        "tf32": trial.setting.tf32,
-        "script": dict(trial.setting.script),
+        **_setting_dict(trial.setting),
         "source": "baseline" if candidate is None else candidate.source,
         **_projected(projection),
         "projected_by": None if candidate is None else candidate.finding,
@@ -251,14 +274,9 @@ def _change(result: TryResult, candidate: Candidate | None, trial: TrialRun) -> 
     return vs_baseline(noise if candidate is not None else first, m)
 
 
-def _projected(projection: Projection | None) -> dict[str, float | None]:
-    if projection is None:
-        return {"projected_ms": None, "projected_low_ms": None, "projected_high_ms": None}
-    return {
-        "projected_ms": projection.step_ms,
-        "projected_low_ms": projection.low_ms,
-        "projected_high_ms": projection.high_ms,
-    }
+def _projected(p: Projection | None) -> dict[str, float | None]:
+    values = (None, None, None) if p is None else (p.step_ms, p.low_ms, p.high_ms)
+    return dict(zip(("projected_ms", "projected_low_ms", "projected_high_ms"), values, strict=True))
 
 
 def _measured(m: Measured | None) -> dict[str, Any]:
@@ -276,15 +294,9 @@ def _inside(projection: Projection | None, m: Measured | None, samples: float | 
     return "yes" if projection.low_ms <= comparable_ms(samples, m) <= projection.high_ms else "no"
 
 
-def _setting_dict(candidate: Candidate) -> dict[str, Any]:
-    s = candidate.setting
-    return {
-        "setting": s.label(),
-        "dataloader": dict(s.dataloader),
-        "autocast": s.autocast,
-        "tf32": s.tf32,
-        "script": dict(s.script),
-    }
+def _setting_dict(s: TrialSetting) -> dict[str, Any]:
+    return {"setting": s.label(), "dataloader": dict(s.dataloader), "autocast": s.autocast, "tf32": s.tf32,
+            "script": dict(s.script)}  # fmt: skip
 
 
 def _projected_text(row: dict[str, Any]) -> str:

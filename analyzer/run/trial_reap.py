@@ -1,9 +1,9 @@
 """Leave nothing of a `gpuanalyze run --try` trial running after it: its whole process tree is
 killed and reaped after every trial, not only at the time limit.
 
-A trial starts in a new session (its process group is the trial's root). Killing that group is
-not enough: a process that calls ``setsid()`` (a daemonising helper, a server the script starts)
-leaves the group. So, on Linux:
+A trial starts in a new process group (led by the trial's root) in the launcher's session. Killing
+that group is not enough: a process that calls ``setsid()`` or ``setpgid()`` (a daemonising
+helper, a server the script starts) leaves the group. So, on Linux:
 
 - while the trial runs, the launcher records its descendants from the ``/proc/<pid>/stat`` parent
   chains (each with its start time, so a reused pid is never killed);
@@ -64,12 +64,12 @@ class Tree:
         self.root = root
         self.seen: set[Identity] = set()
         self._ours = os.getpid()
-        self._before = {pid for pid, (ppid, _, _) in _table().items() if ppid == self._ours}
+        self._before = {pid for pid, (ppid, _, _) in processes().items() if ppid == self._ours}
         """The launcher's children before the trial started (not the trial's)."""
 
     def scan(self) -> None:
         """Record the trial's descendants now (orphans re-parented to the launcher included)."""
-        table = _table()
+        table = processes()
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
@@ -87,14 +87,14 @@ class Tree:
 
     def alive(self) -> list[Identity]:
         """The recorded descendants still running (zombies left out), pid reuse excluded."""
-        table = _table()
+        table = processes()
         return [(pid, start) for pid, start in self.seen if table.get(pid, (0, 0, -1))[2] == start and _running(pid)]
 
-    def kill(self) -> int:
+    def kill(self) -> None:
         """SIGTERM the group and every descendant, SIGKILL what is left after KILL_GRACE_S, reap
-        what the launcher may reap; returns how many processes besides the root were signalled."""
+        what the launcher may reap."""
         self.scan()
-        signalled = self._signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline:
             self._reap()
@@ -110,20 +110,15 @@ class Tree:
                 break
             time.sleep(0.05)
             self._reap()
-        return signalled
 
-    def _signal(self, signum: int) -> int:
+    def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.root, signum)
-        count = 0
         for pid, _ in self.alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-                count += 1
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                os.kill(pid, signum)
                 if os.getpgid(pid) == pid:  # a setsid leader: its own group too
                     os.killpg(pid, signum)
-        return count
 
     def _reap(self) -> None:
         for pid, _ in list(self.seen):
@@ -131,7 +126,7 @@ class Tree:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _table() -> dict[int, tuple[int, int, int]]:
+def processes() -> dict[int, tuple[int, int, int]]:
     """{pid: (ppid, pgid, start time)} of every process now (empty without /proc)."""
     out: dict[int, tuple[int, int, int]] = {}
     if not sys.platform.startswith("linux"):
@@ -163,7 +158,7 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return any(g == pgid and _running(pid) for pid, (_, g, _) in _table().items())
+    return any(g == pgid and _running(pid) for pid, (_, g, _) in processes().items())
 
 
 def _libc() -> ctypes.CDLL | None:

@@ -4,10 +4,12 @@ The command runs once as the baseline trial (profiled as `gpuanalyze run` does, 
 after warm-up + N steps), the baseline is analysed, candidates are derived from its findings
 (analyzer.run.candidates), and the command runs once more per candidate with that setting applied
 in its processes through environment variables (analyzer.run.trial_env, trial_child). Each trial
-writes its traces into a new subdirectory of the output directory, runs in its own session, is
-killed with everything it started after it ends or at the total time limit (analyzer.run.trial_reap),
-and has
-``GPUANALYZE_TRIAL=1`` set so that scripts can skip checkpoints.
+writes its traces into a new subdirectory of the output directory and runs in its own process
+group, not its own session: a new session would also be a new scheduling autogroup (Linux
+``sched_autogroup``, one per session, at default weight whatever the caller's), and trials must
+be scheduled like the run they measure. Its whole tree is killed after it ends or at the total
+time limit (analyzer.run.trial_reap). A trial that changed the user's files stops the trials
+(analyzer.run.trial_files); ``GPUANALYZE_TRIAL=1`` is set so that scripts can skip checkpoints.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -28,19 +31,18 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.run import trial_env, trial_reap
+from analyzer.run import trial_env, trial_files, trial_reap
 from analyzer.run.candidates import Candidate, derive, given, on_accelerator
 from analyzer.run.launch import child_env, create_dir, prepare_out_dir, signals_handled, traces_of
+from analyzer.run.summary import verdict_line
 from analyzer.run.trial_env import TrialSetting
-from analyzer.run.trial_measure import Baselines, Measured, beyond_noise, comparable_ms, measure
+from analyzer.run.trial_measure import Baselines, Measured, beats, comparable_ms, measure
 from analyzer.run.try_options import TryOptions
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
 
-#: Seconds a trial killed at the time limit gets between SIGTERM and SIGKILL.
-KILL_GRACE_S = 5.0
-#: Name of the per-trial log the child processes append to (loaders changed, the stop).
+#: Name of the per-trial log the child processes append to (loaders, warnings, the stop).
 LOG_NAME = "trial-log.jsonl"
 
 
@@ -59,13 +61,22 @@ class TrialRun:
     returncode: int | None = None
     traces: tuple[Path, ...] = ()
     measured: Measured | None = None
-    loaders: tuple[str, ...] = ()
-    """One line per DataLoader whose arguments the trial changed."""
-    batch_sizes: tuple[int, ...] = ()
-    """The batch size of each DataLoader the trial's processes created, in order."""
+    log: tuple[dict[str, Any], ...] = ()
+    """The entries its processes wrote to its log (analyzer.run.trial_child)."""
     seconds: float = 0.0
-    left_running: int = 0
-    """Processes the trial left running after its root exited (killed and reaped by the launcher)."""
+
+    def entries(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.log if e.get("event") == event]
+
+    @property
+    def loaders(self) -> tuple[str, ...]:
+        """One line per DataLoader whose arguments the trial changed."""
+        return tuple(_loader_line(e) for e in self.entries("loader") if e.get("changed"))
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch size of each DataLoader the trial's processes created, in order."""
+        return tuple(e["batch_size"] for e in self.entries("loader") if type(e.get("batch_size")) is int)
 
 
 @dataclass(slots=True)
@@ -85,6 +96,8 @@ class TryResult:
     notes: list[str] = field(default_factory=list)
     interrupted_by: int | None = None
     """The signal that reached the launcher and stopped the trials (None: none did)."""
+    files_changed: str | None = None
+    """Which trial changed which of the user's files (None: none did); no trial ran after it."""
 
     @property
     def noise(self) -> Baselines | None:
@@ -103,7 +116,7 @@ class TryResult:
             return None
         candidate, trial = min(ran, key=lambda ct: comparable_ms(base.samples, ct[1].measured))  # type: ignore[arg-type]
         assert trial.measured is not None
-        return (candidate, trial) if beyond_noise(base.runs, trial.measured) else None
+        return (candidate, trial) if beats(base.runs, trial.measured) else None
 
     @property
     def baseline_failed(self) -> bool:
@@ -111,88 +124,126 @@ class TryResult:
 
 
 def try_command(
-    command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, *, stdout_to_stderr: bool = False
+    command: list[str],
+    profile: ProfileOptions,
+    options: TryOptions,
+    out_dir: Path,
+    *,
+    stdout_to_stderr: bool = False,
+    say: Callable[[str], None] = lambda line: None,
 ) -> TryResult:
     """Run the baseline and the candidates; raises GpuAnalyzeError if the command cannot start.
-    ``stdout_to_stderr``: the trials' standard output goes to stderr (``--json`` keeps stdout for the result)."""
+    ``stdout_to_stderr``: the trials' standard output goes to stderr (``--json`` keeps stdout for the
+    result); ``say``: where the lines the user must read before the trials go."""
     out_dir, _ = prepare_out_dir(out_dir)
-    deadline = time.monotonic() + options.time_limit_s
-    stop = _Stop(stdout_to_stderr)
-    result = _run_all(command, profile, options, out_dir, deadline, stop)
-    result.interrupted_by = stop.signum
+    with tempfile.TemporaryDirectory(prefix="gpuanalyze-try-") as private:
+        token, files = trial_env.new_token(Path(private)), trial_files.Files(command, [out_dir, Path(private)])
+        deadline = time.monotonic() + options.time_limit_s
+        trials = _Trials(command, profile, options, out_dir, deadline, say, stdout_to_stderr, token, files)
+        result = trials.run_all()
+    result.interrupted_by = trials.signum
     return result
 
 
-def _run_all(
-    command: list[str], profile: ProfileOptions, options: TryOptions, out_dir: Path, deadline: float, stop: _Stop
-) -> TryResult:
-    with _forwarding_signals(stop), trial_reap.subreaper():
-        first = _new_dir(out_dir, 0, "baseline")
-        baseline = run_trial("baseline", command, profile, TrialSetting(), first, options, deadline, stop)
-        result = TryResult(out_dir=out_dir, baseline=baseline)
-        if result.baseline_failed or not baseline.traces:
-            result.problem = _why_no_baseline(baseline)
-            return result
-        result.report, result.problem = analyze_baseline(baseline.traces[0], options.warmup)
-        for n in range(2, options.baselines + 1):
-            if not _time_for(f"baseline {n}", baseline, deadline, stop, result):
+@dataclass(slots=True)
+class _Trials:
+    command: list[str]
+    profile: ProfileOptions
+    options: TryOptions
+    out_dir: Path
+    deadline: float
+    say: Callable[[str], None]
+    stdout_to_stderr: bool
+    token: str
+    """The value of trial_env.TOKEN that makes the trial variables count (trial_env.genuine)."""
+    files: trial_files.Files
+    signum: int | None = None
+    """A signal that reached the launcher: it is passed to the running trial, and no further trial starts."""
+    child: subprocess.Popen[bytes] | None = None
+
+    def run_all(self) -> TryResult:
+        options = self.options
+        n, k = options.baselines, len(options.candidates)
+        runs = f"{n + k} times ({n} baselines, {k} candidates)" if k else f"{n} times, then once per candidate"
+        self.say(
+            f"gpuanalyze: --try will run your command {runs}, each for {options.stop_after} optimizer steps, "
+            "then end it without its exit handlers; GPUANALYZE_TRIAL=1 is set so that it can skip its "
+            f"checkpoints. A trial that changes a file under {Path.cwd()} or on the command line stops the trials."
+            + ("" if self.files.complete else f" Only the first {len(self.files.last):,} files are checked.")
+        )
+        with _forwarding_signals(self), trial_reap.subreaper():
+            baseline = self.run("baseline", TrialSetting(), 0)
+            result = TryResult(out_dir=self.out_dir, baseline=baseline)
+            if result.baseline_failed or not baseline.traces:
+                result.problem = _why_no_baseline(baseline)
+                return self.checked(result, baseline)
+            result.report, result.problem = analyze_baseline(baseline.traces[0], options.warmup)
+            if result.report is not None:
+                self.say(verdict_line(result.report).replace("gpuanalyze:", "gpuanalyze: baseline:", 1))
+            if not self.checked(result, baseline).files_changed:
+                self.candidates(result)
+        return result
+
+    def candidates(self, result: TryResult) -> None:
+        baseline = result.baseline
+        for n in range(2, self.options.baselines + 1):
+            if not self.time_for(f"baseline {n}", result):
                 break
-            again = run_trial(
-                f"baseline {n}",
-                command,
-                profile,
-                TrialSetting(),
-                _new_dir(out_dir, 0, f"baseline{n}"),
-                options,
-                deadline,
-                stop,
-            )
+            again = self.run(f"baseline {n}", TrialSetting(), 0, f"baseline{n}")
             result.repeats.append(again)
+            if self.checked(result, again).files_changed:
+                return
         accelerator = on_accelerator(result.report)
-        if options.candidates:
+        batch = batch_size_of(baseline)
+        if self.options.candidates:
             candidates, notes = given(
-                options.candidates, result.report, accelerator=accelerator, current_batch=batch_size_of(baseline)
+                self.options.candidates, result.report, accelerator=accelerator, current_batch=batch
             )
         else:
             workers = None if baseline.measured is None else baseline.measured.loader_workers
             candidates, notes = derive(
-                result.report,
-                cores=_cores(),
-                accelerator=accelerator,
-                current_workers=workers,
-                current_batch=batch_size_of(baseline),
+                result.report, cores=_cores(), accelerator=accelerator, current_workers=workers, current_batch=batch
             )
-        result.notes += notes
-        if any(c.setting.changes_batch for c in candidates):
-            result.notes.append(
-                "batch size and accumulation trials measure speed per sample only: the learning rate "
-                "(and its schedule) for another batch is your call"
-            )
+        result.notes += notes + _batch_notes(baseline, candidates)
+        self.say(f"gpuanalyze: {len(candidates)} candidate(s): your command runs {len(candidates)} more time(s)")
         for index, candidate in enumerate(candidates, start=1):
             name = f"candidate {index}"
-            if not _time_for(f"{name} ({candidate.setting.label()})", baseline, deadline, stop, result):
+            if result.files_changed or not self.time_for(f"{name} ({candidate.setting.label()})", result):
                 result.trials.append((candidate, TrialRun(name, candidate.setting, None, "not_run")))
                 continue
-            directory = _new_dir(out_dir, index, candidate.setting.slug())
-            trial = run_trial(name, command, profile, candidate.setting, directory, options, deadline, stop)
+            trial = self.run(name, candidate.setting, index)
             result.trials.append((candidate, trial))
-    return result
+            self.checked(result, trial)
 
+    def checked(self, result: TryResult, trial: TrialRun) -> TryResult:
+        """``result``, with ``files_changed`` set when ``trial`` changed the user's files."""
+        changed = self.files.changed()
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            result.files_changed = (
+                f"{trial.name} changed {shown}; no trial ran after it, since each would start from what the one "
+                "before left. To try the fixes, make the script skip its writes when GPUANALYZE_TRIAL is 1 "
+                '(if os.environ.get("GPUANALYZE_TRIAL") != "1": ...), or run the trials on a copy.'
+            )
+        return result
 
-def _time_for(what: str, baseline: TrialRun, deadline: float, stop: _Stop, result: TryResult) -> bool:
-    """Whether another trial may start (no signal came, and the time left holds one more baseline's
-    worth); when not, a note says why."""
-    left = deadline - time.monotonic()
-    if stop.signum is None and left >= baseline.seconds:
-        return True
-    why = (
-        "interrupted"
-        if stop.signum is not None
-        else f"{max(0.0, left):.0f} s left of --try-time-limit, "
-        f"less than the baseline trial took ({baseline.seconds:.0f} s)"
-    )
-    result.notes.append(f"{what} not run: {why}")
-    return False
+    def time_for(self, what: str, result: TryResult) -> bool:
+        """Whether another trial may start (no signal came, and the time left holds one more baseline's
+        worth); when not, a note says why."""
+        left = self.deadline - time.monotonic()
+        if self.signum is None and left >= result.baseline.seconds:
+            return True
+        why = (
+            "interrupted"
+            if self.signum is not None
+            else f"{max(0.0, left):.0f} s left of --try-time-limit, "
+            f"less than the baseline trial took ({result.baseline.seconds:.0f} s)"
+        )
+        result.notes.append(f"{what} not run: {why}")
+        return False
+
+    def run(self, name: str, setting: TrialSetting, index: int, slug: str | None = None) -> TrialRun:
+        return run_trial(name, setting, _new_dir(self.out_dir, index, slug or setting.slug()), self)
 
 
 def batch_size_of(trial: TrialRun) -> int | None:
@@ -203,6 +254,18 @@ def batch_size_of(trial: TrialRun) -> int | None:
         return None
     samples = None if trial.measured is None else trial.measured.samples
     return next((b for b in sizes if samples is not None and b == round(samples)), sizes[0])
+
+
+def _batch_notes(baseline: TrialRun, candidates: list[Candidate]) -> list[str]:
+    """What the batch-size trials mean, or why there is none (a loader with its own batch sampler)."""
+    if any(c.setting.changes_batch for c in candidates):
+        return [
+            "batch size and accumulation trials measure speed per sample only: the learning rate "
+            "(and its schedule) for another batch is your call"
+        ]
+    loaders = baseline.entries("loader")
+    own = sorted({str(e["batch_sampler"]) for e in loaders if e.get("batch_size") is None and e.get("batch_sampler")})
+    return [f"batch_size not tried: the DataLoader batches with its own {', '.join(own)}"] if own else []
 
 
 def analyze_baseline(path: Path, warmup: int) -> tuple[Report | None, str | None]:
@@ -222,51 +285,39 @@ def analyze_baseline(path: Path, warmup: int) -> tuple[Report | None, str | None
         return None, str(exc)
 
 
-def run_trial(
-    name: str,
-    command: list[str],
-    profile: ProfileOptions,
-    setting: TrialSetting,
-    directory: Path,
-    options: TryOptions,
-    deadline: float,
-    stop: _Stop,
-) -> TrialRun:
+def run_trial(name: str, setting: TrialSetting, directory: Path, trials: _Trials) -> TrialRun:
     """Run the command once with ``setting`` applied, until it stops after its steps, ends, or the deadline."""
     run_id = uuid.uuid4().hex
     log = directory / LOG_NAME
-    tagged = dataclasses.replace(profile, tags={**profile.tags, "gpuanalyze_trial": setting.slug()})
-    env = child_env(tagged, directory, run_id)
-    env.update(trial_env.env_for(setting, stop_after=options.stop_after, log=str(log)))
+    tagged = dataclasses.replace(trials.profile, tags={**trials.profile.tags, "gpuanalyze_trial": setting.slug()})
+    env = {k: v for k, v in child_env(tagged, directory, run_id).items() if not trial_env.is_trial_variable(k)}
+    env.update(trial_env.env_for(setting, stop_after=trials.options.stop_after, log=str(log), token=trials.token))
     started = time.monotonic()
-    try:
-        child = subprocess.Popen(command, env=env, start_new_session=True, stdout=2 if stop.stdout_to_stderr else None)
+    try:  # its own process group, in this session (see the module docstring)
+        child = subprocess.Popen(
+            trials.command, env=env, process_group=0, stdout=2 if trials.stdout_to_stderr else None
+        )
     except OSError as exc:
         with contextlib.suppress(OSError):
             directory.rmdir()
-        raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
-    stop.child = child
+        raise GpuAnalyzeError(f"cannot run {trials.command[0]!r}: {exc.strerror or exc}") from exc
+    trials.child = child
     tree = trial_reap.Tree(child.pid)
-    outcome = None
     try:
-        returncode = _wait(child, tree, deadline)
-        if returncode is None:
-            outcome = "time_limit"
-            returncode = _kill_group(child)
+        returncode = _wait(child, tree, trials.deadline)
     finally:
-        stop.child = None
-        left = tree.kill()  # after every trial: what it started and left behind (setsid children too)
+        trials.child = None
+        tree.kill()  # after every trial: what it started and left behind (setsid children too)
     entries = _read_log(log)
-    stopped = any(e.get("event") == "stop" for e in entries)
-    if outcome is None:
-        if stop.signum is not None:
-            outcome = "interrupted"
-        elif returncode != 0:
-            outcome = "failed"
-        else:
-            outcome = "stopped" if stopped else "ended"
+    if returncode is None:
+        outcome, returncode = "time_limit", child.wait()
+    elif trials.signum is not None:
+        outcome = "interrupted"
+    elif returncode != 0:
+        outcome = "failed"
+    else:
+        outcome = "stopped" if any(e.get("event") == "stop" for e in entries) else "ended"
     traces = tuple(traces_of(directory, run_id))
-    measured = measure(traces[0], options.warmup) if traces else None
     return TrialRun(
         name=name,
         setting=setting,
@@ -274,13 +325,9 @@ def run_trial(
         outcome=outcome,
         returncode=returncode,
         traces=traces,
-        measured=measured,
-        loaders=tuple(_loader_line(e) for e in entries if e.get("event") == "loader" and e.get("changed")),
-        batch_sizes=tuple(
-            e["batch_size"] for e in entries if e.get("event") == "loader" and type(e.get("batch_size")) is int
-        ),
+        measured=measure(traces[0], trials.options.warmup) if traces else None,
+        log=tuple(entries),
         seconds=time.monotonic() - started,
-        left_running=left,
     )
 
 
@@ -296,38 +343,17 @@ def _wait(child: subprocess.Popen[bytes], tree: trial_reap.Tree, deadline: float
             tree.scan()
 
 
-class _Stop:
-    """A signal reached the launcher: it is passed to the running trial, and no further trial starts."""
-
-    def __init__(self, stdout_to_stderr: bool = False) -> None:
-        self.stdout_to_stderr = stdout_to_stderr
-        self.signum: int | None = None
-        self.child: subprocess.Popen[bytes] | None = None
-
-
 @contextlib.contextmanager
-def _forwarding_signals(stop: _Stop) -> Iterator[None]:
+def _forwarding_signals(trials: _Trials) -> Iterator[None]:
     def forward(signum: int, frame: FrameType | None) -> None:
-        stop.signum = signum
-        child = stop.child
+        trials.signum = signum
+        child = trials.child
         if child is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signum)
 
     with signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), forward):
         yield
-
-
-def _kill_group(child: subprocess.Popen[bytes]) -> int:
-    """SIGTERM the trial's process group, SIGKILL it after KILL_GRACE_S; returns the exit status."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signum)
-        try:
-            return child.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue
-    return child.wait()
 
 
 def _new_dir(out_dir: Path, index: int, slug: str) -> Path:
@@ -352,39 +378,27 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 
 def _loader_line(entry: dict[str, Any]) -> str:
-    changed = entry.get("changed")
-    parts = []
-    if isinstance(changed, dict):
-        for key, values in changed.items():
-            if isinstance(values, list) and len(values) == 2:
-                parts.append(f"{key} {values[0]} -> {values[1]}")
+    changed = entry["changed"] if isinstance(entry.get("changed"), dict) else {}
+    parts = [f"{k} {v[0]} -> {v[1]}" for k, v in changed.items() if isinstance(v, list) and len(v) == 2]
     return f"DataLoader({entry.get('dataset', '?')}) in pid {entry.get('pid', '?')}: {', '.join(parts)}"
 
 
 def _cores() -> int:
     """Cores this job may use (its affinity mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _why_no_baseline(baseline: TrialRun) -> str:
-    if baseline.outcome == "time_limit":
-        return "the baseline trial was still running at the time limit (raise --try-time-limit)"
-    if baseline.outcome == "interrupted":
-        return "the baseline trial was interrupted"
-    if baseline.outcome == "failed":
-        return f"the baseline trial failed ({_status(baseline.returncode)})"
-    if not baseline.traces:
-        return "the baseline trial left no trace (no Python process of the command ran an optimizer step)"
-    return (
-        "the baseline trial recorded too few steps after the warm-up to measure "
-        "(the script ends sooner: lower --try-warmup/--try-steps)"
-    )
-
-
-def _status(returncode: int | None) -> str:
-    if returncode is None:
-        return "not run"
-    return f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    code = baseline.returncode or 0
+    why = {
+        "time_limit": "was still running at the time limit (raise --try-time-limit)",
+        "interrupted": "was interrupted",
+        "failed": f"failed ({f'killed by signal {-code}' if code < 0 else f'exit status {code}'})",
+    }.get(baseline.outcome)
+    if why is None:
+        why = (
+            "recorded too few steps after the warm-up to measure (it ends sooner: lower --try-warmup/--try-steps)"
+            if baseline.traces
+            else "left no trace (no Python process of the command ran an optimizer step)"
+        )
+    return f"the baseline trial {why}"
