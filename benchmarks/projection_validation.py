@@ -69,6 +69,7 @@ import analyzer
 from analyzer.analysis import thresholds as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.corrections import Measured, table
 from benchmarks.leave_one_family_out import conformal_error, in_sample, lofo, without_windows
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
@@ -370,7 +371,9 @@ def print_summary(s: dict[str, Any]) -> None:
     print("  (* = projection with no setting, an upper bound on the gain; error > 0 means projected slower)")
 
 
-def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows: bool = True) -> dict[str, Any]:
+def run_mode(
+    mode: str, cases: list[Case], quick: bool, busy_procs: int, windows: bool = True, corrections: bool = True
+) -> dict[str, Any]:
     n = busy_procs if mode == "busy" else 0
     started = time.perf_counter()
     load_start = os.getloadavg()
@@ -387,6 +390,12 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         with without_windows():  # the same pairs, projected as if the traces had no profiled steps
             plain = in_sample(pairs)
             plain_held = lofo(pairs, GRID, PRIORS).pairs
+        measured = [
+            Measured(p.case, p.before_path, p.finding, p.before_ms, p.measured_ms)
+            for p in pairs
+            if p.measured_ms is not None and p.finding is not None and p.before_path is not None
+        ]
+        without = table(measured, f"{mode}, in sample") if corrections else None
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -435,6 +444,7 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             "model_error_in_use": T.MODEL_ERROR,
             "scores": scores,
         },
+        "corrections": without,
         "constants_only": {
             "pairs": [asdict(p) for p in plain],
             "lofo_pairs": [asdict(p) for p in plain_held],
@@ -455,6 +465,7 @@ def main() -> int:
         action="store_true",
         help="record the CPU loops without sampled profiler windows (the projections then use their constants)",
     )
+    parser.add_argument("--no-corrections", action="store_true", help="skip the with/without-corrections table")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = [c for c in CASES if not args.only or any(t.lower() in c.name.lower() for t in args.only)]
@@ -466,7 +477,9 @@ def main() -> int:
     results = []
     try:
         for mode in modes:
-            results.append(run_mode(mode, cases, args.quick, args.busy_procs, not args.no_windows))
+            results.append(
+                run_mode(mode, cases, args.quick, args.busy_procs, not args.no_windows, not args.no_corrections)
+            )
     except KeyboardInterrupt:
         print("\ninterrupted: background load stopped, nothing saved", file=sys.stderr)
         return 130

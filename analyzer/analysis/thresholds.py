@@ -196,11 +196,6 @@ HANDOVER_HIGH = 2.0
 BATCH_SPLIT_MAX = 0.75
 #: Uncertainty of the fixed share that split measures (one or a few smaller batches per epoch, noisy).
 BATCH_SPLIT_SLACK = 0.2
-#: Uncertainty of the op-time growth the sample replay measures (record/sample_replay.py: an op replayed alone
-#: at 2, 4 and 8 x the batch, warm in cache, against the same op among the step's others): +/- this share of the
-#: growth. On the 512-wide MLP at batch 8 the replay's growth ran 20-30% above the step's measured growth at 2-8 x
-#: (one thread, this host); not fitted to the validation pairs, which judge it (docs/projections.md).
-SAMPLE_REPLAY_SLACK = 0.3
 #: Without that split, the share of forward + backward the batch projection's point takes as fixed: the
 #: middle of the range nothing measured narrows (benchmarks/projection_validation.py: overhead-bound CPU
 #: MLPs at batch 1-8 measured 25-45% of the way up from "none grows"; docs/projections.md).
@@ -247,6 +242,10 @@ CPU_BF16_SPEEDUP = 2.0
 #: FLOPs for AVX-512 FMA on two ports (Intel 64 and IA-32 Architectures Optimization Reference Manual, ch.
 #: "Intel Advanced Matrix Extensions", peak throughput table): 16x, the fast end where the CPU has AMX.
 CPU_AMX_BF16_SPEEDUP = 16.0
+#: float32 / float64 matmul rate on a CPU: a SIMD register holds twice as many float32 lanes as float64 ones and the
+#: FMA issues at the same rate (Intel 64 and IA-32 Architectures Software Developer's Manual, Vol. 1, "Packed and
+#: scalar floating-point data types": 16 singles or 8 doubles per 512-bit register; Arm NEON: 4 or 2 per 128 bits).
+FLOAT64_SPEEDUP = 2.0
 #: The CPU-precision model's own: the share of fp32 forward + backward its point takes as matmul/convolution
 #: (what bf16 autocast speeds up) when the trace holds no CPU kernel statistics; the range spans 0 to 1.
 #: Dense CPU training loops spend most of forward + backward in GEMM (oneDNN/MKL); benchmarks/

@@ -12,6 +12,12 @@ half the hand-over, no contention and every core of the job (other work yielding
 scheduler shares cores among runnable threads) at the low end, to twice the hand-over with the workers' full share
 of the cores taken from compute, on every free core when the sampler did not measure how many it
 computes on, and loading CPU-bound unless the sampler measured the host (high).
+
+Only the Dataset's ``__getitem__`` calls and the collate move into the workers: torch's DataLoader draws the
+sampler's indices in the training process and sends them to the workers (``_MultiProcessingDataLoaderIter.
+_try_put_index`` calls ``_next_index()`` there; ``_worker_loop`` runs the dataset fetcher, ``__getitem__`` and
+collate). The part of a fetch outside the dataset fetcher (the sampler, the iterator's own work: the end marker's
+``fetch_ms`` less ``fetch_dataset_ms`` and ``fetch_collate_ms``) stays on the training process's path.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.accumulation import micro_batches
 from analyzer.analysis.rules.rule import Context
@@ -72,6 +79,16 @@ def loader_cpu_share(ctx: Context) -> float | None:
     if ctx.host.oversubscribed and load is not None and load > ctx.host.cores_available:
         cpu = cpu * load / ctx.host.cores_available
     return min(1.0, cpu)
+
+
+def main_process_share(ctx: Context) -> float:
+    """Share of a fetch that stays in the training process with workers: all of it but the dataset fetcher's
+    ``__getitem__`` calls and collate (the sampler, the iterator); from the end marker's fetch timing of a loop
+    without workers, 0 when not timed (the whole fetch then moves)."""
+    end = ctx.end
+    if end is None or end.loader_workers != 0 or not end.fetch_ms or end.fetch_dataset_ms is None:
+        return 0.0
+    return clamp(1.0 - (end.fetch_dataset_ms + (end.fetch_collate_ms or 0.0)) / end.fetch_ms)
 
 
 def compute_threads(ctx: Context) -> tuple[float, float]:
@@ -163,10 +180,12 @@ def _plan(ctx: Context, data_ms: float, workers: int | None) -> WorkerPlan | Non
 
 
 def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
-    compute = ctx.wall - data_ms
+    stays = data_ms * main_process_share(ctx)  # the sampler and the iterator: on the training process's path
+    compute = ctx.wall - data_ms + stays
     cpu = loader_cpu_share(ctx)
     threads, most = compute_threads(ctx)
-    model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
+    model = _Model(compute, data_ms - stays, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
+    data_ms -= stays
     step, loading, slowed = model.step(ctx, 1.0, True)
     # The low end: half the hand-over, and the other work on the host yielding the job's cores to it
     # (the scheduler shares cores among runnable threads; the measured free cores are the worst case).
@@ -182,8 +201,9 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
     cores = f"{model.cores:g}"
     charged = f" (slowed to {slowed:.2f} ms: the workers take cores it computes on)" if slowed > compute + 1e-9 else ""
+    kept = f"; {stays:.2f} ms of each fetch (sampler, iterator) stays in the training process" if stays else ""
     rule = (
-        f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
+        f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}{kept}) + {side:.2f} ms "
         f"to hand over, {concurrent(workers, model.cores, model.cpu_share):.3g} at a time: {loading:.2f} ms per batch; "
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
         f"the {cores} core(s) {free_word(ctx)} to this job: "
