@@ -60,3 +60,35 @@ def test_the_precision_point_takes_its_own_matmul_share_not_the_batch_models(tra
     assert next(f for f in analyze(trace).findings if f.bottleneck == "kernels").projection.step_ms == before
     monkeypatch.setattr(T, "CPU_MATMUL_UNMEASURED", 1.0)
     assert next(f for f in analyze(trace).findings if f.bottleneck == "kernels").projection.step_ms < before
+
+
+def test_a_float64_model_is_flagged_on_any_cpu_with_the_float32_rate(trace_factory):
+    # no native bf16: a float32 model gets nothing, a float64 one the float32 fix (twice the SIMD lanes)
+    rows = [make_row(i, wall=20.0, data=0.2, fwd=7.0, bwd=11.0, opt=1.5, samples=256) for i in range(40)]
+    r = analyze(trace_factory(rows, run={"cpu_count": 4, "param_dtype": "float64", "cpu_bf16": ""}))
+    f = next(f for f in r.findings if f.cause == "cpu_fp32_math")
+    assert f.projection.fix == PrecisionFix("float32") and candidate_text(f) is None  # no trial converts a model
+    p = f.projection
+    assert p.step_ms == pytest.approx(20.0 - 18.0 * T.CPU_MATMUL_UNMEASURED * (1 - 1 / T.FLOAT64_SPEEDUP), rel=0.01)
+    assert "model.float()" in f.recommendations[0] and "float64" in f.summary
+    assert any(e.metric == "cpu_float64_params" for e in f.supporting)
+
+
+def test_an_unmeasured_bf16_speed_up_reaches_no_gain_at_the_slow_end(trace_factory):
+    # the speed-up depends on each matmul's shape, which the trace does not hold: the slow end is no gain, so the
+    # range reaches the current step and the advice stays below medium confidence
+    f = next(
+        f for f in analyze(_compute_bound(trace_factory, cpu_bf16="avx512_bf16")).findings if f.bottleneck == "kernels"
+    )
+    p = f.projection
+    assert p.step_ms == pytest.approx(20.0 - 18.0 * T.CPU_MATMUL_UNMEASURED * (1 - 1 / T.CPU_BF16_SPEEDUP), rel=0.01)
+    assert p.high_ms >= p.current_ms and f.confidence.level != "high" and f.confidence.value < T.CONFIDENCE_MEDIUM
+
+
+def test_a_float64_model_on_a_busy_gpu_without_kernel_statistics_is_flagged(trace_factory):
+    from tests.test_rules import _gpu_rows
+
+    run = {"param_dtype": "float64", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    r = analyze(trace_factory(_gpu_rows(wall=20.0, busy=19.0), run=run))
+    f = next(f for f in r.findings if f.bottleneck == "kernels")
+    assert f.cause == "fp32_math" and "float64" in f.recommendations[0]

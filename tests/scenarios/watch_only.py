@@ -1,4 +1,4 @@
-"""A training loop that shows whatever a recorder does to the process it records, for tests/test_recorder_only_watches.py.
+"""A training loop that shows whatever a recorder does to the process it records (tests/test_recorder_only_watches.py).
 
     python tests/scenarios/watch_only.py plain|profile|windows [TRACE]
 
