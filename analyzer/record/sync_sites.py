@@ -24,9 +24,7 @@ MAX_WALK = 32
 def _library_roots() -> tuple[str, ...]:
     import torch
 
-    import analyzer
-
-    return tuple(str(Path(m.__file__ or "").parent) + os.sep for m in (torch, analyzer))
+    return str(Path(torch.__file__ or "").parent) + os.sep, str(Path(__file__).parents[1]) + os.sep
 
 
 class SyncSites:
