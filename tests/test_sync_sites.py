@@ -44,7 +44,7 @@ def test_sites_keep_the_most_blocked_and_name_one_line_once():
     sites = SyncSites()
     frame = sys._getframe()
     for line, calls, ns in ((1, 3, 2_000_000), (2, 1, 1_000_000)):  # two keys, named from the same user line
-        sites.at((frame.f_code, line), frame)[:] = [calls, ns]
+        sites.at((id(frame.f_code), line), frame)[:] = [calls, ns]
     (site,) = sites.stored() or ()
     assert site.count == 4 and site.ms == pytest.approx(3.0)
     assert SyncSites().stored() is None

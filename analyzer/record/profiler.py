@@ -351,7 +351,7 @@ class Profiler:
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
                 caller = _getframe(self._sync_depth)  # the wrapper's caller: a key, no traceback (record.sync_sites)
-                key = (caller.f_code, caller.f_lineno)
+                key = (id(caller.f_code), caller.f_lasti)
                 site = self._sync_sites.sites.get(key) or self._sync_sites.at(key, caller)
                 site[0] += 1
                 site[1] += elapsed_ns

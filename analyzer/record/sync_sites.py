@@ -1,17 +1,19 @@
 """Where the blocking calls come from: the user's ``file:line function`` of each host-device sync call site.
 
-The sync wrapper (record.patches) already sees every call. Per call the profile adds only the caller's code object
-and line as a key and two counters (no traceback, no string): ``SyncSites.at`` is called once per new call site,
-and names the site then, walking out of torch's and gpuanalyze's own frames (``Tensor.item`` called inside torch is
-charged to the user's line that called torch). The end marker stores the sites, most blocked time first
-(``EndInfo.sync_sites``).
+The sync wrapper (record.patches) already sees every call. Per call the profile adds only a key (the id of the
+caller's code object and its instruction offset: two ints; hashing the code object or reading ``f_lineno`` costs
+several times more) and two counters: no traceback, no string. ``SyncSites.at`` runs once per new call site: it
+keeps the code object alive (its id is never reused) and names the site, walking out of torch's and gpuanalyze's
+own frames (``Tensor.item`` called inside torch is charged to the user's line that called torch). The end marker
+stores the sites by name, most blocked time first (``EndInfo.sync_sites``). ``python benchmarks/overhead.py
+--sync-sites`` times a sync with and without its call site, side by side.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import CodeType, FrameType
+from types import FrameType
 
 from gpuanalyze.ingest.runinfo import CallSite
 
@@ -28,25 +30,29 @@ def _library_roots() -> tuple[str, ...]:
 
 
 class SyncSites:
-    """Per call site (the caller's code object and line), [calls, blocked ns]; its name, found once."""
+    """Per call site (the id of the caller's code object, its instruction offset), [calls, blocked ns]; its name,
+    found once."""
 
-    __slots__ = ("_names", "_roots", "sites")
+    __slots__ = ("_kept", "_names", "_roots", "sites")
 
     def __init__(self) -> None:
-        self.sites: dict[tuple[CodeType, int], list[int]] = {}
-        self._names: dict[tuple[CodeType, int], str] = {}
+        self.sites: dict[tuple[int, int], list[int]] = {}
+        self._names: dict[tuple[int, int], str] = {}
+        self._kept: list[object] = []
         self._roots: tuple[str, ...] | None = None
 
-    def at(self, key: tuple[CodeType, int], frame: FrameType | None) -> list[int]:
+    def at(self, key: tuple[int, int], frame: FrameType | None) -> list[int]:
         """The counters of a site seen for the first time, named from ``frame`` (the caller's)."""
         if self._roots is None:
             self._roots = _library_roots()
+        if frame is not None:
+            self._kept.append(frame.f_code)
         for _ in range(MAX_WALK):
             if frame is None or frame.f_back is None or not frame.f_code.co_filename.startswith(self._roots):
                 break
             frame = frame.f_back
-        code, line = (frame.f_code, frame.f_lineno) if frame is not None else key
-        self._names[key] = f"{code.co_filename}:{line} {code.co_name}"
+        code = None if frame is None else frame.f_code
+        self._names[key] = "?" if frame is None or code is None else f"{code.co_filename}:{frame.f_lineno} {code.co_name}"
         counters = self.sites[key] = [0, 0]
         return counters
 
