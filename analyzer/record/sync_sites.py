@@ -51,8 +51,8 @@ class SyncSites:
             if frame is None or frame.f_back is None or not frame.f_code.co_filename.startswith(self._roots):
                 break
             frame = frame.f_back
-        code = None if frame is None else frame.f_code
-        self._names[key] = "?" if frame is None or code is None else f"{code.co_filename}:{frame.f_lineno} {code.co_name}"
+        name = "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}"
+        self._names[key] = name
         counters = self.sites[key] = [0, 0]
         return counters
 
