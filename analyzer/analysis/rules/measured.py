@@ -80,3 +80,40 @@ def per_call_range(measured: Measured) -> tuple[float, float, float]:
     of it, the point in the middle (nothing measured says where in it)."""
     low = measured.share
     return (low + 1.0) / 2, low, 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParts:
+    """Shares of the training fetches' time (the end marker's timing of torch's dataset fetcher, loading in the
+    training process): the Dataset's ``__getitem__`` calls, one per sample (they grow with the samples and move into
+    workers), and the collate (per call for a few small samples, growing when it copies large ones; it moves too)."""
+
+    getitem: float
+    collate: float
+
+    @property
+    def rest(self) -> float:
+        """The sampler and the iterator's own work: per fetch, and in the training process whatever the workers."""
+        return max(0.0, 1.0 - self.getitem - self.collate)
+
+    def per_call(self, collate: float) -> float:
+        """Share of the fetch that is per call when a share ``collate`` of the collate is."""
+        return self.rest + self.collate * collate
+
+
+def fetch_parts(ctx: Context) -> FetchParts | None:
+    """The fetch's parts; None when the Dataset ran in workers or the recorder did not time it."""
+    end = ctx.end
+    if end is None or end.loader_workers != 0 or not end.fetch_ms or end.fetch_dataset_ms is None:
+        return None
+    getitem = clamp(end.fetch_dataset_ms / end.fetch_ms)
+    return FetchParts(getitem, min(1.0 - getitem, clamp((end.fetch_collate_ms or 0.0) / end.fetch_ms)))
+
+
+def fetch_basis(parts: FetchParts, data_ms: float) -> str:
+    """What the fetch's own timing says of ``data_ms``, in words."""
+    return (
+        f"of the {data_ms:.2f} ms fetch, {parts.getitem:.0%} is the Dataset's __getitem__ calls (they grow with the "
+        f"samples), {parts.collate:.0%} the collate (none to all of it grows) and {parts.rest:.0%} the sampler and "
+        "iterator (per call), from the fetch's own timing"
+    )
