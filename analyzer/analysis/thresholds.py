@@ -188,9 +188,6 @@ MODEL_ERROR = 0.0
 LOADED_NOISE = 0.15
 #: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
 OVERSUBSCRIBED_SCALE = 0.7
-#: The worker hand-over cost the low and high ends of the worker range assume (x the measured constants).
-HANDOVER_LOW = 0.5
-HANDOVER_HIGH = 2.0
 #: A smaller batch within the run (the last of an epoch) separates per-step from per-sample cost when it
 #: has at most this share of the usual batch's samples.
 BATCH_SPLIT_MAX = 0.75
@@ -206,13 +203,6 @@ BATCH_UNMEASURED_FIXED = 0.5
 #: most of each; benchmarks/projection_validation.py measured 2 x 8 -> 16 x 1 at 5x faster (a per-call share
 #: near 0.9; one pair, so in sample for that family). The range still spans 0 to 1.
 MICRO_UNMEASURED_FIXED = 0.8
-#: A projection of a cause removed by a change it cannot size (cheaper batches or loading, a prefetching
-#: thread, logging or reading metrics every N steps) keeps this share of the removed time at its point
-#: and REMOVAL_RESIDUE_HIGH at its slow end: benchmarks/projection_validation.py on a quiet 2-core host
-#: measured 8-16% of the removed time remaining after five such fixes (docs/projections.md; calibrated
-#: on those pairs).
-REMOVAL_RESIDUE = 0.1
-REMOVAL_RESIDUE_HIGH = 0.3
 #: A projection range wider than this share of the current step is reported as wide (it says little), with the
 #: `run --try` trial that would measure its fix: ours, the width the projections aim for (docs/projections.md).
 WIDE_RANGE = 0.3

@@ -7,11 +7,10 @@ uses too. The plan divides CPU work among the cores *free* to the job (``HostFac
 never assumes more workers than free cores, and charges forward and backward for the cores the
 workers take when the training process computes on more than the cores left to it. Never more
 workers than free cores, except for loading that mostly sleeps on I/O (a network or disk read):
-such workers run beyond the cores, as many as their CPU parts fit. Its range:
-half the hand-over, no contention and every core of the job (other work yielding them: the
-scheduler shares cores among runnable threads) at the low end, to twice the hand-over with the workers' full share
-of the cores taken from compute, on every free core when the sampler did not measure how many it
-computes on, and loading CPU-bound unless the sampler measured the host (high).
+such workers run beyond the cores, as many as their CPU parts fit. Its range: no contention and every
+core of the job (other work yielding them: the scheduler shares cores among runnable threads) at the low end, to
+the workers' full share of the cores taken from compute, on every free core when the sampler did not measure how
+many it computes on, and loading CPU-bound unless the sampler measured the host (high).
 
 Only the Dataset's ``__getitem__`` calls and the collate move into the workers: torch's DataLoader draws the
 sampler's indices in the training process and sends them to the workers (``_MultiProcessingDataLoaderIter.
@@ -114,9 +113,9 @@ class WorkerPlan:
     step_ms: float
     rule: str
     low_ms: float | None = None
-    """The step with half the hand-over and compute untouched by the workers."""
+    """The step with compute untouched by the workers and every core of the job."""
     high_ms: float | None = None
-    """The step with twice the hand-over and the workers' cores taken from compute."""
+    """The step with the workers' cores taken from compute."""
 
     @property
     def fix(self) -> WorkerFix | None:
@@ -133,9 +132,9 @@ class _Model:
     cores: float
     threads: float
 
-    def step(self, ctx: Context, handover: float, contention: bool) -> tuple[float, float, float]:
+    def step(self, ctx: Context, contention: bool) -> tuple[float, float, float]:
         """(step, loading per batch, compute as slowed by the workers) under these assumptions."""
-        main, side = (x * handover for x in handover_ms(ctx))
+        main, side = handover_ms(ctx)
         parallel = concurrent(self.workers, self.cores, self.cpu_share)
         loading = (self.data + side) / parallel
         cpu_work = self.data * self.cpu_share + side
@@ -183,15 +182,15 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     threads, most = compute_threads(ctx)
     model = _Model(compute, data_ms - stays, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
     data_ms -= stays
-    step, loading, slowed = model.step(ctx, 1.0, True)
-    # The low end: half the hand-over, and the other work on the host yielding the job's cores to it
+    step, loading, slowed = model.step(ctx, True)
+    # The low end: the other work on the host yielding the job's cores to it
     # (the scheduler shares cores among runnable threads; the measured free cores are the worst case).
     roomy = dataclasses.replace(model, cores=max(model.cores, float(ctx.host.cores_available)))
-    low, _, _ = roomy.step(ctx, T.HANDOVER_LOW, False)
+    low, _, _ = roomy.step(ctx, False)
     # Not sampled, the loader's CPU share may read low (a loaded host gives it part of a core): the high
     # end takes loading as CPU-bound.
     worst = model.cpu_share if ctx.host.sampled else 1.0
-    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, T.HANDOVER_HIGH, True)
+    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, True)
     main, side = handover_ms(ctx)
     refill = epoch_refill_ms(ctx, data_ms + side, step)
     step, low, high = step + refill, low + refill, high + refill
