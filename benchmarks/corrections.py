@@ -177,9 +177,6 @@ CORRECTIONS: dict[str, Toggle] = {
     "without the sampler kept in the training process": _without(
         f"{RULES}.workers", "main_process_share", lambda ctx: 0.0
     ),
-    "without the timed fetch's split (batch, micro-batch)": _without(
-        f"{RULES}.measured", "fetch_parts", lambda ctx: None
-    ),
     "without profiled windows' per-call bound": _without(f"{RULES}.measured", "per_call_share", lambda ctx, w: None),
     "without profiled windows' matmul share": _without(f"{RULES}.measured", "matmul_share", lambda ctx, c: None),
     "with the removal residue put back (removed)": _with_residue,

@@ -86,24 +86,3 @@ def test_a_batch_projection_takes_the_windows_bound_on_its_fixed_share(trace_fac
     assert "profiled steps measure at least" in measured.rule and "no smaller batch" in plain.rule
     assert measured.high_ms < plain.high_ms  # the bound narrows the slow end
     assert measured.low_ms == pytest.approx(plain.low_ms, rel=0.05)  # the fast end (all fixed) is the same
-
-
-def test_a_timed_fetch_grows_with_the_batch_where_it_is_getitem(trace_factory):
-    # a 1 ms step at batch 32: fetch 0.45 ms (90% of it __getitem__, one call per sample), optimizer 0.25 ms
-    rows = [
-        make_row(i, wall=1.0, data=0.45, fwd=0.15, bwd=0.15, opt=0.25, samples=32, data_cpu=0.45) for i in range(60)
-    ]
-    plain_end = EndInfo(status="ok", steps=60, loader_workers=0, fetches=60)
-    timed_end = EndInfo(
-        status="ok", steps=60, loader_workers=0, fetches=60, fetch_ms=27.0, fetch_dataset_ms=24.3,
-        fetch_collate_ms=1.35,
-    )  # fmt: skip
-    plain = _finding(analyze(trace_factory(rows, run={"cpu_count": 2}, end=plain_end)), "per_step_overhead")
-    timed = _finding(analyze(trace_factory(rows, run={"cpu_count": 2}, end=timed_end)), "per_step_overhead")
-    # untimed, the fetch is work of which the point takes half as per call; timed, only the sampler and iterator
-    # (5%) and half the collate (5%) are: per call 0.25 optimizer + 0.3 compute x 0.5 + 0.45 x 0.075, halved at x2
-    per_call = 0.25 + 0.3 * T.BATCH_UNMEASURED_FIXED + 0.45 * (0.05 + 0.05 / 2)
-    assert timed.projection.step_ms == pytest.approx(1.0 - per_call / 2, rel=0.01)
-    assert timed.projection.step_ms > plain.projection.step_ms
-    assert "__getitem__" in timed.projection.rule and "__getitem__" not in plain.projection.rule
-    assert timed.share < plain.share

@@ -21,7 +21,7 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
-from analyzer.analysis.rules.measured import fetch_basis, fetch_parts, per_call_range, per_call_share
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
 from gpuanalyze.ingest import schema as S
 
@@ -95,37 +95,31 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
     wall = ctx.wall
     work = min(per_micro_ms(ctx), wall)
     micro = micro_batch_samples(ctx, a)
-    parts = fetch_parts(ctx) if ctx.m.batch_split is None else None
-    data = min(work, ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])) if parts is not None else 0.0
 
-    def at(f: float, c: float = 0.5) -> float:
-        """The step when a share ``f`` of the per-micro-batch compute, and a share ``c`` of a timed fetch's collate,
-        are per call (do not grow with the samples)."""
-        per_call = (work - data) * f + (data * parts.per_call(c) if parts is not None else 0.0)
-        return wall - per_call * (1.0 - 1.0 / k)
+    def at(f: float) -> float:
+        """The step when a share ``f`` of the per-micro-batch work is per call (does not grow with samples)."""
+        return wall - work * f * (1.0 - 1.0 / k)
 
-    f, lo_f, hi_f, basis = per_call(ctx, work - data)
+    f, lo_f, hi_f, basis = per_call(ctx, work)
     if basis is None:
         basis = (
             f"nothing in the run measures the per-call share (no smaller batch, no sampled CPU window): the point "
-            f"takes {f:.0%} (MICRO_UNMEASURED_FIXED), the range spans none of it ({at(0.0, 0.0):.2f} ms) to all of "
-            f"it ({at(1.0, 1.0):.2f} ms)"
+            f"takes {f:.0%} (MICRO_UNMEASURED_FIXED), the range spans none of it ({at(0.0):.2f} ms) to all of it "
+            f"({at(1.0):.2f} ms)"
         )
-    if parts is not None:
-        basis += f"; {fetch_basis(parts, data)}"
     each = f"{micro} sample(s)" if micro else "its samples"
     fix = MicroBatchFix(micro_batch=(micro or 1) * k, accumulate=a // k)
     rule = (
         f"{a} micro-batches of {each} per optimizer step, each paying a fetch and a forward + backward: "
         f"{work:.2f} ms per step (micro-batches x cost of one); in {a // k} micro-batches {k}x larger the per-call "
-        f"part is paid {a // k} time(s): {basis}; step {wall:.2f} - per-call part x (1 - 1/{k}) = {at(f):.2f} ms"
+        f"part is paid {a // k} time(s): {basis}; step {wall:.2f} - {work:.2f} x {f:.0%} x (1 - 1/{k}) = {at(f):.2f} ms"
     )
     return bounded(
         ctx,
         at(f),
         f"micro-batch x{k}",
-        {"the work that grows with the samples": at(hi_f, 1.0)},
+        {"the work that grows with the samples": at(hi_f)},
         rule,
         fix=fix,
-        model=(at(hi_f, 1.0), at(lo_f, 0.0)),
+        model=(at(hi_f), at(lo_f)),
     )

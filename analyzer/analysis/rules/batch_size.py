@@ -26,7 +26,7 @@ from analyzer.analysis.rules.accumulation import (
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
-from analyzer.analysis.rules.measured import FetchParts, fetch_basis, fetch_parts, per_call_range, per_call_share
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -51,12 +51,8 @@ def per_step_fixed_share(ctx: Context) -> float:
 
 
 def _fixed_data_wait(ctx: Context) -> float:
-    """Data wait share that is a per-step cost (fetch_is_a_step_cost), of it the part that is per call where the
-    fetch was timed (the sampler and iterator, half the collate: measured.FetchParts); 0 otherwise."""
-    if not fetch_is_a_step_cost(ctx):
-        return 0.0
-    parts = fetch_parts(ctx)
-    return ctx.m.effective[S.DATA_WAIT_MS] * (1.0 if parts is None else parts.per_call(0.5))
+    """Data wait share that is a per-step cost (fetch_is_a_step_cost); 0 otherwise."""
+    return ctx.m.effective[S.DATA_WAIT_MS] if fetch_is_a_step_cost(ctx) else 0.0
 
 
 def others_ms(ctx: Context) -> float:
@@ -92,52 +88,44 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
-    parts = None if ctx.gpu or m.batch_split is not None else fetch_parts(ctx)
-    fixed, fixed_what = _per_step_part(ctx, parts)
-    data = min(wall - fixed, ctx.ms(m.effective[S.DATA_WAIT_MS])) if parts is not None else 0.0
-    # Time another rule names (a sync, large host time) stays as it is; a timed fetch is split below.
-    work = max(0.0, wall - fixed - data - others_ms(ctx))
+    fixed, fixed_what = _per_step_part(ctx)
+    rest = wall - fixed
+    # Time another rule names (a sync, large host time) stays as it is.
+    work = max(0.0, rest - others_ms(ctx))
 
-    def at(f: float, c: float = 0.5) -> float:
-        """The step when a share ``f`` of the work (compute), and a share ``c`` of a timed fetch's collate, do not
-        grow with the batch either."""
-        per_call = fixed + work * f + (data * parts.per_call(c) if parts is not None else 0.0)
-        return wall - per_call + per_call / k
+    def at(f: float) -> float:
+        """The step when a share ``f`` of the work (compute) does not grow with the batch either."""
+        return rest - work * f + (fixed + work * f) / k
 
     f, lo_f, hi_f, basis = _fixed_share(ctx, work)
     if basis is None:
         basis = (
             f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
-            f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0, 0.0):.2f} ms) "
-            f"to none of it ({at(1.0, 1.0):.2f} ms)"
+            f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "
+            f"to none of it ({at(1.0):.2f} ms)"
         )
-    if parts is not None:
-        basis += f"; {fetch_basis(parts, data)}"
     step = at(f)
     rule = (
-        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of the other "
-        f"{wall - fixed:.2f} ms, {basis}; per current batch worth of samples: {step:.2f} ms"
+        f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of the other {rest:.2f} ms, "
+        f"{basis}; per current batch worth of samples: {step:.2f} ms"
     )
     return bounded(
         ctx,
         step,
         f"batch x{k:g}",
-        {"the work that grows with the batch": at(hi_f, 1.0)},
+        {"the work that grows with the batch": at(hi_f)},
         rule,
         fix=BatchFix(k),
         per_batch_of=m.batch_samples,
-        model=(at(hi_f, 1.0), at(lo_f, 0.0)),
+        model=(at(hi_f), at(lo_f)),
     )
 
 
-def _per_step_part(ctx: Context, parts: FetchParts | None) -> tuple[float, str]:
-    """(ms per step a larger batch divides by its multiplier, what it is); a timed fetch (``parts``) is split by
-    batch_projection instead."""
+def _per_step_part(ctx: Context) -> tuple[float, str]:
+    """(ms per step a larger batch divides by its multiplier, what it is)."""
     if ctx.gpu:
         fixed = ctx.ms(unexplained_idle(ctx))
         fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
-    elif parts is not None:
-        fixed, fixed_what = ctx.ms(other_step_costs(ctx)), "optimizer, loop overhead"
     else:
         fixed = ctx.ms(per_step_fixed_share(ctx))
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")

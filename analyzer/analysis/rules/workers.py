@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import cast
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.accumulation import micro_batches
-from analyzer.analysis.rules.measured import fetch_parts
 from analyzer.analysis.rules.rule import Context
 
 #: Fixed-point passes for the step time that the workers' core usage depends on.
@@ -81,10 +81,13 @@ def loader_cpu_share(ctx: Context) -> float | None:
 
 
 def main_process_share(ctx: Context) -> float:
-    """Share of a fetch that stays in the training process with workers: the sampler and the iterator
-    (measured.FetchParts.rest); 0 when the fetch was not timed (the whole fetch then moves)."""
-    parts = fetch_parts(ctx)
-    return 0.0 if parts is None else parts.rest
+    """Share of a fetch that stays in the training process with workers: all of it but the dataset fetcher's
+    ``__getitem__`` calls and collate (the sampler, the iterator); from the end marker's fetch timing of a loop
+    without workers, 0 when not timed (the whole fetch then moves)."""
+    end = ctx.end
+    if end is None or end.loader_workers != 0 or not end.fetch_ms or end.fetch_dataset_ms is None:
+        return 0.0
+    return clamp(1.0 - (end.fetch_dataset_ms + (end.fetch_collate_ms or 0.0)) / end.fetch_ms)
 
 
 def compute_threads(ctx: Context) -> tuple[float, float]:
