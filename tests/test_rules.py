@@ -225,20 +225,6 @@ def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace
     assert any("num_workers=5" in rec for rec in f.recommendations)
 
 
-def test_each_later_epoch_starts_its_workers_queues_empty(trace_factory):
-    """The same loop over 4 epochs of 10 steps: each epoch after the first waits a worker's whole load of its first
-    batch (50 ms + the hand-over) instead of a steady step: 3 x (that - the steady step) over the 40 steps."""
-    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=0.5)
-    one = EndInfo(status="ok", steps=40, loader_workers=0, loader_epochs=1)
-    four = EndInfo(status="ok", steps=40, loader_workers=0, loader_epochs=4)
-    a = analyze(trace_factory(rows, run={"cpu_count": 4}, end=one)).findings[0].projection
-    b = analyze(trace_factory(rows, run={"cpu_count": 4}, end=four)).findings[0].projection
-    steady = 10.0 + T.WORKER_MAIN_COST_MS
-    assert a.step_ms == pytest.approx(steady)
-    assert b.step_ms == pytest.approx(steady + 3 * (50.0 + T.WORKER_SIDE_COST_MS - steady) / 40, rel=0.01)
-    assert "later epochs starts with the workers' queues empty" in b.rule
-
-
 def test_cpu_bound_loading_shares_the_cores_with_compute(trace_factory):
     # the same wait, all of it CPU work: compute, loading and both sides of the hand-over share 4 cores
     rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=50.0)

@@ -195,8 +195,6 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
     worst = model.cpu_share if ctx.host.sampled else 1.0
     high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, True)
     main, side = handover_ms(ctx)
-    refill = epoch_refill_ms(ctx, data_ms + side, step)
-    step, low, high = step + refill, low + refill, high + refill
     basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
     cores = f"{model.cores:g}"
     charged = f" (slowed to {slowed:.2f} ms: the workers take cores it computes on)" if slowed > compute + 1e-9 else ""
@@ -207,32 +205,9 @@ def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
         f"the {cores} core(s) {free_word(ctx)} to this job: "
         f"max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
-        f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores})"
-        + (
-            f" + {refill:.2f} ms (each of the {_epochs(ctx) - 1} later epochs starts with the workers' queues empty: "
-            f"its first batch waits a worker's {data_ms + side:.2f} ms)"
-            if refill > 0
-            else ""
-        )
-        + f" = {step:.2f} ms"
+        f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"
     )
     return WorkerPlan(workers, step, rule, low_ms=min(low, step), high_ms=max(high, step))
-
-
-def _epochs(ctx: Context) -> int:
-    end = ctx.end
-    return end.loader_epochs if end is not None and end.loader_epochs else 1
-
-
-def epoch_refill_ms(ctx: Context, batch_ms: float, step: float) -> float:
-    """Mean ms per step that workers' empty queues add at the start of each epoch after the first (the first's is
-    the run's warm-up): its first batch waits one worker's whole load of a batch (``batch_ms``), not the steady
-    ``step``. Persistent workers keep their processes, not a prefetched next epoch."""
-    end = ctx.end
-    epochs = _epochs(ctx)
-    if epochs < 2 or end is None or not end.steps:
-        return 0.0
-    return (epochs - 1) * max(0.0, batch_ms - step) / end.steps
 
 
 def _more(ctx: Context, data_ms: float, current: int, workers: int | None) -> WorkerPlan:
