@@ -125,3 +125,4 @@ cpu_op_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, r
 cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 left_running  # unused variable (analyzer/run/trials.py:67): a trial's result field, kept for the report
 sync_sites  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/profiler.py)
+loader_epochs  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/loaders.py; shown in --json)
