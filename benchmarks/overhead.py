@@ -236,8 +236,8 @@ def hot_path_us(rounds: int, steps: int = 2000) -> float:
         for r in range(rounds):
             with analyzer.profile(model, out=str(Path(tmp) / f"h{r}.arrow")) as prof:
                 patches = Patches()
-                patches._wrap(Source, "fetch", "fetch", prof._on_patched_call, prof._before_call)
-                patches._wrap(Source, "backward", "backward", prof._on_patched_call, None)  # as on CPU
+                patches._wrap(Source, "fetch", "fetch", prof._on_patched_call, [prof._before_call])
+                patches._wrap(Source, "backward", "backward", prof._on_patched_call, [])  # as on CPU
                 src = Source()
                 name = "Linear"
                 t0 = time.thread_time_ns()
@@ -253,6 +253,34 @@ def hot_path_us(rounds: int, steps: int = 2000) -> float:
     return best
 
 
+def sync_site_ns(rounds: int, calls: int = 20_000) -> dict[str, float]:
+    """Training-thread CPU ns per ``Tensor.item()``: unwrapped, through the sync wrapper with the profile's report
+    as it was before call sites (the checks and ``sync_ns``), and with the call site kept (record.sync_sites),
+    alternating, fastest of ``rounds`` each. The wrapper is installed by hand: on CPU the profile installs none."""
+    from analyzer.record.patches import Patches
+
+    t = torch.zeros(())
+    best = {"plain": float("inf"), "sync wrapper, no call site": float("inf"), "with call site": float("inf")}
+    with tempfile.TemporaryDirectory() as tmp, analyzer.profile(torch.nn.Linear(1, 1), out=f"{tmp}/s.arrow") as prof:
+
+        def before(kind: str, ns: int, owner: Any, result: Any, cpu_ns: int = 0) -> None:
+            if not prof.enabled or prof._compiling() or prof._compile_flags._is_compiling_flag:
+                return
+            prof._steps.step.sync_ns += ns
+
+        for _ in range(rounds):
+            for mode, report in (("plain", None), ("sync wrapper, no call site", before), ("with call site", None)):
+                patches = Patches()
+                if mode != "plain":
+                    patches.install_sync(report or prof._on_patched_call)
+                t0 = time.thread_time_ns()
+                for _ in range(calls):
+                    t.item()
+                best[mode] = min(best[mode], (time.thread_time_ns() - t0) / calls)
+                patches.remove()
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
@@ -262,6 +290,7 @@ def main() -> None:
     parser.add_argument("--tiny-rounds", type=int, default=15, help="rounds of the tiny loop (each mode)")
     parser.add_argument("--tiny-only", action="store_true", help="only the tiny loop's cost per step")
     parser.add_argument("--hot-path-only", action="store_true", help="only time the recorder's hot path")
+    parser.add_argument("--sync-sites", action="store_true", help="only the cost per sync of keeping its call site")
     parser.add_argument(
         "--flush-every",
         type=int,
@@ -297,6 +326,13 @@ def main() -> None:
             costs = flush_cost_us(args.tiny_rounds, Path(tmp), tuple(args.flush_every))
         for every, (cpu, wall) in costs.items():
             print(f"flush_every_steps={every}: {cpu:.1f} us/step training-thread CPU, {wall:.1f} us/step wall-clock")
+        return
+    if args.sync_sites:
+        ns = sync_site_ns(args.rounds)
+        load = os.getloadavg()[0]
+        print(f"load average {load:.2f}; training-thread CPU ns per Tensor.item(), fastest of {args.rounds}:")
+        for mode, v in ns.items():
+            print(f"  {mode:28s} {v:7.0f}  ({v - ns['plain']:+.0f})")
         return
     if args.hot_path_only:
         cost = hot_path_us(args.rounds)

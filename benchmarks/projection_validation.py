@@ -19,8 +19,7 @@ the median width, the medium/high-confidence recommendations that made the step 
 target met or missed with the reason.
 
 Then the same statistics **leave-one-family-out** (``lofo``): the constants the models fit on these
-pairs (REMOVAL_RESIDUE and REMOVAL_RESIDUE_HIGH for a cause removed by a change the projection cannot
-size; BATCH_UNMEASURED_FIXED, MICRO_UNMEASURED_FIXED, CPU_MATMUL_UNMEASURED: each the share its own
+pairs (BATCH_UNMEASURED_FIXED, MICRO_UNMEASURED_FIXED, CPU_MATMUL_UNMEASURED: each the share its own
 model, batch, micro-batch or CPU precision, does not measure) are chosen on every family but one from a
 small grid (median |error| first, then
 the narrowest high end that still covers 80% of the training pairs), and the held-out family's
@@ -49,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import platform
@@ -69,6 +67,7 @@ import analyzer
 from analyzer.analysis import thresholds as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.corrections import Measured, table
 from benchmarks.leave_one_family_out import conformal_error, in_sample, lofo, without_windows
 from benchmarks.validation_cases import CASES, Case, Fix, fixes_of
 
@@ -80,27 +79,20 @@ WIDTH_TARGET = 0.30
 """Median range width, as a share of the step before, the leave-one-family-out target."""
 #: The constants fitted on the pairs, per model group, and the grid leave-one-family-out chooses from.
 GRID: dict[str, list[dict[str, float]]] = {
-    "removal": [
-        {"REMOVAL_RESIDUE": r, "REMOVAL_RESIDUE_HIGH": h}
-        for r, h in itertools.product((0.0, 0.05, 0.1, 0.15, 0.2, 0.3), (0.2, 0.3, 0.45, 0.6))
-        if h > r
-    ],
     "batch": [{"BATCH_UNMEASURED_FIXED": f} for f in (0.25, 0.35, 0.5, 0.65)],
     "micro_batch": [{"MICRO_UNMEASURED_FIXED": f} for f in (0.5, 0.65, 0.8, 0.9)],
     "precision": [{"CPU_MATMUL_UNMEASURED": f} for f in (0.5, 0.75, 0.9, 1.0)],
 }
 #: Per group, the constants a held-out family takes when no other family's pairs fit the group: set before
 #: any pair was measured, not fitted on them: an unmeasured share at the middle of its [0, 1] range (nothing
-#: says which end), a removed cause at none of it remaining with 30% at the slow end.
+#: says which end).
 PRIORS: dict[str, dict[str, float]] = {
-    "removal": {"REMOVAL_RESIDUE": 0.0, "REMOVAL_RESIDUE_HIGH": 0.3},
     "batch": {"BATCH_UNMEASURED_FIXED": 0.5},
     "micro_batch": {"MICRO_UNMEASURED_FIXED": 0.5},
     "precision": {"CPU_MATMUL_UNMEASURED": 0.5},
 }
 #: Which group a pair's applied fix belongs to (its projection uses that group's constants).
 UNMEASURED_FIXES = ("batch", "micro_batch", "precision")
-REMOVAL_FIXES = ("balance", "sync_every", "prefetch_thread", "cheaper_batches", "cheaper_loading", "log_every")
 
 
 @dataclass(slots=True)
@@ -148,8 +140,6 @@ class Pair:
         """The fitted-constant group whose constants the pair's projection uses (None: none)."""
         if self.fix_key in UNMEASURED_FIXES:  # each model its own constant
             return self.fix_key
-        if self.fix_key in REMOVAL_FIXES or (self.bound and self.fix_key not in (None, "none")):
-            return "removal"
         return None
 
 
@@ -370,7 +360,9 @@ def print_summary(s: dict[str, Any]) -> None:
     print("  (* = projection with no setting, an upper bound on the gain; error > 0 means projected slower)")
 
 
-def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows: bool = True) -> dict[str, Any]:
+def run_mode(
+    mode: str, cases: list[Case], quick: bool, busy_procs: int, windows: bool = True, corrections: bool = True
+) -> dict[str, Any]:
     n = busy_procs if mode == "busy" else 0
     started = time.perf_counter()
     load_start = os.getloadavg()
@@ -387,6 +379,12 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
         with without_windows():  # the same pairs, projected as if the traces had no profiled steps
             plain = in_sample(pairs)
             plain_held = lofo(pairs, GRID, PRIORS).pairs
+        measured = [
+            Measured(p.case, p.before_path, p.finding, p.before_ms, p.measured_ms)
+            for p in pairs
+            if p.measured_ms is not None and p.finding is not None and p.before_path is not None
+        ]
+        without = table(measured, f"{mode}, in sample") if corrections else None
     summary = summarise(pairs, mode)
     seconds = time.perf_counter() - started
     print(f"-- {mode}: {seconds:.0f} s, load average {load_end[0]:.2f} at end; in sample:")
@@ -435,6 +433,7 @@ def run_mode(mode: str, cases: list[Case], quick: bool, busy_procs: int, windows
             "model_error_in_use": T.MODEL_ERROR,
             "scores": scores,
         },
+        "corrections": without,
         "constants_only": {
             "pairs": [asdict(p) for p in plain],
             "lofo_pairs": [asdict(p) for p in plain_held],
@@ -455,6 +454,7 @@ def main() -> int:
         action="store_true",
         help="record the CPU loops without sampled profiler windows (the projections then use their constants)",
     )
+    parser.add_argument("--no-corrections", action="store_true", help="skip the with/without-corrections table")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = [c for c in CASES if not args.only or any(t.lower() in c.name.lower() for t in args.only)]
@@ -466,7 +466,9 @@ def main() -> int:
     results = []
     try:
         for mode in modes:
-            results.append(run_mode(mode, cases, args.quick, args.busy_procs, not args.no_windows))
+            results.append(
+                run_mode(mode, cases, args.quick, args.busy_procs, not args.no_windows, not args.no_corrections)
+            )
     except KeyboardInterrupt:
         print("\ninterrupted: background load stopped, nothing saved", file=sys.stderr)
         return 130

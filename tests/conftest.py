@@ -141,14 +141,6 @@ def _isolated_user_files(_isolation_root, monkeypatch):
     monkeypatch.setenv("GPUANALYZE_CACHE", str(_isolation_root / f"imports{n}"))
 
 
-def with_residue(removed_all: float, wall: float) -> float:
-    """The point of a projection that removes a cause it cannot size: the step with all of it removed,
-    plus the share of the removed time taken to remain (thresholds.REMOVAL_RESIDUE)."""
-    from analyzer.analysis import thresholds as T
-
-    return removed_all + T.REMOVAL_RESIDUE * (wall - removed_all)
-
-
 @pytest.fixture
 def empty_home(tmp_path, monkeypatch):
     """A fresh machine: HOME an empty directory, no XDG_* variables, no gpuanalyze cache settings."""

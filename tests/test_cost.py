@@ -7,7 +7,7 @@ from analyzer import analyze
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.cost import CostInputs, load_cost_config, run_cost
-from tests.conftest import SAMPLES, make_row, with_residue
+from tests.conftest import SAMPLES, make_row
 
 runner = CliRunner()
 
@@ -58,8 +58,7 @@ def test_toml_config_and_overrides(tmp_path):
 
 
 def test_json_cost_and_savings_ranked(trace_factory):
-    # 20 ms steps: 10 ms data wait, 5 ms sync -> data fix saves 9 ms, sync fix 4.5 ms per step (10% of each
-    # taken to remain: thresholds.REMOVAL_RESIDUE)
+    # 20 ms steps: 10 ms data wait, 5 ms sync -> data fix saves 10 ms, sync fix 5 ms per step
     path = trace_factory([make_row(i, wall=20.0, data=10.0, sync=5.0, fwd=2, bwd=2, opt=1) for i in range(20)])
     out = runner.invoke(
         app, [str(path), "--json", "--price-per-gpu-hour", "2", "--steps-per-run", "360000", "--gpus", "4"]
@@ -68,9 +67,9 @@ def test_json_cost_and_savings_ranked(trace_factory):
     assert data["cost"]["hours_per_run"] == pytest.approx(2.0) and data["cost"]["per_run_usd"] == pytest.approx(16.0)
     first, second = data["findings"]
     assert (first["bottleneck"], second["bottleneck"]) == ("data_loading", "sync")
-    assert first["projected_step_time_ms"] == pytest.approx(with_residue(10.0, 20.0))
-    assert first["savings"] == {"hours_per_run": 0.9, "gpu_hours_per_run": 3.6, "usd_per_run": 7.2}
-    assert second["savings"]["hours_per_run"] == pytest.approx(0.45)
+    assert first["projected_step_time_ms"] == pytest.approx(10.0)
+    assert first["savings"] == {"hours_per_run": 1.0, "gpu_hours_per_run": 4.0, "usd_per_run": 8.0}
+    assert second["savings"]["hours_per_run"] == pytest.approx(0.5)
 
 
 def test_run_length_without_batch_size_is_explained(trace_factory):

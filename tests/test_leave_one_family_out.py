@@ -27,8 +27,8 @@ class _Pair:
     before_path: str = ""
 
 
-GRID = {"removal": [{"REMOVAL_RESIDUE": 0.1}, {"REMOVAL_RESIDUE": 0.3}]}
-PRIORS = {"removal": {"REMOVAL_RESIDUE": 0.0}}
+GRID = {"removal": [{"BATCH_UNMEASURED_FIXED": 0.1}, {"BATCH_UNMEASURED_FIXED": 0.3}]}
+PRIORS = {"removal": {"BATCH_UNMEASURED_FIXED": 0.0}}
 
 
 def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monkeypatch):
@@ -37,14 +37,14 @@ def test_the_held_out_family_is_projected_with_constants_fitted_without_it(monke
     pairs = [_Pair("A", 10.0), _Pair("B", 10.0), _Pair("B", 12.0), _Pair("C", 11.0), _Pair("W", 9.0, group=None)]
 
     def reproject(pair, values):
-        j = 0 if values.get("REMOVAL_RESIDUE", 0.1) == 0.1 else 1  # W: no fitted constant
+        j = 0 if values.get("BATCH_UNMEASURED_FIXED", 0.1) == 0.1 else 1  # W: no fitted constant
         point = pair.measured_ms * (1.0 if j == exact[pair.family] else 1.2)
         return point, point * 0.9, point * 1.1
 
     monkeypatch.setattr(L, "reproject", reproject)
     held, chosen, *_ = L.lofo(pairs, GRID, PRIORS)
     by_family = {c["held_out"]: c["removal"] for c in chosen}
-    assert by_family["A"] == {"REMOVAL_RESIDUE": 0.1}  # chosen on B and C
+    assert by_family["A"] == {"BATCH_UNMEASURED_FIXED": 0.1}  # chosen on B and C
     a = next(p for p in held if p.family == "A")
     assert a.error == pytest.approx(0.2) and a.inside is False  # out of sample, A is 20% off and outside
     assert all(p.error == pytest.approx(0.0) for p in held if p.family in ("B", "C"))
@@ -62,7 +62,7 @@ def test_a_group_with_one_family_takes_its_prior_not_the_in_sample_choice(monkey
 
     def reproject(pair, values):
         seen.append((pair.family, {k: v for k, v in values.items() if k != "MODEL_ERROR"}))
-        point = pair.measured_ms * (1.0 if values.get("MICRO") == 0.8 or "REMOVAL_RESIDUE" in values else 1.5)
+        point = pair.measured_ms * (1.0 if values.get("MICRO") == 0.8 or "BATCH_UNMEASURED_FIXED" in values else 1.5)
         return point, point, point
 
     monkeypatch.setattr(L, "reproject", reproject)
@@ -79,11 +79,11 @@ def test_a_group_with_one_family_takes_its_prior_not_the_in_sample_choice(monkey
 def test_constants_are_restored_after_the_block():
     from analyzer.analysis import thresholds as T
 
-    before = T.REMOVAL_RESIDUE
-    with pytest.raises(RuntimeError), L.constants({"REMOVAL_RESIDUE": 0.99}):
-        assert T.REMOVAL_RESIDUE == 0.99
+    before = T.BATCH_UNMEASURED_FIXED
+    with pytest.raises(RuntimeError), L.constants({"BATCH_UNMEASURED_FIXED": 0.99}):
+        assert T.BATCH_UNMEASURED_FIXED == 0.99
         raise RuntimeError
-    assert before == T.REMOVAL_RESIDUE
+    assert before == T.BATCH_UNMEASURED_FIXED
 
 
 def test_without_windows_the_profiled_steps_measure_nothing_and_it_is_restored(monkeypatch):

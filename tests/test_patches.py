@@ -2,7 +2,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analyzer.record.patches import Patches  # noqa: E402
+from analyzer.record.patches import FetcherCall, Patches  # noqa: E402
 
 
 def test_sync_wrappers_report_and_restore():
@@ -61,27 +61,31 @@ def test_before_calls_follow_what_can_still_matter():
 
 
 def test_the_dataset_fetcher_is_timed_with_its_collate_and_restored():
-    """One fetch through torch's dataset fetcher reports its time and its collate's, keeps the first list
-    default_collate was given, and leaves the fetcher's collate_fn and the class as they were."""
-    from torch.utils.data import DataLoader, TensorDataset
+    """One fetch through torch's dataset fetcher reports its time and its collate's, calls the collate once per
+    fetch, and leaves the fetcher's collate_fn and the class as they were."""
+    from torch.utils.data import DataLoader, TensorDataset, default_collate
     from torch.utils.data._utils import fetch
 
     original = fetch._MapDatasetFetcher.fetch
-    cell = [None, 0, 0, None]
+    cell = FetcherCall()
+    calls = []
+
+    def collate(batch):
+        calls.append(len(batch))
+        return default_collate(batch)
+
     patches = Patches()
     patches.install(lambda *a: None, lambda kind: None, cell)
-    loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4)
+    loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, collate_fn=collate)
     try:
         it = iter(loader)
         first = next(it)
         fetcher = it._dataset_fetcher
-        assert cell[0] is fetcher and cell[1] >= cell[2] > 0
-        assert isinstance(cell[3], list) and len(cell[3]) == 4  # the samples default_collate stacked
-        kept = cell[3]
+        assert cell.fetcher is fetcher and cell.ns >= cell.collate_ns > 0
         next(it)
-        assert cell[3] is kept  # only the first list is kept
         assert fetcher.collate_fn is loader.collate_fn  # put back after each call
     finally:
         patches.remove()
+    assert calls == [4, 4]
     assert fetch._MapDatasetFetcher.fetch is original
     assert torch.equal(first[0], torch.arange(4.0))

@@ -21,7 +21,7 @@ from analyzer.render.planning import compare_dict, render_compare
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.sources import load_any
-from tests.conftest import SHARED, make_row, with_residue, write_trace
+from tests.conftest import SHARED, make_row, write_trace
 from tests.kineto_fixtures import ev, write
 
 SGEMM = "volta_sgemm_128x64_nn"
@@ -76,14 +76,14 @@ def test_fewer_host_syncs_test_the_sync_findings_projection(tmp_path):
         _trace(tmp_path / "a.arrow", wall=30.0, sync=12.0), _trace(tmp_path / "b.arrow", wall=18.5, sync=0.5)
     )
     assert (check.kind, check.bottleneck, check.recommended) == ("host_syncs", "sync", True)
-    assert check.projected_ms == pytest.approx(with_residue(18.0, 30.0)) and check.measured_ms == pytest.approx(18.5)
+    assert check.projected_ms == pytest.approx(18.0) and check.measured_ms == pytest.approx(18.5)
 
 
 def test_a_faster_loader_with_the_same_workers_is_a_loader_check(tmp_path):
     before = _trace(tmp_path / "a.arrow", wall=38.5, data=20.0, data_cpu=0.0)
     (check,) = _checks(before, _trace(tmp_path / "b.arrow", wall=19.5, data=1.0, data_cpu=0.0))
     assert (check.kind, check.bottleneck) == ("loader", "data_loading")
-    assert check.projected_ms == pytest.approx(with_residue(18.5, 38.5)) and check.measured_ms == pytest.approx(19.5)
+    assert check.projected_ms == pytest.approx(18.5) and check.measured_ms == pytest.approx(19.5)
 
 
 def test_less_work_before_each_step_is_a_logging_check_per_step(tmp_path):
@@ -99,7 +99,7 @@ def test_a_balanced_run_tests_the_straggler_projection(tmp_path):
         _ranks(tmp_path / "skewed", {0: 0.0, 1: 10.0}, 30.0), _ranks(tmp_path / "even", {0: 0.0, 1: 0.2}, 20.0)
     )
     assert (check.kind, check.bottleneck) == ("rank_balance", "sync")
-    assert check.projected_ms == pytest.approx(with_residue(20.0, 30.0), abs=0.3)
+    assert check.projected_ms == pytest.approx(20.0, abs=0.3)
     assert check.measured_ms == pytest.approx(20.0)
 
 
@@ -151,7 +151,7 @@ def test_the_range_says_whether_the_measurement_held(tmp_path, low, high, inside
         "projected_high_ms": high,
         "inside": inside,
     }
-    projected = with_residue(18.0, 30.0)
+    projected = 18.0
     assert item["measured_ms"] == pytest.approx(18.5) and item["error"] == pytest.approx((projected - 18.5) / 18.5)
     printed = _text(c)
     assert f"range {low:.2f}-{high:.2f} ms" in printed

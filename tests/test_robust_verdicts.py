@@ -246,7 +246,7 @@ def test_a_wide_range_says_so_and_names_the_trial_that_measures_its_fix(trace_fa
     r2 = dataclasses.replace(r, findings=(dataclasses.replace(f, projection=narrow), second))
     out = render_text(r2, 200)
     assert "wide: it says little until measured" in out
-    assert "--candidates num_workers=3" in out and "its range is wide" in out
+    assert "--candidates num_workers=3" in out and "too wide to act on" in out
     import json
 
     data = json.loads(render_json(r2))

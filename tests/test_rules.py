@@ -8,7 +8,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import ranking_key
 from analyzer.planning.cost import CostInputs
 from gpuanalyze.ingest.runinfo import EndInfo
-from tests.conftest import make_row, with_residue
+from tests.conftest import make_row
 
 GB = 10**9
 
@@ -36,9 +36,9 @@ def test_high_data_wait_is_data_loading_with_its_threshold_source(trace_factory)
     assert "XProf" in f.evidence[0].source
     assert r.confidence.level == "high" and r.confidence.value == pytest.approx(1.0)
     # the trace does not say how many workers ran: the projection is the compute path (an upper bound on the
-    # gain) with REMOVAL_RESIDUE of the wait taken to remain, the range from all of it gone
-    assert f.projection.step_ms == pytest.approx(with_residue(10.0, 20.0)) and "upper bound" in f.projection.rule
-    assert f.projection.low_ms <= 10.0 < f.projection.step_ms < f.projection.high_ms
+    # gain): the wait it owns removed
+    assert f.projection.step_ms == pytest.approx(10.0) and "upper bound" in f.projection.rule
+    assert f.projection.low_ms < f.projection.step_ms < f.projection.high_ms
 
 
 def test_moderate_data_wait(trace_factory):
@@ -225,20 +225,6 @@ def test_slow_loading_in_the_training_process_gets_workers_with_their_cost(trace
     assert any("num_workers=5" in rec for rec in f.recommendations)
 
 
-def test_each_later_epoch_starts_its_workers_queues_empty(trace_factory):
-    """The same loop over 4 epochs of 10 steps: each epoch after the first waits a worker's whole load of its first
-    batch (50 ms + the hand-over) instead of a steady step: 3 x (that - the steady step) over the 40 steps."""
-    rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=0.5)
-    one = EndInfo(status="ok", steps=40, loader_workers=0, loader_epochs=1)
-    four = EndInfo(status="ok", steps=40, loader_workers=0, loader_epochs=4)
-    a = analyze(trace_factory(rows, run={"cpu_count": 4}, end=one)).findings[0].projection
-    b = analyze(trace_factory(rows, run={"cpu_count": 4}, end=four)).findings[0].projection
-    steady = 10.0 + T.WORKER_MAIN_COST_MS
-    assert a.step_ms == pytest.approx(steady)
-    assert b.step_ms == pytest.approx(steady + 3 * (50.0 + T.WORKER_SIDE_COST_MS - steady) / 40, rel=0.01)
-    assert "later epochs starts with the workers' queues empty" in b.rule
-
-
 def test_cpu_bound_loading_shares_the_cores_with_compute(trace_factory):
     # the same wait, all of it CPU work: compute, loading and both sides of the hand-over share 4 cores
     rows = _rows(wall=60.0, data=50.0, fwd=4.0, bwd=4.5, opt=1.0, samples=32, data_cpu=50.0)
@@ -251,7 +237,7 @@ def test_cpu_bound_loading_shares_the_cores_with_compute(trace_factory):
 def test_data_fix_is_bounded_by_gpu_busy(trace_factory):
     # 15 ms of data wait but only 12 ms of GPU idle: the fix cannot go below the 8 ms of GPU work
     f = _find(analyze(trace_factory(_gpu_rows(wall=20.0, busy=8.0, data=15.0))), "data_loading")
-    assert f.share == pytest.approx(0.6) and f.projection.step_ms == pytest.approx(with_residue(8.0, 20.0))
+    assert f.share == pytest.approx(0.6) and f.projection.step_ms == pytest.approx(8.0)
 
 
 def test_data_fix_is_bounded_by_the_measured_loader_ceiling(trace_factory, tmp_path):
@@ -292,7 +278,7 @@ def test_a_ceiling_the_run_already_beats_is_contrary_evidence_not_a_limit(trace_
     )
     rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)  # 1600 samples/s > 100
     f = _find(analyze(trace_factory(rows), ceilings=load_ceilings(path)), "data_loading")
-    assert f.projection.step_ms == pytest.approx(with_residue(5.0, 20.0))  # the beaten ceiling is no limit
+    assert f.projection.step_ms == pytest.approx(5.0)  # the beaten ceiling is no limit
     assert [e.metric for e in f.contrary] == ["achieved_samples_per_s"]
 
 

@@ -177,10 +177,8 @@ PROJECTION_NOISE = 0.05
 #: Regression", NeurIPS 2019): of the n conformity scores max(low - measured, measured - high) / projected of the
 #: leave-one-family-out projections (ranges without this term), the ceil((n + 1) x 0.8)-th smallest (at least 0),
 #: which covers 80% of a new pair's measurements when pairs are exchangeable. Computed, not chosen:
-#: benchmarks/projection_validation.py --load both prints it ("MODEL_ERROR to ship"); this value is its quiet and
-#: busy pairs pooled, with the sample replay: 0.000 in runs 5-9 of docs/projections.md ("Validation", 2026-12-04;
-#: 0.010 in run 10; the busy pairs alone up to 0.050). Measured on CPU loops only; GPU projections carry it
-#: unmeasured.
+#: benchmarks/projection_validation.py prints it ("MODEL_ERROR to ship"): 0.000 on the 2026-12-06 run without
+#: the replays (docs/projections.md, "Validation"). Measured on CPU loops only; GPU projections carry it unmeasured.
 MODEL_ERROR = 0.0
 #: The same on an oversubscribed host for a CPU-side projection: other work's share of the cores moves.
 #: The floor: where the sampler read the run queue, judge.loaded_noise uses its measured excess over the
@@ -188,19 +186,11 @@ MODEL_ERROR = 0.0
 LOADED_NOISE = 0.15
 #: Confidence of a CPU-side projection recorded on an oversubscribed host is scaled by this (below 'high').
 OVERSUBSCRIBED_SCALE = 0.7
-#: The worker hand-over cost the low and high ends of the worker range assume (x the measured constants).
-HANDOVER_LOW = 0.5
-HANDOVER_HIGH = 2.0
 #: A smaller batch within the run (the last of an epoch) separates per-step from per-sample cost when it
 #: has at most this share of the usual batch's samples.
 BATCH_SPLIT_MAX = 0.75
 #: Uncertainty of the fixed share that split measures (one or a few smaller batches per epoch, noisy).
 BATCH_SPLIT_SLACK = 0.2
-#: Uncertainty of the op-time growth the sample replay measures (record/sample_replay.py: an op replayed alone
-#: at 2, 4 and 8 x the batch, warm in cache, against the same op among the step's others): +/- this share of the
-#: growth. On the 512-wide MLP at batch 8 the replay's growth ran 20-30% above the step's measured growth at 2-8 x
-#: (one thread, this host); not fitted to the validation pairs, which judge it (docs/projections.md).
-SAMPLE_REPLAY_SLACK = 0.3
 #: Without that split, the share of forward + backward the batch projection's point takes as fixed: the
 #: middle of the range nothing measured narrows (benchmarks/projection_validation.py: overhead-bound CPU
 #: MLPs at batch 1-8 measured 25-45% of the way up from "none grows"; docs/projections.md).
@@ -211,13 +201,6 @@ BATCH_UNMEASURED_FIXED = 0.5
 #: most of each; benchmarks/projection_validation.py measured 2 x 8 -> 16 x 1 at 5x faster (a per-call share
 #: near 0.9; one pair, so in sample for that family). The range still spans 0 to 1.
 MICRO_UNMEASURED_FIXED = 0.8
-#: A projection of a cause removed by a change it cannot size (cheaper batches or loading, a prefetching
-#: thread, logging or reading metrics every N steps) keeps this share of the removed time at its point
-#: and REMOVAL_RESIDUE_HIGH at its slow end: benchmarks/projection_validation.py on a quiet 2-core host
-#: measured 8-16% of the removed time remaining after five such fixes (docs/projections.md; calibrated
-#: on those pairs).
-REMOVAL_RESIDUE = 0.1
-REMOVAL_RESIDUE_HIGH = 0.3
 #: A projection range wider than this share of the current step is reported as wide (it says little), with the
 #: `run --try` trial that would measure its fix: ours, the width the projections aim for (docs/projections.md).
 WIDE_RANGE = 0.3
@@ -247,6 +230,10 @@ CPU_BF16_SPEEDUP = 2.0
 #: FLOPs for AVX-512 FMA on two ports (Intel 64 and IA-32 Architectures Optimization Reference Manual, ch.
 #: "Intel Advanced Matrix Extensions", peak throughput table): 16x, the fast end where the CPU has AMX.
 CPU_AMX_BF16_SPEEDUP = 16.0
+#: float32 / float64 matmul rate on a CPU: a SIMD register holds twice as many float32 lanes as float64 ones and the
+#: FMA issues at the same rate (Intel 64 and IA-32 Architectures Software Developer's Manual, Vol. 1, "Packed and
+#: scalar floating-point data types": 16 singles or 8 doubles per 512-bit register; Arm NEON: 4 or 2 per 128 bits).
+FLOAT64_SPEEDUP = 2.0
 #: The CPU-precision model's own: the share of fp32 forward + backward its point takes as matmul/convolution
 #: (what bf16 autocast speeds up) when the trace holds no CPU kernel statistics; the range spans 0 to 1.
 #: Dense CPU training loops spend most of forward + backward in GEMM (oneDNN/MKL); benchmarks/

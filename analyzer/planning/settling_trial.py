@@ -56,3 +56,17 @@ def wide(finding: Finding) -> bool:
     """A projection whose range is wider than WIDE_RANGE of the step: it says little until measured."""
     width = finding.projection.range_width
     return width is not None and width > WIDE_RANGE
+
+
+def too_wide(finding: Finding, batch_samples: float | None, command: str = "python train.py") -> str | None:
+    """For a finding whose range is wider than WIDE_RANGE (None otherwise): that it is too wide to act on, and the
+    ``run --try`` command that measures its fix, or that no trial can apply it and how to measure it instead."""
+    if not wide(finding):
+        return None
+    trial = trial_of(finding, batch_samples, command)
+    if trial is None:
+        return (
+            "its range is too wide to act on, and no `run --try` candidate applies this fix: apply it, record again "
+            "and measure it with `gpuanalyze compare BEFORE AFTER`"
+        )
+    return f"its range is too wide to act on: measure the fix with {trial}"

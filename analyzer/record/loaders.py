@@ -5,12 +5,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from analyzer.record.batch import batch_bytes_of, batch_size_of
-from analyzer.record.steps import StepTimes
+import msgspec
 
-#: A first batch larger than this is not held until the end for the collate's replay (which makes one 8 x as
-#: large).
-COLLATE_KEPT_BYTES = 8 << 20
+from analyzer.record.batch import batch_bytes_of, batch_size_of
+from analyzer.record.patches import FetcherCall
+from analyzer.record.steps import StepTimes
+from gpuanalyze.ingest.runinfo import EndInfo
 
 
 class LoaderWatch:
@@ -46,9 +46,8 @@ class LoaderWatch:
         """``iter()`` calls on the training loader: epochs started."""
         self.fetch_samples: int | None = None
         """Samples of the first batch seen."""
-        self.dataset_call: list[Any] = [None, 0, 0, None]
-        """[fetcher, ns, collate ns, samples] of the last call of torch's dataset fetcher (record.patches writes
-        it; samples: the first list default_collate was given, () when not kept)."""
+        self.dataset_call = FetcherCall()
+        """The last call of torch's dataset fetcher (record.patches writes it)."""
         self.fetch_ns = 0
         """Wall time of the training fetches whose Dataset ran in this process."""
         self.dataset_ns = 0
@@ -87,18 +86,16 @@ class LoaderWatch:
         """A fetched batch: counted, its bytes and samples (the first one), and its samples counted in ``step``;
         a fetch whose iterator (``owner``) ran its Dataset here adds ``elapsed_ns`` and its dataset fetcher's
         time to fetch_ns and dataset_ns."""
-        fetcher, ns, collate = self.dataset_call[:3]
-        if fetcher is not None and fetcher is getattr(owner, "_dataset_fetcher", None):
+        call = self.dataset_call
+        if call.fetcher is not None and call.fetcher is getattr(owner, "_dataset_fetcher", None):
             self.fetch_ns += elapsed_ns
-            self.collate_ns += min(collate, ns, elapsed_ns)
-            self.dataset_ns += max(0, min(ns, elapsed_ns) - collate)
-            self.dataset_call[0] = None
+            self.collate_ns += min(call.collate_ns, call.ns, elapsed_ns)
+            self.dataset_ns += max(0, min(call.ns, elapsed_ns) - call.collate_ns)
+            call.fetcher = None
         self.fetches += 1
         first = self.fetches == 1
         if first:
             self.batch_bytes = batch_bytes_of(batch)
-            if (self.batch_bytes or 0) > COLLATE_KEPT_BYTES:
-                self.dataset_call[3] = ()  # too large to hold until the end
         if self.samples_from_loader or first:
             n = batch_size_of(batch)
             if first:
@@ -106,26 +103,17 @@ class LoaderWatch:
             if n is not None and self.samples_from_loader:  # step.add_samples(n, from_loader=True), inline
                 step.loader_samples = n if step.loader_samples is None else step.loader_samples + n
 
-    def end_facts(self) -> dict[str, Any]:
-        """What the end marker records of the loader."""
-        return {
-            "loader_workers": self.workers,
-            "batch_bytes": self.batch_bytes,
-            "fetches": self.fetches or None,
-            "loader_epochs": self.epochs or None,
-            "fetch_samples": self.fetch_samples,
-            "fetch_ms": self.fetch_ns / 1e6 if self.fetch_ns else None,
-            "fetch_dataset_ms": self.dataset_ns / 1e6 if self.fetch_ns else None,
-            "fetch_collate_ms": self.collate_ns / 1e6 if self.fetch_ns else None,
-            "fetch_collate_growth": self._collate_growth(),
-        }
-
-    def _collate_growth(self) -> tuple[float, ...] | None:
-        """The collate's time at 2, 4 and 8 x the samples over its time (record.sample_replay), when the
-        training fetches ran torch's default_collate here and its samples were kept."""
-        samples, self.dataset_call[3] = self.dataset_call[3], ()
-        if not self.collate_ns or not samples:
-            return None
-        from analyzer.record.sample_replay import collate_growth
-
-        return collate_growth(samples)
+    def ended(self, end: EndInfo) -> EndInfo:
+        """The end marker with what it records of the loader."""
+        timed = self.fetch_ns > 0
+        return msgspec.structs.replace(
+            end,
+            loader_workers=self.workers,
+            batch_bytes=self.batch_bytes,
+            fetches=self.fetches or None,
+            loader_epochs=self.epochs or None,
+            fetch_samples=self.fetch_samples,
+            fetch_ms=self.fetch_ns / 1e6 if timed else None,
+            fetch_dataset_ms=self.dataset_ns / 1e6 if timed else None,
+            fetch_collate_ms=self.collate_ns / 1e6 if timed else None,
+        )

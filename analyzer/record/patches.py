@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Report = Callable[[str, int, Any, Any, int], None]
@@ -17,6 +18,16 @@ cpu_ns, the calling thread's CPU time in the call, is measured for data fetches 
 DATA_KINDS = ("fetch", "iter")
 Before = Callable[[str], None]
 """before(kind), called just before the wrapped call starts."""
+
+
+@dataclass(slots=True)
+class FetcherCall:
+    """The last call of torch's dataset fetcher (the Dataset's ``__getitem__`` calls and the collate of one fetch):
+    written by the wrapper, read and cleared by record.loaders.LoaderWatch."""
+
+    fetcher: Any = None
+    ns: int = 0
+    collate_ns: int = 0
 
 
 class Patches:
@@ -31,9 +42,8 @@ class Patches:
         self._before_backward: list[Before] = []
         """Before each backward once ``time_backward_start`` gave it (CUDA timing); empty on CPU."""
 
-    def install(self, report: Report, before: Before, dataset_call: list[Any] | None = None) -> None:
-        """``dataset_call`` ([fetcher, ns, collate ns]) is set after each call of torch's dataset fetcher (the
-        Dataset's ``__getitem__`` calls and the collate of one fetch)."""
+    def install(self, report: Report, before: Before, dataset_call: FetcherCall | None = None) -> None:
+        """``dataset_call`` is set after each call of torch's dataset fetcher."""
         import torch
         from torch.utils.data import DataLoader
         from torch.utils.data._utils import fetch
@@ -45,10 +55,10 @@ class Patches:
                 self._saved.append((fetcher, "fetch", original))
                 fetcher.fetch = functools.wraps(original)(_dataset_wrapper(original, dataset_call))
         self._before_fetch[:] = [before]
-        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, None, late=self._before_fetch)
-        self._wrap(DataLoader, "__iter__", "iter", report, None, late=self._before_fetch)
+        self._wrap(_BaseDataLoaderIter, "__next__", "fetch", report, self._before_fetch)
+        self._wrap(DataLoader, "__iter__", "iter", report, self._before_fetch)
         # Tensor.backward calls torch.autograd.backward through the module attribute.
-        self._wrap(torch.autograd, "backward", "backward", report, None, late=self._before_backward)
+        self._wrap(torch.autograd, "backward", "backward", report, self._before_backward)
 
     def fetches_end_no_step(self) -> None:
         """From now on no fetch can end a step (an optimizer or ``prof.step()`` ends them): the fetch
@@ -63,9 +73,9 @@ class Patches:
         """Host-device syncs: only meaningful (and only installed) when the model runs on a GPU."""
         import torch
 
-        self._wrap(torch.cuda, "synchronize", "sync", report, None)
+        self._wrap(torch.cuda, "synchronize", "sync", report, [])
         for name in ("item", "tolist", "cpu"):
-            self._wrap(torch.Tensor, name, "sync", report, None)
+            self._wrap(torch.Tensor, name, "sync", report, [])
 
     def install_compile(self, compiled: Callable[[Any, Any], None]) -> None:
         """``torch.compile(module)`` calls ``compiled(module, result)`` so that the returned wrapper,
@@ -89,22 +99,13 @@ class Patches:
             owner, name, original = self._saved.pop()
             setattr(owner, name, original)
 
-    def _wrap(
-        self,
-        owner: Any,
-        name: str,
-        kind: str,
-        report: Report,
-        before: Before | None,
-        *,
-        late: list[Before] | None = None,
-    ) -> None:
-        """Wrap ``owner.name``; ``before`` (or the callable put in ``late`` later on) runs before each call."""
+    def _wrap(self, owner: Any, name: str, kind: str, report: Report, before: list[Before]) -> None:
+        """Wrap ``owner.name``; the callable in ``before`` when there is one (it may be put there later on) runs
+        before each call."""
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
         self._saved.append((owner, name, original))
-        befores = [before] if before is not None else late if late is not None else []
         make = _data_wrapper if kind in DATA_KINDS else _timed_wrapper
-        wrapper = make(original, kind, report, befores)
+        wrapper = make(original, kind, report, before)
         setattr(owner, name, functools.wraps(original)(wrapper))
 
 
@@ -147,12 +148,9 @@ def _timed_wrapper(original: Any, kind: str, report: Report, before: list[Before
     return wrapper
 
 
-def _dataset_wrapper(original: Any, cell: list[Any]) -> Callable[..., Any]:
-    """Times one call of a dataset fetcher, and the collate within it, into ``cell`` ([fetcher, ns, collate ns,
-    samples]); the fetcher's collate_fn is put back as found when the call returns. ``samples`` (None: wanted)
-    keeps the first list torch's own default_collate is given (pure: the replay may call it again)."""
-    from torch.utils.data import default_collate
-
+def _dataset_wrapper(original: Any, cell: FetcherCall) -> Callable[..., Any]:
+    """Times one call of a dataset fetcher, and the collate within it, into ``cell``; the fetcher's collate_fn is
+    put back as found when the call returns (the user's collate is called once, as it would have been)."""
     clock = time.perf_counter_ns
 
     def wrapper(fetcher: Any, *args: Any, **kwargs: Any) -> Any:
@@ -165,8 +163,6 @@ def _dataset_wrapper(original: Any, cell: list[Any]) -> Callable[..., Any]:
                 return collate(batch)
             finally:
                 took[0] = clock() - t
-                if cell[3] is None and collate is default_collate and type(batch) is list:
-                    cell[3] = batch  # the samples of one fetch, for the collate's replay (record.sample_replay)
 
         fetcher.collate_fn = timed_collate
         t0 = clock()
@@ -174,6 +170,6 @@ def _dataset_wrapper(original: Any, cell: list[Any]) -> Callable[..., Any]:
             return original(fetcher, *args, **kwargs)
         finally:
             fetcher.collate_fn = collate
-            cell[0], cell[1], cell[2] = fetcher, clock() - t0, took[0]
+            cell.fetcher, cell.ns, cell.collate_ns = fetcher, clock() - t0, took[0]
 
     return wrapper

@@ -12,10 +12,13 @@ observe; they never change tensors. Rows are built on the writer's thread (``clo
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from analyzer.record.batch import batch_size_of
 from analyzer.record.boundaries import StepBoundaries
@@ -31,6 +34,7 @@ from analyzer.record.nvtx_phases import NvtxPhases, nvtx_phases
 from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.steps import StepTimes
+from analyzer.record.sync_sites import SyncSites
 from analyzer.record.trace_open import open_trace
 from analyzer.record.trace_output import TraceOutput
 from analyzer.record.windows import KernelWindows
@@ -39,6 +43,7 @@ from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.writer import TraceWriter
 
 _clock = time.perf_counter_ns
+_getframe = sys._getframe
 _active: list[Profiler] = []
 #: Objects a forked child inherited from its parent's profile; kept alive (never closed or
 #: collected) so that nothing in the child writes to the parent's trace file.
@@ -98,6 +103,8 @@ class Profiler:
         self._data_block = DataBlock(self)
         self._cuda: Any = None
         self._windows: KernelWindows | None = None
+        self._sync_sites = SyncSites()
+        self._sync_depth = 2
 
     @property
     def path(self) -> Path | None:
@@ -148,15 +155,8 @@ class Profiler:
                     self._fail(failed)
             except Exception as exc2:  # noqa: BLE001
                 self._fail(exc2)
-        self._teardown(
-            EndInfo(
-                status=status,
-                exception=described,
-                end_unix_ns=time.time_ns(),
-                steps=self.steps_recorded,
-                **self._loaders.end_facts(),
-            )
-        )
+        end = EndInfo(status=status, exception=described, end_unix_ns=time.time_ns(), steps=self.steps_recorded)
+        self._teardown(msgspec.structs.replace(self._loaders.ended(end), sync_sites=self._sync_sites.stored()))
 
     def step(self) -> None:
         """Mark the end of a step explicitly; from then on automatic boundaries are ignored."""
@@ -208,15 +208,12 @@ class Profiler:
             self._patches.install_sync(self._on_patched_call)
             self._patches.time_backward_start(self._before_call)
             self._nvtx = nvtx_phases(opts.nvtx, torch.cuda)  # after the patches: it wraps their wrappers
+            self._sync_depth = 2 if self._nvtx is None else 3  # _on_patched_call <- wrapper(s) <- the caller
             torch.cuda.reset_peak_memory_stats()
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
             self._windows = KernelWindows(
-                first=opts.window_first,
-                every=opts.window_every,
-                steps=opts.window_steps,
-                cuda=cuda,
-                batch=lambda: (self._loaders.fetch_samples or self._steps.step.forward_samples, self._models),
+                first=opts.window_first, every=opts.window_every, steps=opts.window_steps, cuda=cuda
             )
 
     @guarded
@@ -353,6 +350,11 @@ class Profiler:
                     self._loaders.saw_batch(result, self._steps.step, elapsed_ns, owner)
             elif kind == "sync":
                 self._steps.step.sync_ns += elapsed_ns
+                caller = _getframe(self._sync_depth)  # the wrapper's caller: a key, no traceback (record.sync_sites)
+                key = (id(caller.f_code), caller.f_lasti)
+                site = self._sync_sites.sites.get(key) or self._sync_sites.at(key, caller)
+                site[0] += 1
+                site[1] += elapsed_ns
             elif self._loaders.saw(kind, owner, result, in_block=self._data_depth > 0):
                 self._steps.data(elapsed_ns, cpu_ns)
                 if kind == "fetch" and result is not None:

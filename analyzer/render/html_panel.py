@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
+from analyzer.planning.settling_trial import too_wide
 from analyzer.render import words
 from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h
@@ -70,6 +71,7 @@ def _finding(f: Finding, rank: int, report: Report) -> str:
                 ("bound", h(p.bound)),
                 ("rule", h(p.rule)),
             ]
+            + [("measure", h(m)) for m in (too_wide(f, report.metrics.batch_samples),) if m is not None]
             + (
                 [
                     (

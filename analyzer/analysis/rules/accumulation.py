@@ -21,7 +21,7 @@ import math
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
-from analyzer.analysis.rules.measured import per_call_range, per_call_share, replayed_per_call
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
 from gpuanalyze.ingest import schema as S
 
@@ -66,11 +66,10 @@ def per_micro_ms(ctx: Context) -> float:
     return ctx.ms(m.effective[S.DATA_WAIT_MS]) + fb + loop
 
 
-def per_call(ctx: Context, work: float, k: int) -> tuple[float, float, float, str | None]:
-    """(point, low, high) of the per-call share of ``work`` (ms per step of fetch + forward + backward) with
-    micro-batches ``k`` times larger, and what measured it: a smaller batch in the run, else the sample replay,
-    else the sampled CPU windows' lower bound (rules.measured), else None (the point MICRO_UNMEASURED_FIXED, the
-    range 0 to 1)."""
+def per_call(ctx: Context, work: float) -> tuple[float, float, float, str | None]:
+    """(point, low, high) of the per-call share of ``work`` (ms per step of fetch + forward + backward), and what
+    measured it: a smaller batch in the run, else the sampled CPU windows' lower bound (rules.measured), else None
+    (the point MICRO_UNMEASURED_FIXED, the range 0 to 1)."""
     split = ctx.m.batch_split
     if split is not None:
         f, lo, hi = fixed_share_range(split.fixed_fraction)
@@ -83,9 +82,6 @@ def per_call(ctx: Context, work: float, k: int) -> tuple[float, float, float, st
                 f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
             ),
         )
-    replayed = replayed_per_call(ctx, work, k, min(work, ctx.ms(ctx.m.effective[S.DATA_WAIT_MS])))
-    if replayed is not None:
-        return replayed
     window = per_call_share(ctx, work)
     if window is not None:
         f, lo, hi = per_call_range(window)
@@ -104,7 +100,7 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
         """The step when a share ``f`` of the per-micro-batch work is per call (does not grow with samples)."""
         return wall - work * f * (1.0 - 1.0 / k)
 
-    f, lo_f, hi_f, basis = per_call(ctx, work, k)
+    f, lo_f, hi_f, basis = per_call(ctx, work)
     if basis is None:
         basis = (
             f"nothing in the run measures the per-call share (no smaller batch, no sampled CPU window): the point "

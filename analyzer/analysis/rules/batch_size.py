@@ -26,13 +26,7 @@ from analyzer.analysis.rules.accumulation import (
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
-from analyzer.analysis.rules.measured import (
-    dataset_share,
-    has_replay,
-    per_call_range,
-    per_call_share,
-    replayed_per_call,
-)
+from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
@@ -94,7 +88,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         rule names (syncs, large host time) grows with neither."""
     m = ctx.m
     wall = ctx.wall
-    fixed, fixed_what, measured_fetch = _per_step_part(ctx)
+    fixed, fixed_what = _per_step_part(ctx)
     rest = wall - fixed
     # Time another rule names (a sync, large host time) stays as it is.
     work = max(0.0, rest - others_ms(ctx))
@@ -103,8 +97,7 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         """The step when a share ``f`` of the work (compute) does not grow with the batch either."""
         return rest - work * f + (fixed + work * f) / k
 
-    data = min(work, ctx.ms(m.effective[S.DATA_WAIT_MS])) if measured_fetch or not _fixed_data_wait(ctx) else 0.0
-    f, lo_f, hi_f, basis = _fixed_share(ctx, work, k, data)
+    f, lo_f, hi_f, basis = _fixed_share(ctx, work)
     if basis is None:
         basis = (
             f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
@@ -128,27 +121,21 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
     )
 
 
-def _per_step_part(ctx: Context) -> tuple[float, str, bool]:
-    """(ms per step a larger batch divides by its multiplier, what it is, whether the fetch is measured work
-    instead: where the replay and the fetch's own timing measure how the fetch grows, it is work like the rest)."""
+def _per_step_part(ctx: Context) -> tuple[float, str]:
+    """(ms per step a larger batch divides by its multiplier, what it is)."""
     if ctx.gpu:
         fixed = ctx.ms(unexplained_idle(ctx))
         fixed_what = "GPU idle that data wait and sync do not explain (launches, host work)"
     else:
         fixed = ctx.ms(per_step_fixed_share(ctx))
         fixed_what = "optimizer, loop overhead" + (" and the fetch" if _fixed_data_wait(ctx) > 0 else "")
-    m = ctx.m
-    measured_fetch = not ctx.gpu and m.batch_split is None and dataset_share(ctx) is not None and has_replay(ctx)
-    if measured_fetch and _fixed_data_wait(ctx) > 0:
-        fixed -= ctx.ms(_fixed_data_wait(ctx))
-        fixed_what = "optimizer, loop overhead"
-    return min(max(fixed, 0.0), ctx.wall), fixed_what, measured_fetch
+    return min(max(fixed, 0.0), ctx.wall), fixed_what
 
 
-def _fixed_share(ctx: Context, work: float, k: float, data: float) -> tuple[float, float, float, str | None]:
+def _fixed_share(ctx: Context, work: float) -> tuple[float, float, float, str | None]:
     """(point, low, high) of the share of ``work`` that does not grow with the batch, and what measured it: a
-    smaller batch in the run, the sample replay, the profiled steps' lower bound; None: nothing (the point
-    BATCH_UNMEASURED_FIXED over the whole of [0, 1])."""
+    smaller batch in the run, the profiled steps' lower bound; None: nothing (the point BATCH_UNMEASURED_FIXED over
+    the whole of [0, 1])."""
     split = ctx.m.batch_split
     if split is not None:
         f, lo_f, hi_f = fixed_share_range(min(1.0, max(0.0, split.fixed_ms / work)) if work > 0 else 0.0)
@@ -162,9 +149,6 @@ def _fixed_share(ctx: Context, work: float, k: float, data: float) -> tuple[floa
         )
     if ctx.gpu:
         return (*fixed_share_range(None), None)
-    replayed = replayed_per_call(ctx, work, k, data)
-    if replayed is not None:
-        return replayed
     window = per_call_share(ctx, work)
     if window is None:
         return (*fixed_share_range(None), None)
@@ -257,9 +241,7 @@ class BatchSize(Rule):
         each = micro_batch_samples(ctx, a)
         return Detection(
             cause="micro_batch_overhead",
-            share=share * per_call(ctx, per_micro_ms(ctx), enlargement(ctx, a))[0]
-            if ctx.m.batch_split is None
-            else share,
+            share=share * per_call(ctx, per_micro_ms(ctx))[0] if ctx.m.batch_split is None else share,
             consistency=1.0,
             evidence_steps=ctx.m.steps,
             summary=f"Each optimizer step runs {a} micro-batches"

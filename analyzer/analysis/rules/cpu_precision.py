@@ -1,22 +1,22 @@
-"""kernels on a CPU run: fp32 forward and backward on a CPU with native bf16 arithmetic.
+"""kernels on a CPU run: float32 forward and backward on a CPU with native bf16, or float64 on any CPU.
 
 A CPU whose flags (``/proc/cpuinfo``, recorded as ``RunInfo.cpu_bf16``) include AVX512_BF16 or AMX_BF16
 computes bf16 dot products natively: VDPBF16PS multiplies two bf16 pairs per fp32 lane (Intel 64 and
 IA-32 Architectures Software Developer's Manual, Vol. 2, VDPBF16PS), twice the fp32 FMA's products per
 instruction; AMX tiles (TDPBF16PS) more. ``torch.autocast('cpu', dtype=torch.bfloat16)`` runs matmuls
-and convolutions that way. A share f of forward + backward is matmul: measured from the trace's sampled
-profiler windows where it has them (rules.measured.matmul_share), the range f +- CPU_MATMUL_SLACK; without
-them the range spans all of it at the speed-up bound (the fast end) to none of it (no gain, the slow end),
-the point at CPU_MATMUL_UNMEASURED (this model's own constant). The speed-up bound is per flag:
-CPU_AMX_BF16_SPEEDUP where the CPU has AMX_BF16, else CPU_BF16_SPEEDUP;
-``run --try --candidates autocast=bf16`` measures it.
+and convolutions that way. How much faster a given matmul runs depends on its shape (a small one can run
+slower in bf16: packing costs more than it saves), which the trace does not hold: the point takes the
+VDPBF16PS rate CPU_BF16_SPEEDUP, the fast end the flag's bound (CPU_AMX_BF16_SPEEDUP with AMX_BF16), the slow
+end no gain; ``run --try --candidates autocast=bf16`` measures it.
 
-Where the recorder replayed the run's float32 matmul shapes in bf16 on the machine (record/bf16_replay.py:
-KernelStats ``cpu_matmul_bf16*_ms``), the speed-up is that measurement, not the flag's bound: the point
-takes forward matmuls with the casts of their inputs and backward ones from bf16 inputs, the fast end
-every matmul from bf16 inputs at the high end of the share, the slow end every matmul with its casts at
-the low end. A speed-up below 1 (tiny matmuls: bf16's packing costs more than it saves) projects no
-gain, and the rule does not fire.
+Float64 parameters are a fix on any CPU: a SIMD register and FMA hold half as many float64 lanes as float32 ones
+at the same instruction rate (Intel SDM Vol. 1, "Packed and scalar floating-point data types": a 512-bit register
+holds 8 doubles or 16 singles), so float32 matmuls run FLOAT64_SPEEDUP times the rate; autocast does not cast
+float64, the model and its inputs are converted (``model.float()``).
+
+A share f of forward + backward is matmul: measured from the trace's sampled profiler windows where it has them
+(rules.measured.matmul_share), the range f +- CPU_MATMUL_SLACK; without them the range spans all of it (the fast
+end) to none of it (no gain, the slow end), the point at CPU_MATMUL_UNMEASURED (this model's own constant).
 """
 
 from __future__ import annotations
@@ -51,58 +51,63 @@ def native_bf16(ctx: Context) -> str | None:
     return ctx.run.cpu_bf16 or None
 
 
-def speedup(ctx: Context) -> float:
-    """The bf16 / fp32 matmul rate bound of this CPU's flags: AMX tiles where it has AMX_BF16, else VDPBF16PS."""
+def float64(ctx: Context) -> bool:
+    """The model's parameters are float64: the fix is float32 (autocast leaves float64 as it is)."""
+    return ctx.run.param_dtype == "float64"
+
+
+def speedups(ctx: Context) -> tuple[float, float, float]:
+    """(point, fast end, slow end) matmul rate of the fix: float64 to float32 FLOAT64_SPEEDUP throughout; float32 to
+    bf16 the VDPBF16PS rate at the point, the flag's bound (AMX tiles where it has AMX_BF16) at the fast end, and
+    no gain at the slow end (the shape decides, and the trace does not hold it)."""
+    if float64(ctx):
+        return T.FLOAT64_SPEEDUP, T.FLOAT64_SPEEDUP, T.FLOAT64_SPEEDUP
     flags = (native_bf16(ctx) or "").split(",")
-    return T.CPU_AMX_BF16_SPEEDUP if "amx_bf16" in flags else T.CPU_BF16_SPEEDUP
-
-
-def replayed(ctx: Context) -> tuple[float, float, float] | None:
-    """(point, fast end, slow end) matmul speed-ups under bf16 autocast measured by replaying the run's float32
-    matmul shapes on the machine (matmul time over its time under bf16); None when the recorder did not."""
-    matmul = window_ms(ctx, "cpu_matmul_ms")
-    got = [window_ms(ctx, f) for f in ("cpu_matmul_bf16_ms", "cpu_matmul_bf16_fast_ms", "cpu_matmul_bf16_slow_ms")]
-    if matmul is None or matmul[0] <= 0 or any(g is None or g[0] <= 0 for g in got):
-        return None
-    point, fast, slow = (matmul[0] / g[0] for g in got if g is not None)
-    return point, fast, slow
+    return T.CPU_BF16_SPEEDUP, T.CPU_AMX_BF16_SPEEDUP if "amx_bf16" in flags else T.CPU_BF16_SPEEDUP, 1.0
 
 
 def detect(ctx: Context, relaxed: bool) -> Detection | None:
-    """fp32 parameters, a CPU with native bf16 and forward + backward a material part of the step."""
+    """Forward + backward a material part of the step, in float64, or in float32 on a CPU with native bf16."""
     flags = native_bf16(ctx)
-    if ctx.gpu or flags is None or ctx.run.param_dtype != "float32" or ctx.wall <= 0:
+    fp32 = ctx.run.param_dtype == "float32" and flags is not None
+    if ctx.gpu or not (fp32 or float64(ctx)) or ctx.wall <= 0:
         return None
     share = compute_ms(ctx) / ctx.wall
     if share < (T.RELAXED if relaxed else T.FP32_MATH.value):
         return None
+    where = f"float32 on a CPU with native bf16 arithmetic ({flags})" if fp32 else "float64"
     return Detection(
         cause=CAUSE,
         share=share * matmul_range(ctx)[0],
         consistency=1.0,
         evidence_steps=ctx.m.steps,
-        summary=f"Forward and backward take {share:.0%} of the step in float32 on a CPU with native bf16 "
-        f"arithmetic ({flags}): {_rate(ctx)}.",
+        summary=f"Forward and backward take {share:.0%} of the step in {where}: {_rate(ctx)}.",
     )
 
 
 def evidence(ctx: Context) -> tuple[Evidence, ...]:
-    return (
-        Evidence(
+    dtype = "float64" if float64(ctx) else "float32"
+    precision = (
+        Evidence("cpu_float64_params", 1.0, 1.0, ">=", "flag", "the parameters are float64 (RunInfo.param_dtype)")
+        if float64(ctx)
+        else Evidence(
             "cpu_native_bf16",
             1.0 if native_bf16(ctx) else 0.0,
             1.0,
             ">=",
             "flag",
             f"/proc/cpuinfo flags {native_bf16(ctx) or 'none'}: AVX512_BF16 (VDPBF16PS) or AMX_BF16 (Intel SDM Vol. 2)",
-        ),
+        )
+    )
+    return (
+        precision,
         Evidence(
             "cpu_compute_share",
             compute_ms(ctx) / ctx.wall,
             T.FP32_MATH.value,
             ">=",
             "fraction of step time",
-            "forward + backward in float32",
+            f"forward + backward in {dtype}",
         ),
         Evidence(
             "cpu_matmul_share",
@@ -116,14 +121,10 @@ def evidence(ctx: Context) -> tuple[Evidence, ...]:
 
 
 def _rate(ctx: Context) -> str:
-    """The matmul speed-up under bf16 autocast, in words: measured by replay, else the flag's bound."""
-    r = replayed(ctx)
-    if r is None:
-        return f"matmuls under bf16 autocast run up to {speedup(ctx):g}x the products per instruction"
-    return (
-        f"this run's matmuls replayed on this machine ran {r[0]:.1f}x faster under bf16 autocast "
-        f"({r[2]:.1f}x with every input cast, {r[1]:.1f}x from bf16 inputs)"
-    )
+    """The fix's matmul rate, in words."""
+    if float64(ctx):
+        return f"float32 matmuls run {T.FLOAT64_SPEEDUP:g}x the float64 rate (twice the SIMD lanes)"
+    return f"matmuls under bf16 autocast run up to {speedups(ctx)[1]:g}x the products per instruction"
 
 
 def _basis(got: Measured | None) -> str:
@@ -138,23 +139,20 @@ def _basis(got: Measured | None) -> str:
 
 def project(ctx: Context) -> Projection:
     compute = min(compute_ms(ctx), ctx.wall)
-    measured = replayed(ctx)
-    bound = speedup(ctx)
-    r, r_fast, r_slow = measured if measured is not None else (bound, bound, bound)
+    r, r_fast, r_slow = speedups(ctx)
 
     def at(f: float, r: float) -> float:
-        """The step when a share ``f`` of forward + backward is matmul that bf16 speeds up ``r`` times."""
+        """The step when a share ``f`` of forward + backward is matmul that the fix speeds up ``r`` times."""
         return ctx.wall - compute * f * (1 - 1 / r)
 
     f, lo_f, hi_f, got = matmul_range(ctx)
-    if measured is None:
-        how = "AMX tiles (TDPBF16PS)" if r == T.CPU_AMX_BF16_SPEEDUP else "VDPBF16PS: two bf16 products per fp32 lane"
-        rate = f"at {r:g}x under bf16 autocast ({how})"
+    if float64(ctx):
+        rate = f"at {r:g}x in float32 (a SIMD register holds twice as many float32 lanes as float64)"
     else:
         rate = (
-            f"at {r:.2f}x under bf16 autocast (this run's matmul shapes replayed on this machine: forward ones with "
-            f"their input casts; the fast end {r_fast:.2f}x from bf16 inputs, the slow end {r_slow:.2f}x with every "
-            "input cast)"
+            f"at {r:g}x under bf16 autocast (VDPBF16PS: two bf16 products per fp32 lane), the fast end {r_fast:g}x "
+            "(the CPU's bf16 bound), the slow end no gain (the speed-up depends on each matmul's shape, which the "
+            "trace does not hold: run --try measures it)"
         )
     rule = (
         f"forward + backward {compute:.2f} ms, a share f of it matmul {rate}: step {ctx.wall:.2f} - {compute:.2f} x f "
@@ -164,10 +162,10 @@ def project(ctx: Context) -> Projection:
     return bounded(
         ctx,
         at(f, r),
-        "bf16 matmuls",
-        {"forward + backward at the bf16 rate": at(1.0, r_fast)},
+        "float32 matmuls" if float64(ctx) else "bf16 matmuls",
+        {"forward + backward at the fix's rate": at(1.0, r_fast)},
         rule,
-        fix=PrecisionFix("bfloat16"),
+        fix=PrecisionFix("float32" if float64(ctx) else "bfloat16"),
         model=(at(hi_f, r_fast), at(lo_f, r_slow)),
     )
 
@@ -185,6 +183,11 @@ def unfused_attention(ctx: Context) -> float | None:
 
 
 def advise(ctx: Context) -> tuple[str, ...]:
+    if float64(ctx):
+        return (
+            "Train in float32: model.float() and float32 inputs (torch.set_default_dtype(torch.float32) where "
+            "tensors are created); autocast does not cast float64. Check that the loss curve does not need float64.",
+        )
     recs = [
         "Run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16): this CPU computes bf16 natively "
         f"({native_bf16(ctx)}); keep the optimizer's master weights in float32 and check the loss curve.",

@@ -77,7 +77,7 @@ class Kernels(Rule):
             fp32 = sum(km.share_of_kernel_time(c) for c in FP32_CATEGORIES)
             memory = sum(km.share_of_kernel_time(c) for c in MEMORY_BOUND_CATEGORIES)
             return fp32, memory, True
-        return (1.0 if ctx.run.param_dtype == "float32" else 0.0), 0.0, False
+        return (1.0 if ctx.run.param_dtype in ("float32", "float64") else 0.0), 0.0, False
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         if not ctx.gpu:
@@ -202,6 +202,8 @@ class Kernels(Rule):
         fp32, memory, measured = self._shares(ctx)
         recs = []
         if fp32 >= T.FP32_MATH.value or d.cause == "fp32_math":
+            if ctx.run.param_dtype == "float64":  # autocast leaves float64 as it is
+                recs.append("The parameters are float64: convert the model and its inputs to float32 first.")
             recs += precision_advice(ctx)
         if measured and (memory >= T.MEMORY_BOUND.value or d.cause == "memory_bound"):
             softmax = softmax_share(ctx)

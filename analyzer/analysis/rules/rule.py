@@ -244,25 +244,12 @@ def bounded(
     """The projection ``step`` ("what" limits it), raised to the largest of ``limits`` (what remains
     the limit once the cause is fixed: GPU-busy time, the compute path, ...) and kept within
     [0, current step]: never below what remains, never slower than now. ``model``: the (low, high)
-    steps the model's assumptions allow (default: the point itself when the projection has a setting,
-    ``fix``; without one the projection is a cause removed by a change it cannot size, and the range
-    spans all of it removed to REMOVAL_RESIDUE_HIGH of it remaining); analysis.intervals widens them
-    by step-to-step variation."""
+    steps the model's assumptions allow (default: the point itself; a cause removed by a change the
+    projection cannot size is the time it owns removed); analysis.judge widens them by step-to-step and
+    run-to-run variation."""
     wall = ctx.wall
     bound = what
-    if model is not None:
-        low, high = model
-    elif fix is not None:
-        low, high = step, step
-    else:
-        # A cause removed by a change the projection cannot size (cheaper loading, logging less often,
-        # fewer syncs): fixes rarely remove all of it. The point keeps REMOVAL_RESIDUE of the time
-        # removed, the slow end REMOVAL_RESIDUE_HIGH, the fast end none.
-        removed = max(0.0, wall - step)
-        low = step
-        high = step + T.REMOVAL_RESIDUE_HIGH * removed
-        step = step + T.REMOVAL_RESIDUE * removed
-        rule += f"; {T.REMOVAL_RESIDUE:.0%} of the {removed:.2f} ms removed taken to remain"
+    low, high = model if model is not None else (step, step)
     floor = 0.0
     if limits:
         name, floor = max(limits.items(), key=lambda kv: kv[1])

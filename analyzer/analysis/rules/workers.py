@@ -7,11 +7,16 @@ uses too. The plan divides CPU work among the cores *free* to the job (``HostFac
 never assumes more workers than free cores, and charges forward and backward for the cores the
 workers take when the training process computes on more than the cores left to it. Never more
 workers than free cores, except for loading that mostly sleeps on I/O (a network or disk read):
-such workers run beyond the cores, as many as their CPU parts fit. Its range:
-half the hand-over, no contention and every core of the job (other work yielding them: the
-scheduler shares cores among runnable threads) at the low end, to twice the hand-over with the workers' full share
-of the cores taken from compute, on every free core when the sampler did not measure how many it
-computes on, and loading CPU-bound unless the sampler measured the host (high).
+such workers run beyond the cores, as many as their CPU parts fit. Its range: no contention and every
+core of the job (other work yielding them: the scheduler shares cores among runnable threads) at the low end, to
+the workers' full share of the cores taken from compute, on every free core when the sampler did not measure how
+many it computes on, and loading CPU-bound unless the sampler measured the host (high).
+
+Only the Dataset's ``__getitem__`` calls and the collate move into the workers: torch's DataLoader draws the
+sampler's indices in the training process and sends them to the workers (``_MultiProcessingDataLoaderIter.
+_try_put_index`` calls ``_next_index()`` there; ``_worker_loop`` runs the dataset fetcher, ``__getitem__`` and
+collate). The part of a fetch outside the dataset fetcher (the sampler, the iterator's own work: the end marker's
+``fetch_ms`` less ``fetch_dataset_ms`` and ``fetch_collate_ms``) stays on the training process's path.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.accumulation import micro_batches
 from analyzer.analysis.rules.rule import Context
@@ -74,6 +80,16 @@ def loader_cpu_share(ctx: Context) -> float | None:
     return min(1.0, cpu)
 
 
+def main_process_share(ctx: Context) -> float:
+    """Share of a fetch that stays in the training process with workers: all of it but the dataset fetcher's
+    ``__getitem__`` calls and collate (the sampler, the iterator); from the end marker's fetch timing of a loop
+    without workers, 0 when not timed (the whole fetch then moves)."""
+    end = ctx.end
+    if end is None or end.loader_workers != 0 or not end.fetch_ms or end.fetch_dataset_ms is None:
+        return 0.0
+    return clamp(1.0 - (end.fetch_dataset_ms + (end.fetch_collate_ms or 0.0)) / end.fetch_ms)
+
+
 def compute_threads(ctx: Context) -> tuple[float, float]:
     """(point, most) cores the training process computes on: what the sampler measured (1 when not
     sampled); on a CPU run not sampled, up to every free core (torch's intra-op threads default to
@@ -100,9 +116,9 @@ class WorkerPlan:
     step_ms: float
     rule: str
     low_ms: float | None = None
-    """The step with half the hand-over and compute untouched by the workers."""
+    """The step with compute untouched by the workers and every core of the job."""
     high_ms: float | None = None
-    """The step with twice the hand-over and the workers' cores taken from compute."""
+    """The step with the workers' cores taken from compute."""
 
     @property
     def fix(self) -> WorkerFix | None:
@@ -119,9 +135,9 @@ class _Model:
     cores: float
     threads: float
 
-    def step(self, ctx: Context, handover: float, contention: bool) -> tuple[float, float, float]:
+    def step(self, ctx: Context, contention: bool) -> tuple[float, float, float]:
         """(step, loading per batch, compute as slowed by the workers) under these assumptions."""
-        main, side = (x * handover for x in handover_ms(ctx))
+        main, side = handover_ms(ctx)
         parallel = concurrent(self.workers, self.cores, self.cpu_share)
         loading = (self.data + side) / parallel
         cpu_work = self.data * self.cpu_share + side
@@ -163,57 +179,35 @@ def _plan(ctx: Context, data_ms: float, workers: int | None) -> WorkerPlan | Non
 
 
 def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
-    compute = ctx.wall - data_ms
+    stays = data_ms * main_process_share(ctx)  # the sampler and the iterator: on the training process's path
+    compute = ctx.wall - data_ms + stays
     cpu = loader_cpu_share(ctx)
     threads, most = compute_threads(ctx)
-    model = _Model(compute, data_ms, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
-    step, loading, slowed = model.step(ctx, 1.0, True)
-    # The low end: half the hand-over, and the other work on the host yielding the job's cores to it
+    model = _Model(compute, data_ms - stays, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
+    data_ms -= stays
+    step, loading, slowed = model.step(ctx, True)
+    # The low end: the other work on the host yielding the job's cores to it
     # (the scheduler shares cores among runnable threads; the measured free cores are the worst case).
     roomy = dataclasses.replace(model, cores=max(model.cores, float(ctx.host.cores_available)))
-    low, _, _ = roomy.step(ctx, T.HANDOVER_LOW, False)
+    low, _, _ = roomy.step(ctx, False)
     # Not sampled, the loader's CPU share may read low (a loaded host gives it part of a core): the high
     # end takes loading as CPU-bound.
     worst = model.cpu_share if ctx.host.sampled else 1.0
-    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, T.HANDOVER_HIGH, True)
+    high, _, _ = dataclasses.replace(model, threads=most, cpu_share=worst).step(ctx, True)
     main, side = handover_ms(ctx)
-    refill = epoch_refill_ms(ctx, data_ms + side, step)
-    step, low, high = step + refill, low + refill, high + refill
     basis = "CPU time not recorded: loading assumed CPU-bound" if cpu is None else f"{cpu:.0%} of the wait is CPU time"
     cores = f"{model.cores:g}"
     charged = f" (slowed to {slowed:.2f} ms: the workers take cores it computes on)" if slowed > compute + 1e-9 else ""
+    kept = f"; {stays:.2f} ms of each fetch (sampler, iterator) stays in the training process" if stays else ""
     rule = (
-        f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}) + {side:.2f} ms "
+        f"num_workers={workers}: each batch takes a worker {data_ms:.2f} ms to load ({basis}{kept}) + {side:.2f} ms "
         f"to hand over, {concurrent(workers, model.cores, model.cpu_share):.3g} at a time: {loading:.2f} ms per batch; "
         f"the training process computes {compute:.2f} ms{charged} + receives {main:.2f} ms; all of it shares "
         f"the {cores} core(s) {free_word(ctx)} to this job: "
         f"max({slowed:.2f} + {main:.2f}, {loading:.2f}, ({compute:.2f} x "
-        f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores})"
-        + (
-            f" + {refill:.2f} ms (each of the {_epochs(ctx) - 1} later epochs starts with the workers' queues empty: "
-            f"its first batch waits a worker's {data_ms + side:.2f} ms)"
-            if refill > 0
-            else ""
-        )
-        + f" = {step:.2f} ms"
+        f"{model.threads:g} + {main:.2f} + {data_ms * model.cpu_share:.2f} + {side:.2f})/{cores}) = {step:.2f} ms"
     )
     return WorkerPlan(workers, step, rule, low_ms=min(low, step), high_ms=max(high, step))
-
-
-def _epochs(ctx: Context) -> int:
-    end = ctx.end
-    return end.loader_epochs if end is not None and end.loader_epochs else 1
-
-
-def epoch_refill_ms(ctx: Context, batch_ms: float, step: float) -> float:
-    """Mean ms per step that workers' empty queues add at the start of each epoch after the first (the first's is
-    the run's warm-up): its first batch waits one worker's whole load of a batch (``batch_ms``), not the steady
-    ``step``. Persistent workers keep their processes, not a prefetched next epoch."""
-    end = ctx.end
-    epochs = _epochs(ctx)
-    if epochs < 2 or end is None or not end.steps:
-        return 0.0
-    return (epochs - 1) * max(0.0, batch_ms - step) / end.steps
 
 
 def _more(ctx: Context, data_ms: float, current: int, workers: int | None) -> WorkerPlan:

@@ -22,7 +22,6 @@ _Int = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
 _Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
 _World = Annotated[int, msgspec.Meta(ge=1, le=MAX_WORLD_SIZE)]
 _Ms = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]
-_Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
 _Pct = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
 _Text = Annotated[str, msgspec.Meta(max_length=4096)]
 _Name = Annotated[str, msgspec.Meta(max_length=256)]
@@ -43,6 +42,14 @@ class TimeSpent(msgspec.Struct, frozen=True, kw_only=True):
     name: _Name
     ms: _Ms
     count: _Int = 0
+
+
+class CallSite(msgspec.Struct, frozen=True, kw_only=True):
+    """One call site of the user's code (``file:line function``) and the calls made from it, with their time."""
+
+    frame: Annotated[str, msgspec.Meta(max_length=1024)]
+    count: _Int
+    ms: _Ms
 
 
 class OutsideSteps(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,9 +156,10 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     fetch_collate_ms: _Ms | None = None
     """Of fetch_ms, the time in the collate: per call (stacking a few small samples) to growing with the samples
     (copying large ones)."""
-    fetch_collate_growth: Annotated[tuple[_Ratio, ...], msgspec.Meta(max_length=8)] | None = None
-    """torch's default_collate replayed at the run's end on the samples of one fetch, 2, 4 and 8 times over: its
-    time at each over its time on them (analyzer/record/sample_replay.py)."""
+    sync_sites: Annotated[tuple[CallSite, ...], msgspec.Meta(max_length=64)] | None = None
+    """Where the host-device syncs the recorder timed (``sync_ms``: ``torch.cuda.synchronize``, ``Tensor.item``,
+    ``tolist``, ``cpu``) were called from: the user's innermost frame outside torch, most blocked time first
+    (analyzer/record/sync_sites.py; CUDA runs recorded by gpuanalyze; older traces lack it)."""
     end_unix_ns: _Int | None = None
 
 

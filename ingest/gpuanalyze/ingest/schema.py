@@ -210,22 +210,6 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """CPU runs: host time inside ATen ops outside the optimizer's step (the rest is Python between the ops)."""
     cpu_dispatch_ms: _Ms = 0.0
     """CPU runs: the per-call part of cpu_op_ms: each op's own time up to the step's cheapest-decile own time."""
-    cpu_matmul_bf16_ms: _Ms = 0.0
-    """CPU runs on a CPU with native bf16 (analyzer/record/bf16_replay.py): cpu_matmul_ms as it would run under bf16
-    autocast, each float32 matmul shape replayed on the machine (forward ops with their casts); 0: not measured."""
-    cpu_matmul_bf16_fast_ms: _Ms = 0.0
-    """The same with every matmul from bf16 inputs (no cast): the fast end."""
-    cpu_matmul_bf16_slow_ms: _Ms = 0.0
-    """The same with every matmul casting its float32 inputs: the slow end."""
-    cpu_op_x2_ms: _Ms = 0.0
-    """CPU runs (analyzer/record/sample_replay.py): cpu_op_ms as it would run with twice the samples per forward,
-    each op that touched the batch replayed on the machine at the larger batch; 0: not measured."""
-    cpu_op_x4_ms: _Ms = 0.0
-    """The same at four times the samples."""
-    cpu_op_x8_ms: _Ms = 0.0
-    """The same at eight times the samples."""
-    cpu_op_unreplayed_ms: _Ms = 0.0
-    """The part of cpu_op_ms in ops that touched the batch but were not replayed: how it grows is not measured."""
     owner_frames: Annotated[tuple[OwnerFrame, ...], msgspec.Meta(max_length=64)] = ()
     """The user frames that held the GPU idle in the step, by owner, most idle first (captures with Python stacks
     or record_function ranges; empty otherwise)."""
@@ -233,10 +217,6 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     """The idle owners were measured (imported traces and sampled windows since importer 7); older rows lack them."""
 
 
-#: KernelStats fields of a CPU run's op time at k times the samples per forward (analyzer/record/sample_replay.py),
-#: by k, and the part of it that did not replay.
-CPU_OP_GROWN: dict[int, str] = {2: "cpu_op_x2_ms", 4: "cpu_op_x4_ms", 8: "cpu_op_x8_ms"}
-CPU_OP_UNREPLAYED = "cpu_op_unreplayed_ms"
 #: The summable time fields of KernelStats (everything but the count, the median and the top list).
 KERNEL_STAT_FIELDS: tuple[str, ...] = tuple(f for f in KernelStats.__struct_fields__ if f.endswith("_ms"))
 KERNEL_STATS_TYPE = pa.string()
