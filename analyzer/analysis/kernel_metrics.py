@@ -20,6 +20,8 @@ from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536
+#: User frames kept per owner (KernelStats.owner_frames summed over the steps), most idle first.
+FRAMES_PER_OWNER = 3
 #: Steps (per rank) whose idle owners are kept one by one for the report (JSON, the HTML bar): the first by step.
 MAX_STEP_OWNERS = 256
 _BATCH = msgspec.json.Decoder(list[S.KernelStats])
@@ -93,6 +95,9 @@ class KernelMetrics(KernelSums):
     """Those steps whose idle owners were measured (KernelStats.owners)."""
     step_owners: tuple[StepOwners, ...] = ()
     """The first MAX_STEP_OWNERS of them by step number, then rank."""
+    owner_frames: tuple[tuple[str, str, float], ...] = ()
+    """(owner, user frame ``file:line function``, idle ms over those steps): the FRAMES_PER_OWNER frames that held
+    each owner's idle longest (KernelStats.owner_frames), in schema.IDLE_OWNERS order, most first."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -119,6 +124,8 @@ class KernelPartial(KernelSums):
     owned_steps: int = 0
     step_owners: tuple[StepOwners, ...] = ()
     """The rank's first MAX_STEP_OWNERS steps with idle owners, by step number."""
+    frames: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Idle ms per (owner, user frame) over the rank's steps (KernelStats.owner_frames)."""
 
 
 def _stats(texts: list[str]) -> list[S.KernelStats]:
@@ -203,6 +210,10 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
     startup = _startup_steps(steps, rank, walls, stats)
+    frames: dict[tuple[str, str], float] = {}
+    for st in stats:
+        for f in st.owner_frames:
+            frames[(f.owner, f.frame)] = frames.get((f.owner, f.frame), 0.0) + f.ms
     return KernelPartial(
         steps=len(texts),
         totals_ms=totals,
@@ -215,7 +226,29 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
         startup_detail=tuple(startup[:FEW_STEPS]),
         owned_steps=sum(1 for st in stats if st.owners),
         step_owners=tuple(_step_owners(steps, rank, walls, stats)),
+        frames=frames,
     )
+
+
+def _frames(parts: Sequence[KernelPartial]) -> tuple[tuple[str, str, float], ...]:
+    """The FRAMES_PER_OWNER frames with the most idle per owner, the ranks together."""
+    summed: dict[tuple[str, str], float] = {}
+    for p in parts:
+        for key, ms in p.frames.items():
+            summed[key] = summed.get(key, 0.0) + ms
+    out = []
+    for owner in S.IDLE_OWNERS:
+        mine = sorted(((f, ms) for (o, f), ms in summed.items() if o == owner and ms > 0), key=lambda x: -x[1])
+        out += [(owner, f, ms) for f, ms in mine[:FRAMES_PER_OWNER]]
+    return tuple(out)
+
+
+def top_frame(km: KernelMetrics | None, owner: str) -> tuple[str, float] | None:
+    """The user frame that held ``owner``'s idle longest and its ms per step; None when the capture names none."""
+    if km is None or not km.steps:
+        return None
+    got = next(((f, ms) for o, f, ms in km.owner_frames if o == owner), None)
+    return None if got is None else (got[0], got[1] / km.steps)
 
 
 def _blocking_rank(kv: tuple[tuple[str, str, str], list[float]]) -> tuple[float, float]:
@@ -259,6 +292,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         step_owners=tuple(
             sorted((s for p in parts for s in p.step_owners), key=lambda s: (s.step, s.rank))[:MAX_STEP_OWNERS]
         ),
+        owner_frames=_frames(parts),
     )
 
 

@@ -1,14 +1,21 @@
 """The idle owners of the analysed steps (ingest/idle_owners.py), summed, and what the rules read from them.
 
 A verdict on a trace with a GPU timeline follows from who owned the GPU's idle time: each bottleneck class has
-an owner (or owners) as its defining test, and idle time no class owns (``queued``, ``host_idle``,
+an owner (or owners) as its defining test, and idle time no class owns (``queued``, start-up work,
 ``graph_capture``) is said as such, never handed to the nearest class (docs/idle-owners.md).
+
+``queued`` has no class, from the documented behaviour of streams: work already launched starts once its stream's
+earlier work and the events it waits on are complete (cudaStreamWaitEvent: "all future work submitted to stream
+wait[s] for all work captured in event", which "may be from a different device"). A device idle with work queued
+therefore waits on something it is not running (another device, process or rank, or its own scheduling between
+dependent launches): nothing on this trace's timeline names it, so no fix can be projected from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.kernel_metrics import KernelMetrics
 from gpuanalyze.ingest import schema as S
 
@@ -24,7 +31,7 @@ OWNER_CLASS: dict[str, tuple[str, str] | None] = {
     "collective": ("sync", "collective_wait"),
     "launch": ("batch_size", "launch_overhead"),
     "cpu_ops": ("host", "cpu_work"),
-    "host_idle": None,
+    "host_idle": ("host", "untraced"),
     "queued": None,
 }
 #: What each owner is, in words (evidence, the terminal, the report).
@@ -39,7 +46,7 @@ OWNER_WORDS: dict[str, str] = {
     "collective": "host waiting in a collective",
     "launch": "host dispatching and launching kernels",
     "cpu_ops": "CPU ops that launch no GPU work",
-    "host_idle": "no recorded host activity (Python between ops, or unrecorded waits)",
+    "host_idle": "host work the trace does not show (no host call covers the gap)",
     "queued": "work queued but waiting on a dependency (events, other streams)",
 }
 
@@ -72,6 +79,20 @@ class IdleOwnership:
         """The top owners as 'owner ms/step (share of idle)'."""
         parts = [f"{o} {ms:.3g} ms/step ({ms * self.steps / self.idle_ms:.0%} of idle)" for o, ms in self.top(n)]
         return ", ".join(parts) if self.idle_ms > 0 else "no idle time"
+
+
+def leading_class(owners: IdleOwnership | None) -> str | None:
+    """The bottleneck class the idle owners decide (``unknown`` for owners of no class): the GPU idles
+    IDLE_LEADS or more of the step and one class's owners hold OWNER_LEADS or more of that idle. None otherwise."""
+    if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.IDLE_LEADS.value * owners.wall_ms:
+        return None
+    held: dict[str, float] = {}
+    for o in S.IDLE_OWNERS:
+        cls = OWNER_CLASS[o]
+        key = cls[0] if cls is not None else "unknown"
+        held[key] = held.get(key, 0.0) + owners.ms[o]
+    top = max(held, key=lambda k: held[k])
+    return top if held[top] >= T.OWNER_LEADS.value * owners.idle_ms else None
 
 
 def owned_consistency(km: KernelMetrics | None, owners: tuple[str, ...], threshold: float) -> float | None:

@@ -14,9 +14,9 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import OWNER_CLASS
+from analyzer.analysis.owners import OWNER_CLASS, leading_class
 from analyzer.analysis.rules.batch_size import BatchSize
-from analyzer.analysis.rules.data_loading import DataLoading
+from analyzer.analysis.rules.data_loading import DataLoading, copy_shares
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
@@ -26,7 +26,7 @@ from gpuanalyze.ingest import schema as S
 
 RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
 
-__all__ = ["RULES", "Context", "Verdict", "classify", "health"]
+__all__ = ["RULES", "Context", "Verdict", "classify", "health", "led"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,16 @@ def health(ctx: Context) -> tuple[Evidence, ...]:
             )
             ev.append(
                 Evidence(
+                    "copy_share_of_busy",
+                    copy_shares(ctx)[0],
+                    T.COPY_BOUND.value,
+                    "<",
+                    "fraction of GPU-busy time",
+                    T.COPY_BOUND.source,
+                )
+            )
+            ev.append(
+                Evidence(
                     "exposed_communication_share",
                     exposed_comm_share(ctx),
                     T.SYNC_MODERATE.value,
@@ -119,29 +129,59 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
 
 #: What idle time no bottleneck class owns means, and what settles it.
 _UNOWNED_WHY: dict[str, str] = {
-    "queued": "the GPU waits with work already launched (on events, other streams or a graph's own edges, or on "
-    "another rank's collective): record all streams and ranks, with_stack=True, to see what it waits on",
-    "host_idle": "the host records nothing while the GPU waits (Python between ops, or a wait the profiler does "
-    "not see): record with with_stack=True, or wrap the code in record_function / prof.data()",
+    "queued": "the GPU waits with work already launched, so on something it is not running (an event of another "
+    "device or process, a peer rank, its own scheduling between dependent launches): record every stream and rank "
+    "to see what it waits on",
     "graph_capture": "CUDA graph capture: launches recorded, nothing run",
     "compilation": "compilation",
     "module_loading": "module loading on first launches",
     "device_setup": "device set-up",
+    "allocator": "first device allocations",
 }
 
 
-def _unowned(ctx: Context) -> str | None:
+def _unowned(ctx: Context, findings: list[Finding]) -> str | None:
     """On a measured GPU timeline, when the idle time's largest owner is one no bottleneck class owns (work queued
-    on a dependency, a host that records nothing, start-up work), why the verdict is unknown; None otherwise."""
+    on a dependency, start-up work) and no rule fires, or when such owners lead (analysis.owners.leading_class), why
+    the verdict is unknown, naming what else was found; None otherwise."""
     owners = ctx.owners
     if owners is None or owners.idle_ms <= 0:
         return None
-    top = max(S.IDLE_OWNERS, key=lambda o: owners.ms[o])
-    if OWNER_CLASS[top] is not None:
+    top = max((o for o in S.IDLE_OWNERS if OWNER_CLASS[o] is None), key=lambda o: owners.ms[o])
+    led = leading_class(owners) == "unknown"
+    if not led and (findings or OWNER_CLASS[max(S.IDLE_OWNERS, key=lambda o: owners.ms[o])] is not None):
         return None
+    also = "; ".join(f"{f.bottleneck}/{f.cause} ({f.share:.0%} of the step)" for f in findings)
     return (
         f"not healthy: the GPU idles {1.0 - (ctx.m.gpu_util or 0.0):.0%} of the step and no bottleneck class owns "
         f"most of it; idle owners: {owners.words()}; {_UNOWNED_WHY.get(top, top)}"
+        + (f"; besides, the rules find {also}" if also else "")
+    )
+
+
+def led(ctx: Context, findings: list[Finding]) -> tuple[Finding, ...]:
+    """The findings in the one ranking (ranking_key), the class the idle owners lead with first when it has one
+    (analysis.owners.leading_class: the GPU idles half the step or more and one class holds most of it)."""
+    ranked = sorted(findings, key=ranking_key, reverse=True)
+    cls = leading_class(ctx.owners)
+    first = [f for f in ranked if f.bottleneck == cls][:1]
+    return (*first, *(f for f in ranked if f not in first))
+
+
+def _led_rule(ctx: Context, findings: list[Finding]) -> Finding | str | None:
+    """The leading class's finding when its rule did not fire at its usual thresholds (relaxed), or why it cannot
+    stand; None when no class leads or it already has its finding."""
+    cls = leading_class(ctx.owners)
+    if cls is None or cls == "unknown" or any(f.bottleneck == cls for f in findings):
+        return None
+    rule = next(r for r in RULES if r.bottleneck == cls)
+    got = rule.evaluate(ctx, relaxed=True)
+    if got is not None:
+        return got
+    owners = ctx.owners
+    assert owners is not None
+    return f"not healthy: {cls}'s idle owners hold most of the GPU's idle ({owners.words()}), but its rule " + (
+        rule.rejected(ctx) or "projects no fix that saves time"
     )
 
 
@@ -169,13 +209,18 @@ def classify(ctx: Context) -> Verdict:
     findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
+    unowned = None if healthy and not findings else _unowned(ctx, findings)
+    if unowned is not None:
+        return Verdict("unknown", Confidence(0.0, "low", unowned), (), tests)
+    lead = _led_rule(ctx, findings)
+    if isinstance(lead, str):
+        return Verdict("unknown", Confidence(0.0, "low", lead), (), tests)
+    if lead is not None:
+        findings.append(lead)
     if not findings and not healthy:
-        unowned = _unowned(ctx)
-        if unowned is not None:
-            return Verdict("unknown", Confidence(0.0, "low", unowned), (), tests)
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
+    ranked = led(ctx, findings)
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:

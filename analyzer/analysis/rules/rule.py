@@ -28,7 +28,7 @@ from analyzer.analysis.findings import (
 from analyzer.analysis.fixes import Fix
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import IdleOwnership, owned_consistency, ownership
+from analyzer.analysis.owners import OWNER_CLASS, IdleOwnership, owned_consistency, ownership
 from analyzer.machine.ceilings import Ceilings
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
@@ -114,9 +114,55 @@ def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity
     return "high" if share >= high.value else "moderate"
 
 
-def confidence(d: Detection, evidence: tuple[Evidence, ...], relaxed: bool) -> Confidence:
-    """Consistency across steps, scaled down for few steps and for contrary evidence."""
+#: Causes read from a step's GPU timeline (its idle owners or its busy split): their evidence is the timeline's
+#: device operations, not only the steps (docs/idle-owners.md, "Confidence").
+BUSY_CAUSES = frozenset(
+    {
+        ("data_loading", "copies"),
+        ("sync", "exposed_communication"),
+        ("kernels", "fp32_math"),
+        ("kernels", "memory_bound"),
+    }
+)
+TIMELINE_CAUSES = frozenset({c for c in OWNER_CLASS.values() if c is not None} | {("batch_size", "host_overhead")})
+
+
+def timeline_evidence(ctx: Context, bottleneck: str, cause: str) -> tuple[float | None, int] | None:
+    """(dominance, observations) of a cause read from the GPU timeline: the share of the GPU's idle its class's
+    owners hold (None for a cause of the busy time, whose own share test is the evidence), and the device
+    operations of the judged steps, each of which ends at most one idle interval; None for other causes or without
+    kernel statistics."""
+    km = ctx.m.kernels
+    if (bottleneck, cause) not in TIMELINE_CAUSES | BUSY_CAUSES or km is None or not ctx.gpu:
+        return None
+    owners = ctx.owners
+    dominance = None
+    if (bottleneck, cause) in TIMELINE_CAUSES:
+        if owners is None:
+            return None
+        held = sum(owners.ms[o] for o, c in OWNER_CLASS.items() if c is not None and c[0] == bottleneck)
+        dominance = min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0
+    return dominance, max(km.steps, km.kernel_count)
+
+
+def confidence(
+    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float | None, int] | None = None
+) -> Confidence:
+    """Consistency across steps, scaled down for few steps and for contrary evidence. A cause read from the GPU
+    timeline (``timeline``: its dominance and observations) is scaled by its dominance and by the timeline's
+    observations instead of the steps alone: one step of many device operations is evidence."""
     scale, why = step_scale(d.consistency, d.evidence_steps)
+    if timeline is not None:
+        dominance, n = timeline
+        got, _ = step_scale(d.consistency, n)
+        if got > scale:
+            scale = got * (1.0 if dominance is None else dominance)
+            what = "step" if d.evidence_steps == 1 else "steps"
+            why = (
+                "read from the GPU's busy time"
+                if dominance is None
+                else f"its idle owners hold {dominance:.0%} of the GPU's idle"
+            ) + f", on {d.consistency:.0%} of {d.evidence_steps} {what}, {n:,} device operations"
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
         why += f"; {sum(not e.supports for e in evidence)} of {len(evidence)} evidence item(s) against"
@@ -206,7 +252,7 @@ class Rule(ABC):
             evidence=evidence,
             recommendations=self.advise(ctx, d, projection),
             consistency=clamp(d.consistency),
-            confidence=confidence(d, evidence, relaxed),
+            confidence=confidence(d, evidence, relaxed, timeline_evidence(ctx, self.bottleneck, d.cause)),
             projection=projection,
         )
 

@@ -403,15 +403,12 @@ class NsysEvents:
                 self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind]))
                 self._flush_all()
             sink = self.sinks[key]
-            if not self.ranked and not sink.r_ts:
-                ranges = sum(self.nvtx_names.values())
-                common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
-                what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
+            if not self.ranked and not sink.r_ts and not self.nvtx_names:  # NVTX ranges alone: an unknown verdict
                 absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
                 tables = f" (no {', '.join(absent)} table)" if absent else ""
                 raise TraceError(
-                    f"{self.path}: {what}, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
-                    "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
+                    f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU "
+                    "to analyse (capture with nsys profile -t cuda,nvtx,osrt)"
                 )
             if any("nccl" in k.name.lower() for k in sink.kinds):
                 self.backend = "nccl"
