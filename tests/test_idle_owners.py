@@ -343,5 +343,6 @@ def test_cpu_ops_that_launch_nothing_own_the_idle_and_their_steps_are_counted(tm
     assert (r.bottleneck, f.cause) == ("host", "cpu_work"), (r.bottleneck, f.cause)
     assert f.consistency == 1.0
     half = analyze(write(tmp_path / "half.json", _doc(_steps(12, body(2)), "NVIDIA A100-SXM4-40GB", (8, 0))))
-    f = next(f for f in half.findings if f.cause == "cpu_work")
-    assert 0.4 <= f.consistency <= 0.6, f.consistency  # every other analysed step
+    # the other steps' idle is host work no call covers (host/untraced): the host finding names the larger of the two
+    f = next(f for f in half.findings if f.bottleneck == "host")
+    assert f.cause in ("cpu_work", "untraced") and 0.4 <= f.consistency <= 0.6, f.consistency  # every other step

@@ -38,9 +38,9 @@ def test_cuda_initialisation_until_the_first_gpu_work_is_start_up(tmp_path):
 
 def test_host_time_before_the_first_kernel_without_cuda_initialisation_is_not_start_up(tmp_path):
     # the same timeline after a call a running process makes any time: the capture began mid-run, so the host
-    # time before the first kernel is read as before (work in the loop ahead of the GPU)
+    # time before the first kernel is host work in the loop ahead of the GPU, which no call covers: untraced
     r = analyze(_tiny_work_after(tmp_path, "cudaStreamIsCapturing_v10000"))
-    assert (r.bottleneck, r.findings[0].cause) == ("host", "input_preprocessing")
+    assert (r.bottleneck, r.findings[0].cause) == ("host", "untraced")
 
 
 def test_start_up_calls_keep_their_names_inside_the_initialisation():

@@ -51,8 +51,9 @@ def test_one_window_whose_host_works_long_before_the_first_kernel_is_preprocessi
     )
     r = analyze(write(tmp_path / "t.json", doc))
     # before: batch_size with a projection to about half the window; then warm-up by the first kernel's position.
-    # 30 s of host time before the first kernel with no start-up work in it is host work before the GPU work.
-    assert (r.bottleneck, r.findings[0].cause) == ("host", "input_preprocessing")
+    # 30 s of host time before the first kernel with no start-up work in it is host work before the GPU work; no CPU
+    # op covers it, so the trace does not show what it is: untraced, not (recorded) preprocessing
+    assert (r.bottleneck, r.findings[0].cause) == ("host", "untraced")
 
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")

@@ -83,8 +83,8 @@ class IdleOwnership:
 
 def leading_class(owners: IdleOwnership | None) -> str | None:
     """The bottleneck class the idle owners decide (``unknown`` for owners of no class): the GPU idles
-    IDLE_LEADS or more of the step and one class's owners hold OWNER_LEADS or more of that idle. None otherwise."""
-    if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.IDLE_LEADS.value * owners.wall_ms:
+    DOMINATES or more of the step and one class's owners hold DOMINATES or more of that idle. None otherwise."""
+    if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.DOMINATES.value * owners.wall_ms:
         return None
     held: dict[str, float] = {}
     for o in S.IDLE_OWNERS:
@@ -92,7 +92,7 @@ def leading_class(owners: IdleOwnership | None) -> str | None:
         key = cls[0] if cls is not None else "unknown"
         held[key] = held.get(key, 0.0) + owners.ms[o]
     top = max(held, key=lambda k: held[k])
-    return top if held[top] >= T.OWNER_LEADS.value * owners.idle_ms else None
+    return top if held[top] >= T.DOMINATES.value * owners.idle_ms else None
 
 
 def owned_consistency(km: KernelMetrics | None, owners: tuple[str, ...], threshold: float) -> float | None:

@@ -47,11 +47,10 @@ PER_STEP_FIXED = Threshold(
 )
 
 # -- the GPU --
-IDLE_LEADS = Threshold(
-    0.50, OURS + ": a GPU idle half the step or more waits more than it works: the idle, not its kernels, is the limit"
-)
-OWNER_LEADS = Threshold(
-    0.50, OURS + ": idle owners of one class holding half the idle or more hold more of it than all others together"
+DOMINATES = Threshold(
+    0.50,
+    OURS + ": one kind of time holding half of a total or more holds more of it than all others together (idle of "
+    "the step, one class's idle owners of the idle, copies or communication of the GPU's busy time)",
 )
 GPU_HEALTHY = Threshold(0.90, OURS + ": a GPU busy >= 90% of the step leaves < 10% to win by feeding it better")
 GPU_UTIL_LOW = Threshold(0.50, TB_PLUGIN + " flags GPU utilization < 50%")
@@ -66,11 +65,6 @@ FP32_MATH = Threshold(
     0.10,
     OURS + ": fp32 GEMMs/convolutions run 2-16x below tensor-core rates (datasheets: RTX 4090 82.6 vs 165, "
     "H100 67 vs 989 dense TFLOPS); >= 10% of GPU time in them is worth moving",
-)
-COPY_BOUND = Threshold(
-    0.50,
-    OURS + ": host<->device copies alone fill half the GPU's busy time or more (more than compute and communication "
-    "together): the GPU mostly moves data",
 )
 MEMORY_BOUND = Threshold(0.50, OURS + ": more than half of kernel time in unfused elementwise/reduction kernels")
 KERNELS_HIGH = Threshold(0.30, OURS + ": a third of the step in slow kernels")

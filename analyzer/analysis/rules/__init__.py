@@ -82,10 +82,10 @@ def health(ctx: Context) -> tuple[Evidence, ...]:
                 Evidence(
                     "copy_share_of_busy",
                     copy_shares(ctx)[0],
-                    T.COPY_BOUND.value,
+                    T.DOMINATES.value,
                     "<",
                     "fraction of GPU-busy time",
-                    T.COPY_BOUND.source,
+                    T.DOMINATES.source,
                 )
             )
             ev.append(

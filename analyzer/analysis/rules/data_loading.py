@@ -110,7 +110,7 @@ class DataLoading(Rule):
         share = ctx.m.effective[S.DATA_WAIT_MS]
         floor = T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value
         of_busy, copies = copy_shares(ctx)
-        if copies >= floor and copies > share and of_busy >= (T.RELAXED if relaxed else T.COPY_BOUND.value):
+        if copies >= floor and copies > share and of_busy >= (T.RELAXED if relaxed else T.DOMINATES.value):
             return Detection(
                 cause="copies",
                 share=copies,
@@ -297,7 +297,7 @@ def _copy_evidence(ctx: Context) -> tuple[Evidence, ...]:
     of_busy, copies = copy_shares(ctx)
     ev = [
         Evidence(
-            "copy_share_of_busy", of_busy, T.COPY_BOUND.value, ">=", "fraction of GPU-busy time", T.COPY_BOUND.source
+            "copy_share_of_busy", of_busy, T.DOMINATES.value, ">=", "fraction of GPU-busy time", T.DOMINATES.source
         ),
         Evidence(
             "copy_share", copies, T.DATA_WAIT_MODERATE.value, ">=", "fraction of step time", T.DATA_WAIT_MODERATE.source

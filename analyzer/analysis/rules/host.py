@@ -2,10 +2,11 @@
 or sync): a batch function that is not a DataLoader, logging, checkpointing, evaluation.
 
 gpuanalyze cannot see what this time is, so the finding says so and says where to look; its
-projection (the step without it) is an upper bound. On GPU traces the same time shows as GPU
-idle time and batch_size names it, except host work before the step's first kernel (outside
-DataLoader waits): that is input preprocessing in the training process (cause
-``input_preprocessing``, kernel statistics' host_before_gpu_ms), moved to DataLoader workers or the GPU.
+projection (the step without it) is an upper bound. On GPU traces it is GPU idle time the host's own work
+owns (docs/idle-owners.md): CPU ops that launch nothing (``cpu_work``), gaps no host call covers (``untraced``:
+host work the trace does not show, named by the user's frame where the capture has stacks), and recorded CPU ops
+before the step's first kernel outside DataLoader waits (``input_preprocessing``, kernel statistics'
+host_before_gpu_ms), moved to DataLoader workers or the GPU.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
     share = preprocessing_share(ctx)
     owners = ctx.owners
     km = ctx.m.kernels
-    if owners is not None:
-        share = min(share, owners.shares(("cpu_ops", "host_idle")))
+    if owners is not None:  # preprocessing is recorded CPU work; host time no call covers is untraced
+        share = min(share, owners.share("cpu_ops"))
         owner = max(("cpu_ops", "host_idle"), key=owners.share)
         held = owners.share(owner)
         if held > share and held >= floor:

@@ -11,7 +11,8 @@ nothing. A run with steady steps after its start-up ones is judged on the steady
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
-from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep
+from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep, StepOwners
+from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -85,7 +86,10 @@ def _by_evidence(ctx: Context) -> str | None:
         return None  # some analysed step has no start-up evidence (or no statistics at all)
     ranks = len({s.rank for s in km.startup_detail}) > 1
     window = ctx.run.profiler_steps == 0
-    quoted = "; ".join(_step_words(s, ranks, window) for s in km.startup_detail[:QUOTED_STEPS])
+    owned = {(o.step, o.rank): o for o in km.step_owners}
+    quoted = "; ".join(
+        _step_words(s, ranks, window, owned.get((s.step, s.rank))) for s in km.startup_detail[:QUOTED_STEPS]
+    )
     more = km.startup_steps - min(QUOTED_STEPS, len(km.startup_detail))
     if more > 0:
         quoted += f"; {more} more step(s) like them"
@@ -95,8 +99,30 @@ def _by_evidence(ctx: Context) -> str | None:
         them = "it"
     return (
         f"{every} is start-up work for {T.WARMUP_STARTUP:.0%} or more of its time, warm-up, not the steady "
-        f"state: {quoted}; {_device_work(km)}no projection from {them}; {_record(ctx)}"
+        f"state: {quoted}; {_device_work(km)}{_secondary(km)}no projection from {them}; {_record(ctx)}"
     )
+
+
+#: Kinds of device work that, filling DOMINATES of a cold capture's GPU time, are a finding beside its warm-up:
+#: (kernel categories, what they are, the finding to confirm on a steady-state capture).
+_DOMINANT_WORK = (
+    (("communication",), "communication kernels (collectives)", "sync/exposed_communication"),
+    (("memcpy", "memset"), "copies", "data_loading/copies"),
+    (("gemm_simt_fp32", "conv"), "fp32 GEMMs and convolutions off the tensor cores", "kernels/fp32_math"),
+)
+
+
+def _secondary(km: KernelMetrics) -> str:
+    """The finding beside the warm-up when one kind of work fills DOMINATES or more of the GPU's own time in the
+    cold steps (a cold tensor-parallel forward mostly in all-gathers still shows exposed communication), '' else."""
+    for cats, what, finding in _DOMINANT_WORK:
+        share = sum(km.share_of_kernel_time(c) for c in cats)
+        if share >= T.DOMINATES.value:
+            return (
+                f"beside the warm-up, {what} fill {share:.0%} of the GPU's own time: a {finding} finding to confirm "
+                "on a steady-state capture; "
+            )
+    return ""
 
 
 def _device_work(km: KernelMetrics) -> str:
@@ -115,8 +141,15 @@ def _ms(x: float) -> str:
     return f"{x:,.0f} ms" if x >= 100 else f"{x:.3g} ms"
 
 
-def _step_words(s: StartupStep, ranks: bool, window: bool) -> str:
+def _step_words(s: StartupStep, ranks: bool, window: bool, owned: StepOwners | None) -> str:
+    """'step #0 (400 ms): 350 ms (88%), mostly module loading (first launches of kernels) 343 ms; calls: ...': the
+    largest start-up owner of the step's idle by what it is, then the start-up calls the host made."""
     where = "the window" if window else f"step #{s.step}"
     where = f"rank {s.rank} {where}" if ranks else where
+    lead = ""
+    if owned is not None:
+        ms, owner = max((owned.ms[S.IDLE_OWNERS.index(o)], o) for o in S.STARTUP_OWNERS)
+        lead = f", mostly {OWNER_WORDS[owner]} {_ms(ms)}" if ms > 0 else ""
     ops = ", ".join(f"{name} ({kind_of(name)}) {_ms(ms)} x{count}" for name, ms, count in s.ops[:QUOTED_OPS])
-    return f"{where} ({_ms(s.wall_ms)}): {_ms(s.startup_ms)} ({s.startup_ms / s.wall_ms:.0%}) of {ops}"
+    ops = f"; calls: {ops}" if ops else ""
+    return f"{where} ({_ms(s.wall_ms)}): {_ms(s.startup_ms)} ({s.startup_ms / s.wall_ms:.0%}){lead}{ops}"

@@ -134,6 +134,8 @@ class NsysEvents:
         self.steps: dict[int | None, Steps] = {}
         self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
+        self.nvtx_span = (float("inf"), float("-inf"))
+        """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
         self.op_ranges = 0
         """The rank's NVTX ranges of ops (emit_nvtx)."""
         self._runtime_names: dict[str, str] = {}
@@ -360,6 +362,7 @@ class NsysEvents:
         return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
     def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
+        self.nvtx_span = (min(self.nvtx_span[0], start), max(self.nvtx_span[1], end))
         text, op = emit_nvtx_name(text)
         if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
             self.nvtx_names[text] += 1
@@ -402,6 +405,10 @@ class NsysEvents:
             if self.kind:
                 self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind]))
                 self._flush_all()
+            alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
+            if alone:  # NVTX ranges and nothing else: one window over them, judged unknown (no GPU activity)
+                self.buffers[key].extend(step_events([(None, *self.nvtx_span, 0)]))
+                self._flush_all()
             sink = self.sinks[key]
             if not self.ranked and not sink.r_ts and not self.nvtx_names:  # NVTX ranges alone: an unknown verdict
                 absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
@@ -420,6 +427,8 @@ class NsysEvents:
             if gpu is not None:
                 meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
             notes, workers = self._rank_notes(key, sink)
+            if alone:
+                notes.append("no step NVTX ranges: the whole capture is analysed as one window (its NVTX ranges)")
             k = sink.finish(meta, notes)
             if workers and k.loader_workers is None:
                 k = dataclasses.replace(k, loader_workers=1)
