@@ -15,7 +15,6 @@ from rich.text import Text
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
-from analyzer.analysis.owners import ownership
 from analyzer.planning.outcome import Report
 from analyzer.planning.settling_trial import settling_trial, trial_of, wide
 from analyzer.render import words
@@ -92,6 +91,7 @@ def _header(report: Report) -> RenderableType:
         *((("stability", text(st)),) if (st := words.stability(report)) else ()),
         ("steps", Text(words.accounting(report))),
         ("step time", Text(words.step_time(report))),
+        *((label, text(line)) for label, line in words.outside(report)),
     ]
     rate = []
     if m.samples_per_s:
@@ -219,9 +219,14 @@ def _kernel_section(report: Report) -> RenderableType | None:
             "idle: host wait / launch / other",
             f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms",
         )
-        owners = ownership(km)
-        if owners is not None:
-            table.add_row("idle owners (ms per step)", owners.words(4))
+        for owner, line in words.idle_owners(report):
+            table.add_row(f"idle: {owner}", text(line))
+        if t["gpu_busy_ms"] > 0:
+            copies = t["copy_busy_ms"]
+            table.add_row(
+                "busy: compute / communication / copies",
+                f"{t['compute_ms']:.2f} / {max(0.0, t['non_compute_ms'] - copies):.2f} / {copies:.2f} ms",
+            )
         table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
         shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))

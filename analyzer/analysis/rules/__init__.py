@@ -186,10 +186,18 @@ def _led_rule(ctx: Context, findings: list[Finding]) -> Finding | str | None:
 
 
 def _unrecorded(ctx: Context) -> str | None:
-    """A trace with launch calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
-    CPU-only verdict can be read from it."""
+    """A capture without device activity: the GPU's work was not recorded (launch calls without kernels, an export
+    without CUDA tables), or an imported profiler trace of CPU ops only; one policy for all: no verdict, only what
+    the capture holds and what to record. (A CPU run is judged from analyzer.profile's own phases, which a profiler
+    trace does not carry.)"""
     if ctx.run.unrecorded_device:
         return ctx.run.unrecorded_device
+    if ctx.run.source is not None and not ctx.gpu and not ctx.run.unrecorded_launches:
+        return (
+            f"no GPU activity in the capture: it holds CPU ops only ({ctx.m.steps} step(s) of {ctx.wall:.3g} ms), so "
+            "no verdict is read from it; a GPU run: record with activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA]; a CPU run: record it with analyzer.profile, which times its phases"
+        )
     calls = ctx.run.unrecorded_launches
     if not calls:
         return None
