@@ -19,7 +19,7 @@ from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading, copy_shares
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
-from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
+from analyzer.analysis.rules.rule import TIMELINE_CAUSES, Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, blocked_share, exposed_comm_share
 from analyzer.analysis.rules.warmup import warmup_why
 from gpuanalyze.ingest import schema as S
@@ -185,6 +185,23 @@ def _led_rule(ctx: Context, findings: list[Finding]) -> Finding | str | None:
     )
 
 
+def _too_few(ctx: Context, ranked: tuple[Finding, ...]) -> str | None:
+    """A verdict read from who held the idle needs idle intervals to read it from: with fewer than FEW_STEPS steps
+    and fewer than FEW_STEPS device operations (each ends at most one interval) it is unknown, saying what the GPU
+    ran; a cause of the busy time is a measurement of its operations and stands."""
+    km = ctx.m.kernels
+    owners = ctx.owners
+    if not ranked or km is None or owners is None or (ranked[0].bottleneck, ranked[0].cause) not in TIMELINE_CAUSES:
+        return None
+    if max(km.steps, km.kernel_count) >= T.FEW_STEPS:
+        return None
+    return (
+        f"too little device work to say who holds the GPU's idle: {km.kernel_count} device operation(s) in "
+        f"{km.steps} step(s) of {ctx.wall:,.4g} ms (idle owners: {owners.words()}); record more steps of the "
+        f"{ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)"
+    )
+
+
 def _unrecorded(ctx: Context) -> str | None:
     """A capture without device activity: the GPU's work was not recorded (launch calls without kernels, an export
     without CUDA tables), or an imported profiler trace of CPU ops only; one policy for all: no verdict, only what
@@ -229,6 +246,9 @@ def classify(ctx: Context) -> Verdict:
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
     ranked = led(ctx, findings)
+    few = _too_few(ctx, ranked)
+    if few is not None:
+        return Verdict("unknown", Confidence(0.0, "low", few), (), tests)
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:

@@ -127,41 +127,42 @@ BUSY_CAUSES = frozenset(
 TIMELINE_CAUSES = frozenset({c for c in OWNER_CLASS.values() if c is not None} | {("batch_size", "host_overhead")})
 
 
-def timeline_evidence(ctx: Context, bottleneck: str, cause: str) -> tuple[float | None, int] | None:
-    """(dominance, observations) of a cause read from the GPU timeline: the share of the GPU's idle its class's
-    owners hold (None for a cause of the busy time, whose own share test is the evidence), and the device
-    operations of the judged steps, each of which ends at most one idle interval; None for other causes or without
-    kernel statistics."""
+def timeline_evidence(ctx: Context, bottleneck: str, d: Detection) -> tuple[float, bool, int] | None:
+    """(dominance, of the idle, observations) of a cause read from the GPU timeline. Dominance: the share of the
+    GPU's idle its class's owners hold (``of the idle``); for a cause of the busy time, its share of the step over
+    its share and the idle's (the time lost that it is). Observations: the judged steps' device operations, each of
+    which ends at most one idle interval. None for other causes or without kernel statistics."""
     km = ctx.m.kernels
-    if (bottleneck, cause) not in TIMELINE_CAUSES | BUSY_CAUSES or km is None or not ctx.gpu:
+    if (bottleneck, d.cause) not in TIMELINE_CAUSES | BUSY_CAUSES or km is None or not ctx.gpu:
         return None
     owners = ctx.owners
-    dominance = None
-    if (bottleneck, cause) in TIMELINE_CAUSES:
-        if owners is None:
-            return None
-        held = sum(owners.ms[o] for o, c in OWNER_CLASS.items() if c is not None and c[0] == bottleneck)
-        dominance = min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0
-    return dominance, max(km.steps, km.kernel_count)
+    n = max(km.steps, km.kernel_count)
+    if (bottleneck, d.cause) in BUSY_CAUSES:
+        lost = d.share + 1.0 - (ctx.m.gpu_util or 0.0)
+        return (min(1.0, d.share / lost) if lost > 0 else 1.0), False, n
+    if owners is None:
+        return None
+    held = sum(owners.ms[o] for o, c in OWNER_CLASS.items() if c is not None and c[0] == bottleneck)
+    return (min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0), True, n
 
 
 def confidence(
-    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float | None, int] | None = None
+    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float, bool, int] | None = None
 ) -> Confidence:
     """Consistency across steps, scaled down for few steps and for contrary evidence. A cause read from the GPU
     timeline (``timeline``: its dominance and observations) is scaled by its dominance and by the timeline's
     observations instead of the steps alone: one step of many device operations is evidence."""
     scale, why = step_scale(d.consistency, d.evidence_steps)
     if timeline is not None:
-        dominance, n = timeline
+        dominance, of_idle, n = timeline
         got, _ = step_scale(d.consistency, n)
         if got > scale:
-            scale = got * (1.0 if dominance is None else dominance)
+            scale = got * dominance
             what = "step" if d.evidence_steps == 1 else "steps"
             why = (
-                "read from the GPU's busy time"
-                if dominance is None
-                else f"its idle owners hold {dominance:.0%} of the GPU's idle"
+                f"its idle owners hold {dominance:.0%} of the GPU's idle"
+                if of_idle
+                else f"it is {dominance:.0%} of the step's time lost (its share and the GPU's idle)"
             ) + f", on {d.consistency:.0%} of {d.evidence_steps} {what}, {n:,} device operations"
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
@@ -252,7 +253,7 @@ class Rule(ABC):
             evidence=evidence,
             recommendations=self.advise(ctx, d, projection),
             consistency=clamp(d.consistency),
-            confidence=confidence(d, evidence, relaxed, timeline_evidence(ctx, self.bottleneck, d.cause)),
+            confidence=confidence(d, evidence, relaxed, timeline_evidence(ctx, self.bottleneck, d)),
             projection=projection,
         )
 
