@@ -38,9 +38,11 @@ def test_cuda_initialisation_until_the_first_gpu_work_is_start_up(tmp_path):
 
 def test_host_time_before_the_first_kernel_without_cuda_initialisation_is_not_start_up(tmp_path):
     # the same timeline after a call a running process makes any time: the capture began mid-run, so the host
-    # time before the first kernel is host work in the loop ahead of the GPU, which no call covers: untraced
+    # time before the first kernel is host work in the loop ahead of the GPU, not start-up; with one kernel there
+    # are too few idle intervals to say who holds the idle
     r = analyze(_tiny_work_after(tmp_path, "cudaStreamIsCapturing_v10000"))
-    assert (r.bottleneck, r.findings[0].cause) == ("host", "untraced")
+    assert r.bottleneck == "unknown" and "start-up work" not in r.confidence.reason
+    assert "too little device work" in r.confidence.reason
 
 
 def test_start_up_calls_keep_their_names_inside_the_initialisation():

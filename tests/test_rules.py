@@ -74,7 +74,7 @@ def test_no_high_confidence_without_readings_of_the_host(trace_factory, gpu):
     read, unread = analyze(trace_factory(_read([dict(r) for r in rows]))), analyze(trace_factory(rows))
     assert read.bottleneck == unread.bottleneck == "data_loading"
     assert read.confidence.level == "high" and unread.confidence.level == "medium"
-    assert "no system readings of the host" in unread.confidence.reason
+    assert "no readings of the host" in unread.confidence.reason
 
 
 def test_confidence_is_the_fraction_of_steps_that_show_it(trace_factory):

@@ -104,8 +104,7 @@ def _unread_host(ctx: Context, verdict: Verdict) -> Verdict:
     top = verdict.findings[0] if verdict.findings else None
     if ctx.host.sampled or (ctx.gpu and (top is None or not cpu_side(top, ctx.gpu))):
         return verdict
-    why = "no system readings of the host (a run shorter than the sampler's first reading, or an imported trace): "
-    why += "how busy it was is not known, so not high"
+    why = "no readings of the host (a run shorter than the sampler's first, or an imported trace): its load is unknown"
     conf = _capped(verdict.confidence, math.nextafter(T.CONFIDENCE_HIGH, 0.0), why)
     if top is not None and top.confidence == verdict.confidence:
         top = dataclasses.replace(top, confidence=conf)

@@ -220,7 +220,7 @@ def _kernel_section(report: Report) -> RenderableType | None:
             f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms",
         )
         for owner, line in words.idle_owners(report):
-            table.add_row(f"idle: {owner}", text(line))
+            table.add_row(text("idle: " + owner), text(line))
         if t["gpu_busy_ms"] > 0:
             copies = t["copy_busy_ms"]
             table.add_row(

@@ -186,34 +186,35 @@ def _led_rule(ctx: Context, findings: list[Finding]) -> Finding | str | None:
 
 
 def _too_few(ctx: Context, ranked: tuple[Finding, ...]) -> str | None:
-    """A verdict read from who held the idle needs idle intervals to read it from: with fewer than FEW_STEPS steps
-    and fewer than FEW_STEPS device operations (each ends at most one interval) it is unknown, saying what the GPU
-    ran; a cause of the busy time is a measurement of its operations and stands."""
+    """A verdict read from who held the idle needs an idle interval between two device operations (the GPU waiting
+    for its next work) to read it from: with one operation or none it is unknown, saying what the GPU ran; a cause
+    of the busy time is a measurement of its operations and stands."""
     km = ctx.m.kernels
     owners = ctx.owners
     if not ranked or km is None or owners is None or (ranked[0].bottleneck, ranked[0].cause) not in TIMELINE_CAUSES:
         return None
-    if max(km.steps, km.kernel_count) >= T.FEW_STEPS:
+    if km.kernel_count >= 2:
         return None
     return (
         f"too little device work to say who holds the GPU's idle: {km.kernel_count} device operation(s) in "
-        f"{km.steps} step(s) of {ctx.wall:,.4g} ms (idle owners: {owners.words()}); record more steps of the "
-        f"{ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)"
+        f"{km.steps} step(s) of {ctx.wall:,.4g} ms, no idle interval between two of them (idle owners: "
+        f"{owners.words()}); record more steps of the {ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, "
+        "wait=1, warmup=1, active=3)"
     )
 
 
 def _unrecorded(ctx: Context) -> str | None:
-    """A capture without device activity: the GPU's work was not recorded (launch calls without kernels, an export
-    without CUDA tables), or an imported profiler trace of CPU ops only; one policy for all: no verdict, only what
-    the capture holds and what to record. (A CPU run is judged from analyzer.profile's own phases, which a profiler
-    trace does not carry.)"""
-    if ctx.run.unrecorded_device:
-        return ctx.run.unrecorded_device
-    if ctx.run.source is not None and not ctx.gpu and not ctx.run.unrecorded_launches:
+    """A capture of a GPU run without its device activity: launch calls without kernels, an export without CUDA
+    tables, or a profiler trace of CPU ops only from a machine whose GPU it names; one policy for all: no verdict,
+    only what the capture holds and what to record. (A trace that names no GPU is a CPU run, judged as one.)"""
+    run = ctx.run
+    if run.unrecorded_device:
+        return run.unrecorded_device
+    if run.source is not None and not ctx.gpu and not run.unrecorded_launches and (run.gpu_name or run.gpu_count):
         return (
-            f"no GPU activity in the capture: it holds CPU ops only ({ctx.m.steps} step(s) of {ctx.wall:.3g} ms), so "
-            "no verdict is read from it; a GPU run: record with activities=[ProfilerActivity.CPU, "
-            "ProfilerActivity.CUDA]; a CPU run: record it with analyzer.profile, which times its phases"
+            f"no GPU activity in the capture of a run on {run.gpu_name or 'a GPU'}: it holds CPU ops only "
+            f"({ctx.m.steps} step(s) of {ctx.wall:.3g} ms), so no verdict is read from it; record with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
         )
     calls = ctx.run.unrecorded_launches
     if not calls:
