@@ -131,3 +131,4 @@ cpu_op_x2_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats
 cpu_op_x4_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
 cpu_op_x8_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_GROWN)
 cpu_op_unreplayed_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name: S.CPU_OP_UNREPLAYED)
+copy_busy_ms  # KernelStats field read by name (analyzer/analysis/rules/data_loading.py copy_shares)

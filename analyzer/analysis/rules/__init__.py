@@ -225,6 +225,25 @@ def _unrecorded(ctx: Context) -> str | None:
     )
 
 
+def _found(ctx: Context, healthy: bool) -> tuple[Finding, ...] | str:
+    """The rules' findings in their one ranking, the class the idle owners lead with first; or why the verdict is
+    unknown (idle no class owns leads, the leading class's rule cannot stand, too little device work to read)."""
+    findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
+    unowned = None if healthy and not findings else _unowned(ctx, findings)
+    if unowned is not None:
+        return unowned
+    lead = _led_rule(ctx, findings)
+    if isinstance(lead, str):
+        return lead
+    if lead is not None:
+        findings.append(lead)
+    if not findings and not healthy:
+        relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
+        findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
+    ranked = led(ctx, findings)
+    return _too_few(ctx, ranked) or ranked
+
+
 def classify(ctx: Context) -> Verdict:
     unrecorded = _unrecorded(ctx)
     if unrecorded is not None:  # no health tests either: none can be read from a trace that lost its GPU work
@@ -232,24 +251,11 @@ def classify(ctx: Context) -> Verdict:
     warmup = warmup_why(ctx)
     if warmup is not None:
         return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))
-    findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
-    unowned = None if healthy and not findings else _unowned(ctx, findings)
-    if unowned is not None:
-        return Verdict("unknown", Confidence(0.0, "low", unowned), (), tests)
-    lead = _led_rule(ctx, findings)
-    if isinstance(lead, str):
-        return Verdict("unknown", Confidence(0.0, "low", lead), (), tests)
-    if lead is not None:
-        findings.append(lead)
-    if not findings and not healthy:
-        relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
-        findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = led(ctx, findings)
-    few = _too_few(ctx, ranked)
-    if few is not None:
-        return Verdict("unknown", Confidence(0.0, "low", few), (), tests)
+    ranked = _found(ctx, healthy)
+    if isinstance(ranked, str):
+        return Verdict("unknown", Confidence(0.0, "low", ranked), (), tests)
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:

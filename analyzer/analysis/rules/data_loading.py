@@ -295,20 +295,14 @@ def _pageable(ctx: Context) -> bool:
 
 def _copy_evidence(ctx: Context) -> tuple[Evidence, ...]:
     of_busy, copies = copy_shares(ctx)
-    ev = [
+    return (
         Evidence(
             "copy_share_of_busy", of_busy, T.DOMINATES.value, ">=", "fraction of GPU-busy time", T.DOMINATES.source
         ),
         Evidence(
             "copy_share", copies, T.DATA_WAIT_MODERATE.value, ">=", "fraction of step time", T.DATA_WAIT_MODERATE.source
         ),
-    ]
-    km = ctx.m.kernels
-    if km is not None and _pageable(ctx):
-        pageable = min(1.0, km.totals_ms["memcpy_pageable_ms"] / km.totals_ms["memcpy_ms"])
-        why = "copies to or from pageable memory are staged and synchronous with the host (CUDA C++ Programming Guide)"
-        ev.append(Evidence("pageable_copy_share", pageable, 0.0, ">", "fraction of copy time", why))
-    return tuple(ev)
+    )
 
 
 _COPY_ADVICE = (

@@ -389,6 +389,23 @@ class NsysEvents:
         self.calls = {}
         self._where = "" if key is None else f" AND {{pid}} = {int(key)}"
 
+    def _windows(self, key: int | None) -> bool:
+        """The rank's step windows: its chosen step ranges, or for a capture of NVTX ranges alone one window over
+        them (True: its verdict is unknown, no GPU activity); a capture of nothing at all is one TraceError."""
+        alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
+        if self.kind or alone:
+            whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
+            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
+            self._flush_all()
+        if not self.ranked and not self.sinks[key].r_ts and not self.nvtx_names:
+            absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
+            tables = f" (no {', '.join(absent)} table)" if absent else ""
+            raise TraceError(
+                f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
+                "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
+            )
+        return alone
+
     def traces(self) -> Iterator[KinetoTrace]:
         """One KinetoTrace per rank (one CPU-only trace without GPU rows), each read after the last is taken;
         ``step_kind`` first."""
@@ -402,21 +419,8 @@ class NsysEvents:
             self._nvtx()
             self._sync_only()
             self._host()
-            if self.kind:
-                self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind]))
-                self._flush_all()
-            alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
-            if alone:  # NVTX ranges and nothing else: one window over them, judged unknown (no GPU activity)
-                self.buffers[key].extend(step_events([(None, *self.nvtx_span, 0)]))
-                self._flush_all()
+            alone = self._windows(key)
             sink = self.sinks[key]
-            if not self.ranked and not sink.r_ts and not self.nvtx_names:  # NVTX ranges alone: an unknown verdict
-                absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
-                tables = f" (no {', '.join(absent)} table)" if absent else ""
-                raise TraceError(
-                    f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU "
-                    "to analyse (capture with nsys profile -t cuda,nvtx,osrt)"
-                )
             if any("nccl" in k.name.lower() for k in sink.kinds):
                 self.backend = "nccl"
             dist: dict[str, object] = {"rank": rank, "world_size": world}
