@@ -121,7 +121,6 @@ def test_a_gpu_busy_copying_is_copy_bound_data_loading_never_healthy(tmp_path, p
     assert "pin_memory" in advice and "non_blocking=True" in advice and "fewer, larger" in advice
     assert ("pageable" in advice) == pageable
     assert f.projection.step_ms < f.projection.current_ms
-    assert any(e.metric == "copy_share_of_busy" and not e.passed for e in r.health)
     # copies below the bar, the GPU busy on tensor cores: healthy
     assert _analyze(tmp_path, {"host_idle": 4.0}, name="few", copies=30.0).bottleneck == "none"
 

@@ -98,9 +98,8 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
 
 
 def _unread_host(ctx: Context, verdict: Verdict) -> Verdict:
-    """No high confidence without readings of the host (issue #37): where the system sampler read nothing (a run
-    shorter than its first reading, an imported trace) the host is taken as idle, so a verdict whose step is host
-    work (a CPU run) or whose fix runs on the host's cores is at most medium."""
+    """No high confidence without readings of the host (issue #37): unread, it is taken as idle, so a CPU run's
+    verdict, or one whose fix runs on the host's cores, is at most medium."""
     top = verdict.findings[0] if verdict.findings else None
     if ctx.host.sampled or (ctx.gpu and (top is None or not cpu_side(top, ctx.gpu))):
         return verdict

@@ -6,6 +6,7 @@ never holds every rank's statistics at once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,8 +21,8 @@ from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536
-#: User frames kept per owner (KernelStats.owner_frames summed over the steps), most idle first.
-FRAMES_PER_OWNER = 3
+#: User frames kept (KernelStats.owner_frames summed over the steps), most idle first.
+MAX_FRAMES = 64
 #: Steps (per rank) whose idle owners are kept one by one for the report (JSON, the HTML bar): the first by step.
 MAX_STEP_OWNERS = 256
 _BATCH = msgspec.json.Decoder(list[S.KernelStats])
@@ -96,8 +97,7 @@ class KernelMetrics(KernelSums):
     step_owners: tuple[StepOwners, ...] = ()
     """The first MAX_STEP_OWNERS of them by step number, then rank."""
     owner_frames: tuple[tuple[str, str, float], ...] = ()
-    """(owner, user frame ``file:line function``, idle ms over those steps): the FRAMES_PER_OWNER frames that held
-    each owner's idle longest (KernelStats.owner_frames), in schema.IDLE_OWNERS order, most first."""
+    """(owner, user frame ``file:line function``, idle ms over those steps), most first (KernelStats.owner_frames)."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -124,7 +124,7 @@ class KernelPartial(KernelSums):
     owned_steps: int = 0
     step_owners: tuple[StepOwners, ...] = ()
     """The rank's first MAX_STEP_OWNERS steps with idle owners, by step number."""
-    frames: dict[tuple[str, str], float] = field(default_factory=dict)
+    frames: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Idle ms per (owner, user frame) over the rank's steps (KernelStats.owner_frames)."""
 
 
@@ -210,10 +210,9 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
     startup = _startup_steps(steps, rank, walls, stats)
-    frames: dict[tuple[str, str], float] = {}
-    for st in stats:
-        for f in st.owner_frames:
-            frames[(f.owner, f.frame)] = frames.get((f.owner, f.frame), 0.0) + f.ms
+    frames: Counter[tuple[str, str]] = Counter()
+    for st in stats:  # a step names each (owner, frame) once
+        frames.update({(f.owner, f.frame): f.ms for f in st.owner_frames})
     return KernelPartial(
         steps=len(texts),
         totals_ms=totals,
@@ -231,24 +230,9 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
 
 
 def _frames(parts: Sequence[KernelPartial]) -> tuple[tuple[str, str, float], ...]:
-    """The FRAMES_PER_OWNER frames with the most idle per owner, the ranks together."""
-    summed: dict[tuple[str, str], float] = {}
-    for p in parts:
-        for key, ms in p.frames.items():
-            summed[key] = summed.get(key, 0.0) + ms
-    out = []
-    for owner in S.IDLE_OWNERS:
-        mine = sorted(((f, ms) for (o, f), ms in summed.items() if o == owner and ms > 0), key=lambda x: -x[1])
-        out += [(owner, f, ms) for f, ms in mine[:FRAMES_PER_OWNER]]
-    return tuple(out)
-
-
-def top_frame(km: KernelMetrics | None, owner: str) -> tuple[str, float] | None:
-    """The user frame that held ``owner``'s idle longest and its ms per step; None when the capture names none."""
-    if km is None or not km.steps:
-        return None
-    got = next(((f, ms) for o, f, ms in km.owner_frames if o == owner), None)
-    return None if got is None else (got[0], got[1] / km.steps)
+    """The MAX_FRAMES (owner, frame, ms) with the most idle, the ranks together."""
+    summed: Counter[tuple[str, str]] = sum((Counter(p.frames) for p in parts), Counter())
+    return tuple((o, f, ms) for (o, f), ms in summed.most_common(MAX_FRAMES) if ms > 0)
 
 
 def _blocking_rank(kv: tuple[tuple[str, str, str], list[float]]) -> tuple[float, float]:

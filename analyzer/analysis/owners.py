@@ -4,11 +4,8 @@ A verdict on a trace with a GPU timeline follows from who owned the GPU's idle t
 an owner (or owners) as its defining test, and idle time no class owns (``queued``, start-up work,
 ``graph_capture``) is said as such, never handed to the nearest class (docs/idle-owners.md).
 
-``queued`` has no class, from the documented behaviour of streams: work already launched starts once its stream's
-earlier work and the events it waits on are complete (cudaStreamWaitEvent: "all future work submitted to stream
-wait[s] for all work captured in event", which "may be from a different device"). A device idle with work queued
-therefore waits on something it is not running (another device, process or rank, or its own scheduling between
-dependent launches): nothing on this trace's timeline names it, so no fix can be projected from it.
+``queued`` has none: by the stream semantics (cudaStreamWaitEvent) a device idle with work launched waits on
+something it is not running (another device, process or rank), which no timeline of its own names.
 """
 
 from __future__ import annotations
@@ -82,16 +79,13 @@ class IdleOwnership:
 
 
 def leading_class(owners: IdleOwnership | None) -> str | None:
-    """The bottleneck class the idle owners decide (``unknown`` for owners of no class): the GPU idles
-    DOMINATES or more of the step and one class's owners hold DOMINATES or more of that idle. None otherwise."""
+    """The class (``unknown``: owners of none) whose owners hold DOMINATES of a GPU idle DOMINATES of the step."""
     if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.DOMINATES.value * owners.wall_ms:
         return None
-    held: dict[str, float] = {}
+    held = dict.fromkeys((c[0] if c else "unknown" for c in OWNER_CLASS.values()), 0.0)
     for o in S.IDLE_OWNERS:
-        cls = OWNER_CLASS[o]
-        key = cls[0] if cls is not None else "unknown"
-        held[key] = held.get(key, 0.0) + owners.ms[o]
-    top = max(held, key=lambda k: held[k])
+        held[(OWNER_CLASS[o] or ("unknown",))[0]] += owners.ms[o]
+    top = max(held, key=held.__getitem__)
     return top if held[top] >= T.DOMINATES.value * owners.idle_ms else None
 
 

@@ -215,7 +215,6 @@ def kernel_table(report: Report) -> str:
     if km is not None:
         rows.append(("kernels (median duration)", f"{km.kernel_count:,} ({km.kernel_median_us or 0:.1f} us)"))
         rows.append(("steps with kernel statistics", f"{km.steps:,}"))
-        rows.append(("blocking sync API time", f"{km.totals_ms['sync_api_ms']:.2f} ms"))
         rows += [(f"idle: {h(owner)}", h(line)) for owner, line in words.idle_owners(report)]
     out = facts(rows) if rows else ""
     if km is not None and km.top_kernels:

@@ -212,9 +212,7 @@ def _idle_owners(report: Report) -> dict[str, Any] | None:
                 "share_of_step": _num(owners.share(o)),
                 "share_of_idle": _num(owners.ms[o] / owners.idle_ms if owners.idle_ms > 0 else 0.0),
                 "what": OWNER_WORDS[o],
-                "frames": [
-                    {"frame": f, "ms_per_step": _num(ms / km.steps, 4)} for who, f, ms in km.owner_frames if who == o
-                ],
+                "frames": [{"frame": f, "ms_per_step": _num(t / km.steps, 4)} for w, f, t in km.owner_frames if w == o],
             }
             for o in S.IDLE_OWNERS
         ],

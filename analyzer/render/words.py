@@ -138,23 +138,17 @@ def step_time(report: Report) -> str:
 
 
 def outside(report: Report) -> list[tuple[str, str]]:
-    """('set-up' | 'teardown', what it held): the capture's parts outside its steps (RunInfo.setup/teardown), each
-    with its largest parts, never step work."""
+    """('set-up' | 'teardown', what it held): the capture outside its steps (RunInfo.setup/teardown), not judged."""
     out = []
-    for label, part, where in (
-        ("set-up", report.run.setup, "before the first device work"),
-        ("teardown", report.run.teardown, "after the last device work"),
-    ):
+    for label, part in (("set-up", report.run.setup), ("teardown", report.run.teardown)):
         if part is not None and part.ms > 0:
-            shown = part.parts[:4]
-            what = ", ".join(f"{p.name} {p.ms:,.3g} ms" + (f" x{p.count}" if p.count > 1 else "") for p in shown)
-            out.append((label, f"{part.ms:,.4g} ms {where}, not judged" + (f": {what}" if what else "")))
+            what = ", ".join(f"{p.name} {p.ms:,.3g} ms" + (f" x{p.count}" * (p.count > 1)) for p in part.parts[:4])
+            out.append((label, f"{part.ms:,.4g} ms outside the steps, not judged" + (f": {what}" if what else "")))
     return out
 
 
 def idle_owners(report: Report, n: int = 4) -> list[tuple[str, str]]:
-    """(owner, 'ms per step (share of idle); at the user's frame ms per step') for the top ``n`` owners of the GPU's
-    idle, the frame where the capture names one (KernelStats.owner_frames)."""
+    """(owner, 'ms per step (share of idle); at the user's frame ms per step') for the top ``n`` idle owners."""
     km = report.metrics.kernels
     owners = ownership(km)
     if owners is None or km is None or owners.idle_ms <= 0:

@@ -14,9 +14,9 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import OWNER_CLASS, leading_class
+from analyzer.analysis.owners import OWNER_CLASS, OWNER_WORDS, leading_class
 from analyzer.analysis.rules.batch_size import BatchSize
-from analyzer.analysis.rules.data_loading import DataLoading, copy_shares
+from analyzer.analysis.rules.data_loading import DataLoading
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import TIMELINE_CAUSES, Context, Rule, confidence_level, step_scale
@@ -80,16 +80,6 @@ def health(ctx: Context) -> tuple[Evidence, ...]:
             )
             ev.append(
                 Evidence(
-                    "copy_share_of_busy",
-                    copy_shares(ctx)[0],
-                    T.DOMINATES.value,
-                    "<",
-                    "fraction of GPU-busy time",
-                    T.DOMINATES.source,
-                )
-            )
-            ev.append(
-                Evidence(
                     "exposed_communication_share",
                     exposed_comm_share(ctx),
                     T.SYNC_MODERATE.value,
@@ -127,17 +117,9 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     return Confidence(value, confidence_level(value), why)
 
 
-#: What idle time no bottleneck class owns means, and what settles it.
-_UNOWNED_WHY: dict[str, str] = {
-    "queued": "the GPU waits with work already launched, so on something it is not running (an event of another "
-    "device or process, a peer rank, its own scheduling between dependent launches): record every stream and rank "
-    "to see what it waits on",
-    "graph_capture": "CUDA graph capture: launches recorded, nothing run",
-    "compilation": "compilation",
-    "module_loading": "module loading on first launches",
-    "device_setup": "device set-up",
-    "allocator": "first device allocations",
-}
+#: What idle work queued on a dependency means, and what settles it (the other owners of no class: OWNER_WORDS).
+_QUEUED = "the GPU waits with work launched, on something it is not running (another device, process or rank, its "
+_QUEUED += "own scheduling): record every stream and rank to see what"
 
 
 def _unowned(ctx: Context, findings: list[Finding]) -> str | None:
@@ -154,59 +136,32 @@ def _unowned(ctx: Context, findings: list[Finding]) -> str | None:
     also = "; ".join(f"{f.bottleneck}/{f.cause} ({f.share:.0%} of the step)" for f in findings)
     return (
         f"not healthy: the GPU idles {1.0 - (ctx.m.gpu_util or 0.0):.0%} of the step and no bottleneck class owns "
-        f"most of it; idle owners: {owners.words()}; {_UNOWNED_WHY.get(top, top)}"
+        f"most of it; idle owners: {owners.words()}; {_QUEUED if top == 'queued' else OWNER_WORDS[top]}"
         + (f"; besides, the rules find {also}" if also else "")
     )
 
 
 def led(ctx: Context, findings: list[Finding]) -> tuple[Finding, ...]:
-    """The findings in the one ranking (ranking_key), the class the idle owners lead with first when it has one
-    (analysis.owners.leading_class: the GPU idles half the step or more and one class holds most of it)."""
+    """The findings in the one ranking (ranking_key), the class the idle owners lead with first (leading_class)."""
     ranked = sorted(findings, key=ranking_key, reverse=True)
     cls = leading_class(ctx.owners)
     first = [f for f in ranked if f.bottleneck == cls][:1]
     return (*first, *(f for f in ranked if f not in first))
 
 
-def _led_rule(ctx: Context, findings: list[Finding]) -> Finding | str | None:
-    """The leading class's finding when its rule did not fire at its usual thresholds (relaxed), or why it cannot
-    stand; None when no class leads or it already has its finding."""
-    cls = leading_class(ctx.owners)
-    if cls is None or cls == "unknown" or any(f.bottleneck == cls for f in findings):
+def _led_rule(ctx: Context, findings: list[Finding]) -> str | None:
+    """Why the verdict is unknown when the class the idle owners lead with has no finding; None otherwise."""
+    cls, owners = leading_class(ctx.owners), ctx.owners
+    if cls is None or cls == "unknown" or owners is None or any(f.bottleneck == cls for f in findings):
         return None
     rule = next(r for r in RULES if r.bottleneck == cls)
-    got = rule.evaluate(ctx, relaxed=True)
-    if got is not None:
-        return got
-    owners = ctx.owners
-    assert owners is not None
-    return f"not healthy: {cls}'s idle owners hold most of the GPU's idle ({owners.words()}), but its rule " + (
-        rule.rejected(ctx) or "projects no fix that saves time"
-    )
-
-
-def _too_few(ctx: Context, ranked: tuple[Finding, ...]) -> str | None:
-    """A verdict read from who held the idle needs an idle interval between two device operations (the GPU waiting
-    for its next work) to read it from: with one operation or none it is unknown, saying what the GPU ran; a cause
-    of the busy time is a measurement of its operations and stands."""
-    km = ctx.m.kernels
-    owners = ctx.owners
-    if not ranked or km is None or owners is None or (ranked[0].bottleneck, ranked[0].cause) not in TIMELINE_CAUSES:
-        return None
-    if km.kernel_count >= 2:
-        return None
-    return (
-        f"too little device work to say who holds the GPU's idle: {km.kernel_count} device operation(s) in "
-        f"{km.steps} step(s) of {ctx.wall:,.4g} ms, no idle interval between two of them (idle owners: "
-        f"{owners.words()}); record more steps of the {ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, "
-        "wait=1, warmup=1, active=3)"
-    )
+    why = rule.rejected(ctx) or "projects no fix that saves time"
+    return f"not healthy: {cls}'s idle owners hold most of the GPU's idle ({owners.words()}), but its rule {why}"
 
 
 def _unrecorded(ctx: Context) -> str | None:
-    """A capture of a GPU run without its device activity: launch calls without kernels, an export without CUDA
-    tables, or a profiler trace of CPU ops only from a machine whose GPU it names; one policy for all: no verdict,
-    only what the capture holds and what to record. (A trace that names no GPU is a CPU run, judged as one.)"""
+    """A capture of a GPU run without its device activity (launch calls without kernels, an export without CUDA
+    tables, CPU ops only where the trace names the GPU): no verdict, what it holds and what to record; one policy."""
     run = ctx.run
     if run.unrecorded_device:
         return run.unrecorded_device
@@ -226,22 +181,27 @@ def _unrecorded(ctx: Context) -> str | None:
 
 
 def _found(ctx: Context, healthy: bool) -> tuple[Finding, ...] | str:
-    """The rules' findings in their one ranking, the class the idle owners lead with first; or why the verdict is
-    unknown (idle no class owns leads, the leading class's rule cannot stand, too little device work to read)."""
+    """The findings, ranked (``led``); or why the verdict is unknown (owners of no class lead, the leading class's
+    rule cannot stand, no idle interval to read owners from)."""
     findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     unowned = None if healthy and not findings else _unowned(ctx, findings)
     if unowned is not None:
         return unowned
     lead = _led_rule(ctx, findings)
-    if isinstance(lead, str):
-        return lead
     if lead is not None:
-        findings.append(lead)
+        return lead
     if not findings and not healthy:
         relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
         findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = led(ctx, findings)
-    return _too_few(ctx, ranked) or ranked
+    ranked, km = led(ctx, findings), ctx.m.kernels
+    if ranked and km is not None and km.kernel_count < 2 and (ranked[0].bottleneck, ranked[0].cause) in TIMELINE_CAUSES:
+        # who held the idle is read from intervals between device operations: with one or none there is none
+        return (
+            f"too little device work to say who holds the GPU's idle: {km.kernel_count} device operation(s) in "
+            f"{km.steps} step(s) of {ctx.wall:,.4g} ms, no idle interval between two of them; record more steps of "
+            f"the {ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)"
+        )
+    return ranked
 
 
 def classify(ctx: Context) -> Verdict:

@@ -1,6 +1,6 @@
 """Where the host blocks: the (op, caller, call) with the most blocked time, in words, and what to change there.
 
-Used by the sync rule's summary and advice (kernel statistics' blocking groups, pageable copies).
+Used by the sync rule's summary and advice (kernel statistics' blocking groups).
 """
 
 from __future__ import annotations
@@ -70,26 +70,3 @@ def blocking_site_advice(ctx: Context) -> list[str]:
     else:
         fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
     return [f"{site[0].upper()}{site[1:]}: {fix}."]
-
-
-def pageable_copy_advice(ctx: Context) -> list[str]:
-    """What to change when the host waits in copies to or from pageable memory (kernel statistics say so)."""
-    km = ctx.m.kernels
-    if km is None or km.totals_ms["memcpy_pageable_ms"] <= 0:
-        return []
-    t = km.totals_ms
-    recs = []
-    if t["memcpy_d2h_ms"] > 0:
-        recs.append(
-            "The host waits in cudaMemcpyAsync device-to-host into pageable memory (tensor.to('cpu'), .item(), "
-            ".tolist(), typically under aten::to / aten::_local_scalar_dense): each call returns only after "
-            "everything queued before it ran. Read fewer values back per step (keep metrics on the device, read "
-            "every N steps); copy into a pinned buffer with non_blocking=True and synchronise on an event only "
-            "where the value is used."
-        )
-    if t["memcpy_h2d_ms"] > 0:
-        recs.append(
-            "Host-to-device copies come from pageable memory (the host stages and waits): DataLoader(pin_memory="
-            "True) and .to(device, non_blocking=True)."
-        )
-    return recs

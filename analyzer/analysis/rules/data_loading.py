@@ -1,9 +1,7 @@
 """data_loading: each step waits for its input batch while the GPU (or the CPU compute) idles, or the GPU's busy
-time is mostly host<->device copies (cause ``copies``: KernelStats.copy_busy_ms, the busy time only copies fill).
-
-A copy from pageable host memory is staged through a pinned buffer and, for cudaMemcpyAsync, is synchronous with
-the host; only copies from page-locked memory overlap kernels (CUDA C++ Programming Guide, "Asynchronous Concurrent
-Execution"): pinned memory with non_blocking copies, data kept on the device, and fewer, larger copies are the fix.
+time is mostly host<->device copies (``copies``: KernelStats.copy_busy_ms). Only copies from page-locked memory
+overlap kernels; pageable ones are staged and synchronous (CUDA C++ Programming Guide, "Asynchronous Concurrent
+Execution"): data kept on the device, pinned memory with non_blocking, fewer larger copies are the fix.
 
 The projection charges what the fix costs. DataLoader workers overlap loading with compute, but
 every batch is handed over between processes: the training process pays WORKER_MAIN_COST_MS per

@@ -2,18 +2,17 @@
 or sync): a batch function that is not a DataLoader, logging, checkpointing, evaluation.
 
 gpuanalyze cannot see what this time is, so the finding says so and says where to look; its
-projection (the step without it) is an upper bound. On GPU traces it is GPU idle time the host's own work
-owns (docs/idle-owners.md): CPU ops that launch nothing (``cpu_work``), gaps no host call covers (``untraced``:
-host work the trace does not show, named by the user's frame where the capture has stacks), and recorded CPU ops
-before the step's first kernel outside DataLoader waits (``input_preprocessing``, kernel statistics'
-host_before_gpu_ms), moved to DataLoader workers or the GPU.
+projection (the step without it) is an upper bound. On GPU traces it is GPU idle the host's own work owns
+(docs/idle-owners.md): CPU ops that launch nothing (``cpu_work``), gaps no host call covers (``untraced``, named
+by the user's frame where the capture has stacks), recorded CPU ops before the step's first kernel outside
+DataLoader waits (``input_preprocessing``: host_before_gpu_ms), for DataLoader workers or the GPU.
 """
 
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
-from analyzer.analysis.kernel_metrics import KernelMetrics, top_frame
+from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.owners import owned_consistency
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from gpuanalyze.ingest import schema as S
@@ -99,19 +98,14 @@ class Host(Rule):
 
 
 def _untraced_advice(ctx: Context) -> tuple[str, ...]:
-    """What to do about host work the trace does not show: name it (the frame the capture's stacks give, else
-    what to record), then take it off the GPU's path."""
-    frame = top_frame(ctx.m.kernels, "host_idle")
-    where = (
-        f"Most of it runs under {frame[0]} ({frame[1]:.3g} ms per step): look at what it does between the profiled "
-        "calls."
-        if frame is not None
-        else "Name it: record with torch.profiler.profile(with_stack=True), or wrap the parts of the "
-        f"{ctx.loop} in torch.profiler.record_function('...'), and look at what runs between the calls around the "
-        "gaps (Python between ops, hooks, logging, tokenising, host-side metrics)."
-    )
+    """Name host work the trace does not show (the user's frame, else what to record), then move it."""
+    km = ctx.m.kernels
+    frame = next(((f, ms / km.steps) for o, f, ms in km.owner_frames if o == "host_idle"), None) if km else None
+    where = f"Most of it runs under {frame[0]} ({frame[1]:.3g} ms per step)" if frame else "Name it"
     return (
-        "The GPU waits while the host runs work the trace does not show (no profiled call covers these gaps). " + where,
+        f"{where}: record with torch.profiler.profile(with_stack=True) or wrap the {ctx.loop}'s parts in "
+        "torch.profiler.record_function('...'), and look at what runs between the calls around the gaps (Python "
+        "between ops, hooks, logging, tokenising).",
         "Then take it off the GPU's path: queue the next GPU work first, move it into DataLoader workers or onto "
         "the GPU, or do it every N steps.",
     )
@@ -156,8 +150,7 @@ def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
         if held > share and held >= floor:
             cause = "cpu_work" if owner == "cpu_ops" else "untraced"
             steps = owned_consistency(km, (owner,), T.PREPROCESSING.value)
-            what = _OWNED[cause].format(loop=ctx.loop)
-            return _detection(ctx, cause, held, owners.steps, 1.0 if steps is None else steps, what)
+            return _detection(ctx, cause, held, owners.steps, 1.0 if steps is None else steps, _OWNED[cause](ctx))
     if share < floor:
         return None
     assert km is not None
@@ -181,10 +174,14 @@ def _detection(ctx: Context, cause: str, share: float, steps: int, consistency: 
 
 #: What an owned cause is, in words after "{share} of each step ({ms} ms)" (``loop``: the loop in words).
 _OWNED = {
-    "cpu_work": "the GPU idles while the host runs CPU ops that launch no GPU work (CPU-side preprocessing, "
-    "metrics, an optimizer on the CPU).",
-    "untraced": "the GPU idles while the host runs work the trace does not show: no profiled call covers these gaps "
-    "of the {loop} (Python between ops, hooks, logging).",
+    "cpu_work": lambda ctx: (
+        "the GPU idles while the host runs CPU ops that launch no GPU work (CPU-side "
+        "preprocessing, metrics, an optimizer on the CPU)."
+    ),
+    "untraced": lambda ctx: (
+        "the GPU idles while the host runs work the trace does not show: no profiled call "
+        f"covers these gaps of the {ctx.loop} (Python between ops, hooks, logging)."
+    ),
 }
 
 #: Per cause other than unattributed host time: its defining evidence (name, threshold, source).

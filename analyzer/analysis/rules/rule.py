@@ -114,56 +114,40 @@ def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity
     return "high" if share >= high.value else "moderate"
 
 
-#: Causes read from a step's GPU timeline (its idle owners or its busy split): their evidence is the timeline's
-#: device operations, not only the steps (docs/idle-owners.md, "Confidence").
-BUSY_CAUSES = frozenset(
-    {
-        ("data_loading", "copies"),
-        ("sync", "exposed_communication"),
-        ("kernels", "fp32_math"),
-        ("kernels", "memory_bound"),
-    }
-)
+#: Causes read from a step's GPU timeline, its busy split or its idle owners (docs/idle-owners.md, "Confidence").
+_BUSY = "data_loading/copies sync/exposed_communication kernels/fp32_math kernels/memory_bound"
+BUSY_CAUSES = frozenset(tuple(c.split("/")) for c in _BUSY.split())
 TIMELINE_CAUSES = frozenset({c for c in OWNER_CLASS.values() if c is not None} | {("batch_size", "host_overhead")})
 
 
-def timeline_evidence(ctx: Context, bottleneck: str, d: Detection) -> tuple[float, bool, int] | None:
-    """(dominance, of the idle, observations) of a cause read from the GPU timeline. Dominance: the share of the
-    GPU's idle its class's owners hold (``of the idle``); for a cause of the busy time, its share of the step over
-    its share and the idle's (the time lost that it is). Observations: the judged steps' device operations, each of
-    which ends at most one idle interval. None for other causes or without kernel statistics."""
-    km = ctx.m.kernels
-    if (bottleneck, d.cause) not in TIMELINE_CAUSES | BUSY_CAUSES or km is None or not ctx.gpu:
+def timeline_evidence(ctx: Context, bottleneck: str, d: Detection) -> tuple[float, str, int] | None:
+    """(dominance, in words, observations) of a cause read from the GPU timeline: the share of the GPU's idle its
+    class's owners hold (a cause of the busy time: its share of the step over its share plus the idle), and the
+    judged steps' device operations, each ending at most one idle interval; None for other causes."""
+    km, owners, key = ctx.m.kernels, ctx.owners, (bottleneck, d.cause)
+    if km is None or not ctx.gpu or not (key in BUSY_CAUSES or (key in TIMELINE_CAUSES and owners is not None)):
         return None
-    owners = ctx.owners
     n = max(km.steps, km.kernel_count)
-    if (bottleneck, d.cause) in BUSY_CAUSES:
+    if owners is None or key in BUSY_CAUSES:
         lost = d.share + 1.0 - (ctx.m.gpu_util or 0.0)
-        return (min(1.0, d.share / lost) if lost > 0 else 1.0), False, n
-    if owners is None:
-        return None
+        share = min(1.0, d.share / lost) if lost > 0 else 1.0
+        return share, f"it is {share:.0%} of the step's time lost (its share and the GPU's idle)", n
     held = sum(owners.ms[o] for o, c in OWNER_CLASS.items() if c is not None and c[0] == bottleneck)
-    return (min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0), True, n
+    share = min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0
+    return share, f"its idle owners hold {share:.0%} of the GPU's idle", n
 
 
 def confidence(
-    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float, bool, int] | None = None
+    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float, str, int] | None = None
 ) -> Confidence:
-    """Consistency across steps, scaled down for few steps and for contrary evidence. A cause read from the GPU
-    timeline (``timeline``: its dominance and observations) is scaled by its dominance and by the timeline's
-    observations instead of the steps alone: one step of many device operations is evidence."""
+    """Consistency across steps, scaled down for few steps and for contrary evidence; a cause read from the GPU
+    timeline (``timeline_evidence``) by its dominance and the timeline's observations: one step of many device
+    operations is evidence (docs/idle-owners.md, "Confidence")."""
     scale, why = step_scale(d.consistency, d.evidence_steps)
-    if timeline is not None:
-        dominance, of_idle, n = timeline
-        got, _ = step_scale(d.consistency, n)
-        if got > scale:
-            scale = got * dominance
-            what = "step" if d.evidence_steps == 1 else "steps"
-            why = (
-                f"its idle owners hold {dominance:.0%} of the GPU's idle"
-                if of_idle
-                else f"it is {dominance:.0%} of the step's time lost (its share and the GPU's idle)"
-            ) + f", on {d.consistency:.0%} of {d.evidence_steps} {what}, {n:,} device operations"
+    if timeline is not None and step_scale(d.consistency, timeline[2])[0] > scale:
+        dominance, said, n = timeline
+        scale = step_scale(d.consistency, n)[0] * dominance
+        why = f"{said}, on {d.consistency:.0%} of {d.evidence_steps} step(s), {n:,} device operations"
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
         why += f"; {sum(not e.supports for e in evidence)} of {len(evidence)} evidence item(s) against"

@@ -99,42 +99,29 @@ def _by_evidence(ctx: Context) -> str | None:
         them = "it"
     return (
         f"{every} is start-up work for {T.WARMUP_STARTUP:.0%} or more of its time, warm-up, not the steady "
-        f"state: {quoted}; {_device_work(km)}{_secondary(km)}no projection from {them}; {_record(ctx)}"
+        f"state: {quoted}; {_device_work(km)}no projection from {them}; {_record(ctx)}"
     )
 
 
-#: Kinds of device work that, filling DOMINATES of a cold capture's GPU time, are a finding beside its warm-up:
-#: (kernel categories, what they are, the finding to confirm on a steady-state capture).
-_DOMINANT_WORK = (
-    (("communication",), "communication kernels (collectives)", "sync/exposed_communication"),
-    (("memcpy", "memset"), "copies", "data_loading/copies"),
-    (("gemm_simt_fp32", "conv"), "fp32 GEMMs and convolutions off the tensor cores", "kernels/fp32_math"),
-)
-
-
-def _secondary(km: KernelMetrics) -> str:
-    """The finding beside the warm-up when one kind of work fills DOMINATES or more of the GPU's own time in the
-    cold steps (a cold tensor-parallel forward mostly in all-gathers still shows exposed communication), '' else."""
-    for cats, what, finding in _DOMINANT_WORK:
-        share = sum(km.share_of_kernel_time(c) for c in cats)
-        if share >= T.DOMINATES.value:
-            return (
-                f"beside the warm-up, {what} fill {share:.0%} of the GPU's own time: a {finding} finding to confirm "
-                "on a steady-state capture; "
-            )
-    return ""
+#: The finding a kind of device work filling DOMINATES of a cold capture's GPU time is, to confirm once warm.
+_FINDING = {"communication": "sync/exposed_communication", "memcpy": "data_loading/copies"}
+_FINDING |= {"gemm_simt_fp32": "kernels/fp32_math", "conv": "kernels/fp32_math"}
 
 
 def _device_work(km: KernelMetrics) -> str:
     """What the GPU itself ran in those steps (how much, and its largest kinds of work), '' without any: a
-    start-up capture still shows what its device work is bound by (a sample's copies, a test's few kernels)."""
+    start-up capture still shows what its device work is bound by (a cold tensor-parallel forward mostly in
+    all-gathers: exposed communication beside the warm-up, to confirm on a steady-state capture)."""
     total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
     if total <= 0:
         return ""
     shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
     top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= _SHOWN_SHARE)
     amount = f"{total * 1e3:.3g} us" if total < _IN_US_BELOW_MS else f"{total:.3g} ms"
-    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); "
+    (c, v), beside = shares[0], ""
+    if v >= T.DOMINATES.value and c in _FINDING:
+        beside = f"beside the warm-up, a {_FINDING[c]} finding to confirm on a steady-state capture; "
+    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); {beside}"
 
 
 def _ms(x: float) -> str:
