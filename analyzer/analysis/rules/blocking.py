@@ -62,11 +62,11 @@ def blocking_site_advice(ctx: Context) -> list[str]:
     site = blocking_site(ctx)
     if b is None or site is None:
         return []
+    fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
     if b.call.startswith(BLOCKING_COPY_PREFIXES) or b.op in _READ_OPS:
-        fix = (
-            "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
-            "with non_blocking=True and wait on an event only where it is used"
-        )
-    else:
-        fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
+        t = ctx.m.kernels.totals_ms if ctx.m.kernels is not None else {}
+        pageable = t.get("memcpy_pageable_ms", 0) > 0 and t.get("memcpy_d2h_ms", 0) > 0
+        fix = "a device-to-host copy into pageable memory returns once all queued work ran: " if pageable else ""
+        fix += "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
+        fix += "with non_blocking=True and wait on an event only where it is used"
     return [f"{site[0].upper()}{site[1:]}: {fix}."]
