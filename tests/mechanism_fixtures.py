@@ -229,6 +229,20 @@ def startup_trace(work: list[str], *, first: int = 0) -> dict[str, Any]:
     return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
 
 
+def graph_launch_trace(*, fp32: bool) -> dict[str, Any]:
+    """Item 8: one ProfilerStep in which the host issues 25 cudaGraphLaunch calls in 26 ms and then waits; each graph
+    runs ten 0.6 ms GEMMs back to back, the GPU busy 150 ms after the first launch (fp32 SIMT or bf16 tensor-core)."""
+    name = "ampere_sgemm_128x64_nn" if fp32 else "ampere_bf16_s16816gemm_bf16_128x128"
+    events, t = [], 0.0
+    for i in range(25):
+        events.append(ev("cuda_runtime", "cudaGraphLaunch", t, 1000, correlation=i + 1))
+        events += [ev("kernel", name, 1100 + (i * 10 + j) * 600, 599.5, stream=7, correlation=i + 1) for j in range(10)]
+        t += 1040
+    events.append(ev("cuda_runtime", "cudaDeviceSynchronize", t + 10, 1100 + 150_000 - t, correlation=999))
+    events.insert(0, ev("user_annotation", "ProfilerStep#0", 0, t + 20))
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
 def owned_rows(
     owners: dict[str, float],
     *,

@@ -100,6 +100,13 @@ def test_gpu_bound_work_after_the_host_is_done_is_judged_on_the_busy_time(tmp_pa
     assert (r.bottleneck, r.findings[0].cause) == ("kernels", "fp32_math")
 
 
+def test_gpu_bound_after_its_graph_launches_on_tensor_cores_is_healthy(tmp_path):
+    from tests.kineto_fixtures import write
+
+    r = analyze(write(tmp_path / "g.json", F.graph_launch_trace(fp32=False)))
+    assert r.bottleneck == "none" and (r.metrics.gpu_util or 0.0) > 0.9
+
+
 def test_idle_queued_on_a_dependency_leads_to_unknown_naming_what_else_is_found(tmp_path):
     """Work already launched while the device runs nothing waits on something off this timeline (stream
     semantics): no class, and the finding the busy time still shows is named in the reason, not the verdict."""
