@@ -165,3 +165,30 @@ def test_a_cold_capture_says_how_to_capture_steady_state_and_what_its_gpu_time_s
     assert r.bottleneck == "unknown" and r.confidence.level == "low"
     assert "mostly module loading (first launches of kernels) 60 ms" in why
     assert "sync/exposed_communication" in why and "skip_first" in why
+
+
+def test_the_line_of_code_and_the_parts_outside_the_steps_show_in_every_report(tmp_path):
+    """Each top owner's frame in ms per step and the capture's set-up and teardown as their own lines, in the
+    terminal, --json and the HTML report; never step work."""
+    from analyzer.api import report as html_report
+    from analyzer.render.json_report import report_dict
+    from tests.test_terminal import shown as terminal
+
+    frame = "train.py:88 log_metrics"
+    run = {
+        **F.OWNED_RUN,
+        "setup": {"ms": 1200.0, "parts": [{"name": "untraced", "ms": 900.0}, {"name": "cudaMalloc", "ms": 300.0}]},
+        "teardown": {"ms": 40.0, "parts": [{"name": "cudaFree", "ms": 40.0, "count": 3}]},
+    }
+    rows = F.owned_rows({"host_idle": 50.0}, steps=2, frames=(("host_idle", frame, 30.0),))
+    path = write_trace(tmp_path / "t.arrow", rows, run=run, end=IMPORTED)
+    r = analyze(path)
+    shown = " ".join(terminal(r, width=200).split())
+    assert f"at {frame} 30 ms" in shown and "1,200 ms outside the steps, not judged: untraced 900 ms" in shown
+    assert "cudaFree 40 ms x3" in shown
+    owners = {o["owner"]: o for o in report_dict(r)["idle_owners"]["owners"]}
+    assert owners["host_idle"]["frames"] == [{"frame": frame, "ms_per_step": 30.0}]
+    assert report_dict(r)["step_time_basis"] == "step_time_mean_ms"
+    assert r.metrics.step_mean_ms == pytest.approx(100.0)  # the set-up is not step time
+    page = html_report(path).html
+    assert frame in page and "set-up" in page and "outside the steps, not judged" in page
