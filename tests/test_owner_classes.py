@@ -16,6 +16,7 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo
 from tests import mechanism_fixtures as F
 from tests.conftest import write_trace
+from tests.test_truth_table import check_integrity
 
 #: Owners of steady steps: start-up work (warm-up by evidence at WARMUP_STARTUP of a step) and graph capture are
 #: left to the warm-up tests (tests/test_startup_warmup.py) as the minor owners here.
@@ -68,8 +69,7 @@ def test_an_owner_holding_most_of_a_material_idle_leads_to_its_class(tmp_path, o
     }.get(busy, {})
     r = _analyze(tmp_path, owned, steps=steps, wall=wall, **kw)
     assert r.bottleneck in _classes(owner), (owner, owned, busy, r.bottleneck, r.confidence.reason)
-    if r.findings:
-        assert r.findings[0].bottleneck == r.bottleneck
+    check_integrity(r)  # no projection above the current step, one basis, evidence that holds
 
 
 def test_a_warm_inference_pass_idle_in_untraced_host_work_is_host_not_its_fp32_kernels(tmp_path):
@@ -105,6 +105,7 @@ def test_gpu_bound_after_its_graph_launches_on_tensor_cores_is_healthy(tmp_path)
 
     r = analyze(write(tmp_path / "g.json", F.graph_launch_trace(fp32=False)))
     assert r.bottleneck == "none" and (r.metrics.gpu_util or 0.0) > 0.9
+    assert r.confidence.level == "high" and "250 device operations" in r.confidence.reason  # one step, many ops
 
 
 def test_idle_queued_on_a_dependency_leads_to_unknown_naming_what_else_is_found(tmp_path):

@@ -416,6 +416,14 @@ def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
     assert report.metrics.gpu_util == pytest.approx(want, abs=5e-3)
 
 
+@pytest.mark.skipif(not (SHARED / "nsys_traces").is_dir(), reason="../shared/nsys_traces is absent")
+@pytest.mark.parametrize("name", sorted(p.name for p in (SHARED / "nsys_traces").glob("*.sqlite")))
+def test_every_shared_nsys_export_gets_a_verdict_with_integrity(name):
+    """Whatever the verdict (the engineers' readings are benchmarks/capture_verdicts.py's), what any verdict must
+    satisfy: no projection above the current step, one step-time basis, evidence that holds."""
+    check_integrity(analyze(SHARED / "nsys_traces" / name))
+
+
 def test_the_table_covers_every_external_trace():
     if not EXTERNAL.is_dir():
         pytest.skip("../shared/external_traces is absent")

@@ -112,7 +112,9 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     else:
         ok = ok & (steps.get_column(S.OTHER_MS) < T.HOST_MODERATE.value)
     consistency = number(ok.mean() or 0.0) if steps.height else 0.0
-    scale, why = step_scale(consistency, m.steps, "healthy on ")
+    ops = m.kernels.kernel_count if gpu and m.kernels is not None else 0  # a busy timeline's operations are evidence
+    scale, why = step_scale(consistency, max(m.steps, ops), "healthy on ")
+    why = f"healthy on {consistency:.0%} of {m.steps} step(s), {ops:,} device operations" if ops > m.steps else why
     value = round(consistency * scale, 3)
     return Confidence(value, confidence_level(value), why)
 
