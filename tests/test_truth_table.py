@@ -208,8 +208,9 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
 WAITS_ON_THE_TIMELINE: dict[str, str] = {
     "param/rtx2080ti_linear_kineto.json.gz": "the 995 ms of context set-up before the first iteration is judged as "
     "the one window until ingest cuts the set-up off (RunInfo.setup)",
-    "hta/negative_queue_length_values_check/rank0.json.gz": "the pageable cudaMemcpyAsync's idle is owned by queued "
-    "work until ingest reads blocking by behaviour (half B: reported, not tuned)",
+    "hta/negative_queue_length_values_check/rank0.json.gz": "the idle while the host sits in a pageable "
+    "cudaMemcpyAsync is owned by queued work (78% of it with the timeline pass merged), and idle owners of no class "
+    "lead to unknown (half B: reported, not tuned)",
 }
 
 
