@@ -144,9 +144,9 @@ def confidence(
     timeline (``timeline_evidence``) by its dominance and the timeline's observations: one step of many device
     operations is evidence (docs/idle-owners.md, "Confidence")."""
     scale, why = step_scale(d.consistency, d.evidence_steps)
-    if timeline is not None and step_scale(d.consistency, timeline[2])[0] > scale:
+    if timeline is not None:
         dominance, said, n = timeline
-        scale = step_scale(d.consistency, n)[0] * dominance
+        scale = max(scale, step_scale(d.consistency, n)[0]) * dominance
         why = f"{said}, on {d.consistency:.0%} of {d.evidence_steps} step(s), {n:,} device operations"
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
