@@ -227,3 +227,79 @@ def startup_trace(work: list[str], *, first: int = 0) -> dict[str, Any]:
             ]
         lo += length
     return _doc(events, "NVIDIA H100 80GB HBM3", (9, 0))
+
+
+def graph_launch_trace(*, fp32: bool) -> dict[str, Any]:
+    """Item 8: one ProfilerStep in which the host issues 25 cudaGraphLaunch calls in 26 ms and then waits; each graph
+    runs ten 0.6 ms GEMMs back to back, the GPU busy 150 ms after the first launch (fp32 SIMT or bf16 tensor-core)."""
+    name = "ampere_sgemm_128x64_nn" if fp32 else "ampere_bf16_s16816gemm_bf16_128x128"
+    events, t = [], 0.0
+    for i in range(25):
+        events.append(ev("cuda_runtime", "cudaGraphLaunch", t, 1000, correlation=i + 1))
+        events += [ev("kernel", name, 1100 + (i * 10 + j) * 600, 599.5, stream=7, correlation=i + 1) for j in range(10)]
+        t += 1040
+    events.append(ev("cuda_runtime", "cudaDeviceSynchronize", t + 10, 1100 + 150_000 - t, correlation=999))
+    events.insert(0, ev("user_annotation", "ProfilerStep#0", 0, t + 20))
+    return _doc(events, "NVIDIA A100-SXM4-40GB", (8, 0))
+
+
+def owned_rows(
+    owners: dict[str, float],
+    *,
+    steps: int = 1,
+    wall: float = 100.0,
+    copies: float = 0.0,
+    comm: float = 0.0,
+    fp32: float = 0.0,
+    pageable: bool = False,
+    kernels: int = 2000,
+    frames: tuple[tuple[str, str, float], ...] = (),
+    training: bool = False,
+) -> list[dict[str, Any]]:
+    """Imported-capture rows built from the idle owners' documented meaning (docs/idle-owners.md): ``steps`` steps of
+    ``wall`` ms whose GPU idles ``sum(owners)`` ms, each owner holding its ms of it; the busy rest is ``copies`` ms
+    filled only by host<->device copies, ``comm`` ms only by communication kernels and the remainder by compute, a
+    share ``fp32`` of it SIMT fp32 GEMMs (else tensor-core GEMMs). ``frames``: (owner, user frame, ms) per step."""
+    from gpuanalyze.ingest import schema as S
+    from tests.conftest import make_row
+
+    idle = sum(owners.values())
+    busy = wall - idle
+    compute = max(0.0, busy - copies - comm)
+    stats = S.KernelStats(
+        gpu_span_ms=wall,
+        gpu_busy_ms=busy,
+        compute_ms=compute,
+        non_compute_ms=copies + comm,
+        comm_exposed_ms=comm,
+        copy_busy_ms=copies,
+        gemm_simt_fp32_ms=compute * fp32,
+        gemm_tensor_core_ms=compute * (1 - fp32),
+        communication_ms=comm,
+        memcpy_ms=copies,
+        memcpy_h2d_ms=copies / 2,
+        memcpy_d2h_ms=copies / 2,
+        memcpy_pageable_ms=copies if pageable else 0.0,
+        idle_host_wait_ms=idle,
+        window_idle_ms=idle,
+        kernel_count=kernels,
+        kernel_median_us=1e3 * busy / kernels,
+        owner_frames=tuple(S.OwnerFrame(owner=o, frame=f, ms=ms) for o, f, ms in frames),
+        owners=True,
+        **{S.owner_field(o): ms for o, ms in owners.items()},
+    )
+    rows = []
+    for i in range(steps):
+        data, sync = owners.get("data_loader", 0.0), owners.get("sync", 0.0)
+        row = make_row(i, wall=wall, data=data, fwd=0.0, bwd=0.0, opt=0.0, sync=sync, busy=busy, samples=None)
+        row[S.FORWARD_MS] = row[S.BACKWARD_MS] = None
+        if training:
+            row[S.BACKWARD_MS] = row[S.OTHER_MS] * 0.5
+            row[S.OTHER_MS] *= 0.5
+        row[S.KERNEL_STATS] = S.encode_kernel_stats(stats)
+        rows.append(row)
+    return rows
+
+
+#: The run of owned_rows: an imported capture on an H100.
+OWNED_RUN = {"source": "kineto:synthetic.json", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capabilities": ["9.0"]}

@@ -54,8 +54,11 @@ def test_assumed_host_facts_are_said_to_be_assumed(tmp_path):
             ev("user_annotation", f"ProfilerStep#{n}", t0, 10_000),
             ev("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 8000),
             ev("cpu_op", "aten::mm", t0 + 8100, 1500),
+            ev("cuda_runtime", "cudaLaunchKernel", t0 + 8150, 5, correlation=n + 1),
+            ev("kernel", "ampere_bf16_s16816gemm", t0 + 8200, 1500, stream=7, correlation=n + 1),
         ]
-    report = analyze(write(tmp_path / "imported.json", {"traceEvents": events}))
+    props = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "totalGlobalMem": 40 * 10**9}]
+    report = analyze(write(tmp_path / "imported.json", {"traceEvents": events, "deviceProperties": props}))
     assert report.bottleneck == "data_loading"
     assert any("assumed (4), not measured" in n for n in report.notes), report.notes
     from typer.testing import CliRunner

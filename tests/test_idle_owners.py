@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.analysis.owners import owned_consistency
 from analyzer.api import analyze
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto import parse_kineto
@@ -345,8 +346,9 @@ def test_cpu_ops_that_launch_nothing_own_the_idle_and_their_steps_are_counted(tm
     assert (r.bottleneck, f.cause) == ("host", "cpu_work"), (r.bottleneck, f.cause)
     assert f.consistency == 1.0
     half = analyze(write(tmp_path / "half.json", _doc(_steps(12, body(2)), "NVIDIA A100-SXM4-40GB", (8, 0))))
-    f = next(f for f in half.findings if f.cause == "cpu_work")
-    assert 0.4 <= f.consistency <= 0.6, f.consistency  # every other analysed step
+    # every other analysed step shows it (the rest of the idle is host work no call covers: host/untraced)
+    assert half.bottleneck == "host"
+    assert 0.4 <= (owned_consistency(half.metrics.kernels, ("cpu_ops",), 0.1) or 0.0) <= 0.6
 
 
 # -- owners by behaviour, read from timestamps (issue 36) --------------------------------------------------------

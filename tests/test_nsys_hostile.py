@@ -1,5 +1,6 @@
 """Hostile or wrong SQLite input to the Nsight Systems importer: one line, no traceback, nothing written."""
 
+import json
 import sqlite3
 
 import pytest
@@ -124,10 +125,13 @@ def test_an_export_with_nothing_to_analyse(tmp_path):
     assert "no CUDA activity, runtime calls or NVTX ranges" in _one_line_error(path)
 
 
-def test_nvtx_only_capture_says_what_is_missing(tmp_path):
+def test_nvtx_only_capture_is_an_unknown_report_saying_what_is_missing(tmp_path):
     path = build_export(tmp_path / "r.sqlite", Export(tables=("nvtx",)))
-    out = _one_line_error(path)
-    assert "only 3 NVTX ranges" in out and "no CUDA activity" in out
+    result = runner.invoke(app, [str(path), "--json"])  # before: refused (exit 2, no JSON)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["bottleneck"] == "unknown" and not data["findings"]
+    assert "only 3 NVTX ranges" in data["confidence_reason"] and "no GPU activity" in data["confidence_reason"]
 
 
 @pytest.mark.slow

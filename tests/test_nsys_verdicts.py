@@ -83,7 +83,10 @@ def test_a_capture_without_gpu_rows_says_what_is_missing_and_how_to_capture(tmp_
 def test_fp32_gemms_on_a_hopper_capture_get_its_precision_advice(tmp_path):
     # the GPU and its compute capability from TARGET_INFO_GPU: the advice is the generation's
     r = analyze(build_export(tmp_path / "r.sqlite", Export(steps=12, kernel_name="volta_sgemm_128x64_nn")))
-    assert (r.bottleneck, r.findings[0].cause) == ("kernels", "fp32_math")
+    # each 9 ms step: 5.2 ms of GPU work, 0.5 ms in a sync and 3.2 ms of host work the capture does not record (no
+    # call covers it: 84% of the idle); the fp32 GEMMs are a finding of their own beside it
+    assert (r.bottleneck, r.findings[0].cause) == ("host", "untraced")
+    fp32 = next(f for f in r.findings if (f.bottleneck, f.cause) == ("kernels", "fp32_math"))
     assert r.run.gpu_name == "NVIDIA H100 80GB HBM3" and r.run.compute_capabilities == ("9.0",)
-    advice = " ".join(r.findings[0].recommendations)
+    advice = " ".join(fp32.recommendations)
     assert "torch.autocast('cuda', dtype=torch.bfloat16)" in advice and "Hopper" in advice

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from analyzer.analysis.findings import ranking_key
+from analyzer.analysis.owners import leading_class, ownership
 from analyzer.api import analyze
 from analyzer.planning.outcome import Report
 from tests import mechanism_fixtures as F
@@ -29,7 +30,8 @@ from tests.scenarios.matrix import SCENARIOS
 MATRIX = Path(__file__).parent / "data" / "matrix"
 EXTERNAL = SHARED / "external_traces"
 
-#: (trace, verdict, cause, confidence level, why). Imported profiler traces hold 1-5 steps: low confidence.
+#: (trace, verdict, cause, confidence level, why). Confidence follows the evidence (docs/idle-owners.md,
+#: "Confidence"): a 1-5-step capture of many device operations whose cause dominates reads medium or high.
 EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
     (
         "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
@@ -44,7 +46,8 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         "unknown",
         None,
         "low",
-        "CPU ops only, one step, no phase annotations: not healthy, but nothing attributes the time",
+        "CPU ops only: no GPU activity in the capture, one policy for every such capture (what it holds, what to "
+        "record)",
     ),
     (
         "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
@@ -56,18 +59,34 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         "batch_size projection (it used to promise 21.5 s), record more steps",
     ),
     (
+        "hta/df_index_resolver/df_index_resolver.json.gz",
+        "sync",
+        "exposed_communication",
+        "low",
+        "V100, 5 steps: launch-bound (~6 us kernels) plus all-reduce nothing overlaps; batch_size or sync (README); "
+        "the communication is a third of the step's lost time: low",
+    ),
+    (
         "hta/nccl_parser_config/nccl_data.json.gz",
         "batch_size",
         "launch_overhead",
-        "low",
+        "medium",
         "HTA: GPU idle 77.8%; the host dispatching and launching short kernels owns 69% of it; exposed NCCL time "
         "ranks second",
+    ),
+    (
+        "hta/negative_queue_length_values_check/rank0.json.gz",
+        "sync",
+        "host_sync",
+        "medium",
+        "A100, 5 steps: 454 of 693 ms of GPU idle in aten::to -> cudaMemcpyAsync device-to-host into pageable memory, "
+        "a blocking copy",
     ),
     (
         "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
         "kernels",
         "fp32_math",
-        "low",
+        "high",
         "HTA: compute 96.8% on a V100; 63% of kernel time is fp32 GEMM off the tensor cores",
     ),
     (
@@ -75,69 +94,124 @@ EXTERNAL_TABLE: tuple[tuple[str, str, str | None, str, str], ...] = (
         "sync",
         "exposed_communication",
         "low",
-        "HTA: GPU idle 53.6%; exposed all-reduce is 28% of the GPU timeline; the idle is owned by queued work, no "
-        "recorded host activity and dispatch (12% of the step): exposed communication is the largest fixable part",
+        "HTA: GPU idle 53.6%; exposed all-reduce is 28% of the GPU timeline; the idle is owned by queued work, "
+        "untraced host work and dispatch: exposed communication is the largest fixable part, a third of the time lost",
     ),
     (
         "hta/trace_compare/base/base.json.gz",
-        "unknown",
-        None,
-        "low",
-        "0.8 ms of kernels in a 111 ms step, but the GPU's idle gaps are not host waits or launch gaps (their kernels "
-        "were launched before the gap began): host_overhead's defining test fails, so say what to record",
+        "host",
+        "untraced",
+        "medium",
+        "0.8 ms of kernels in a 111 ms step, the GPU's idle in gaps no host call covers: host work the trace does "
+        "not show, with what to record to name it",
     ),
     (
         "hta/trace_compare/test/test.json.gz",
-        "unknown",
-        None,
-        "low",
-        "the same workload as base, the same failed defining test",
+        "host",
+        "untraced",
+        "medium",
+        "the same workload as base",
+    ),
+    (
+        "hta/trace_diff/control/control.json.gz",
+        "sync",
+        "exposed_communication",
+        "medium",
+        "A100, 6 steps: communication nothing overlaps, 18.6% of the window (README)",
+    ),
+    (
+        "hta/trace_diff/test/test.json.gz",
+        "kernels",
+        "fp32_math",
+        "high",
+        "V100, 6 steps, GPU 96% busy: elementwise 33%, communication 26%, GEMM 21%, memcpy 17% of kernel time "
+        "(README: kernels, or sync for the communication)",
     ),
     (
         "hta/trace_filter/sampled_rank-1.json.gz",
         "sync",
         "exposed_communication",
         "low",
-        "HTA: GPU idle 54.7%, owned by queued work (47%), no recorded host activity (36%) and dispatch (17%, 9% of "
-        "the step); exposed NCCL is 24% of the GPU timeline: the largest fixable part",
+        "HTA: GPU idle 54.7%, owned by queued work (47%), untraced host work (36%) and dispatch (17%); exposed NCCL "
+        "is 24% of the GPU timeline: the largest fixable part",
     ),
     (
         "hta/triton_example/triton_example.json.gz",
         "unknown",
         None,
         "low",
-        "one 13.3 s ProfilerStep#1 of a Triton example: the first steps (compilation), not the steady state; "
-        "record more steps",
+        "one 13.3 s ProfilerStep#1 holding one 1.8 us Triton kernel: too few idle intervals to say who holds the "
+        "idle; record more steps",
+    ),
+    (
+        "param/rtx2080ti_linear_kineto.json.gz",
+        "batch_size host",
+        None,
+        "high",
+        "RTX 2080 Ti, no step annotations: two cudaFree calls (context set-up) fill the first 995 ms, then 40 SGD "
+        "steps, host-bound (batch_size or host); the set-up reported apart",
     ),
     (
         "param/rtx2080ti_resnet_kineto.json.gz",
         "data_loading",
         "input_pipeline",
-        "low",
+        "medium",
         "ResNet on an RTX 2080 Ti: the DataLoader holds the step 41% of the time while the GPU idles",
     ),
     (
         "tracelens/b200_eager_trace.json.gz",
         "batch_size",
         "launch_overhead",
-        "low",
+        "medium",
         "eager mode on a B200: GPU busy 14%, 6 us kernels, the host cannot keep up",
     ),
     (
         "tracelens/h100_owlv2.json.gz",
         "data_loading",
         "input_pipeline",
-        "low",
-        "OWLv2 on an H100: DataLoader wait is 51% of the step with the GPU idle",
+        "medium",
+        "OWLv2 on an H100: DataLoader wait is 51% of the step with the GPU idle; the loader's fix runs on host "
+        "cores the trace did not read: at most medium",
+    ),
+    (
+        "tracelens/h100_timesformer.json.gz",
+        "host",
+        None,
+        "medium",
+        "H100 video inference, 1 step: 217.9 of 218 ms before the first kernel is VideoMAE preprocessing on the CPU",
+    ),
+    (
+        "tracelens/mi300_ddp_resnet18.json.gz",
+        "sync",
+        "allocator_churn",
+        "high",
+        "MI300X DDP, 5 iterations: hipFree 3.35 s over 1,360 calls spread through every iteration, 3.00 of 3.03 s of "
+        "GPU idle: allocator churn, not start-up",
     ),
     (
         "tracelens/mi300_resnet_act_checkpoint.json.gz",
         "sync",
         "exposed_communication",
-        "low",
+        "high",
         "ResNet with activation checkpointing on MI300X: 48% of the GPU timeline is communication nothing overlaps",
     ),
+    (
+        "tracelens/mi300_xdit_sd35.json.gz",
+        "batch_size",
+        "host_overhead",
+        "medium",
+        "MI300X diffusion inference, host-bound eager: batch_size or host (README)",
+    ),
 )
+#: Rows the timeline pass decides (the helper filling the set-up window and blocking by behaviour in ingest): they
+#: fail on the windows and owners ingest gives today, for the reason given.
+WAITS_ON_THE_TIMELINE: dict[str, str] = {
+    "param/rtx2080ti_linear_kineto.json.gz": "the 995 ms of context set-up before the first iteration is judged as "
+    "the one window until ingest cuts the set-up off (RunInfo.setup)",
+    "hta/negative_queue_length_values_check/rank0.json.gz": "the idle while the host sits in a pageable "
+    "cudaMemcpyAsync is owned by queued work (78% of it with the timeline pass merged), and idle owners of no class "
+    "lead to unknown (half B: reported, not tuned)",
+}
 
 
 #: Kineto fixtures of mechanisms seen in real GPU traces (mechanism_fixtures.py): (name, builder, verdict, cause, why).
@@ -166,10 +240,18 @@ FIXTURE_TABLE: tuple[tuple[str, Callable[[], dict[str, Any]], str, str | None, s
     (
         "device_work_after_the_last_step",
         F.tail_trace,
+        "host",
+        "untraced",
+        "the steps idle 70% in gaps no host call covers; the 158 ms fp32 GEMM the last one queued drains after them "
+        "(reported apart, not step time): the kernels finding comes second",
+    ),
+    (
+        "gpu_bound_after_its_graph_launches",
+        lambda: F.graph_launch_trace(fp32=True),
         "kernels",
         "fp32_math",
-        "30% busy over the steps (a 158 ms tail after them is left out); the host records nothing in the idle, so "
-        "no class owns it; the kernels the steps launched are 98% a 158 ms fp32 SIMT GEMM",
+        "item 8: 25 graph launches in 26 ms, then the GPU busy 99% for 150 ms on fp32 SIMT GEMMs: judged on the busy "
+        "time, the kernels, never the launch gap at the start",
     ),
     (
         "preprocessing_before_the_first_kernel",
@@ -187,11 +269,12 @@ FIXTURE_TABLE: tuple[tuple[str, Callable[[], dict[str, Any]], str, str | None, s
         "no class owns the idle",
     ),
     (
-        "a_single_warmup_step",
+        "a_single_step_of_untraced_host_work",
         F.single_step_trace,
-        "unknown",
-        None,
-        "item 6: one 42.9 s ProfilerStep#0 is warm-up: record more steps, no projection",
+        "host",
+        "untraced",
+        "item 6: one 42.9 s ProfilerStep#0 with no start-up work in it, the GPU idle 90% in gaps no host call "
+        "covers: host work the trace does not show, whatever the step's number",
     ),
 )
 
@@ -217,9 +300,13 @@ def check_integrity(report: Report) -> None:
     elif report.findings:
         assert report.bottleneck == report.findings[0].bottleneck
     keys = [ranking_key(f) for f in report.findings]
-    assert keys == sorted(keys, reverse=True)
+    assert keys[1:] == sorted(keys[1:], reverse=True)
+    if keys and keys[0] != max(keys):  # only the class the idle owners lead with goes first out of order
+        assert report.bottleneck == leading_class(ownership(report.metrics.kernels)), report.bottleneck
     for f in report.findings:
         assert f.supporting, f"{f.bottleneck}: a finding needs evidence that holds"
+        # one step-time basis per report: the mean of the analysed steps; no projection above it
+        assert f.projection.current_ms == pytest.approx(report.metrics.step_mean_ms)
         assert 0.0 <= f.share <= 1.0 and 0.0 <= f.projection.step_ms <= f.projection.current_ms * (1 + 1e-9)
         # a fix cannot save more of the step than the cause takes
         assert f.projection.saved_ms <= f.share * f.projection.current_ms * (1 + 1e-9), f.projection.rule
@@ -243,27 +330,33 @@ def test_recorded_scenarios_get_the_engineers_verdict(scenario):
     report = analyze(_matrix_path(scenario.name))
     got = (report.bottleneck, report.findings[0].cause if report.findings else None)
     assert got == (scenario.verdict, scenario.cause), f"{scenario.name}: {scenario.reason}"
-    # 40-300 steps each: enough evidence for the report to be sure of itself, and nothing against it
-    assert report.confidence.level == "high", report.confidence.reason
+    # 40-300 steps each: enough evidence for the report to be sure of itself, and nothing against it; a CPU run
+    # without readings of its host (these recordings have none) is at most medium: its contention is unknown
+    assert report.confidence.level == ("high" if report.host.sampled else "medium"), report.confidence.reason
+    assert report.host.sampled or "no readings of the host" in report.confidence.reason
     assert not (report.findings and report.findings[0].contrary), report.findings[0].contrary
     check_integrity(report)
 
 
-#: Traces where two findings save the same time at the slow end of their ranges (within a millisecond of
-#: hundreds): either verdict is the engineer's; the other must be the second finding.
-TIES: dict[str, set[tuple[str, str | None]]] = {}
+def _external_rows() -> list[Any]:
+    """The table's rows, those the timeline pass decides marked as expected to fail until it lands."""
+    return [
+        pytest.param(row, marks=pytest.mark.xfail(reason=WAITS_ON_THE_TIMELINE[row[0]], strict=False))
+        if row[0] in WAITS_ON_THE_TIMELINE
+        else row
+        for row in EXTERNAL_TABLE
+    ]
 
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
-@pytest.mark.parametrize("row", EXTERNAL_TABLE, ids=lambda r: r[0].rsplit("/", 1)[-1])
+@pytest.mark.parametrize("row", _external_rows(), ids=lambda r: r[0].rsplit("/", 1)[-1])
 def test_external_traces_get_the_engineers_verdict(row):
+    """``verdict``: the engineer's reading (several where it names several); ``cause`` None: any of the class's."""
     rel, verdict, cause, level, why = row
     report = analyze(EXTERNAL / rel)
-    got = (report.bottleneck, report.findings[0].cause if report.findings else None)
-    tied = TIES.get(rel, {(verdict, cause)})
-    assert got in tied, why
-    if len(tied) > 1:  # the tied one is the second finding
-        assert {(f.bottleneck, f.cause) for f in report.findings[:2]} == tied, why
+    assert report.bottleneck in verdict.split(), why
+    if report.bottleneck == "unknown" or cause is not None:
+        assert (report.findings[0].cause if report.findings else None) == cause, why
     assert report.confidence.level == level, report.confidence.reason
     check_integrity(report)
 
@@ -322,6 +415,14 @@ def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
     if want is None or report.metrics.gpu_util is None or report.metrics.accounting.warmup:
         pytest.skip("no ProfilerStep windows with device events, or warm-up steps skipped")
     assert report.metrics.gpu_util == pytest.approx(want, abs=5e-3)
+
+
+@pytest.mark.skipif(not (SHARED / "nsys_traces").is_dir(), reason="../shared/nsys_traces is absent")
+@pytest.mark.parametrize("name", sorted(p.name for p in (SHARED / "nsys_traces").glob("*.sqlite")))
+def test_every_shared_nsys_export_gets_a_verdict_with_integrity(name):
+    """Whatever the verdict (the engineers' readings are benchmarks/capture_verdicts.py's), what any verdict must
+    satisfy: no projection above the current step, one step-time basis, evidence that holds."""
+    check_integrity(analyze(SHARED / "nsys_traces" / name))
 
 
 def test_the_table_covers_every_external_trace():

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.contention import contended_confidence, contention
-from analyzer.analysis.findings import Confidence, Finding, ranking_key
+from analyzer.analysis.findings import Confidence, Finding
 from analyzer.analysis.fixes import BatchFix
 from analyzer.analysis.left_out import cause_part, owned_left_out_ms
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.rules import Context, Verdict, classify
+from analyzer.analysis.rules import Context, Verdict, classify, led
 from analyzer.analysis.rules.rule import confidence_level
 from analyzer.analysis.spikes import spike_finding
 from analyzer.analysis.stability import Stability, stability
@@ -50,8 +50,14 @@ FIX_ON_HOST: dict[str, str] = {
 }
 
 
+#: Causes whose fix runs on the device whatever their class's (FIX_ON_HOST): copies kept on it or overlapped.
+FIX_ON_DEVICE: frozenset[tuple[str, str]] = frozenset({("data_loading", "copies")})
+
+
 def cpu_side(f: Finding, gpu: bool) -> bool:
     """A finding whose fix is CPU work on the host's cores (loading, host time, CPU-run steps)."""
+    if (f.bottleneck, f.cause) in FIX_ON_DEVICE:
+        return False
     where = FIX_ON_HOST[f.bottleneck]
     return where == "always" or (where == "cpu_runs" and not gpu)
 
@@ -68,7 +74,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
     spikes = spike_finding(ctx, full, steady)
     if spikes is not None:  # widened alike, so the ranking compares like with like
         findings.append(_finish(ctx, spikes, 0.0, full.step_mean_ms, stab, steady.spread))
-    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
+    ranked = led(ctx, findings)
     if ranked:
         top = ranked[0]
         if top.bottleneck != verdict.bottleneck:
@@ -78,6 +84,7 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
         verdict = Verdict(top.bottleneck, conf, ranked, verdict.health)
     else:
         verdict = dataclasses.replace(verdict, confidence=_stable(verdict.confidence, stab.value))
+    verdict = _unread_host(ctx, verdict)
     contended = contention(ctx.host, ctx.run)
     if contended is None:
         return Judged(verdict, stab, _notes(steady))
@@ -88,6 +95,20 @@ def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:
         ranked = (dataclasses.replace(ranked[0], confidence=conf), *ranked[1:])
     verdict = Verdict(verdict.bottleneck, conf, ranked, verdict.health)
     return Judged(verdict, stab, (contended.line(), *_notes(steady)))
+
+
+def _unread_host(ctx: Context, verdict: Verdict) -> Verdict:
+    """No high confidence without readings of the host (issue #37): unread, it is taken as idle, so a CPU run's
+    verdict, or one whose fix runs on the host's cores, is at most medium."""
+    top = verdict.findings[0] if verdict.findings else None
+    if ctx.host.sampled or (ctx.gpu and (top is None or not cpu_side(top, ctx.gpu))):
+        return verdict
+    why = "no readings of the host (a run shorter than the sampler's first, or an imported trace): its load is unknown"
+    conf = _capped(verdict.confidence, math.nextafter(T.CONFIDENCE_HIGH, 0.0), why)
+    if top is not None and top.confidence == verdict.confidence:
+        top = dataclasses.replace(top, confidence=conf)
+        return Verdict(verdict.bottleneck, conf, (top, *verdict.findings[1:]), verdict.health)
+    return dataclasses.replace(verdict, confidence=conf)
 
 
 def _back(f: Finding, delta: float, full: StepMetrics, steady: SteadyState) -> float:

@@ -6,6 +6,7 @@ never holds every rank's statistics at once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536
+#: User frames kept (KernelStats.owner_frames summed over the steps), most idle first.
+MAX_FRAMES = 64
 #: Steps (per rank) whose idle owners are kept one by one for the report (JSON, the HTML bar): the first by step.
 MAX_STEP_OWNERS = 256
 _BATCH = msgspec.json.Decoder(list[S.KernelStats])
@@ -93,6 +96,8 @@ class KernelMetrics(KernelSums):
     """Those steps whose idle owners were measured (KernelStats.owners)."""
     step_owners: tuple[StepOwners, ...] = ()
     """The first MAX_STEP_OWNERS of them by step number, then rank."""
+    owner_frames: tuple[tuple[str, str, float], ...] = ()
+    """(owner, user frame ``file:line function``, idle ms over those steps), most first (KernelStats.owner_frames)."""
 
     def share_of_kernel_time(self, category: str) -> float:
         total = sum(self.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
@@ -119,6 +124,8 @@ class KernelPartial(KernelSums):
     owned_steps: int = 0
     step_owners: tuple[StepOwners, ...] = ()
     """The rank's first MAX_STEP_OWNERS steps with idle owners, by step number."""
+    frames: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Idle ms per (owner, user frame) over the rank's steps (KernelStats.owner_frames)."""
 
 
 def _stats(texts: list[str]) -> list[S.KernelStats]:
@@ -203,6 +210,9 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     if len(blocking) > MAX_NAMES_PER_RANK:
         blocking = dict(sorted(blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
     startup = _startup_steps(steps, rank, walls, stats)
+    frames: Counter[tuple[str, str]] = Counter()
+    for st in stats:  # a step names each (owner, frame) once
+        frames.update({(f.owner, f.frame): f.ms for f in st.owner_frames})
     return KernelPartial(
         steps=len(texts),
         totals_ms=totals,
@@ -215,7 +225,14 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
         startup_detail=tuple(startup[:FEW_STEPS]),
         owned_steps=sum(1 for st in stats if st.owners),
         step_owners=tuple(_step_owners(steps, rank, walls, stats)),
+        frames=frames,
     )
+
+
+def _frames(parts: Sequence[KernelPartial]) -> tuple[tuple[str, str, float], ...]:
+    """The MAX_FRAMES (owner, frame, ms) with the most idle, the ranks together."""
+    summed: Counter[tuple[str, str]] = sum((Counter(p.frames) for p in parts), Counter())
+    return tuple((o, f, ms) for (o, f), ms in summed.most_common(MAX_FRAMES) if ms > 0)
 
 
 def _blocking_rank(kv: tuple[tuple[str, str, str], list[float]]) -> tuple[float, float]:
@@ -259,6 +276,7 @@ def combine_kernels(parts: Sequence[KernelPartial], median_us: float | None) -> 
         step_owners=tuple(
             sorted((s for p in parts for s in p.step_owners), key=lambda s: (s.step, s.rank))[:MAX_STEP_OWNERS]
         ),
+        owner_frames=_frames(parts),
     )
 
 

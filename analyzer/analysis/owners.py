@@ -1,14 +1,18 @@
 """The idle owners of the analysed steps (ingest/idle_owners.py), summed, and what the rules read from them.
 
 A verdict on a trace with a GPU timeline follows from who owned the GPU's idle time: each bottleneck class has
-an owner (or owners) as its defining test, and idle time no class owns (``queued``, ``host_idle``,
+an owner (or owners) as its defining test, and idle time no class owns (``queued``, start-up work,
 ``graph_capture``) is said as such, never handed to the nearest class (docs/idle-owners.md).
+
+``queued`` has none: by the stream semantics (cudaStreamWaitEvent) a device idle with work launched waits on
+something it is not running (another device, process or rank), which no timeline of its own names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.analysis import thresholds as T
 from analyzer.analysis.kernel_metrics import KernelMetrics
 from gpuanalyze.ingest import schema as S
 
@@ -24,7 +28,7 @@ OWNER_CLASS: dict[str, tuple[str, str] | None] = {
     "collective": ("sync", "collective_wait"),
     "launch": ("batch_size", "launch_overhead"),
     "cpu_ops": ("host", "cpu_work"),
-    "host_idle": None,
+    "host_idle": ("host", "untraced"),
     "queued": None,
 }
 #: What each owner is, in words (evidence, the terminal, the report).
@@ -39,7 +43,7 @@ OWNER_WORDS: dict[str, str] = {
     "collective": "host waiting in a collective",
     "launch": "host dispatching and launching kernels",
     "cpu_ops": "CPU ops that launch no GPU work",
-    "host_idle": "no recorded host activity (Python between ops, or unrecorded waits)",
+    "host_idle": "host work the trace does not show (no host call covers the gap)",
     "queued": "work queued but waiting on a dependency (events, other streams)",
 }
 
@@ -72,6 +76,17 @@ class IdleOwnership:
         """The top owners as 'owner ms/step (share of idle)'."""
         parts = [f"{o} {ms:.3g} ms/step ({ms * self.steps / self.idle_ms:.0%} of idle)" for o, ms in self.top(n)]
         return ", ".join(parts) if self.idle_ms > 0 else "no idle time"
+
+
+def leading_class(owners: IdleOwnership | None) -> str | None:
+    """The class (``unknown``: owners of none) whose owners hold DOMINATES of a GPU idle DOMINATES of the step."""
+    if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.DOMINATES.value * owners.wall_ms:
+        return None
+    held = dict.fromkeys((c[0] if c else "unknown" for c in OWNER_CLASS.values()), 0.0)
+    for o in S.IDLE_OWNERS:
+        held[(OWNER_CLASS[o] or ("unknown",))[0]] += owners.ms[o]
+    top = max(held, key=held.__getitem__)
+    return top if held[top] >= T.DOMINATES.value * owners.idle_ms else None
 
 
 def owned_consistency(km: KernelMetrics | None, owners: tuple[str, ...], threshold: float) -> float | None:

@@ -47,6 +47,11 @@ PER_STEP_FIXED = Threshold(
 )
 
 # -- the GPU --
+DOMINATES = Threshold(
+    0.50,
+    OURS + ": one kind of time holding half of a total or more holds more of it than all others together (idle of "
+    "the step, one class's idle owners of the idle, copies or communication of the GPU's busy time)",
+)
 GPU_HEALTHY = Threshold(0.90, OURS + ": a GPU busy >= 90% of the step leaves < 10% to win by feeding it better")
 GPU_UTIL_LOW = Threshold(0.50, TB_PLUGIN + " flags GPU utilization < 50%")
 IDLE_MODERATE = Threshold(0.05, OURS + ": GPU idle not explained by data wait or sync (launch and host overhead)")

@@ -202,27 +202,6 @@ def gpu_busy(s: StepSeries) -> go.Figure | None:
     )
 
 
-def idle_causes(report: Report) -> go.Figure | None:
-    km = report.metrics.kernels
-    if km is None or not km.steps:
-        return None
-    t = km.totals_ms
-    labels = ["host wait (sync, data)", "kernel launch gaps", "other"]
-    values = [t["idle_host_wait_ms"] / km.steps, t["idle_launch_ms"] / km.steps, t["idle_other_ms"] / km.steps]
-    fig = go.Figure(
-        go.Bar(
-            x=values,
-            y=labels,
-            orientation="h",
-            marker_color=["#f28e2b", "#e15759", "#bab0ac"],
-            hovertemplate="%{y}: %{x:.3f} ms per step<extra></extra>",
-        )
-    )
-    return _layout(
-        fig, f"Why the GPU idles (ms per step, {km.steps:,} step(s) with kernel statistics)", 260, xaxis_title="ms"
-    )
-
-
 def idle_owners(report: Report) -> go.Figure | None:
     """Who owned the GPU's idle time, step by step (the first MAX_STEP_OWNERS steps and ranks), stacked."""
     km = report.metrics.kernels
@@ -401,7 +380,6 @@ def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> 
         "steps": step_time(data.steps, report),
         "distribution": distribution(data.distribution),
         "gpu": gpu_busy(data.steps),
-        "idle": idle_causes(report),
         "owners": idle_owners(report),
         "kernels": kernel_categories(report),
     }

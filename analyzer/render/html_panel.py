@@ -155,6 +155,7 @@ def run_facts(report: Report) -> str:
         ("run", f'<span class="{cls}">{h(sentence)}</span>'),
         ("steps", h(words.accounting(report))),
         ("step time", h(words.step_time(report))),
+        *((label, h(line)) for label, line in words.outside(report)),
     ]
     if m.samples_per_s:
         rows.append(("throughput", f"{m.samples_per_s:,.0f} samples/s"))
@@ -216,7 +217,7 @@ def kernel_table(report: Report) -> str:
     if km is not None:
         rows.append(("kernels (median duration)", f"{km.kernel_count:,} ({km.kernel_median_us or 0:.1f} us)"))
         rows.append(("steps with kernel statistics", f"{km.steps:,}"))
-        rows.append(("blocking sync API time", f"{km.totals_ms['sync_api_ms']:.2f} ms"))
+        rows += [(f"idle: {h(owner)}", h(line)) for owner, line in words.idle_owners(report)]
     out = facts(rows) if rows else ""
     if km is not None and km.top_kernels:
         out += "<h4>Top kernels</h4>" + table(

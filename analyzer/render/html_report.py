@@ -132,10 +132,9 @@ def render_html(report: Report, source: ChartData | Trace, *, comparison: Compar
             _chart(divs, "steps") + _chart(divs, "distribution") + panel.outlier_table(data.distribution),
         ),
     ]
-    gpu = _chart(divs, "gpu") + f'<div class="row">{_chart(divs, "idle")}{_chart(divs, "kernels")}</div>'
-    gpu += _chart(divs, "owners")
+    gpu = _chart(divs, "gpu") + _chart(divs, "owners") + _chart(divs, "kernels")
     kernel_facts = panel.kernel_table(report)
-    if "gpu" in divs or "idle" in divs or "owners" in divs or kernel_facts:
+    if "gpu" in divs or "owners" in divs or kernel_facts:
         sections.append(("gpu", "GPU", gpu + kernel_facts))
     if data.heatmap is not None:
         sections.append(

@@ -84,6 +84,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "findings": [_finding(f, report.metrics.batch_samples) for f in report.findings],
         "health": [_evidence(e) for e in report.health],
         "step_time_mean_ms": _num(m.step_mean_ms),
+        "step_time_basis": "step_time_mean_ms",
         "cost": _cost(report),
         "mfu": None
         if report.mfu is None
@@ -211,6 +212,7 @@ def _idle_owners(report: Report) -> dict[str, Any] | None:
                 "share_of_step": _num(owners.share(o)),
                 "share_of_idle": _num(owners.ms[o] / owners.idle_ms if owners.idle_ms > 0 else 0.0),
                 "what": OWNER_WORDS[o],
+                "frames": [{"frame": f, "ms_per_step": _num(t / km.steps, 4)} for w, f, t in km.owner_frames if w == o],
             }
             for o in S.IDLE_OWNERS
         ],

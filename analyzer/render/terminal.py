@@ -15,7 +15,6 @@ from rich.text import Text
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
-from analyzer.analysis.owners import ownership
 from analyzer.planning.outcome import Report
 from analyzer.planning.settling_trial import settling_trial, too_wide
 from analyzer.render import words
@@ -94,6 +93,7 @@ def _header(report: Report) -> RenderableType:
         *((("stability", text(st)),) if (st := words.stability(report)) else ()),
         ("steps", Text(words.accounting(report))),
         ("step time", Text(words.step_time(report))),
+        *((label, text(line)) for label, line in words.outside(report)),
     ]
     rate = []
     if m.samples_per_s:
@@ -217,23 +217,13 @@ def _kernel_section(report: Report) -> RenderableType | None:
         table.add_row("compute / non-compute (HTA)", f"{gpu.compute_pct:.1f}% / {gpu.non_compute_pct:.1f}%")
     if km is not None:
         t = km.totals_ms
-        table.add_row(
-            "idle: host wait / launch / other",
-            f"{t['idle_host_wait_ms']:.2f} / {t['idle_launch_ms']:.2f} / {t['idle_other_ms']:.2f} ms",
-        )
-        owners = ownership(km)
-        if owners is not None:
-            table.add_row("idle owners (ms per step)", owners.words(4))
+        for owner, line in words.idle_owners(report):
+            table.add_row(text("idle: " + owner), text(line))
+        split = f"{t['compute_ms']:.2f} / {t['comm_exposed_ms']:.2f} / {t['copy_busy_ms']:.2f} ms"
+        table.add_row("busy: compute / communication alone / copies alone", split)
         table.add_row("kernels (median duration)", f"{km.kernel_count} ({km.kernel_median_us or 0:.1f} us)")
         shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
         table.add_row("kernel time by category", ", ".join(f"{c} {v:.0%}" for c, v in shares if v >= 0.01))
-        if t["communication_ms"] > 0 and t["gpu_span_ms"] > 0:
-            table.add_row(
-                "communication with no compute alongside",
-                f"{min(1.0, t['comm_exposed_ms'] / t['communication_ms']):.0%} of it, "
-                f"{t['comm_exposed_ms'] / t['gpu_span_ms']:.1%} of the GPU timeline",
-            )
-        table.add_row("blocking sync API time", f"{t['sync_api_ms']:.2f} ms")
         for name, total, count in km.top_kernels[:3]:
             table.add_row(Text("top: ") + text(shorten(short_name(name, 1 << 16), 40)), f"{total:.2f} ms x{count}")
     return table

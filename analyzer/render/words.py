@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
+from analyzer.analysis.owners import ownership
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
 from analyzer.planning.outcome import Report
@@ -134,6 +135,30 @@ def step_time(report: Report) -> str:
         f"median {m.step_median_ms:.2f} ms, p90 {m.step_p90_ms:.2f} ms (analysed steps); "
         f"mean {m.step_mean_ms:.2f} ms{slowest}, which the projections and cost use"
     )
+
+
+def outside(report: Report) -> list[tuple[str, str]]:
+    """('set-up' | 'teardown', what it held): the capture outside its steps (RunInfo.setup/teardown), not judged."""
+    out = []
+    for label, part in (("set-up", report.run.setup), ("teardown", report.run.teardown)):
+        if part is not None and part.ms > 0:
+            what = ", ".join(f"{p.name} {p.ms:,.3g} ms" + (f" x{p.count}" * (p.count > 1)) for p in part.parts[:4])
+            out.append((label, f"{part.ms:,.4g} ms outside the steps, not judged" + (f": {what}" if what else "")))
+    return out
+
+
+def idle_owners(report: Report, n: int = 4) -> list[tuple[str, str]]:
+    """(owner, 'ms per step (share of idle); at the user's frame ms per step') for the top ``n`` idle owners."""
+    km = report.metrics.kernels
+    owners = ownership(km)
+    if owners is None or km is None or owners.idle_ms <= 0:
+        return []
+    out = []
+    for o, ms in owners.top(n):
+        line = f"{ms:.3g} ms per step ({ms * owners.steps / owners.idle_ms:.0%} of the idle)"
+        frames = [f"{f} {t / km.steps:.3g} ms" for who, f, t in km.owner_frames if who == o][:2]
+        out.append((o, line + (f"; at {'; '.join(frames)}" if frames else "")))
+    return out
 
 
 def confidence(c: Confidence) -> str:

@@ -14,19 +14,19 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.aggregate import number
 from analyzer.analysis.findings import Bottleneck, Confidence, Evidence, Finding, ranking_key
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import OWNER_CLASS
+from analyzer.analysis.owners import OWNER_CLASS, OWNER_WORDS, leading_class
 from analyzer.analysis.rules.batch_size import BatchSize
 from analyzer.analysis.rules.data_loading import DataLoading
 from analyzer.analysis.rules.host import Host
 from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
-from analyzer.analysis.rules.rule import Context, Rule, confidence_level, step_scale
+from analyzer.analysis.rules.rule import TIMELINE_CAUSES, Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, blocked_share, exposed_comm_share
 from analyzer.analysis.rules.warmup import warmup_why
 from gpuanalyze.ingest import schema as S
 
 RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
 
-__all__ = ["RULES", "Context", "Verdict", "classify", "health"]
+__all__ = ["RULES", "Context", "Verdict", "classify", "health", "led"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,44 +112,67 @@ def _healthy_confidence(m: StepMetrics, gpu: bool) -> Confidence:
     else:
         ok = ok & (steps.get_column(S.OTHER_MS) < T.HOST_MODERATE.value)
     consistency = number(ok.mean() or 0.0) if steps.height else 0.0
-    scale, why = step_scale(consistency, m.steps, "healthy on ")
+    ops = m.kernels.kernel_count if gpu and m.kernels is not None else 0  # a busy timeline's operations are evidence
+    scale, why = step_scale(consistency, max(m.steps, ops), "healthy on ")
+    why = f"healthy on {consistency:.0%} of {m.steps} step(s), {ops:,} device operations" if ops > m.steps else why
     value = round(consistency * scale, 3)
     return Confidence(value, confidence_level(value), why)
 
 
-#: What idle time no bottleneck class owns means, and what settles it.
-_UNOWNED_WHY: dict[str, str] = {
-    "queued": "the GPU waits with work already launched (on events, other streams or a graph's own edges, or on "
-    "another rank's collective): record all streams and ranks, with_stack=True, to see what it waits on",
-    "host_idle": "the host records nothing while the GPU waits (Python between ops, or a wait the profiler does "
-    "not see): record with with_stack=True, or wrap the code in record_function / prof.data()",
-    "graph_capture": "CUDA graph capture: launches recorded, nothing run",
-    "compilation": "compilation",
-    "module_loading": "module loading on first launches",
-    "device_setup": "device set-up",
-}
+#: What idle work queued on a dependency means, and what settles it (the other owners of no class: OWNER_WORDS).
+_QUEUED = "the GPU waits with work launched, on something it is not running (another device, process or rank, its "
+_QUEUED += "own scheduling): record every stream and rank to see what"
 
 
-def _unowned(ctx: Context) -> str | None:
+def _unowned(ctx: Context, findings: list[Finding]) -> str | None:
     """On a measured GPU timeline, when the idle time's largest owner is one no bottleneck class owns (work queued
-    on a dependency, a host that records nothing, start-up work), why the verdict is unknown; None otherwise."""
+    on a dependency, start-up work) and no rule fires, or when such owners lead (analysis.owners.leading_class), why
+    the verdict is unknown, naming what else was found; None otherwise."""
     owners = ctx.owners
     if owners is None or owners.idle_ms <= 0:
         return None
-    top = max(S.IDLE_OWNERS, key=lambda o: owners.ms[o])
-    if OWNER_CLASS[top] is not None:
+    top = max((o for o in S.IDLE_OWNERS if OWNER_CLASS[o] is None), key=lambda o: owners.ms[o])
+    led = leading_class(owners) == "unknown"
+    if not led and (findings or OWNER_CLASS[max(S.IDLE_OWNERS, key=lambda o: owners.ms[o])] is not None):
         return None
+    also = "; ".join(f"{f.bottleneck}/{f.cause} ({f.share:.0%} of the step)" for f in findings)
     return (
         f"not healthy: the GPU idles {1.0 - (ctx.m.gpu_util or 0.0):.0%} of the step and no bottleneck class owns "
-        f"most of it; idle owners: {owners.words()}; {_UNOWNED_WHY.get(top, top)}"
+        f"most of it; idle owners: {owners.words()}; {_QUEUED if top == 'queued' else OWNER_WORDS[top]}"
+        + (f"; besides, the rules find {also}" if also else "")
     )
 
 
+def led(ctx: Context, findings: list[Finding]) -> tuple[Finding, ...]:
+    """The findings in the one ranking (ranking_key), the class the idle owners lead with first (leading_class)."""
+    ranked = sorted(findings, key=ranking_key, reverse=True)
+    cls = leading_class(ctx.owners)
+    first = [f for f in ranked if f.bottleneck == cls][:1]
+    return (*first, *(f for f in ranked if f not in first))
+
+
+def _led_rule(ctx: Context, findings: list[Finding]) -> str | None:
+    """Why the verdict is unknown when the class the idle owners lead with has no finding; None otherwise."""
+    cls, owners = leading_class(ctx.owners), ctx.owners
+    if cls is None or cls == "unknown" or owners is None or any(f.bottleneck == cls for f in findings):
+        return None
+    rule = next(r for r in RULES if r.bottleneck == cls)
+    why = rule.rejected(ctx) or "projects no fix that saves time"
+    return f"not healthy: {cls}'s idle owners hold most of the GPU's idle ({owners.words()}), but its rule {why}"
+
+
 def _unrecorded(ctx: Context) -> str | None:
-    """A trace with launch calls but no device activity: the GPU's work was not recorded, so neither a GPU nor a
-    CPU-only verdict can be read from it."""
-    if ctx.run.unrecorded_device:
-        return ctx.run.unrecorded_device
+    """A capture of a GPU run without its device activity (launch calls without kernels, an export without CUDA
+    tables, CPU ops only where the trace names the GPU): no verdict, what it holds and what to record; one policy."""
+    run = ctx.run
+    if run.unrecorded_device:
+        return run.unrecorded_device
+    if run.source is not None and not ctx.gpu and not run.unrecorded_launches and (run.gpu_name or run.gpu_count):
+        return (
+            f"no GPU activity in the capture of a run on {run.gpu_name or 'a GPU'}: it holds CPU ops only "
+            f"({ctx.m.steps} step(s) of {ctx.wall:.3g} ms), so no verdict is read from it; record with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        )
     calls = ctx.run.unrecorded_launches
     if not calls:
         return None
@@ -159,6 +182,30 @@ def _unrecorded(ctx: Context) -> str | None:
     )
 
 
+def _found(ctx: Context, healthy: bool) -> tuple[Finding, ...] | str:
+    """The findings, ranked (``led``); or why the verdict is unknown (owners of no class lead, the leading class's
+    rule cannot stand, no idle interval to read owners from)."""
+    findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
+    unowned = None if healthy and not findings else _unowned(ctx, findings)
+    if unowned is not None:
+        return unowned
+    lead = _led_rule(ctx, findings)
+    if lead is not None:
+        return lead
+    if not findings and not healthy:
+        relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
+        findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
+    ranked, km = led(ctx, findings), ctx.m.kernels
+    if ranked and km is not None and km.kernel_count < 2 and (ranked[0].bottleneck, ranked[0].cause) in TIMELINE_CAUSES:
+        # who held the idle is read from intervals between device operations: with one or none there is none
+        return (
+            f"too little device work to say who holds the GPU's idle: {km.kernel_count} device operation(s) in "
+            f"{km.steps} step(s) of {ctx.wall:,.4g} ms, no idle interval between two of them; record more steps of "
+            f"the {ctx.loop}, e.g. torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)"
+        )
+    return ranked
+
+
 def classify(ctx: Context) -> Verdict:
     unrecorded = _unrecorded(ctx)
     if unrecorded is not None:  # no health tests either: none can be read from a trace that lost its GPU work
@@ -166,16 +213,11 @@ def classify(ctx: Context) -> Verdict:
     warmup = warmup_why(ctx)
     if warmup is not None:
         return Verdict("unknown", Confidence(0.0, "low", warmup), (), health(ctx))
-    findings = [f for rule in RULES if (f := rule.evaluate(ctx)) is not None]
     tests = health(ctx)
     healthy = all(e.passed for e in tests)
-    if not findings and not healthy:
-        unowned = _unowned(ctx)
-        if unowned is not None:
-            return Verdict("unknown", Confidence(0.0, "low", unowned), (), tests)
-        relaxed = [f for rule in RULES if (f := rule.evaluate(ctx, relaxed=True)) is not None]
-        findings = sorted(relaxed, key=lambda f: f.share, reverse=True)[:1]
-    ranked = tuple(sorted(findings, key=ranking_key, reverse=True))
+    ranked = _found(ctx, healthy)
+    if isinstance(ranked, str):
+        return Verdict("unknown", Confidence(0.0, "low", ranked), (), tests)
     if ranked:
         return Verdict(ranked[0].bottleneck, ranked[0].confidence, ranked, tests)
     if not healthy:

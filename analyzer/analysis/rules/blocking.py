@@ -1,6 +1,6 @@
 """Where the host blocks: the (op, caller, call) with the most blocked time, in words, and what to change there.
 
-Used by the sync rule's summary and advice (kernel statistics' blocking groups, pageable copies).
+Used by the sync rule's summary and advice (kernel statistics' blocking groups).
 """
 
 from __future__ import annotations
@@ -62,34 +62,11 @@ def blocking_site_advice(ctx: Context) -> list[str]:
     site = blocking_site(ctx)
     if b is None or site is None:
         return []
+    fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
     if b.call.startswith(BLOCKING_COPY_PREFIXES) or b.op in _READ_OPS:
-        fix = (
-            "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
-            "with non_blocking=True and wait on an event only where it is used"
-        )
-    else:
-        fix = "drop the synchronize from the loop or run it every N steps (time with CUDA events instead)"
+        t = ctx.m.kernels.totals_ms if ctx.m.kernels is not None else {}
+        pageable = t.get("memcpy_pageable_ms", 0) > 0 and t.get("memcpy_d2h_ms", 0) > 0
+        fix = "a device-to-host copy into pageable memory returns once all queued work ran: " if pageable else ""
+        fix += "read the value every N steps (keep it on the device until then), or copy it into a pinned buffer "
+        fix += "with non_blocking=True and wait on an event only where it is used"
     return [f"{site[0].upper()}{site[1:]}: {fix}."]
-
-
-def pageable_copy_advice(ctx: Context) -> list[str]:
-    """What to change when the host waits in copies to or from pageable memory (kernel statistics say so)."""
-    km = ctx.m.kernels
-    if km is None or km.totals_ms["memcpy_pageable_ms"] <= 0:
-        return []
-    t = km.totals_ms
-    recs = []
-    if t["memcpy_d2h_ms"] > 0:
-        recs.append(
-            "The host waits in cudaMemcpyAsync device-to-host into pageable memory (tensor.to('cpu'), .item(), "
-            ".tolist(), typically under aten::to / aten::_local_scalar_dense): each call returns only after "
-            "everything queued before it ran. Read fewer values back per step (keep metrics on the device, read "
-            "every N steps); copy into a pinned buffer with non_blocking=True and synchronise on an event only "
-            "where the value is used."
-        )
-    if t["memcpy_h2d_ms"] > 0:
-        recs.append(
-            "Host-to-device copies come from pageable memory (the host stages and waits): DataLoader(pin_memory="
-            "True) and .to(device, non_blocking=True)."
-        )
-    return recs

@@ -1,4 +1,7 @@
-"""data_loading: each step waits for its input batch while the GPU (or the CPU compute) idles.
+"""data_loading: each step waits for its input batch while the GPU (or the CPU compute) idles, or the GPU's busy
+time is mostly host<->device copies (``copies``: KernelStats.copy_busy_ms). Only copies from page-locked memory
+overlap kernels; pageable ones are staged and synchronous (CUDA C++ Programming Guide, "Asynchronous Concurrent
+Execution"): data kept on the device, pinned memory with non_blocking, fewer larger copies are the fix.
 
 The projection charges what the fix costs. DataLoader workers overlap loading with compute, but
 every batch is handed over between processes: the training process pays WORKER_MAIN_COST_MS per
@@ -98,11 +101,23 @@ class DataLoading(Rule):
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "input_pipeline": ("data_wait_share", "gpu_idle_share"),
         "cpu_bound_loading": ("data_wait_share", "gpu_idle_share"),
+        "copies": ("copy_share_of_busy", "copy_share"),
     }
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:
         share = ctx.own_share(S.DATA_WAIT_MS)
-        if share < (T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value):
+        floor = T.RELAXED if relaxed else T.DATA_WAIT_MODERATE.value
+        of_busy, copies = copy_shares(ctx)
+        if copies >= floor and copies > share and of_busy >= (T.RELAXED if relaxed else T.DOMINATES.value):
+            return Detection(
+                cause="copies",
+                share=copies,
+                consistency=1.0,
+                evidence_steps=ctx.m.kernels.steps if ctx.m.kernels is not None else ctx.m.steps,
+                summary=f"Copies between host and device fill {copies:.0%} of the GPU's time ({of_busy:.0%} of its "
+                f"busy time, {ctx.ms(copies):.2f} ms of a {ctx.wall:.2f} ms step): the GPU mostly moves data.",
+            )
+        if share < floor:
             return None
         data = ctx.ms(share)
         plan = worker_plan(ctx, data)
@@ -122,6 +137,8 @@ class DataLoading(Rule):
         )
 
     def evidence(self, ctx: Context, d: Detection) -> tuple[Evidence, ...]:
+        if d.cause == "copies":
+            return _copy_evidence(ctx)
         threshold = T.DATA_WAIT_HIGH if d.share >= T.DATA_WAIT_HIGH.value else T.DATA_WAIT_MODERATE
         ev = [Evidence("data_wait_share", d.share, threshold.value, ">=", "fraction of step time", threshold.source)]
         if ctx.gpu:
@@ -165,6 +182,16 @@ class DataLoading(Rule):
         return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
+        if d.cause == "copies":
+            copies = ctx.ms(d.share)
+            return bounded(
+                ctx,
+                ctx.wall - copies,
+                "the step without its copies",
+                {"the GPU's other work": max(0.0, ctx.busy - copies)},
+                f"step {ctx.wall:.2f} ms minus {copies:.2f} ms of GPU time filled only by host<->device copies, if "
+                "the data stayed on the device or its copies overlapped compute (pinned memory, non_blocking)",
+            )
         data = ctx.ms(d.share)
         compute = ctx.wall - data
         limits = {"the compute path": compute}
@@ -207,6 +234,8 @@ class DataLoading(Rule):
         )
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause == "copies":
+            return _COPY_ADVICE + ((_PAGEABLE,) if _pageable(ctx) else ())
         fix = p.fix
         workers = fix.workers if isinstance(fix, WorkerFix) else None
         current = ctx.end.loader_workers if ctx.end is not None else None
@@ -241,6 +270,50 @@ class DataLoading(Rule):
             ("Move augmentation to the GPU (e.g. torchvision.transforms.v2 on device tensors).", True),
         ]
         return gpu_only(ctx, recs)
+
+
+def copy_shares(ctx: Context) -> tuple[float, float]:
+    """(host<->device copies' time alone on the GPU over its busy time, over the steps' time): the busy time only
+    copies and memsets fill (KernelStats.copy_busy_ms), the part of it host<->device copies take; 0 without it."""
+    km = ctx.m.kernels
+    if km is None or not ctx.gpu:
+        return 0.0, 0.0
+    t = km.totals_ms
+    moved = t["memcpy_ms"] + t["memset_ms"]
+    if moved <= 0 or t["gpu_busy_ms"] <= 0 or km.wall_ms <= 0:
+        return 0.0, 0.0
+    alone = t["copy_busy_ms"] * min(1.0, (t["memcpy_h2d_ms"] + t["memcpy_d2h_ms"]) / moved)
+    return min(1.0, alone / t["gpu_busy_ms"]), min(1.0, alone / km.wall_ms)
+
+
+def _pageable(ctx: Context) -> bool:
+    km = ctx.m.kernels
+    return km is not None and km.totals_ms["memcpy_pageable_ms"] > 0
+
+
+def _copy_evidence(ctx: Context) -> tuple[Evidence, ...]:
+    of_busy, copies = copy_shares(ctx)
+    return (
+        Evidence(
+            "copy_share_of_busy", of_busy, T.DOMINATES.value, ">=", "fraction of GPU-busy time", T.DOMINATES.source
+        ),
+        Evidence(
+            "copy_share", copies, T.DATA_WAIT_MODERATE.value, ">=", "fraction of step time", T.DATA_WAIT_MODERATE.source
+        ),
+    )
+
+
+_COPY_ADVICE = (
+    "Keep the data on the device: move the model, its inputs and its buffers to the GPU once, outside the loop, and "
+    "read results back every N steps, not every step.",
+    "Copy from pinned memory and let it overlap compute: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+    ".to(device, non_blocking=True).",
+    "Make fewer, larger copies: batch small tensors into one buffer before copying (each copy pays a fixed cost).",
+)
+_PAGEABLE = (
+    "These copies use pageable host memory: the driver stages them through a pinned buffer and the host waits; "
+    "pinned memory removes the staging and lets them run beside kernels."
+)
 
 
 def _background(cpu: float | None) -> str:

@@ -2,10 +2,10 @@
 or sync): a batch function that is not a DataLoader, logging, checkpointing, evaluation.
 
 gpuanalyze cannot see what this time is, so the finding says so and says where to look; its
-projection (the step without it) is an upper bound. On GPU traces the same time shows as GPU
-idle time and batch_size names it, except host work before the step's first kernel (outside
-DataLoader waits): that is input preprocessing in the training process (cause
-``input_preprocessing``, kernel statistics' host_before_gpu_ms), moved to DataLoader workers or the GPU.
+projection (the step without it) is an upper bound. On GPU traces it is GPU idle the host's own work owns
+(docs/idle-owners.md): CPU ops that launch nothing (``cpu_work``), gaps no host call covers (``untraced``, named
+by the user's frame where the capture has stacks), recorded CPU ops before the step's first kernel outside
+DataLoader waits (``input_preprocessing``: host_before_gpu_ms), for DataLoader workers or the GPU.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class Host(Rule):
                 "Open the trace at those gaps to name the ops, or wrap the code in "
                 "torch.profiler.record_function('...').",
             )
+        if d.cause == "untraced":
+            return _untraced_advice(ctx)
         if d.cause == "input_preprocessing":
             return (
                 "Move the preprocessing (video/image decode, a tokenizer or Hugging Face processor, augmentation) "
@@ -93,6 +95,20 @@ class Host(Rule):
             )
             return (every_n, profile)
         return (wrap, every_n, profile)
+
+
+def _untraced_advice(ctx: Context) -> tuple[str, ...]:
+    """Name host work the trace does not show (the user's frame, else what to record), then move it."""
+    km = ctx.m.kernels
+    frame = next(((f, ms / km.steps) for o, f, ms in km.owner_frames if o == "host_idle"), None) if km else None
+    where = f"Most of it runs under {frame[0]} ({frame[1]:.3g} ms per step)" if frame else "Name it"
+    return (
+        f"{where}: record with torch.profiler.profile(with_stack=True) or wrap the {ctx.loop}'s parts in "
+        "torch.profiler.record_function('...'), and look at what runs between the calls around the gaps (Python "
+        "between ops, hooks, logging, tokenising).",
+        "Then take it off the GPU's path: queue the next GPU work first, move it into DataLoader workers or onto "
+        "the GPU, or do it every N steps.",
+    )
 
 
 def after_optimizer(ctx: Context, d: Detection) -> bool:
@@ -121,21 +137,20 @@ def preprocessing_share(ctx: Context) -> float:
 
 def _preprocessing(ctx: Context, relaxed: bool) -> Detection | None:
     """Host work while the GPU waits for it: before each step's first kernel (input preprocessing), or, on a
-    measured GPU timeline, CPU ops that launch nothing anywhere in the step (idle owner ``cpu_ops``)."""
+    measured GPU timeline, anywhere in the step: CPU ops that launch nothing (idle owner ``cpu_ops``), or host work
+    the trace does not show (``host_idle``: no host call covers the gap), whichever holds more of the idle."""
     floor = T.RELAXED if relaxed else T.PREPROCESSING.value
     share = preprocessing_share(ctx)
     owners = ctx.owners
     km = ctx.m.kernels
-    if owners is not None:
-        share = min(share, owners.shares(("cpu_ops", "host_idle")))
-        cpu = owners.share("cpu_ops")
-        if share < floor <= cpu:
-            held = owned_consistency(km, ("cpu_ops",), T.PREPROCESSING.value)
-            what = (
-                "the GPU idles while the host runs CPU ops that launch no GPU work (CPU-side preprocessing, metrics, "
-                "an optimizer on the CPU)."
-            )
-            return _detection(ctx, "cpu_work", cpu, owners.steps, 1.0 if held is None else held, what)
+    if owners is not None:  # preprocessing is recorded CPU work; host time no call covers is untraced
+        share = min(share, owners.share("cpu_ops"))
+        owner = max(("cpu_ops", "host_idle"), key=owners.share)
+        held = owners.share(owner)
+        if held > share and held >= floor:
+            cause = "cpu_work" if owner == "cpu_ops" else "untraced"
+            steps = owned_consistency(km, (owner,), T.PREPROCESSING.value)
+            return _detection(ctx, cause, held, owners.steps, 1.0 if steps is None else steps, _OWNED[cause](ctx))
     if share < floor:
         return None
     assert km is not None
@@ -157,12 +172,30 @@ def _detection(ctx: Context, cause: str, share: float, steps: int, consistency: 
     )
 
 
+#: What an owned cause is, in words after "{share} of each step ({ms} ms)" (``loop``: the loop in words).
+_OWNED = {
+    "cpu_work": lambda ctx: (
+        "the GPU idles while the host runs CPU ops that launch no GPU work (CPU-side "
+        "preprocessing, metrics, an optimizer on the CPU)."
+    ),
+    "untraced": lambda ctx: (
+        "the GPU idles while the host runs work the trace does not show: no profiled call "
+        f"covers these gaps of the {ctx.loop} (Python between ops, hooks, logging)."
+    ),
+}
+
 #: Per cause other than unattributed host time: its defining evidence (name, threshold, source).
 _DEFINING: dict[str, tuple[str, float, str]] = {
     "cpu_work": (
         "idle_owned_by_cpu_ops",
         T.PREPROCESSING.value,
         "idle owners (docs/idle-owners.md): the GPU idles while the host is inside CPU ops that launch no device work",
+    ),
+    "untraced": (
+        "idle_owned_by_host_idle",
+        T.PREPROCESSING.value,
+        "idle owners (docs/idle-owners.md): the GPU idles in gaps no host call covers: host work the trace does not "
+        "show",
     ),
     "input_preprocessing": ("host_before_gpu_share", T.PREPROCESSING.value, T.PREPROCESSING.source),
 }
@@ -175,6 +208,12 @@ _PROJECTIONS: dict[str, tuple[str, bool, str]] = {
         True,
         "step {wall:.2f} ms minus {removed:.2f} ms of GPU idle owned by CPU ops, if that work ran on the "
         "GPU, in DataLoader workers, or overlapped with queued GPU work",
+    ),
+    "untraced": (
+        "the host's untraced work off the GPU's path",
+        True,
+        "step {wall:.2f} ms minus {removed:.2f} ms of GPU idle in gaps no host call covers, if that host work were "
+        "removed or overlapped with queued GPU work (what it is, the trace does not say)",
     ),
     "input_preprocessing": (
         "preprocessing off the training loop",

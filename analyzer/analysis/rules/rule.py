@@ -28,7 +28,7 @@ from analyzer.analysis.findings import (
 from analyzer.analysis.fixes import Fix
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.owners import IdleOwnership, owned_consistency, ownership
+from analyzer.analysis.owners import OWNER_CLASS, IdleOwnership, owned_consistency, ownership
 from analyzer.analysis.ranks import PHASE_NAMES
 from analyzer.machine.ceilings import Ceilings
 from gpuanalyze.ingest import schema as S
@@ -122,9 +122,40 @@ def severity(share: float, high: T.Threshold, relaxed: bool = False) -> Severity
     return "high" if share >= high.value else "moderate"
 
 
-def confidence(d: Detection, evidence: tuple[Evidence, ...], relaxed: bool) -> Confidence:
-    """Consistency across steps, scaled down for few steps and for contrary evidence."""
+#: Causes read from a step's GPU timeline, its busy split or its idle owners (docs/idle-owners.md, "Confidence").
+_BUSY = "data_loading/copies sync/exposed_communication kernels/fp32_math kernels/memory_bound"
+BUSY_CAUSES = frozenset(tuple(c.split("/")) for c in _BUSY.split())
+TIMELINE_CAUSES = frozenset({c for c in OWNER_CLASS.values() if c is not None} | {("batch_size", "host_overhead")})
+
+
+def timeline_evidence(ctx: Context, bottleneck: str, d: Detection) -> tuple[float, str, int] | None:
+    """(dominance, in words, observations) of a cause read from the GPU timeline: the share of the GPU's idle its
+    class's owners hold (a cause of the busy time: its share of the step over its share plus the idle), and the
+    judged steps' device operations, each ending at most one idle interval; None for other causes."""
+    km, owners, key = ctx.m.kernels, ctx.owners, (bottleneck, d.cause)
+    if km is None or not ctx.gpu or not (key in BUSY_CAUSES or (key in TIMELINE_CAUSES and owners is not None)):
+        return None
+    n = max(km.steps, km.kernel_count)
+    if owners is None or key in BUSY_CAUSES:
+        lost = d.share + 1.0 - (ctx.m.gpu_util or 0.0)
+        share = min(1.0, d.share / lost) if lost > 0 else 1.0
+        return share, f"it is {share:.0%} of the step's time lost (its share and the GPU's idle)", n
+    held = sum(owners.ms[o] for o, c in OWNER_CLASS.items() if c is not None and c[0] == bottleneck)
+    share = min(1.0, held / owners.idle_ms) if owners.idle_ms > 0 else 0.0
+    return share, f"its idle owners hold {share:.0%} of the GPU's idle", n
+
+
+def confidence(
+    d: Detection, evidence: tuple[Evidence, ...], relaxed: bool, timeline: tuple[float, str, int] | None = None
+) -> Confidence:
+    """Consistency across steps, scaled down for few steps and for contrary evidence; a cause read from the GPU
+    timeline (``timeline_evidence``) by its dominance and the timeline's observations: one step of many device
+    operations is evidence (docs/idle-owners.md, "Confidence")."""
     scale, why = step_scale(d.consistency, d.evidence_steps)
+    if timeline is not None:
+        dominance, said, n = timeline
+        scale = max(scale, step_scale(d.consistency, n)[0]) * dominance
+        why = f"{said}, on {d.consistency:.0%} of {d.evidence_steps} step(s), {n:,} device operations"
     support = sum(e.supports for e in evidence) / len(evidence) if evidence else 1.0
     if support < 1.0:
         why += f"; {sum(not e.supports for e in evidence)} of {len(evidence)} evidence item(s) against"
@@ -214,7 +245,7 @@ class Rule(ABC):
             evidence=evidence,
             recommendations=self.advise(ctx, d, projection),
             consistency=clamp(d.consistency),
-            confidence=confidence(d, evidence, relaxed),
+            confidence=confidence(d, evidence, relaxed, timeline_evidence(ctx, self.bottleneck, d)),
             projection=projection,
         )
 

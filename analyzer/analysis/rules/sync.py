@@ -19,7 +19,7 @@ from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import RAW
 from analyzer.analysis.ranks import RankAnalysis
-from analyzer.analysis.rules.blocking import blocking_site, blocking_site_advice, pageable_copy_advice
+from analyzer.analysis.rules.blocking import blocking_site, blocking_site_advice
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
@@ -304,7 +304,6 @@ class Sync(Rule):
             )
         if blocked_share(ctx) >= T.RELAXED and d.cause != "allocator_churn":
             recs += blocking_site_advice(ctx)
-            recs += pageable_copy_advice(ctx)
             recs += [
                 "Remove per-step .item(), .cpu(), .tolist() and print(loss): accumulate metrics on the device and "
                 "read them every N steps.",

@@ -11,7 +11,8 @@ nothing. A run with steady steps after its start-up ones is judged on the steady
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
-from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep
+from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep, StepOwners
+from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -85,7 +86,10 @@ def _by_evidence(ctx: Context) -> str | None:
         return None  # some analysed step has no start-up evidence (or no statistics at all)
     ranks = len({s.rank for s in km.startup_detail}) > 1
     window = ctx.run.profiler_steps == 0
-    quoted = "; ".join(_step_words(s, ranks, window) for s in km.startup_detail[:QUOTED_STEPS])
+    owned = {(o.step, o.rank): o for o in km.step_owners}
+    quoted = "; ".join(
+        _step_words(s, ranks, window, owned.get((s.step, s.rank))) for s in km.startup_detail[:QUOTED_STEPS]
+    )
     more = km.startup_steps - min(QUOTED_STEPS, len(km.startup_detail))
     if more > 0:
         quoted += f"; {more} more step(s) like them"
@@ -99,24 +103,40 @@ def _by_evidence(ctx: Context) -> str | None:
     )
 
 
+#: The finding a kind of device work filling DOMINATES of a cold capture's GPU time is, to confirm once warm.
+_FINDING = {"communication": "sync/exposed_communication", "memcpy": "data_loading/copies"}
+_FINDING |= {"gemm_simt_fp32": "kernels/fp32_math", "conv": "kernels/fp32_math"}
+
+
 def _device_work(km: KernelMetrics) -> str:
     """What the GPU itself ran in those steps (how much, and its largest kinds of work), '' without any: a
-    start-up capture still shows what its device work is bound by (a sample's copies, a test's few kernels)."""
+    start-up capture still shows what its device work is bound by (a cold tensor-parallel forward mostly in
+    all-gathers: exposed communication beside the warm-up, to confirm on a steady-state capture)."""
     total = sum(km.totals_ms[f"{c}_ms"] for c in S.KERNEL_CATEGORIES)
     if total <= 0:
         return ""
     shares = sorted(((c, km.share_of_kernel_time(c)) for c in S.KERNEL_CATEGORIES), key=lambda x: -x[1])
     top = ", ".join(f"{c} {v:.0%}" for c, v in shares[:2] if v >= _SHOWN_SHARE)
     amount = f"{total * 1e3:.3g} us" if total < _IN_US_BELOW_MS else f"{total:.3g} ms"
-    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); "
+    (c, v), beside = shares[0], ""
+    if v >= T.DOMINATES.value and c in _FINDING:
+        beside = f"beside the warm-up, a {_FINDING[c]} finding to confirm on a steady-state capture; "
+    return f"the GPU's own work in {'it' if km.steps == 1 else 'them'}: {amount} ({top}); {beside}"
 
 
 def _ms(x: float) -> str:
     return f"{x:,.0f} ms" if x >= 100 else f"{x:.3g} ms"
 
 
-def _step_words(s: StartupStep, ranks: bool, window: bool) -> str:
+def _step_words(s: StartupStep, ranks: bool, window: bool, owned: StepOwners | None) -> str:
+    """'step #0 (400 ms): 350 ms (88%), mostly module loading (first launches of kernels) 343 ms; calls: ...': the
+    largest start-up owner of the step's idle by what it is, then the start-up calls the host made."""
     where = "the window" if window else f"step #{s.step}"
     where = f"rank {s.rank} {where}" if ranks else where
+    lead = ""
+    if owned is not None:
+        ms, owner = max((owned.ms[S.IDLE_OWNERS.index(o)], o) for o in S.STARTUP_OWNERS)
+        lead = f", mostly {OWNER_WORDS[owner]} {_ms(ms)}" if ms > 0 else ""
     ops = ", ".join(f"{name} ({kind_of(name)}) {_ms(ms)} x{count}" for name, ms, count in s.ops[:QUOTED_OPS])
-    return f"{where} ({_ms(s.wall_ms)}): {_ms(s.startup_ms)} ({s.startup_ms / s.wall_ms:.0%}) of {ops}"
+    ops = f"; calls: {ops}" if ops else ""
+    return f"{where} ({_ms(s.wall_ms)}): {_ms(s.startup_ms)} ({s.startup_ms / s.wall_ms:.0%}){lead}{ops}"

@@ -134,6 +134,8 @@ class NsysEvents:
         self.steps: dict[int | None, Steps] = {}
         self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
+        self.nvtx_span = (float("inf"), float("-inf"))
+        """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
         self.op_ranges = 0
         """The rank's NVTX ranges of ops (emit_nvtx)."""
         self._runtime_names: dict[str, str] = {}
@@ -360,6 +362,7 @@ class NsysEvents:
         return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
     def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
+        self.nvtx_span = (min(self.nvtx_span[0], start), max(self.nvtx_span[1], end))
         text, op = emit_nvtx_name(text)
         if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
             self.nvtx_names[text] += 1
@@ -386,6 +389,23 @@ class NsysEvents:
         self.calls = {}
         self._where = "" if key is None else f" AND {{pid}} = {int(key)}"
 
+    def _windows(self, key: int | None) -> bool:
+        """The rank's step windows: its chosen step ranges, or for a capture of NVTX ranges alone one window over
+        them (True: its verdict is unknown, no GPU activity); a capture of nothing at all is one TraceError."""
+        alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
+        if self.kind or alone:
+            whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
+            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
+            self._flush_all()
+        if not self.ranked and not self.sinks[key].r_ts and not self.nvtx_names:
+            absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
+            tables = f" (no {', '.join(absent)} table)" if absent else ""
+            raise TraceError(
+                f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
+                "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
+            )
+        return alone
+
     def traces(self) -> Iterator[KinetoTrace]:
         """One KinetoTrace per rank (one CPU-only trace without GPU rows), each read after the last is taken;
         ``step_kind`` first."""
@@ -399,20 +419,8 @@ class NsysEvents:
             self._nvtx()
             self._sync_only()
             self._host()
-            if self.kind:
-                self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind]))
-                self._flush_all()
+            alone = self._windows(key)
             sink = self.sinks[key]
-            if not self.ranked and not sink.r_ts:
-                ranges = sum(self.nvtx_names.values())
-                common = ", ".join(n[:40] for n, _ in self.nvtx_names.most_common(4))
-                what = f"only {ranges:,} NVTX ranges ({common})" if ranges else "no rows to analyse"
-                absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
-                tables = f" (no {', '.join(absent)} table)" if absent else ""
-                raise TraceError(
-                    f"{self.path}: {what}, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
-                    "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
-                )
             if any("nccl" in k.name.lower() for k in sink.kinds):
                 self.backend = "nccl"
             dist: dict[str, object] = {"rank": rank, "world_size": world}
@@ -423,6 +431,8 @@ class NsysEvents:
             if gpu is not None:
                 meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
             notes, workers = self._rank_notes(key, sink)
+            if alone:
+                notes.append("no step NVTX ranges: the whole capture is analysed as one window (its NVTX ranges)")
             k = sink.finish(meta, notes)
             if workers and k.loader_workers is None:
                 k = dataclasses.replace(k, loader_workers=1)

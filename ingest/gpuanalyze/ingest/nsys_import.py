@@ -15,6 +15,7 @@ import dataclasses
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,9 +132,9 @@ def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
 _NAMED_CALLS = 4
 
 
-def no_gpu_reason(db: NsysDb) -> str:
+def no_gpu_reason(db: NsysDb, nvtx: Counter[str]) -> str:
     """Why a capture without kernel, copy or memset rows gives no verdict: which tables are missing, what the CUDA
-    trace holds instead, and how to capture the GPU."""
+    trace (or, without one, its NVTX ranges: ``nvtx``, counted by name) holds instead, and how to capture the GPU."""
     missing = [t for t in GPU_TABLES if t not in db.tables]
     what = f"no {', '.join(missing)} table" if missing else "no rows in its CUDA activity tables"
     calls = ""
@@ -144,6 +145,10 @@ def no_gpu_reason(db: NsysDb) -> str:
         if names:
             shown = ", ".join(names[:_NAMED_CALLS]) + (", ..." if len(rows) > _NAMED_CALLS else "")
             calls = f"; its CUDA trace holds only runtime calls ({shown})"
+    if not calls and nvtx:
+        calls = (
+            f"; it holds only {sum(nvtx.values()):,} NVTX ranges ({', '.join(n[:40] for n, _ in nvtx.most_common(4))})"
+        )
     return (
         f"no GPU activity recorded: the export has {what}{calls}: nothing the GPU ran is in the capture, so no "
         "verdict is read from it; capture with nsys profile -t cuda,nvtx,osrt"
@@ -193,13 +198,13 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 f"{path}: the export has no CUDA activity, runtime calls or NVTX ranges to analyse "
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
-        no_device = None if events.ranked else no_gpu_reason(db)
         kind = events.step_kind()
         notes = _notes(meta, events.ranked, len(events.keys)) + skipped
         if kind:
             notes.append(f"steps from {kind}")
         for k in events.traces():
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes], span=_session(db, k))
+            no_device = None if events.ranked else no_gpu_reason(db, events.nvtx_names)
             out.append(
                 _on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device), meta.epoch_ns)
             )
