@@ -103,23 +103,24 @@ def test_an_imported_warm_up_trace_written_as_arrow_is_still_warm_up(tmp_path):
 
 
 def test_frees_in_most_steps_are_churn_not_start_up(tmp_path):
-    """cudaFree in every iteration (the caching allocator emptied each step) is allocation churn, judged by the sync
-    rule, not start-up work that makes every step warm-up; the same calls in a single step are first allocations."""
-    from analyzer.analysis.kernel_metrics import allocation_churn, startup_owned_ms
+    """cudaFree in every iteration (the caching allocator emptied each step) is allocation churn (owner allocator),
+    judged by the sync rule, not start-up work that makes every step warm-up; the same calls in a single step are
+    first allocations (device set-up)."""
+    from analyzer.analysis.kernel_metrics import startup_owned_ms
 
     work = ["free"] * 5
     F.STARTUP_WORK.setdefault("free", [("cuda_runtime", "cudaFree", j * 10_000.0, 10_000) for j in range(8)])
     stats = [st for _, _, st in _step_stats(write(tmp_path / "t.json", F.startup_trace(work)))]
-    assert allocation_churn(stats) and all(startup_owned_ms(st, churn=True) < 0.25 * 100 for st in stats)
+    assert all(st.idle_owner_allocator_ms > 0 and startup_owned_ms(st) < 0.25 * 100 for st in stats)
     r = analyze(tmp_path / "t.json")
     assert r.bottleneck != "unknown" and "record more steps" not in r.confidence.reason
     one = [st for _, _, st in _step_stats(write(tmp_path / "one.json", F.startup_trace(["free"])))]
-    assert not allocation_churn(one) and startup_owned_ms(one[0]) >= 0.25 * 100
+    assert one[0].idle_owner_allocator_ms == 0 and startup_owned_ms(one[0]) >= 0.25 * 100
 
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 def test_real_traces_start_up_share_per_step():
-    from analyzer.analysis.kernel_metrics import allocation_churn, startup_owned_ms
+    from analyzer.analysis.kernel_metrics import startup_owned_ms
     from analyzer.analysis.thresholds import WARMUP_STARTUP
     from gpuanalyze.ingest.kineto_import import load_kineto
 
@@ -127,11 +128,12 @@ def test_real_traces_start_up_share_per_step():
     for path in sorted(EXTERNAL.rglob("*.json.gz")):
         rel = path.relative_to(EXTERNAL).as_posix()
         rows = [(wall, st) for _, wall, st in _step_stats(path) if st is not None and wall > 0]
-        # frees every iteration are churn, not start-up: then only the idle other start-up work owns counts
-        churn = allocation_churn([st for _, st in rows])
-        shares = [(startup_owned_ms(st, churn=True) if churn else st.startup_ms) / wall for wall, st in rows]
+        # frees every iteration are churn (owner allocator), not start-up
+        shares = [startup_owned_ms(st) / wall for wall, st in rows]
         if rel == start_up:  # 39 of its 43 s in context creation, cudaFree and cudaMalloc
             assert shares and min(shares) >= WARMUP_STARTUP, (rel, shares)
+        elif "mi250_minitoy" in rel:  # step #1's idle is 70% module loading (first hipLaunchKernel calls)
+            assert shares[0] >= WARMUP_STARTUP and all(s < WARMUP_STARTUP for s in shares[1:]), (rel, shares)
         elif "rtx2080ti" in rel:  # step-less, cut into iterations: the first pays the start-up work, unless the
             # capture's set-up (before its first device work) holds it, reported apart
             first = shares[0] >= WARMUP_STARTUP or load_kineto(path).run.setup is not None

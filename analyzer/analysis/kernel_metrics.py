@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 
 from analyzer.analysis.quantiles import Sketch, sketch
-from analyzer.analysis.thresholds import CHURN_SHARE, CHURN_STEPS, FEW_STEPS, WARMUP_STARTUP
+from analyzer.analysis.thresholds import FEW_STEPS, WARMUP_STARTUP
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
 from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
@@ -139,32 +139,20 @@ def step_kernel_medians(texts: list[str]) -> np.ndarray:
     return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
 
 
-def startup_owned_ms(st: S.KernelStats, *, churn: bool = False) -> float:
+def startup_owned_ms(st: S.KernelStats) -> float:
     """The step's start-up time: GPU idle owned by start-up work where the owners were measured (a host busy
-    compiling while the GPU runs is not warm-up), else the host time in start-up work (older imports).
-    ``churn``: the rank allocates in most of its steps, so its allocations are churn (the sync rule's
-    ``allocator_churn``), not first allocations, and not start-up."""
+    compiling while the GPU runs is not warm-up; allocation that repeats is churn, owner ``allocator``, not
+    start-up: ingest/idle_owners.py), else the host time in start-up work (older imports)."""
     if st.owners:
-        owners = [o for o in S.STARTUP_OWNERS if not (churn and o == "allocator")]
-        return sum(getattr(st, S.owner_field(o)) for o in owners)
+        return sum(getattr(st, S.owner_field(o)) for o in S.STARTUP_OWNERS)
     return st.startup_ms
-
-
-def allocation_churn(stats: list[S.KernelStats]) -> bool:
-    """Device memory freed (cudaFree, hipFree, cuMemFree) in CHURN_STEPS or more of a rank's steps and in
-    CHURN_SHARE of them: allocations repeat every iteration. PyTorch's caching allocator frees only on
-    empty_cache() or to retry a failed allocation; a run that only grows its pool calls cudaMalloc alone."""
-    owned = [st for st in stats if st.owners]
-    freeing = sum(1 for st in owned if any("free" in o.name.lower() for o in st.startup_ops))
-    return freeing >= CHURN_STEPS and freeing >= CHURN_SHARE * len(owned)
 
 
 def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
     """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
     out = []
-    churn = allocation_churn(stats)
     for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
-        startup = startup_owned_ms(st, churn=churn)
+        startup = startup_owned_ms(st)
         if wall > 0 and startup > 0 and startup >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
             out.append(StartupStep(int(step), rank, float(wall), startup, ops))

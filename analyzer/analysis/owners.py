@@ -79,14 +79,21 @@ class IdleOwnership:
 
 
 def leading_class(owners: IdleOwnership | None) -> str | None:
-    """The class (``unknown``: owners of none) whose owners hold DOMINATES of a GPU idle DOMINATES of the step."""
-    if owners is None or owners.wall_ms <= 0 or owners.idle_ms < T.DOMINATES.value * owners.wall_ms:
+    """The class (``unknown``: owners of none) whose owners hold DOMINATES of a GPU idle DOMINATES of the step, both
+    without the start-up work's idle: start-up work says warm-up (rules/warmup.py) or, where the steps are judged
+    anyway (copies bound warm or cold), nothing of the steady state's class."""
+    if owners is None:
+        return None
+    startup = sum(owners.ms[o] for o in S.STARTUP_OWNERS)
+    wall, idle = owners.wall_ms - startup, owners.idle_ms - startup
+    if wall <= 0 or idle < T.DOMINATES.value * wall:
         return None
     held = dict.fromkeys((c[0] if c else "unknown" for c in OWNER_CLASS.values()), 0.0)
     for o in S.IDLE_OWNERS:
-        held[(OWNER_CLASS[o] or ("unknown",))[0]] += owners.ms[o]
+        if o not in S.STARTUP_OWNERS:
+            held[(OWNER_CLASS[o] or ("unknown",))[0]] += owners.ms[o]
     top = max(held, key=held.__getitem__)
-    return top if held[top] >= T.DOMINATES.value * owners.idle_ms else None
+    return top if held[top] >= T.DOMINATES.value * idle else None
 
 
 def owned_consistency(km: KernelMetrics | None, owners: tuple[str, ...], threshold: float) -> float | None:

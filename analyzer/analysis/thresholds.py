@@ -126,12 +126,6 @@ CONFIDENCE_MEDIUM = 0.4
 #: includes a run's start-up 9%, a 43 s benchmark start-up 91%; at a quarter the step is a third slower than without.
 #: Every analysed step (fewer than FEW_STEPS of them) at or above it: `unknown`, record more steps.
 WARMUP_STARTUP = 0.25
-#: Device memory freed (cudaFree/hipFree) in at least CHURN_STEPS of a rank's steps and CHURN_SHARE of them is
-#: churn (allocations repeated every iteration: empty_cache, retries after a failed allocation), not first
-#: allocations: it is then no start-up work, and the sync rule's allocator_churn judges it. Ours: PyTorch's caching
-#: allocator frees only on empty_cache() or to retry a failed allocation; a pool that grows calls cudaMalloc alone.
-CHURN_STEPS = 3
-CHURN_SHARE = 0.5
 #: Leading steps skipped per rank as warm-up: this share of them, at most WARMUP_MAX_STEPS.
 WARMUP_FRACTION = 0.10
 WARMUP_MAX_STEPS = 3

@@ -13,6 +13,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep, StepOwners
 from analyzer.analysis.owners import OWNER_WORDS
+from analyzer.analysis.rules.data_loading import copy_shares
 from analyzer.analysis.rules.rule import Context
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.startup_work import kind_of
@@ -44,7 +45,41 @@ def _record(ctx: Context) -> str:
 def warmup_why(ctx: Context) -> str | None:
     """Why the analysed steps are warm-up, not the steady state, with what to record; None when they may be
     judged. The evidence, where the trace has it, is the better answer: it says what the steps did."""
-    return _by_evidence(ctx) or _capture(ctx) or _no_device_work(ctx)
+    if copies_hold(ctx):
+        return _capture(ctx)
+    return _by_evidence(ctx) or _start_up_capture(ctx) or _capture(ctx) or _no_device_work(ctx)
+
+
+def copies_hold(ctx: Context) -> bool:
+    """Host<->device copies fill DOMINATES of the GPU's busy time and of the steps less their start-up-owned idle: a
+    copy moves its bytes at the link's speed whether or not it comes first (a cold call adds idle around the work:
+    module loading, context and handle creation; not transfer time), so a copy-bound step is copy-bound warm or
+    cold, and judged. Collectives (whose first call sets up its connections) and kernels (first calls autotune)
+    are not: they stay a finding to confirm once warm (``_device_work``)."""
+    km = ctx.m.kernels
+    of_busy, _ = copy_shares(ctx)
+    if km is None or of_busy < T.DOMINATES.value:
+        return False
+    warm = km.wall_ms - sum(km.totals_ms[S.owner_field(o)] for o in S.STARTUP_OWNERS)
+    return warm > 0 and of_busy * km.totals_ms["gpu_busy_ms"] >= T.DOMINATES.value * warm
+
+
+def _start_up_capture(ctx: Context) -> str | None:
+    """A capture without steps (no annotations, no iterations found: one window, its GPU life) that is mostly set-up
+    and teardown: the process set itself up for longer than its device worked, one pass with nothing repeated. The
+    pass's idle is a first call's (first launches, handle creation, the allocator growing), not a steady state's."""
+    run, km = ctx.run, ctx.m.kernels
+    if run.profiler_steps != 0 or ctx.m.per_step.height != 1 or km is None:
+        return None
+    setup, teardown = (x.ms if x is not None else 0.0 for x in (run.setup, run.teardown))
+    if setup + teardown < T.DOMINATES.value * (setup + teardown + ctx.wall):
+        return None
+    parts = ", ".join(f"{p.name} {_ms(p.ms)}" for p in run.setup.parts[:QUOTED_OPS]) if run.setup else ""
+    return (
+        f"the capture is mostly start-up: {_ms(setup)} of set-up ({parts or 'nothing recorded'}) and {_ms(teardown)} "
+        f"of teardown around one {_ms(ctx.wall)} pass of GPU work with nothing repeated (a first call, not the "
+        f"steady state); {_device_work(km)}no projection from it; {_record(ctx)}"
+    )
 
 
 def _no_device_work(ctx: Context) -> str | None:

@@ -34,9 +34,12 @@ LONG_LAUNCH_US = 1000.0
 #: A runtime call at least this long that returns when device work it overlapped ends waited for that work.
 BEHAVIOUR_MIN_US = 50.0
 BEHAVIOUR_EPS_US = 20.0
-#: Allocation repeats (churn, not start-up) when it comes in at least this share of the windows after the first: in
-#: most iterations of the steady state (PyTorch's caching allocator calls cudaMalloc only to grow its pool).
+#: Allocation repeats (churn, not start-up) when it comes in at least this share of the windows after the first, and
+#: in REPEAT_MIN_WINDOWS of them at least: in most iterations of the steady state. PyTorch's caching allocator calls
+#: cudaMalloc only to grow its pool, over a run's first iterations, and frees only on empty_cache() or to retry a
+#: failed allocation: one or two windows with allocations cannot tell a pool still growing from churn.
 REPEAT_SHARE = 0.5
+REPEAT_MIN_WINDOWS = 3
 #: What device work a runtime call enqueued (by correlation id).
 NONE, KERNEL, COPY, SET = 0, 1, 2, 3
 _Windows = list[tuple[int, float, float]]
@@ -179,15 +182,15 @@ def _capture(k: KinetoTrace, launched: np.ndarray) -> Seg:
 
 
 def allocation_repeats(starts: np.ndarray, windows: _Windows) -> bool:
-    """Allocation calls (``starts``) in REPEAT_SHARE or more of the windows after the first (at least one): churn.
-    Within one window, or only in the first, they are start-up: first allocations cannot be told from churn there."""
+    """Allocation calls (``starts``) in REPEAT_SHARE or more of the windows after the first, and in
+    REPEAT_MIN_WINDOWS of them at least: churn. Otherwise they are start-up (first allocations, a pool growing)."""
     if len(windows) < 2 or starts.size == 0:
         return False
     bounds = np.array(sorted((lo, hi) for _, lo, hi in windows)[1:], dtype=np.float64)
     s = np.sort(starts)
     n = np.searchsorted(s, bounds[:, 1]) - np.searchsorted(s, bounds[:, 0])
     having = int((n > 0).sum())
-    return having >= 1 and having >= REPEAT_SHARE * bounds.shape[0]
+    return having >= REPEAT_MIN_WINDOWS and having >= REPEAT_SHARE * bounds.shape[0]
 
 
 def _startup(k: KinetoTrace, enqueued: np.ndarray, windows: _Windows) -> list[tuple[str, Seg]]:

@@ -82,8 +82,9 @@ IDLE_OWNERS: tuple[str, ...] = (
     "host_idle",
     "queued",
 )
-#: Owners that are start-up work (first allocations too): a step whose idle they own is warm-up, whatever its number.
-STARTUP_OWNERS: tuple[str, ...] = ("compilation", "module_loading", "device_setup", "allocator")
+#: Owners that are start-up work (one-off allocations are device_setup; ``allocator`` is allocation that repeats:
+#: churn): a step whose idle they own is warm-up, whatever its number.
+STARTUP_OWNERS: tuple[str, ...] = ("compilation", "module_loading", "device_setup")
 
 
 def owner_field(owner: str) -> str:
