@@ -311,7 +311,7 @@ class EventStream:
         events = []
         for raw in _RAWS.decode(bytes(span)):  # a copy: Raw values would hold the buffer
             try:
-                events += self._decode(b"[" + bytes(raw) + b"]")
+                events += self._decode(memoryview(b"[" + bytes(raw) + b"]"))
             except msgspec.ValidationError as exc:
                 self._skipped += 1
                 self._why = self._why or str(exc).replace("$[0]", "event")[:120]
