@@ -27,8 +27,10 @@ from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
 from analyzer.render.json_report import report_dict
 from analyzer.scale.file_rows import rows_of
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.nsys_events import MAX_RANKS
 from gpuanalyze.ingest.sources import load_any
 from tests.conftest import make_row, write_trace
+from tests.nsys_fixtures import Export, build_export
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.arrow"))
@@ -140,17 +142,43 @@ def test_compare_step_series_from_columns_equal_the_frame_group_by(tmp_path):
         assert _same(step_series(rows_of(load_any(path), COLUMNS)), want), path.name
 
 
-def _peak_rss_mib(cmd: list[str]) -> tuple[int, float]:
-    """(exit status, peak RSS in MiB) of ``cmd`` run in a fresh process (its own VmHWM, read by a wrapper)."""
+def _cost(cmd: list[str]) -> tuple[int, float, float, str]:
+    """(exit status, peak RSS in MiB, CPU seconds, stderr) of ``cmd`` run in a fresh process (its own VmHWM and
+    CPU time, read by a wrapper: CPU time, unlike wall time, does not grow with the machine's load)."""
     wrapper = (
         "import resource, subprocess, sys; "
         "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
-        "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(rc, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("", "ingest", "kernels"))}
     out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, check=True)
-    rc, peak = out.stdout.split()
-    return int(rc), float(peak)
+    rc, peak, cpu = out.stdout.split()
+    return int(rc), float(peak), float(cpu), out.stderr
+
+
+def _peak_rss_mib(cmd: list[str]) -> tuple[int, float]:
+    rc, peak, _, _ = _cost(cmd)
+    return rc, peak
+
+
+def _processes(path: Path, n: int) -> Path:
+    """An Nsight Systems export of ``n`` processes that each ran one kernel (20,000: 0.7 MB)."""
+    return build_export(path, Export(pids=tuple(range(100, 100 + n)), steps=1, tables=("kernel",), gpu_table=False))
+
+
+def test_an_nsys_export_of_twenty_thousand_gpu_processes_is_refused_in_bounded_time(tmp_path):
+    """Each of 20,000 ranks was read by its own pass over every table (quadratic: over 114 s of CPU, 1,008 MB)."""
+    rc, peak, cpu, err = _cost([sys.executable, "-m", "analyzer", str(_processes(tmp_path / "p.sqlite", 20_000))])
+    assert rc == 2 and "20,000 processes ran GPU work" in err and len(err.strip().splitlines()) == 1, err
+    assert peak < 600 and cpu < 10, (peak, cpu)
+
+
+@pytest.mark.slow
+def test_an_nsys_export_of_the_most_ranks_read_is_analysed_in_bounded_time(tmp_path):
+    rc, peak, cpu, err = _cost([sys.executable, "-m", "analyzer", str(_processes(tmp_path / "p.sqlite", MAX_RANKS))])
+    assert rc == 0, err
+    assert peak < 600 and cpu < 10, (peak, cpu)
 
 
 @pytest.mark.slow
