@@ -30,8 +30,9 @@ a multi-process DataLoader.
 Steps are NVTX ranges (nsys_steps.py): ``--step-range NAME``, else ``ProfilerStep#N``, else gpuanalyze's own
 ``gpuanalyze:step#N``; without any, the capture is one window.
 
-The ranks are read one at a time (``traces`` yields each rank's trace before it reads the next: every query
-filters on the rank's process id), so memory holds one rank's events, not the capture's.
+The ranks are read in groups (``traces`` yields a group's traces before it reads the next: every query filters on
+the group's process ids): a rank alone when its GPU rows are many (memory holds one rank's events, not the
+capture's), small ranks together (a pass over each table per rank made thousands of tiny ranks quadratic).
 """
 
 from __future__ import annotations
