@@ -53,6 +53,12 @@ def _plain(n: int, **columns: Any) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
 
 
+def _stats_sized(size: int) -> str:
+    """Kernel statistics of about ``size`` bytes of JSON (a top list of 1 KB names)."""
+    top = [{"name": f"k{i}" + "n" * 990, "total_ms": 1.0, "count": 2} for i in range(size // 1020)]
+    return json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": top})
+
+
 def _stats_named(name: str) -> str:
     top = [{"name": name, "total_ms": 1.0, "count": 2}]
     return json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": top})
@@ -132,6 +138,13 @@ def add_cases(d: Path, add: Add) -> None:
             f"arrow_{codec}_bomb.arrow",
             "arrow",
             lambda p, c=codec: _write(p, _plain(4000, kernel_stats=pa.array(["x" * 100_000] * 4000)), compression=c),
+        )
+        add(  # valid kernel statistics that decode to just under the guard's floor: admitted, bounded in memory
+            f"arrow_{codec}_just_under_the_allowance.arrow",
+            "memory",
+            lambda p, c=codec: _write(
+                p, _plain(25_000, kernel_stats=pa.array([_stats_sized(4200)] * 25_000)), compression=c
+            ),
         )
         add(
             f"arrow_{codec}_honest.arrow",

@@ -10,14 +10,19 @@ only then is the message handed to pyarrow:
   trace format never writes them; a dictionary shares one large value between many rows), no
   null-typed format column;
 - a dictionary batch is refused;
-- a record batch's body must be in the file, its buffers inside its body, and the bytes it decodes
-  to (a compressed buffer's declared uncompressed size, else its size) plus the cost of its rows
-  once conformed to the format (``ROW_COST`` bytes each) must stay within the per-batch and the
-  total limit (``IpcLimits``: 100x the record batch bodies read, at least 64 MiB, like the gzip guard
-  of byte_source.py). The ratio is to the bodies, not the file: incompressible metadata (a schema or
-  batch metadata of megabytes) decodes to nothing and grows no allowance. Compressed buffers also
-  stay within an absolute cap on what they inflate to (8 GiB: an honest 1M-step zstd trace with its
-  kernel statistics inflates ~1 GiB), whatever the file's size.
+- a record batch's body must be in the file, its buffers inside its body, and what decoding it costs
+  must stay within the limits (``IpcLimits``): one batch, the bytes it decodes to (a compressed buffer's
+  declared uncompressed size, else its size) and its rows once conformed to the format (``ROW_COST`` bytes
+  each), at most 512 MiB while it is decoded; all batches, what they leave held (their rows once
+  conformed, and every decoded byte but the format's fixed-width values, which those rows are), at most
+  ``min_allowance`` (112 MiB: a bomb of kernel statistics just under it costs 556 MiB across every
+  command, tests/hostile's ``arrow_zstd_just_under_the_allowance``) or 100x the record batch bodies read,
+  whichever is more. An honest long run
+  compresses its repeated values and kernel statistics past 100x (8 ranks x 150k steps: ~100 MiB a
+  1 MB rank file); a bomb costs what it costs whatever its size. The ratio is to the bodies, not the
+  file: incompressible metadata (megabytes of schema or batch metadata) decodes to nothing and grows no
+  allowance. Compressed buffers also stay within an absolute cap on what they inflate to (8 GiB: an
+  honest 1M-step zstd trace with its kernel statistics inflates ~1 GiB), whatever the file's size.
 
 A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
 """
@@ -54,8 +59,8 @@ class IpcLimits:
 
     ratio: float = 100.0
     """Most decoded bytes per byte of record batch body read (compressed bodies expand; plain ones do not)."""
-    min_allowance: int = 64 * MiB
-    """Decoded bytes a small file may always reach."""
+    min_allowance: int = 112 * MiB
+    """Bytes any file's decoding may leave held (from the 600 MiB goal for inputs under 10 MB)."""
     max_batch_bytes: int = 512 * MiB
     """Most decoded bytes of one record batch."""
     max_inflated: int = 8 << 30
@@ -185,6 +190,7 @@ class IpcReader:
             raise ValueError("the stream does not start with a schema")
         self.schema = pa.ipc.read_schema(pa.ipc.read_message(pa.py_buffer(first.framed)))
         check_schema(path, self.schema)
+        self._own = _rows_own(self.schema)
 
     @classmethod
     def mapped(cls, path: Path, mm: mmap.mmap, limits: IpcLimits | None = None) -> IpcReader:
@@ -312,16 +318,11 @@ class IpcReader:
         offset, length = bufs[:, 0], bufs[:, 1]
         if ((offset < 0) | (length < 0) | (length > len(body) - offset)).any():  # where offset >= 0 nothing overflows
             raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
-        decoded = 0
-        for off, ln in zip(offset.tolist(), length.tolist(), strict=True) if compressed else ():
-            if ln >= 8:
-                (size,) = struct.unpack_from("<q", body, off)
-                decoded += ln - 8 if size == -1 else max(size, 0)
-            else:
-                decoded += ln
-        if not compressed:
-            decoded = sum(length.tolist())
-        else:
+        sizes = length.tolist()
+        if compressed:
+            sizes = [_decoded_size(body, off, ln) for off, ln in zip(offset.tolist(), sizes, strict=True)]
+        decoded = sum(sizes)
+        if compressed:
             self.inflated += max(0, decoded - sum(length.tolist()))
             if self.inflated > self.limits.max_inflated:
                 raise TraceError(
@@ -334,7 +335,8 @@ class IpcReader:
         cost = decoded + rows * ROW_COST
         self.bodies += len(body)
         allowed = self.limits.allowed(self.bodies)
-        self.decoded += cost
+        own = self._own if len(self._own) == n else [False] * n  # the rows' own values: counted by ROW_COST
+        self.decoded += cost - sum(size for size, row in zip(sizes, own, strict=True) if row)
         if cost > self.limits.max_batch_bytes or self.decoded > allowed:
             what = "compressed columns that expand" if compressed else "columns that expand"
             raise TraceError(
@@ -342,6 +344,49 @@ class IpcReader:
                 f"({rows:,} rows in a {self._size():,}-byte file; a memory bomb?); "
                 "refusing to read it"
             )
+
+
+def _decoded_size(body: bytes | pa.Buffer, off: int, ln: int) -> int:
+    """What a compressed buffer decodes to: its declared uncompressed length (-1: stored as is, after it)."""
+    if ln < 8:
+        return ln
+    (size,) = struct.unpack_from("<q", body, off)
+    return ln - 8 if size == -1 else max(size, 0)
+
+
+def _buffers(t: pa.DataType) -> int | None:
+    """How many buffers a column of type ``t`` has in a record batch (Arrow's IPC format: a null column none, a
+    fixed-width one its validity and values, a string its offsets too, nested ones theirs and their children's,
+    depth first); None for a type not known here."""
+    if pa.types.is_null(t):
+        return 0
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return 3
+    kids = [t.field(i).type for i in range(t.num_fields)]
+    if pa.types.is_map(t):
+        kids = [pa.struct([pa.field("k", t.key_type), pa.field("v", t.item_type)])]
+    counts = [_buffers(k) for k in kids]
+    if None in counts:
+        return None
+    listed = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+    own = 1 if pa.types.is_struct(t) else 2 if listed or (not kids and t.num_buffers == 2) else None
+    return None if own is None else own + sum(c for c in counts if c is not None)
+
+
+def _rows_own(schema: pa.Schema) -> list[bool]:
+    """Per buffer of a record batch, whether it holds a format column's fixed-width values (8 bytes a row at most:
+    what ROW_COST counts once conformed, so not counted twice); empty where the layout is not known here."""
+    names = {f.name for f in S.FIELDS}
+    out: list[bool] = []
+    for field in schema:
+        n = _buffers(field.type)
+        if n is None:
+            return []
+        t = field.type
+        own = field.name in names and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+        names.discard(field.name)
+        out += [own] * n
+    return out
 
 
 def _encodings(t: pa.DataType) -> Iterator[pa.DataType]:
