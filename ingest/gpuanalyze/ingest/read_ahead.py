@@ -43,6 +43,14 @@ def map_file(path: Path) -> mmap.mmap:
     return mm
 
 
+def drop_pages(mm: mmap.mmap) -> None:
+    """Drop the pages of ``mm`` this process has read from its memory (MADV_DONTNEED): a read-only file mapping
+    reads them again from the page cache if they are touched again, and a record batch copied out of the file
+    needs none of them (resident, they counted in the peak: ~50 MiB of a 1M-step file)."""
+    if hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
 def read_ahead(path: str | Path, values_of: Collection[str]) -> None:
     """Ask the kernel to read, in the background, what decoding and validating every record batch of
     the trace at ``path`` touches, and the values of the columns ``values_of``: every buffer but the
