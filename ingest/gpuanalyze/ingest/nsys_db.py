@@ -39,8 +39,6 @@ EXPORT_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_I
 _CACHE_KIB = 16 * 1024
 #: SQLite's heap while an export is open (process-wide; the previous limit is put back on close).
 SQLITE_HEAP_LIMIT = 256 << 20
-#: What SQLite keeps beside a database while it is written: the write-ahead log, the rollback journal.
-LOG_SUFFIXES = ("-wal", "-journal")
 
 
 def is_sqlite_file(path: Path) -> bool:
@@ -72,21 +70,18 @@ def _uri(path: Path) -> str:
 
 
 def _private_copy(path: Path) -> tempfile.TemporaryDirectory[str] | None:
-    """A copy of the export with its write-ahead log or rollback journal, in a private directory, when it has one
-    that is not empty (an export left in WAL mode, or by a writer that stopped mid-transaction): SQLite reads such
-    a file only with its log, which an immutable open ignores and a read-only open needs a ``-shm`` file beside
-    it for; None when there is none."""
-    logs = [p for p in (Path(f"{path}{s}") for s in LOG_SUFFIXES) if p.is_file() and p.stat().st_size > 0]
+    """The export and its non-empty write-ahead log or rollback journal copied to a private directory (SQLite reads
+    such a file only with its log: an immutable open ignores it, a read-only one creates ``-shm`` beside it)."""
+    logs = [s for s in ("-wal", "-journal") if Path(f"{path}{s}").is_file() and Path(f"{path}{s}").stat().st_size]
     if not logs:
         return None
     tmp = tempfile.TemporaryDirectory(prefix="gpuanalyze-nsys-")
     try:
-        for source in (path, *logs):
-            shutil.copyfile(source, Path(tmp.name) / f"export.sqlite{source.name[len(path.name) :]}")
+        for suffix in ("", *logs):
+            shutil.copyfile(f"{path}{suffix}", Path(tmp.name) / f"export.sqlite{suffix}")
     except OSError as exc:
         tmp.cleanup()
-        why = exc.strerror or exc
-        raise TraceError(f"{path}: cannot copy it with its {logs[0].name} to read them ({why})") from exc
+        raise TraceError(f"{path}: cannot copy it and its {logs[0]} file to read them ({exc.strerror or exc})") from exc
     return tmp
 
 

@@ -89,11 +89,9 @@ COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
-#: Most processes with GPU activity read as the ranks of one capture (one host's processes: a training job has one
-#: per GPU); beyond, the capture is refused, not read for minutes.
+#: Most processes with GPU activity read as ranks (one host's; a training job has one per GPU); beyond: refused.
 MAX_RANKS = 1024
-#: Ranks whose GPU rows add up to at most this many are read in one pass over each table (each pass reads the whole
-#: table: one per rank made many tiny ranks quadratic); their events, ~40 bytes each, are held together.
+#: Ranks of at most this many GPU rows together are read in one pass over each table (~40 bytes an event held).
 GROUP_ROWS = 1 << 20
 
 
@@ -454,12 +452,8 @@ class NsysEvents:
 def _groups(keys: list[int | None], rows: Counter[int]) -> list[list[int | None]]:
     """The ranks in rank order, in runs whose GPU rows add up to at most GROUP_ROWS (a larger rank alone)."""
     groups: list[list[int | None]] = []
-    total = 0
     for key in keys:
-        n = rows[key] if key is not None else 0
-        if not groups or total + n > GROUP_ROWS:
+        if not groups or sum(rows[k] for k in groups[-1] if k is not None) + rows[key or 0] > GROUP_ROWS:
             groups.append([])
-            total = 0
         groups[-1].append(key)
-        total += n
     return groups

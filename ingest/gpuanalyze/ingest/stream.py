@@ -99,7 +99,7 @@ class EventStream:
         self._outside = 0
         self._hold = False
         """While set, the buffer is not compacted (a scan holds indices into it)."""
-        self._kept, self._skipped, self._why = False, 0, ""
+        self._skipped, self._why = 0, ""
 
     # ---- buffer -------------------------------------------------------------------------------
 
@@ -298,16 +298,12 @@ class EventStream:
             self.notes.append(f"skipped {self._skipped:,} event(s) with a field of the wrong type ({self._why})")
 
     def _each(self, span: memoryview) -> list[Any]:
-        """The events of a JSON array; where one does not fit the decoder's types, each event alone, those that
-        do not fit skipped and counted (one bad event costs that event; a batch of nothing else, seen before
-        any event was kept, is not a trace: ValidationError)."""
+        """The events of a JSON array; where one does not fit the decoder's types, the events one by one, those
+        that do not fit skipped and counted (a batch of nothing else is not a trace: ValidationError)."""
         try:
-            events = self._decode(span)
+            return self._decode(span)
         except msgspec.ValidationError as exc:
             first = exc
-        else:
-            self._kept = self._kept or bool(events)
-            return events
         events = []
         for raw in _RAWS.decode(bytes(span)):  # a copy: Raw values would hold the buffer
             try:
@@ -315,9 +311,8 @@ class EventStream:
             except msgspec.ValidationError as exc:
                 self._skipped += 1
                 self._why = self._why or str(exc).replace("$[0]", "event")[:120]
-        if not events and not self._kept:
+        if not events:
             raise first
-        self._kept = True
         return events
 
     def _next_batch(self) -> tuple[list[Any], bool]:
