@@ -143,7 +143,7 @@ def add_cases(d: Path, add: Add) -> None:
             f"arrow_{codec}_just_under_the_allowance.arrow",
             "memory",
             lambda p, c=codec: _write(
-                p, _plain(25_000, kernel_stats=pa.array([_stats_sized(4200)] * 25_000)), compression=c
+                p, _plain(26_700, kernel_stats=pa.array([_stats_sized(4200)] * 26_700)), compression=c
             ),
         )
         add(

@@ -14,7 +14,7 @@ only then is the message handed to pyarrow:
   within ``IpcLimits``: one batch, its decoded bytes (a compressed buffer's declared size) and its rows
   once conformed (``ROW_COST`` bytes each), at most 512 MiB; all batches, what they leave held (those
   rows, and every decoded byte but the format's fixed-width values, which the rows are), at most 112 MiB
-  (a bomb just under it costs 556 MiB in every command: tests/hostile) or 100x the record batch bodies
+  (a bomb just under it costs 573 MiB in every command: tests/hostile) or 100x the record batch bodies
   read (not the file: megabytes of metadata decode to nothing). An honest long run compresses past 100x
   (8 ranks x 150k steps: ~100 MiB from a 1 MB rank file). Compressed buffers also inflate to at most
   8 GiB in all (a 1M-step zstd trace with kernel statistics: ~1 GiB), whatever the file's size.
