@@ -23,6 +23,7 @@ import pytest
 
 from analyzer.analysis.findings import BOTTLENECKS
 from tests.conftest import ROOT
+from tests.hostile.arrow_cases import SECRET
 from tests.hostile.corpus import Case
 from tests.hostile.run_case import PEAK_PREFIX
 
@@ -155,6 +156,8 @@ def _problems(case: Case, r: dict[str, Any]) -> list[str]:
         found.append(f"{where}: traceback")
     if CONTROL.search(text.replace("\n", "").replace("\t", "")):
         found.append(f"{where}: raw control character in the output: {CONTROL.findall(text)[:5]}")
+    if SECRET[:12] in text:
+        found.append(f"{where}: a secret of a recorded command line in clear")
     if INVISIBLE.search(text):
         found.append(f"{where}: raw format or invisible character in the output: {INVISIBLE.findall(text)[:5]}")
     if code == 124:
