@@ -3,9 +3,10 @@ test runs them (one process per input, under the same address-space cap), one in
 the figures do not share the CPU.
 
 `python benchmarks/hostile_time.py [NAME-SUBSTRING ...]` prints, per input, its size, the wall time
-of all its commands together and of the slowest one, and its peak RSS; then the median and the
-maximum over inputs under 10 MB (the claim in docs/robustness.md: each under 10 s on the 2-core CI
-machine). The 3,000-rank directory has its own benchmark (benchmarks/many_ranks.py).
+of all its commands together, the CPU time of the command that took most, and its peak RSS; then the
+median and the maximum over inputs under 10 MB (the claim in docs/robustness.md and the slow test's
+bound: each command under 10 s of CPU). The 3,000-rank directory has its own benchmark
+(benchmarks/many_ranks.py).
 """
 
 from __future__ import annotations
@@ -45,18 +46,18 @@ def main() -> None:
                 continue
             results, rss, _ = _run(case, d)
             total = sum(r.get("seconds", 0.0) for r in results)
-            slowest = max((r.get("seconds", 0.0), _command(r["args"])) for r in results)
+            slowest = max((r.get("cpu_seconds", 0.0), _command(r["args"])) for r in results)
             size = _size(case.path)
             label = case.name.encode("ascii", "backslashreplace").decode()[:44]
             print(
-                f"{label:44s} {size / 2**20:7.2f} MiB {total:6.1f} s (slowest {slowest[1][:8]} {slowest[0]:.1f} s) "
+                f"{label:44s} {size / 2**20:7.2f} MiB {total:6.1f} s (most CPU {slowest[1][:8]} {slowest[0]:.1f} s) "
                 f"{rss / 2**20:5.0f} MiB RSS"
             )
             if size < TIMED_BELOW_BYTES:
-                timed.append(total)
+                timed.append(slowest[0])
     if timed:
         median, most = statistics.median(timed), max(timed)
-        print(f"{len(timed)} inputs under 10 MB: median {median:.1f} s, max {most:.1f} s per input")
+        print(f"{len(timed)} inputs under 10 MB, costliest command: median {median:.1f} s, max {most:.1f} s of CPU")
 
 
 if __name__ == "__main__":

@@ -160,6 +160,27 @@ def test_honest_compressed_trace_stays_under_the_absolute_cap(tmp_path):
         assert 0 < reader.inflated < reader.limits.max_inflated
 
 
+def test_a_trace_is_judged_by_what_decoding_it_leaves_held_not_by_its_compression(tmp_path):
+    """20,000 repetitive rows compress past 100x (a long run's steps do): what they cost held is their rows once
+    conformed and their kernel statistics, the format's fixed-width values counted once (they are those rows),
+    not twice; a bomb of the same cost in a few rows' text is refused alike (limits scaled down 28x)."""
+    limits = IpcLimits(min_allowance=4 * 2**20)
+    table = pa.Table.from_batches([_plain(200)] * 100)
+    columns = {f.name: table.column(f.name).combine_chunks() for f in S.FIELDS}
+    columns[S.STEP] = pa.array(range(table.num_rows), pa.int64())
+    columns[S.KERNEL_STATS] = pa.array([STATS if i % 7 == 0 else None for i in range(table.num_rows)])
+    honest = _write(tmp_path / "long.arrow", pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns)))
+    honest = _write(tmp_path / "long.zstd.arrow", pa.ipc.open_stream(honest.read_bytes()).read_next_batch(), "zstd")
+    with open(honest, "rb") as fh:
+        reader = IpcReader(honest, fh, limits)
+        assert len([b for b in reader.batches() if b is not None]) == 2
+        assert reader.decoded > 100 * reader.bodies  # past the ratio: the floor admits it
+        assert reader.decoded < table.num_rows * (ipc_guard.ROW_COST + 30)  # 152 bytes a row, and the stats
+    bomb = _write(tmp_path / "bomb.arrow", _plain(100, kernel_stats=pa.array(["x" * 50_000] * 100)), "zstd")
+    with open(bomb, "rb") as fh, pytest.raises(TraceError, match="expand"):
+        list(IpcReader(bomb, fh, limits).batches())
+
+
 def test_limits_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         IpcLimits(max_inflated=0)

@@ -292,19 +292,22 @@ def test_an_export_layout_without_the_columns_read_is_refused_in_one_line(tmp_pa
     assert "nsys export --type sqlite" in result.output
 
 
-def test_ranks_are_read_one_at_a_time(tmp_path):
+def test_large_ranks_are_read_one_at_a_time_and_small_ones_together(tmp_path, monkeypatch):
+    import gpuanalyze.ingest.nsys_events as nsys_events
     from gpuanalyze.ingest.nsys_db import NsysDb
     from gpuanalyze.ingest.nsys_events import NsysEvents
     from gpuanalyze.ingest.nsys_meta import read_meta
     from gpuanalyze.ingest.stream import ReadLimits
 
     path = build_export(tmp_path / "r.sqlite", Export(pids=(10, 11)))
-    with NsysDb(path) as db:
-        events = NsysEvents(db, read_meta(db), ReadLimits(), None)
-        events.step_kind()
-        ranks = events.traces()
-        first = next(ranks)
-        assert first.rank == 0 and set(events.calls) == {10}  # rank 1's rows not read yet
-        second = next(ranks)
-        assert second.rank == 1 and set(events.calls) == {11}
-        assert first.gpu.size == second.gpu.size == 6
+    for group_rows, read_with_rank_0 in ((6, {10}), (12, {10, 11})):  # each rank has 6 GPU rows
+        monkeypatch.setattr(nsys_events, "GROUP_ROWS", group_rows)
+        with NsysDb(path) as db:
+            events = NsysEvents(db, read_meta(db), ReadLimits(), None)
+            events.step_kind()
+            ranks = events.traces()
+            first = next(ranks)
+            assert first.rank == 0 and set(events.calls) == read_with_rank_0  # rank 1's rows read yet, or not
+            second = next(ranks)
+            assert second.rank == 1 and 11 in events.calls
+            assert first.gpu.size == second.gpu.size == 6

@@ -1,34 +1,9 @@
-"""Run information of a recording: redacted argv, placement, run ids; and trace name choice."""
+"""Run information of a recording: placement, run ids; and trace name choice (redaction: test_redact.py)."""
 
 import pytest
 
 from analyzer.record.paths import create_new
-from analyzer.record.run_facts import REDACTED, Placement, redact_argv, run_id
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--hf-token=abc"], ["--hf-token=***"]),
-        (["--hf_token", "abc", "--lr", "3"], ["--hf_token", "***", "--lr", "3"]),
-        (["--api-key", "sk"], ["--api-key", "***"]),
-        (["--db-password=p", "--client_secret", "s"], ["--db-password=***", "--client_secret", "***"]),
-        (["-token=abc"], ["-token=***"]),
-        (
-            ["HF_TOKEN=abc", "AWS_SECRET_ACCESS_KEY=x", "model.api_key=k"],
-            ["HF_TOKEN=***", "AWS_SECRET_ACCESS_KEY=***", "model.api_key=***"],
-        ),
-        (["--push-token", "--lr"], ["--push-token", "--lr"]),  # no value follows: nothing to hide
-        (["--data", "s3://user:pa55@bucket/x"], ["--data", "s3://user:***@bucket/x"]),
-        (
-            ["train.py", "--lr=3", "BATCH=8", "--name", "key-run"],
-            ["train.py", "--lr=3", "BATCH=8", "--name", "key-run"],
-        ),
-    ],
-)
-def test_secret_values_are_redacted(argv, expected):
-    assert redact_argv(argv) == expected
-    assert REDACTED == "***"
+from analyzer.record.run_facts import Placement, run_id
 
 
 def test_run_id_comes_from_the_environment_first(monkeypatch):

@@ -128,6 +128,25 @@ def test_malformed_streams_are_one_trace_error(tmp_path, data, text):
     assert text in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_mistyped_event_costs_that_event_and_a_note(tmp_path, monkeypatch, chunked):
+    """A list as ``correlation`` (or a name that is an object) rejected the whole file: now that event is skipped,
+    counted in a note, and the rest reads as the trace without it."""
+    if chunked:
+        monkeypatch.setattr(stream, "READ_CHUNK", 997)
+        monkeypatch.setattr(stream, "BATCH_BYTES", 4096)
+    doc = two_step_trace()
+    doc["traceEvents"] += [ev("cpu_op", f"op{i}", 1900 + i, 1) for i in range(200)]
+    clean = parse_kineto(write(tmp_path / "clean.json", doc))
+    bad = dict(doc, traceEvents=[*doc["traceEvents"], ev("kernel", "k", 1000, 5, correlation=[1, 2])])
+    bad["traceEvents"].insert(40, {"ph": "X", "cat": "cpu_op", "name": {"x": 1}, "ts": 5, "dur": 1})
+    got = parse_kineto(write(tmp_path / "bad.json", bad))
+    assert [n for n in got.notes if "skipped" in n] == [
+        next(n for n in got.notes if n.startswith("skipped 2 event(s) with a field of the wrong type"))
+    ]
+    assert got.gpu.size == clean.gpu.size and got.cpu.size == clean.cpu.size and len(got.steps) == len(clean.steps)
+
+
 def test_gzip_ratio_guard_and_max_bytes_override(tmp_path):
     events = [ev("kernel", "k", i, 1, stream=1) for i in range(20000)]
     raw = json.dumps({"traceEvents": events}).encode()

@@ -17,7 +17,7 @@ import polars as pl
 
 from analyzer.analysis.batch_split import BatchSplit, batch_split
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
-from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted
+from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted, sorted_median
 from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.columns import Column, frame_columns
@@ -159,7 +159,11 @@ def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset())
     data = f[S.DATA_WAIT_MS]
     sums[DATA_WAIT_WITH_CPU] = _sum(data) if cpu is None else _sum(data.rows(cpu))
     mem = int(f[S.PEAK_MEM_BYTES].known().max()) if known[S.PEAK_MEM_BYTES] else None
-    ordered = {c: np.sort(f[c].known().astype(np.float64, copy=False)) for c in QUANTILE_COLUMNS}
+    sketches, medians = {}, {}
+    for c in QUANTILE_COLUMNS:  # one column sorted at a time (1M steps: 8 MB each)
+        ordered = np.sort(f[c].known().astype(np.float64, copy=False))
+        sketches[c], medians[c] = sketch_sorted(ordered), (ordered.size, sorted_median(ordered))
+        del ordered
     wall = f[S.WALL_MS].filled(0.0)
     data_v, sync, other = (f[c].filled(0.0) for c in (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS))
     start = start_ms(f[S.START_UNIX_NS].values)
@@ -177,8 +181,8 @@ def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset())
         known=known,
         sums=sums,
         peak_mem=mem,
-        sketches={c: sketch_sorted(ordered[c]) for c in QUANTILE_COLUMNS},
-        stats=rank_stats_of(f, rank, ordered),
+        sketches=sketches,
+        stats=rank_stats_of(f, rank, medians),
         vectors=vectors,
         kernels=kernel_partial(*_kernel_rows(post), rank),
         lead=(float(lead.sum()), int(lead.size)),

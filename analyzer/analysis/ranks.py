@@ -393,14 +393,13 @@ def rank_stats(rows: pl.DataFrame, rank: int) -> RankStats:
     return rank_stats_of(frame_columns(rows), rank, {})
 
 
-def rank_stats_of(rows: dict[str, Column], rank: int, ordered: dict[str, np.ndarray]) -> RankStats:
-    """rank_stats of numpy columns (ingest.columns); ``ordered``: the sorted known values of any of
+def rank_stats_of(rows: dict[str, Column], rank: int, medians: dict[str, tuple[int, float]]) -> RankStats:
+    """rank_stats of numpy columns (ingest.columns); ``medians``: (count, median) of the known values of any of
     their columns, when the caller has them (a column without unknown values need not be sorted again)."""
 
     def median(column: str, values: np.ndarray) -> float:
-        have = ordered.get(column)
-        full = have is not None and have.size == values.size
-        return sorted_median(have if full else np.sort(values))  # type: ignore[arg-type]
+        have = medians.get(column)
+        return have[1] if have is not None and have[0] == values.size else sorted_median(np.sort(values))
 
     wall = rows[S.WALL_MS].filled(0.0)
     sync = rows[S.SYNC_MS].filled(0.0)

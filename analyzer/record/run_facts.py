@@ -1,16 +1,12 @@
 """Run information stored in the trace metadata: host, devices, versions, distributed setup.
 
-Traces are shared files (bug reports, colleagues' clusters), so the command line is stored
-with secrets redacted: values of options named like ``--*token*``, ``--*key*``,
-``--*password*``, ``--*secret*`` (``--x=v`` and ``--x v``), ``NAME=value`` arguments whose name
-says the same, and passwords in URLs.
+The command line is stored redacted (gpuanalyze.ingest.redact: ``--hf-token ***``).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 import socket
 import sys
 import time
@@ -25,44 +21,14 @@ import msgspec
 from analyzer.machine.driver import driver_version
 from analyzer.record.host_readers import bf16_flags
 from analyzer.record.system_sampler import cpu_quota_cores
+from gpuanalyze.ingest.redact import redact_argv
 from gpuanalyze.ingest.runinfo import RunInfo
 
 #: Environment variable that gives every process of one run the same run id (`gpuanalyze run` sets it).
 RUN_ID_ENV = "GPUANALYZE_RUN_ID"
 #: How long a rank other than 0 waits for rank 0 to publish the run id in the process group's store.
 RUN_ID_WAIT_S = 20.0
-REDACTED = "***"
-_SECRET = re.compile(r"token|key|password|passwd|secret", re.IGNORECASE)
-_OPTION = re.compile(r"^(?P<name>--?[A-Za-z0-9][\w.\-]*)(?P<eq>=)?(?P<value>.*)$", re.DOTALL)
-_ASSIGN = re.compile(r"^(?P<name>[+~]?[A-Za-z_][\w.\-/]*)=(?P<value>.*)$", re.DOTALL)
-_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.\-]*://[^/\s:@]*):[^/\s@]*@")
 _sessions = itertools.count()
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """argv with secret values replaced by ``***`` (see the module docstring)."""
-    out: list[str] = []
-    redact_next = False
-    for arg in argv:
-        if redact_next:
-            redact_next = False
-            if not arg.startswith("--"):
-                out.append(REDACTED)
-                continue
-        option = _OPTION.match(arg)
-        if option and _SECRET.search(option["name"]):
-            if option["eq"]:
-                out.append(f"{option['name']}={REDACTED}")
-            else:
-                out.append(arg)
-                redact_next = True
-            continue
-        assign = _ASSIGN.match(arg)
-        if assign and _SECRET.search(assign["name"]):
-            out.append(f"{assign['name']}={REDACTED}")
-            continue
-        out.append(_URL_PASSWORD.sub(rf"\g<scheme>:{REDACTED}@", arg))
-    return out
 
 
 @dataclass(frozen=True, slots=True)

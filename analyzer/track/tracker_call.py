@@ -3,7 +3,7 @@
 Trackers read the process's command line into their run records (W&B stores ``sys.argv`` as the
 run's ``args`` and its program; MLflow ``sys.argv[0]`` as the source name), and online they upload
 them. While a tracker is called, ``sys.argv`` is the one the trace stores: redacted by the trace's
-own rule (``analyzer.record.run_facts.redact_argv``: ``--hf-token ***``), one definition for both.
+own rule (``gpuanalyze.ingest.redact.redact_argv``: ``--hf-token ***``), one definition for both.
 
 An unreachable MLflow server is retried 7 times with a doubling back-off by default (about 250 s
 before the error): unless the user set them, a call here gets a short timeout and one retry.
@@ -23,6 +23,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from gpuanalyze.ingest.redact import redact_argv
+
 #: MLflow's HTTP settings for a call from gpuanalyze, each used only when the user has not set it.
 MLFLOW_HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
@@ -34,8 +36,6 @@ MLFLOW_HTTP_DEFAULTS = {
 @contextlib.contextmanager
 def tracker_call() -> Iterator[list[str]]:
     """Inside: ``sys.argv`` redacted (yielded) and MLflow's short HTTP defaults; both restored after."""
-    from analyzer.record.run_facts import redact_argv
-
     saved_argv = sys.argv
     added = [name for name in MLFLOW_HTTP_DEFAULTS if name not in os.environ]
     sys.argv = redact_argv(saved_argv)

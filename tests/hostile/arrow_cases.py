@@ -1,11 +1,13 @@
 """Hostile Arrow and naming inputs: Arrow encodings that decode to far more than the file
 holds (null-typed columns of a huge length, dictionaries sharing one large value, run-end encoding,
 views, zstd and LZ4 bodies, huge metadata), names that made matching quadratic or hide text, out of
-range timestamps, and a directory of thousands of ranks."""
+range timestamps, secrets on recorded command lines, an Nsight Systems export of 20,000 GPU processes,
+and a directory of thousands of ranks."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +19,12 @@ from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import RunInfo
 from tests.conftest import make_row
 from tests.kineto_fixtures import two_step_trace
+from tests.nsys_fixtures import Export, build_export
 
 #: Invisible characters: TAG letters (hidden text), soft hyphen, Hangul fillers, invisible times.
 INVISIBLE = "\U000e0068\U000e0069\xad\u3164\u115f\u1160\uffa0\u2062\u180e\ufe0f"
+#: A token planted in command lines: no output may show it (tests/test_hostile_corpus.py).
+SECRET = "hf_" + "Planted0Secret" * 3
 STATS = json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": []})
 
 Add = Callable[..., None]
@@ -51,6 +56,24 @@ def _plain(n: int, **columns: Any) -> pa.RecordBatch:
     arrays = {f.name: table.column(f.name).combine_chunks() for f in S.FIELDS}
     arrays.update(columns)
     return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+
+
+def _nsys_with_secrets(path: Path) -> Path:
+    """An Nsight Systems export whose profiled command (META_DATA_CAPTURE) holds secrets."""
+    build_export(path, Export(steps=4))
+    with sqlite3.connect(path) as conn:
+        args = ["train.py", "--hf-token", SECRET, f"--api-key={SECRET}", f"WANDB_API_KEY={SECRET}", SECRET]
+        conn.executemany(
+            "INSERT INTO META_DATA_CAPTURE VALUES (?, ?)",
+            [(f"PROCESS_0:ARGUMENT_{i + 1}", a) for i, a in enumerate(args)],
+        )
+    return path
+
+
+def _stats_sized(size: int) -> str:
+    """Kernel statistics of about ``size`` bytes of JSON (a top list of 1 KB names)."""
+    top = [{"name": f"k{i}" + "n" * 990, "total_ms": 1.0, "count": 2} for i in range(size // 1020)]
+    return json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": top})
 
 
 def _stats_named(name: str) -> str:
@@ -133,6 +156,13 @@ def add_cases(d: Path, add: Add) -> None:
             "arrow",
             lambda p, c=codec: _write(p, _plain(4000, kernel_stats=pa.array(["x" * 100_000] * 4000)), compression=c),
         )
+        add(  # valid kernel statistics that decode to just under the guard's floor: admitted, bounded in memory
+            f"arrow_{codec}_just_under_the_allowance.arrow",
+            "memory",
+            lambda p, c=codec: _write(
+                p, _plain(26_700, kernel_stats=pa.array([_stats_sized(4200)] * 26_700)), compression=c
+            ),
+        )
         add(
             f"arrow_{codec}_honest.arrow",
             "arrow",
@@ -190,6 +220,20 @@ def add_cases(d: Path, add: Add) -> None:
         ),
     )
     add(f"path{INVISIBLE}.json", "names", lambda p: _kineto_named(p, "sgemm"))
+
+    # -- secrets on command lines, a host's worth of GPU processes -------------------------------------
+    argv = f"python t.py --hf-token {SECRET} --api-key={SECRET} WANDB_API_KEY={SECRET}"
+    add(
+        "arrow_secrets_in_argv.arrow",
+        "terminal",
+        lambda p: _write(p, _plain(30), meta=_meta(json.dumps({"argv": argv}).encode())),
+    )
+    add("nsys_secrets_in_command.sqlite", "terminal", _nsys_with_secrets)
+    add(
+        "nsys_20000_processes.sqlite",
+        "memory",
+        lambda p: build_export(p, Export(pids=tuple(range(100, 20_100)), steps=1, tables=("kernel",), gpu_table=False)),
+    )
 
     # -- scale: thousands of tiny ranks ---------------------------------------------------------------
     def many_ranks(p: Path, n: int = 3000) -> Path:

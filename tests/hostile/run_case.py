@@ -5,7 +5,10 @@ under one memory cap (tests/test_hostile_corpus.py).
 ``{out}`` in an argument becomes a fresh path in a new empty directory; ``{import_out}`` a fresh
 .arrow path, or a new empty directory when the input is a directory. `watch` is stopped after
 WATCH_S seconds as Ctrl-C would stop it (a live view has no end of its own); any other command
-running past COMMAND_S seconds is reported with exit code 124. Each result carries its wall time.
+that uses more than COMMAND_CPU_S seconds of CPU (this process's threads; SIGPROF) or runs past
+COMMAND_S seconds (a command that waits without computing) is reported with exit code 124. Each result
+carries its wall time and its CPU time (this process's threads and the child processes it reaped): CPU
+time, unlike wall time, does not grow with the machine's load.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import traceback
 from pathlib import Path
 
 WATCH_S = 3
-COMMAND_S = 120
+COMMAND_S = 600
+COMMAND_CPU_S = 120
 
 
 class _TooLong(BaseException):
@@ -61,8 +65,10 @@ def main() -> None:
             code = 0
             is_watch = bool(args) and args[0] == "watch"
             signal.signal(signal.SIGALRM, _alarm(is_watch))
+            signal.signal(signal.SIGPROF, _alarm(False))
             signal.alarm(WATCH_S if is_watch else COMMAND_S)
-            start = time.perf_counter()
+            signal.setitimer(signal.ITIMER_PROF, 0 if is_watch else COMMAND_CPU_S)
+            start, cpu = time.perf_counter(), _cpu_s()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
                     cli(args)
@@ -70,12 +76,13 @@ def main() -> None:
                     code = exc.code if isinstance(exc.code, int) else 1
                 except _TooLong:
                     code = 124
-                    err.write(f"timed out after {COMMAND_S} s")
+                    err.write(f"used over {COMMAND_CPU_S} s of CPU or ran over {COMMAND_S} s")
                 except BaseException:  # noqa: BLE001 - what the promise forbids: report it, do not die
                     code = 1
                     err.write(traceback.format_exc())
                 finally:
                     signal.alarm(0)
+                    signal.setitimer(signal.ITIMER_PROF, 0)
             results.append(
                 {
                     "args": raw,
@@ -83,12 +90,21 @@ def main() -> None:
                     "out": out.getvalue(),
                     "err": err.getvalue(),
                     "seconds": time.perf_counter() - start,
+                    "cpu_seconds": _cpu_s() - cpu,
                 }
             )
     sys.__stdout__.write(json.dumps(results))
     peak = _peak_rss_kb()
     if peak is not None:
         sys.__stderr__.write(f"\n{PEAK_PREFIX}{peak}\n")
+
+
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process (all its threads) and by the children it has reaped."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 #: The last stderr line: this process's peak RSS (kB) since exec, and its reaped children's.

@@ -32,7 +32,7 @@ from gpuanalyze.ingest import reader as R
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.host_sample import decode_host_sample
 from gpuanalyze.ingest.ipc_guard import DEFAULT_LIMITS, ROW_COST, IpcReader
-from gpuanalyze.ingest.read_ahead import map_file, read_ahead
+from gpuanalyze.ingest.read_ahead import drop_pages, map_file, read_ahead
 from gpuanalyze.ingest.row_rules import DURATIONS, RULES, passes_numpy
 from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
 
@@ -104,7 +104,7 @@ def load_columns(path: str | Path) -> TraceColumns | None:
             return None
         mm = map_file(path)
         try:
-            sink = _Sink(_declared_rows(path, mm))
+            sink = _Sink(_declared_rows(path, mm), pages=mm)
             stream = R.read_stream(path, mm, keep=sink)
             return _columns(path, stream, sink)
         finally:
@@ -138,9 +138,11 @@ class _Sink:
     ``keep``), so a compressed file's decoded batches are never all held: the arrays, preallocated
     for the rows the headers declare, are all that grows."""
 
-    def __init__(self, n: int, names: Collection[str] = READ) -> None:
+    def __init__(self, n: int, names: Collection[str] = READ, *, pages: mmap.mmap | None = None) -> None:
         self.n = n
         self.names = names
+        self.pages = pages
+        """The file's mapping: the pages each batch was read from are dropped once it is copied."""
         """The columns copied (READ's: what load_columns checks and returns)."""
         self.at = 0
         self.fits = True
@@ -182,6 +184,8 @@ class _Sink:
                 texts[at : at + k] = arr.to_pylist()
             self._validity(c, arr)
         self.at += k
+        if self.pages is not None:
+            drop_pages(self.pages)
 
     def _validity(self, c: str, arr: pa.Array) -> None:
         """Which of one batch's values are known, held once any value of the column is null."""
@@ -333,7 +337,7 @@ def _raw(path: Path, mm: mmap.mmap, names: Collection[str]) -> dict[str, Column]
     fields = sorted({i for i in (schema.get_field_index(c) for c in names) if i >= 0})
     # only these columns are decoded (a zstd file's other columns are never inflated)
     reader = pa.ipc.open_stream(pa.py_buffer(mm), options=pa.ipc.IpcReadOptions(included_fields=fields))
-    sink = _Sink(IpcReader.mapped(path, mm).rows_ahead(), names)
+    sink = _Sink(IpcReader.mapped(path, mm).rows_ahead(), names, pages=mm)
     for batch in reader:
         if batch.num_rows:
             sink(batch.schema, batch)

@@ -10,14 +10,14 @@ only then is the message handed to pyarrow:
   trace format never writes them; a dictionary shares one large value between many rows), no
   null-typed format column;
 - a dictionary batch is refused;
-- a record batch's body must be in the file, its buffers inside its body, and the bytes it decodes
-  to (a compressed buffer's declared uncompressed size, else its size) plus the cost of its rows
-  once conformed to the format (``ROW_COST`` bytes each) must stay within the per-batch and the
-  total limit (``IpcLimits``: 100x the record batch bodies read, at least 64 MiB, like the gzip guard
-  of byte_source.py). The ratio is to the bodies, not the file: incompressible metadata (a schema or
-  batch metadata of megabytes) decodes to nothing and grows no allowance. Compressed buffers also
-  stay within an absolute cap on what they inflate to (8 GiB: an honest 1M-step zstd trace with its
-  kernel statistics inflates ~1 GiB), whatever the file's size.
+- a record batch's body must be in the file, its buffers inside its body, and what decoding it costs
+  within ``IpcLimits``: one batch, its decoded bytes (a compressed buffer's declared size) and its rows
+  once conformed (``ROW_COST`` bytes each), at most 512 MiB; all batches, what they leave held (those
+  rows, and every decoded byte but the format's fixed-width values, which the rows are), at most 112 MiB
+  (a bomb just under it costs 573 MiB in every command: tests/hostile) or 100x the record batch bodies
+  read (not the file: megabytes of metadata decode to nothing). An honest long run compresses past 100x
+  (8 ranks x 150k steps: ~100 MiB from a 1 MB rank file). Compressed buffers also inflate to at most
+  8 GiB in all (a 1M-step zstd trace with kernel statistics: ~1 GiB), whatever the file's size.
 
 A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
 """
@@ -45,7 +45,7 @@ ROW_COST = 8 * len(S.FIELDS)
 MAX_METADATA = 64 * MiB
 _CONTINUATION = 0xFFFFFFFF
 #: Message header types (Message.fbs).
-_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
+_SCHEMA, _DICTIONARY, RECORD_BATCH = 1, 2, 3
 
 
 @dataclass(kw_only=True, slots=True)
@@ -54,8 +54,8 @@ class IpcLimits:
 
     ratio: float = 100.0
     """Most decoded bytes per byte of record batch body read (compressed bodies expand; plain ones do not)."""
-    min_allowance: int = 64 * MiB
-    """Decoded bytes a small file may always reach."""
+    min_allowance: int = 112 * MiB
+    """Bytes any file's decoding may leave held (from the 600 MiB goal for inputs under 10 MB)."""
     max_batch_bytes: int = 512 * MiB
     """Most decoded bytes of one record batch."""
     max_inflated: int = 8 << 30
@@ -75,11 +75,11 @@ class IpcLimits:
 DEFAULT_LIMITS = IpcLimits()
 
 
-class _Corrupt(Exception):  # noqa: N818 - internal: the message is not a valid flatbuffer
+class Corrupt(Exception):  # noqa: N818 - the message is not a valid flatbuffer
     pass
 
 
-class _Flat:
+class Flat:
     """Bounds-checked reads of the flatbuffer tables of Arrow's Message.fbs (only what is checked here)."""
 
     def __init__(self, buf: bytes) -> None:
@@ -89,9 +89,9 @@ class _Flat:
         try:
             value: int = struct.unpack_from(fmt, self.buf, at)[0]
         except struct.error as exc:
-            raise _Corrupt from exc
+            raise Corrupt from exc
         if at < 0:
-            raise _Corrupt
+            raise Corrupt
         return value
 
     def root(self) -> int:
@@ -122,13 +122,13 @@ class _Flat:
             return 0, 0
         n = self._u("<I", at)
         if at + 4 + n * width > len(self.buf):
-            raise _Corrupt
+            raise Corrupt
         return at + 4, n
 
     def string(self, at: int) -> bytes:
         n = self._u("<I", at)
         if at + 4 + n > len(self.buf):
-            raise _Corrupt
+            raise Corrupt
         return self.buf[at + 4 : at + 4 + n]
 
 
@@ -136,7 +136,7 @@ class _Flat:
 class _Message:
     kind: int
     body_length: int
-    flat: _Flat
+    flat: Flat
     header: int | None
     framed: bytes
     """Continuation, length and metadata (what pyarrow's read_message needs before the body)."""
@@ -185,6 +185,7 @@ class IpcReader:
             raise ValueError("the stream does not start with a schema")
         self.schema = pa.ipc.read_schema(pa.ipc.read_message(pa.py_buffer(first.framed)))
         check_schema(path, self.schema)
+        self._own = _rows_own(self.schema)
 
     @classmethod
     def mapped(cls, path: Path, mm: mmap.mmap, limits: IpcLimits | None = None) -> IpcReader:
@@ -225,13 +226,13 @@ class IpcReader:
         if length > self._remaining():
             return "truncated"
         meta = self.fh.read(length)
-        flat = _Flat(meta)
+        flat = Flat(meta)
         try:
             root = flat.root()
             kind = flat.scalar(root, 1, "<B")
             body = flat.scalar(root, 3, "<q")
             header = flat.ref(root, 2)
-        except _Corrupt:
+        except Corrupt:
             return "truncated"
         if body < 0:
             raise TraceError(f"{self.path}: corrupt trace (a negative Arrow body length)")
@@ -253,7 +254,7 @@ class IpcReader:
                     f"{self.path}: dictionary-encoded columns; gpuanalyze traces store plain columns "
                     "(a dictionary can make one large value fill every row), refusing to read it"
                 )
-            if msg.kind != _RECORD_BATCH or msg.header is None:
+            if msg.kind != RECORD_BATCH or msg.header is None:
                 raise TraceError(f"{self.path}: corrupt trace (an unexpected Arrow message, type {msg.kind})")
             if msg.body_length > self._remaining():
                 yield None
@@ -262,7 +263,7 @@ class IpcReader:
             try:
                 self._account(msg, body)
                 custom = msg.custom_metadata()
-            except _Corrupt:
+            except Corrupt:
                 raise TraceError(f"{self.path}: corrupt trace (an Arrow record batch with bad metadata)") from None
             yield pa.ipc.read_record_batch(self._message(msg, body), self.schema), custom
 
@@ -273,12 +274,12 @@ class IpcReader:
         at = self.fh.tell()
         rows = 0
         try:
-            while isinstance(msg := self._next(), _Message) and msg.kind == _RECORD_BATCH and msg.header is not None:
+            while isinstance(msg := self._next(), _Message) and msg.kind == RECORD_BATCH and msg.header is not None:
                 if msg.body_length > self._remaining():
                     break
                 self.fh.seek(self.fh.tell() + msg.body_length)
                 rows += max(0, msg.flat.scalar(msg.header, 0, "<q"))
-        except _Corrupt:
+        except Corrupt:
             pass
         finally:
             self.fh.seek(at)
@@ -305,23 +306,18 @@ class IpcReader:
         rows = flat.scalar(batch, 0, "<q")
         nodes, n_nodes = flat.vector(batch, 1, 16)
         if n_nodes and (np.frombuffer(flat.buf, dtype="<i8", count=2 * n_nodes, offset=nodes)[0::2] < 0).any():
-            raise _Corrupt  # a negative length
+            raise Corrupt  # a negative length
         start, n = flat.vector(batch, 2, 16)
         compressed = flat.ref(batch, 3) is not None
         bufs = np.frombuffer(flat.buf, dtype="<i8", count=2 * n, offset=start).reshape(n, 2)
         offset, length = bufs[:, 0], bufs[:, 1]
         if ((offset < 0) | (length < 0) | (length > len(body) - offset)).any():  # where offset >= 0 nothing overflows
             raise TraceError(f"{self.path}: corrupt trace (an Arrow buffer outside its record batch)")
-        decoded = 0
-        for off, ln in zip(offset.tolist(), length.tolist(), strict=True) if compressed else ():
-            if ln >= 8:
-                (size,) = struct.unpack_from("<q", body, off)
-                decoded += ln - 8 if size == -1 else max(size, 0)
-            else:
-                decoded += ln
-        if not compressed:
-            decoded = sum(length.tolist())
-        else:
+        sizes = length.tolist()
+        if compressed:  # each buffer starts with its uncompressed length (-1: stored as is)
+            sizes = [ln if ln < 8 else _length(body, off, ln) for off, ln in zip(offset.tolist(), sizes, strict=True)]
+        decoded = sum(sizes)
+        if compressed:
             self.inflated += max(0, decoded - sum(length.tolist()))
             if self.inflated > self.limits.max_inflated:
                 raise TraceError(
@@ -330,11 +326,12 @@ class IpcReader:
                     "refusing to read it"
                 )
         if rows < 0:
-            raise _Corrupt
+            raise Corrupt
         cost = decoded + rows * ROW_COST
         self.bodies += len(body)
         allowed = self.limits.allowed(self.bodies)
-        self.decoded += cost
+        own = self._own if len(self._own) == n else [False] * n  # the rows' own values: counted by ROW_COST
+        self.decoded += cost - sum(size for size, row in zip(sizes, own, strict=True) if row)
         if cost > self.limits.max_batch_bytes or self.decoded > allowed:
             what = "compressed columns that expand" if compressed else "columns that expand"
             raise TraceError(
@@ -342,6 +339,35 @@ class IpcReader:
                 f"({rows:,} rows in a {self._size():,}-byte file; a memory bomb?); "
                 "refusing to read it"
             )
+
+
+def _length(body: bytes | pa.Buffer, off: int, ln: int) -> int:
+    (size,) = struct.unpack_from("<q", body, off)
+    return ln - 8 if size == -1 else max(size, 0)
+
+
+def node_types(t: pa.DataType) -> list[pa.DataType]:
+    """The types of a column's field nodes, depth first (a record batch has one node per type)."""
+    return [t, *(n for i in range(t.num_fields) for n in node_types(t.field(i).type))]
+
+
+def buffers_of(t: pa.DataType) -> int:
+    """The buffers of a field node of type ``t`` in a record batch (Arrow's IPC format: a null node has none, a
+    union no validity buffer)."""
+    return 0 if pa.types.is_null(t) else t.num_buffers - pa.types.is_union(t)
+
+
+def _rows_own(schema: pa.Schema) -> list[bool]:
+    """Per buffer of a record batch, whether it holds a format column's fixed-width values (8 bytes a row at most:
+    what ROW_COST counts once conformed, so not counted twice)."""
+    names = {f.name for f in S.FIELDS}
+    out: list[bool] = []
+    for field in schema:
+        t = field.type
+        own = field.name in names and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+        names.discard(field.name)
+        out += [own] * sum(buffers_of(n) for n in node_types(t))
+    return out
 
 
 def _encodings(t: pa.DataType) -> Iterator[pa.DataType]:

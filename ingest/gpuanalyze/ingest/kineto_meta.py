@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from analyzer.errors import TraceError
+from gpuanalyze.ingest.redact import redact_command
 from gpuanalyze.ingest.runinfo import MAX_WORLD_SIZE
 
 _META_DECODER = msgspec.json.Decoder()
@@ -90,7 +91,7 @@ def _count(value: Any) -> int | None:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = redact_command(repr(value))
     return text if len(text) <= 40 else text[:37] + "..."
 
 

@@ -1,7 +1,9 @@
 """Open an Nsight Systems SQLite export read-only and stream rows out of it.
 
 The file is opened through a read-only, immutable SQLite URI (``file:...?mode=ro&immutable=1``): SQLite
-never writes to it, never takes a lock on it and never creates a journal beside it. Before SQLite sees
+never writes to it, never takes a lock on it and never creates a journal beside it. An export with a write-ahead log
+or rollback journal beside it is read as SQLite would read it, with the log, from a private copy (nothing is created
+beside the user's file). Before SQLite sees
 the file, it must be a regular file (never a FIFO or a link to ``/dev/zero``) starting with the SQLite
 header. Tables and their columns are read from ``sqlite_master`` and ``PRAGMA table_info``: any table
 may be missing and every release adds columns (the NVIDIA Nsight Systems user guide, "SQLite schema
@@ -17,8 +19,10 @@ be reached there is no cap.
 from __future__ import annotations
 
 import ctypes
+import shutil
 import sqlite3
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,22 @@ def _uri(path: Path) -> str:
     return path.absolute().as_uri() + "?mode=ro&immutable=1"
 
 
+def _private_copy(path: Path) -> tempfile.TemporaryDirectory[str] | None:
+    """The export and its non-empty write-ahead log or rollback journal copied to a private directory (SQLite reads
+    such a file only with its log: an immutable open ignores it, a read-only one creates ``-shm`` beside it)."""
+    logs = [s for s in ("-wal", "-journal") if Path(f"{path}{s}").is_file() and Path(f"{path}{s}").stat().st_size]
+    if not logs:
+        return None
+    tmp = tempfile.TemporaryDirectory(prefix="gpuanalyze-nsys-")
+    try:
+        for suffix in ("", *logs):
+            shutil.copyfile(f"{path}{suffix}", Path(tmp.name) / f"export.sqlite{suffix}")
+    except OSError as exc:
+        tmp.cleanup()
+        raise TraceError(f"{path}: cannot copy it and its {logs[0]} file to read them ({exc.strerror or exc})") from exc
+    return tmp
+
+
 class NsysDb:
     """One export, open read-only: its tables and columns, and row streams (``close`` when done)."""
 
@@ -73,9 +93,11 @@ class NsysDb:
         require_regular(path)
         if not is_sqlite_file(path):
             raise TraceError(f"{path}: not an SQLite file (an Nsight Systems export is: nsys export --type sqlite)")
+        self._copy = _private_copy(path)
         self._heap = _heap_limit(SQLITE_HEAP_LIMIT)
+        uri = _uri(path) if self._copy is None else (Path(self._copy.name) / "export.sqlite").as_uri()
         try:
-            self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
+            self.conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self.conn.execute("PRAGMA query_only = 1")
             self.conn.execute(f"PRAGMA cache_size = {-_CACHE_KIB}")
             self.conn.execute("PRAGMA temp_store = FILE")  # sorts for DISTINCT spill to a temporary file, not RAM
@@ -85,6 +107,8 @@ class NsysDb:
                 self.close()
             elif self._heap is not None:
                 _heap_limit(self._heap)
+            if self._copy is not None:
+                self._copy.cleanup()
             raise TraceError(f"{path}: not a readable SQLite database ({_reason(exc)})") from exc
         self._columns: dict[str, frozenset[str]] = {}
         if not any(t in self.tables for t in EXPORT_MARKERS):
@@ -98,6 +122,9 @@ class NsysDb:
         if self._heap is not None:
             _heap_limit(self._heap)
             self._heap = None
+        if self._copy is not None:
+            self._copy.cleanup()
+            self._copy = None
 
     def __enter__(self) -> NsysDb:
         return self

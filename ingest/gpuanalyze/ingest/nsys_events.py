@@ -30,8 +30,9 @@ a multi-process DataLoader.
 Steps are NVTX ranges (nsys_steps.py): ``--step-range NAME``, else ``ProfilerStep#N``, else gpuanalyze's own
 ``gpuanalyze:step#N``; without any, the capture is one window.
 
-The ranks are read one at a time (``traces`` yields each rank's trace before it reads the next: every query
-filters on the rank's process id), so memory holds one rank's events, not the capture's.
+The ranks are read in groups (``traces`` yields a group's traces before it reads the next: every query filters on
+the group's process ids): a rank alone when its GPU rows are many (memory holds one rank's events, not the
+capture's), small ranks together (a pass over each table per rank made thousands of tiny ranks quadratic).
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
+#: Most processes with GPU activity read as ranks (one host's; a training job has one per GPU); beyond: refused.
+MAX_RANKS = 1024
+#: Ranks of at most this many GPU rows together are read in one pass over each table (~40 bytes an event held).
+GROUP_ROWS = 1 << 20
 
 
 def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
@@ -113,9 +118,10 @@ class NsysEvents:
         self.db, self.meta, self.limits, self.step_range = db, meta, limits, step_range
         self.path = name or str(db.path)
         """What messages name: the user's file (a report, not the export made of it)."""
-        self.devices = self._gpu_processes()
+        self.devices, rows = self._gpu_processes()
         self.ranked = bool(self.devices)
         self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
+        self.groups = _groups(self.keys, rows)
         self.syncs, self._syncs_cut = read_syncs(db)
         self.sinks: dict[int | None, NsysSink] = {}
         """The rank being read (one sink at a time)."""
@@ -136,8 +142,8 @@ class NsysEvents:
         self.nvtx_names: Counter[str] = Counter()
         self.nvtx_span = (float("inf"), float("-inf"))
         """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
-        self.op_ranges = 0
-        """The rank's NVTX ranges of ops (emit_nvtx)."""
+        self.op_ranges: Counter[int | None] = Counter()
+        """Per rank read, its NVTX ranges of ops (emit_nvtx)."""
         self._runtime_names: dict[str, str] = {}
 
     def _waits_of(self, key: int | None) -> set[int]:
@@ -145,20 +151,28 @@ class NsysEvents:
             return self.syncs.get(key, set())
         return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else set()
 
-    def _gpu_processes(self) -> dict[int, int | None]:
-        """pid -> lowest CUDA device of its GPU rows, in rank order."""
+    def _gpu_processes(self) -> tuple[dict[int, int | None], Counter[int]]:
+        """pid -> lowest CUDA device of its GPU rows, in rank order; and each pid's GPU rows."""
         seen: dict[int, int | None] = {}
+        rows: Counter[int] = Counter()
         for table in GPU_TABLES:
             if not self.db.has(table, "start", "end", "globalPid"):
                 continue
             dev = "deviceId" if "deviceId" in self.db.columns(table) else "NULL"
-            for pid, device in self.db.small(f"SELECT DISTINCT {_PID}, {dev} FROM {table}", limit=1 << 16):
+            sql = f"SELECT {_PID}, {dev}, count(*) FROM {table} GROUP BY 1, 2"
+            for pid, device, n in self.db.small(sql, limit=1 << 16):
                 if isinstance(pid, int):
                     d = device if isinstance(device, int) else None
                     old = seen.get(pid)
                     seen[pid] = d if old is None else old if d is None else min(old, d)
+                    rows[pid] += n
+        if len(seen) > MAX_RANKS:
+            raise TraceError(
+                f"{self.path}: {len(seen):,} processes ran GPU work in this capture, more than the {MAX_RANKS:,} "
+                "ranks one capture is read for (one host's training job has a process per GPU); refusing to read it"
+            )
         order = sorted(seen, key=lambda p: (seen[p] is None, seen[p] or 0, p))
-        return {p: seen[p] for p in order}
+        return {p: seen[p] for p in order}, rows
 
     def _sink_key(self, pid: object) -> tuple[bool, int | None]:
         if not self.ranked:
@@ -288,7 +302,7 @@ class NsysEvents:
         waits = self.os_waits.get(pid) if pid is not None else None
         if pid is not None and waits is not None and (text := waits.note(thread_label(threads, self.loop.get(pid)))):
             notes.append(text)
-        if self.op_ranges:
+        if self.op_ranges[key]:
             notes.append(
                 "an NVTX range per op (torch.autograd.profiler.emit_nvtx), read as CPU ops: each op also paid for "
                 "its range on the host, so dispatch (launch-owned idle) reads high; confirm a launch-bound verdict "
@@ -376,42 +390,25 @@ class NsysEvents:
             return
         if "nvrtc" in text.lower():
             self.sinks[key].startup.add(text, start, end - start)
-        self.op_ranges += op
+        self.op_ranges[key] += op
         cat = "cpu_op" if op else "user_annotation"
         self._add(pid, _Event("X", cat, text, start, end - start, thread, None))
 
-    def _begin(self, key: int | None) -> None:
-        """Read rank ``key`` next (None: the whole capture, without GPU rows)."""
-        self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key))}
-        self.steps = {key: Steps()}
-        self.buffers = {key: []}
-        self.op_ranges = 0
+    def _begin(self, keys: list[int | None]) -> None:
+        """Read ranks ``keys`` next ([None]: the whole capture, without GPU rows)."""
+        self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key)) for key in keys}
+        self.steps = {key: Steps() for key in keys}
+        self.buffers = {key: [] for key in keys}
+        self.op_ranges = Counter()
         self.calls = {}
-        self._where = "" if key is None else f" AND {{pid}} = {int(key)}"
-
-    def _windows(self, key: int | None) -> bool:
-        """The rank's step windows: its chosen step ranges, or for a capture of NVTX ranges alone one window over
-        them (True: its verdict is unknown, no GPU activity); a capture of nothing at all is one TraceError."""
-        alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
-        if self.kind or alone:
-            whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
-            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
-            self._flush_all()
-        if not self.ranked and not self.sinks[key].r_ts and not self.nvtx_names:
-            absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
-            tables = f" (no {', '.join(absent)} table)" if absent else ""
-            raise TraceError(
-                f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
-                "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
-            )
-        return alone
+        pids = ", ".join(str(int(k)) for k in keys if k is not None)
+        self._where = f" AND {{pid}} IN ({pids})" if pids else ""
 
     def traces(self) -> Iterator[KinetoTrace]:
-        """One KinetoTrace per rank (one CPU-only trace without GPU rows), each read after the last is taken;
-        ``step_kind`` first."""
-        world = len(self.keys)
-        for rank, key in enumerate(self.keys):
-            self._begin(key)
+        """One KinetoTrace per rank (one CPU-only trace without GPU rows), each group of ranks read after the last
+        rank before it is taken; ``step_kind`` first."""
+        for group in self.groups:
+            self._begin(group)
             self._kernels()
             self._copies_and_sets()
             self._runtime()
@@ -419,24 +416,54 @@ class NsysEvents:
             self._nvtx()
             self._sync_only()
             self._host()
-            alone = self._windows(key)
-            sink = self.sinks[key]
-            if any("nccl" in k.name.lower() for k in sink.kinds):
-                self.backend = "nccl"
-            dist: dict[str, object] = {"rank": rank, "world_size": world}
-            if self.backend:
-                dist["backend"] = self.backend
-            meta = {"distributedInfo": msgspec.json.encode(dist)}
-            gpu = gpu_for(self.meta, self.devices.get(key) if key is not None else None, key)
-            if gpu is not None:
-                meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
-            notes, workers = self._rank_notes(key, sink)
-            if alone:
-                notes.append("no step NVTX ranges: the whole capture is analysed as one window (its NVTX ranges)")
-            k = sink.finish(meta, notes)
-            if workers and k.loader_workers is None:
-                k = dataclasses.replace(k, loader_workers=1)
-            self.sinks, self.buffers = {}, {}
-            del sink  # the arrays are the trace's now: freed with it, before the next rank is read
-            yield k
-            del k
+            for key in group:
+                yield self._trace(key)
+
+    def _trace(self, key: int | None) -> KinetoTrace:
+        """Rank ``key``'s trace, its events handed over (freed with the trace, before the next group is read)."""
+        # a capture of NVTX ranges alone is one window over them: its verdict is unknown, no GPU activity
+        alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
+        if self.kind or alone:
+            whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
+            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
+            self._flush(key)
+        sink = self.sinks.pop(key)
+        del self.buffers[key]
+        if not self.ranked and not sink.r_ts and not self.nvtx_names:
+            absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
+            tables = f" (no {', '.join(absent)} table)" if absent else ""
+            raise TraceError(
+                f"{self.path}: no rows to analyse, no CUDA activity or runtime calls{tables}: nothing on the GPU to "
+                "analyse (capture with nsys profile -t cuda,nvtx,osrt)"
+            )
+        meta = self._meta(key, sink)
+        notes, workers = self._rank_notes(key, sink)
+        if alone:
+            notes.append("no step NVTX ranges: the whole capture is analysed as one window (its NVTX ranges)")
+        k = sink.finish(meta, notes)
+        if workers and k.loader_workers is None:
+            k = dataclasses.replace(k, loader_workers=1)
+        return k
+
+    def _meta(self, key: int | None, sink: NsysSink) -> dict[str, bytes]:
+        """The Kineto metadata of rank ``key``: its place in the job and its GPU's properties, where known."""
+        if any("nccl" in k.name.lower() for k in sink.kinds):
+            self.backend = "nccl"
+        dist: dict[str, object] = {"rank": self.keys.index(key), "world_size": len(self.keys)}
+        if self.backend:
+            dist["backend"] = self.backend
+        meta = {"distributedInfo": msgspec.json.encode(dist)}
+        gpu = gpu_for(self.meta, self.devices.get(key) if key is not None else None, key)
+        if gpu is not None:
+            meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
+        return meta
+
+
+def _groups(keys: list[int | None], rows: Counter[int]) -> list[list[int | None]]:
+    """The ranks in rank order, in runs whose GPU rows add up to at most GROUP_ROWS (a larger rank alone)."""
+    groups: list[list[int | None]] = []
+    for key in keys:
+        if not groups or sum(rows[k] for k in groups[-1] if k is not None) + rows[key or 0] > GROUP_ROWS:
+            groups.append([])
+        groups[-1].append(key)
+    return groups

@@ -1,8 +1,9 @@
 """What an Nsight Systems export says about itself and its machine: the nsys version, the profiled command,
 the GPUs, and where its clock sits in UTC.
 
-- version and command: ``META_DATA_EXPORT`` + ``META_DATA_CAPTURE`` (2024.2 on) or ``EXPORT_META_DATA``
-  (up to 2023.1), name/value rows (``EXPORT_PRODUCT_VERSION``, ``PROCESS_0:COMMAND``, ``PROCESS_0:ARGUMENT_<i>``);
+- version and command (redacted, redact.py): ``META_DATA_EXPORT`` + ``META_DATA_CAPTURE`` (2024.2 on) or
+  ``EXPORT_META_DATA`` (up to 2023.1), name/value rows (``EXPORT_PRODUCT_VERSION``, ``PROCESS_0:COMMAND``,
+  ``PROCESS_0:ARGUMENT_<i>``);
 - GPUs: ``TARGET_INFO_GPU`` (id, name, totalMemory, smCount, computeMajor/computeMinor, cuDevice); missing in
   some exports (then the model is unknown, said in a note); ``TARGET_INFO_CUDA_DEVICE`` (2025 on: gpuId, cudaId,
   pid, and numMultiprocessors in some) maps a process's CUDA device number (its kernels' ``deviceId``) to the
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuanalyze.ingest.nsys_db import NsysDb
+from gpuanalyze.ingest.redact import redact_argv
 
 _META_TABLES = ("META_DATA_EXPORT", "META_DATA_CAPTURE", "EXPORT_META_DATA")
 _MAX_ARGS = 64
@@ -85,7 +87,7 @@ def _command(pairs: dict[str, str]) -> str | None:
     if cmd is None:
         return None
     args = [pairs[f"PROCESS_0:ARGUMENT_{i}"] for i in range(_MAX_ARGS) if f"PROCESS_0:ARGUMENT_{i}" in pairs]
-    return " ".join([cmd, *args])[:1024]
+    return " ".join(redact_argv([cmd, *args]))[:1024]
 
 
 def _gpus(db: NsysDb) -> tuple[NsysGpu, ...]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpuanalyze.ingest.ipc_guard import _RECORD_BATCH, MAX_METADATA, _Corrupt, _Flat
+from gpuanalyze.ingest.ipc_guard import MAX_METADATA, RECORD_BATCH, Corrupt, Flat, buffers_of, node_types
 
 _CONTINUATION = 0xFFFFFFFF
 #: Buffers closer than this are read as one request.
@@ -43,6 +43,14 @@ def map_file(path: Path) -> mmap.mmap:
     return mm
 
 
+def drop_pages(mm: mmap.mmap) -> None:
+    """Drop the pages of ``mm`` this process has read from its memory (MADV_DONTNEED): a read-only file mapping
+    reads them again from the page cache if they are touched again, and a record batch copied out of the file
+    needs none of them (resident, they counted in the peak: ~50 MiB of a 1M-step file)."""
+    if hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
 def read_ahead(path: str | Path, values_of: Collection[str]) -> None:
     """Ask the kernel to read, in the background, what decoding and validating every record batch of
     the trace at ``path`` touches, and the values of the columns ``values_of``: every buffer but the
@@ -55,7 +63,7 @@ def read_ahead(path: str | Path, values_of: Collection[str]) -> None:
     except OSError:
         return
     try:
-        with contextlib.suppress(_Corrupt, OSError, ValueError, IndexError, struct.error, pa.ArrowException):
+        with contextlib.suppress(Corrupt, OSError, ValueError, IndexError, struct.error, pa.ArrowException):
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # this descriptor's own small reads: no read-ahead
@@ -91,9 +99,9 @@ def _walk(fd: int, values_of: Collection[str]) -> None:
     plan = _BufferPlan(schema, values_of)
     while (found := _message(fd, pos)) is not None:
         _, meta, body_at = found
-        flat = _Flat(meta)
+        flat = Flat(meta)
         root = flat.root()
-        if flat.scalar(root, 1, "<B") != _RECORD_BATCH or flat.ref(root, 2) is None:
+        if flat.scalar(root, 1, "<B") != RECORD_BATCH or flat.ref(root, 2) is None:
             return
         _will_need(fd, plan.spans(flat, body_at))
         pos = body_at + flat.scalar(root, 3, "<q")
@@ -106,8 +114,8 @@ class _BufferPlan:
         node, fixed_values, wanted = [], [], []
         n_nodes = 0
         for f in schema:
-            for t in _node_types(f.type):
-                for k in range(t.num_buffers):
+            for t in node_types(f.type):
+                for k in range(buffers_of(t)):
                     node.append(n_nodes)
                     fixed_values.append(k == 1 and pa.types.is_primitive(t))
                     wanted.append(f.name in values_of)
@@ -118,7 +126,7 @@ class _BufferPlan:
         self.optional = self.fixed_values & ~np.array(wanted, dtype=bool)
         """Values of fixed-width columns nobody reads (validating a batch does not touch them)."""
 
-    def spans(self, flat: _Flat, body_at: int) -> np.ndarray:
+    def spans(self, flat: Flat, body_at: int) -> np.ndarray:
         """(file offset, length) of every buffer of one record batch to read."""
         batch = flat.ref(flat.root(), 2)
         assert batch is not None
@@ -127,20 +135,12 @@ class _BufferPlan:
         at, m = flat.vector(batch, 2, 16)
         bufs = np.frombuffer(flat.buf, dtype="<i8", count=2 * m, offset=at).reshape(m, 2)
         if n != self.nodes or m != self.node.size or flat.ref(batch, 3) is not None:  # compressed: read when decoded
-            raise _Corrupt
+            raise Corrupt
         length, nulls = nodes[self.node, 0], nodes[self.node, 1]
         skip = (length == 0) | (bufs[:, 1] <= 0) | (bufs[:, 0] < 0) | self.optional
         skip |= self.fixed_values & (nulls == length)
         keep = bufs[~skip]
         return np.column_stack([keep[:, 0] + body_at, keep[:, 1]])
-
-
-def _node_types(t: pa.DataType) -> list[pa.DataType]:
-    """The types of a column's field nodes, depth first (a record batch has one node per type)."""
-    out = [t]
-    for i in range(t.num_fields):
-        out += _node_types(t.field(i).type)
-    return out
 
 
 def _will_need(fd: int, spans: np.ndarray) -> None:

@@ -142,22 +142,12 @@ def stream_notes(path: Path, stream: Stream, more: list[str]) -> tuple[str, ...]
     return tuple(notes)
 
 
-def stream_info(path: Path, stream: Stream) -> tuple[RunInfo, dict[str, str]]:
-    """The run information and user tags of a trace's metadata (TraceError when corrupt)."""
-    return stream.run, stream.tags
-
-
-def stream_trace(path: Path, stream: Stream, frame: pl.DataFrame, more: list[str]) -> Trace:
-    return Trace(frame=frame, **info_fields(stream_meta(path, stream, more)))
-
-
 def stream_meta(path: Path, stream: Stream, more: list[str]) -> TraceInfo:
     """What the stream says about its run, with the reader's notes and ``more`` (both readers' metadata)."""
-    run, tags = stream_info(path, stream)
     return TraceInfo(
         path=path,
-        run=run,
-        tags=tags,
+        run=stream.run,
+        tags=stream.tags,
         version=stream.version,
         complete=stream.end is not None,
         end=stream.end,
@@ -179,7 +169,7 @@ def _load(path: Path) -> Trace:
             raise
         raise TraceError(f"{path}: corrupt trace data (the reader could not decode it)") from exc
     _check_kernel_stats(path, frame)
-    return stream_trace(path, stream, frame, cast_notes + repair_notes)
+    return Trace(frame=frame, **info_fields(stream_meta(path, stream, cast_notes + repair_notes)))
 
 
 def _disk_is_full(path: Path) -> bool:

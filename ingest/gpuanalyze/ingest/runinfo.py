@@ -14,6 +14,8 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from gpuanalyze.ingest.redact import redact_command
+
 _S = TypeVar("_S", bound=msgspec.Struct)
 
 #: Largest world size a trace may declare (the largest jobs today are ~10^5 GPUs).
@@ -115,6 +117,11 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     cpu_bf16: _Name | None = None
     """The CPU's native bf16 flags from /proc/cpuinfo (``avx512_bf16``, ``amx_bf16``, comma-joined; '' none);
     None when not read."""
+
+    def __post_init__(self) -> None:
+        """The command line redacted however the struct was made (recorded, read from any trace, imported)."""
+        if self.argv:
+            msgspec.structs.force_setattr(self, "argv", redact_command(self.argv))
 
     @property
     def world(self) -> int:

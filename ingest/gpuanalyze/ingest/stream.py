@@ -61,6 +61,7 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"', re.DOTALL)
 _SCALAR = re.compile(rb"[^\s,\]}:\[{\"]+")
 _CANDIDATE = re.compile(rb"\}[ \t\r\n]*[,\]]")
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class _NeedMore(Exception):  # noqa: N818 - internal control flow
@@ -98,6 +99,7 @@ class EventStream:
         self._outside = 0
         self._hold = False
         """While set, the buffer is not compacted (a scan holds indices into it)."""
+        self._skipped, self._why = 0, ""
 
     # ---- buffer -------------------------------------------------------------------------------
 
@@ -283,7 +285,7 @@ class EventStream:
                 raise self._invalid("unexpected end of data")
             if c == ord("]"):
                 self.pos += 1
-                return
+                break
             while len(self.buf) - self.pos < BATCH_BYTES and self._fill():
                 pass
             batch, closed = self._next_batch()
@@ -291,7 +293,27 @@ class EventStream:
                 yield batch
             del batch  # one decoded batch alive at a time, not two while the next one decodes
             if closed:
-                return
+                break
+        if self._skipped:
+            self.notes.append(f"skipped {self._skipped:,} event(s) with a field of the wrong type ({self._why})")
+
+    def _each(self, span: memoryview) -> list[Any]:
+        """The events of a JSON array; where one does not fit the decoder's types, the events one by one, those
+        that do not fit skipped and counted (a batch of nothing else is not a trace: ValidationError)."""
+        try:
+            return self._decode(span)
+        except msgspec.ValidationError as exc:
+            first = exc
+        events = []
+        for raw in _RAWS.decode(bytes(span)):  # a copy: Raw values would hold the buffer
+            try:
+                events += self._decode(memoryview(b"[" + bytes(raw) + b"]"))
+            except msgspec.ValidationError as exc:
+                self._skipped += 1
+                self._why = self._why or str(exc).replace("$[0]", "event")[:120]
+        if not events:
+            raise first
+        return events
 
     def _next_batch(self) -> tuple[list[Any], bool]:
         """Decode events from pos up to a boundary; (events, True if the array ended)."""
@@ -377,7 +399,7 @@ class EventStream:
 
     def _decode_closed(self, span: memoryview, start: int, exact: bool) -> tuple[list[Any], int | None]:
         try:
-            return self._decode(span), None
+            return self._each(span), None
         except msgspec.DecodeError as exc:
             at = _BYTE_AT.search(str(exc))
             if at is None or "trailing characters" not in str(exc) or exact:
@@ -388,7 +410,7 @@ class EventStream:
         if close <= 0:
             raise self._invalid("unbalanced brackets")
         with span[:close] as head:
-            return self._decode(head), start - 1 + close
+            return self._each(head), start - 1 + close
 
 
 class _NotABoundary(Exception):  # noqa: N818 - internal control flow
