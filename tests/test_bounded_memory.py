@@ -251,3 +251,30 @@ def test_the_gate_on_two_long_runs_stays_in_bounded_memory(tmp_path):
     )
     gate = json.loads(verdict.stdout)["gate"]
     assert gate["failed"] is True
+
+
+@pytest.mark.slow
+def test_kernel_statistics_on_every_row_of_a_long_run_are_folded_in_bounded_memory(tmp_path):
+    """600k steps, each with small kernel statistics (5 MB as zstd): a rank's statistics are decoded and summed a
+    chunk of rows at a time (kernel_metrics.CHUNK_ROWS), never held as 600k structs (800 MiB before)."""
+    steps = 600_000
+    stats = '{"kernel_count":1,"gpu_busy_ms":5.0,"owners":true,"window_idle_ms":5.0,"idle_owner_launch_ms":5.0}'
+    cols = {
+        S.STEP: np.arange(steps),
+        S.RANK: np.zeros(steps, np.int32),
+        S.WALL_MS: np.full(steps, 10.0),
+        S.START_UNIX_NS: 1_700_000_000_000_000_000 + np.arange(steps) * 10_000_000,
+        S.GPU_BUSY_MS: np.full(steps, 5.0),
+        S.KERNEL_STATS: np.full(steps, stats, dtype=object),
+    }
+    schema = S.arrow_schema(RunInfo(device="cuda", gpu_name="NVIDIA H100 80GB HBM3"))
+    arrays = [pa.array(cols[f.name] if f.name in cols else [None] * steps, f.type) for f in S.FIELDS]
+    path = tmp_path / "t.arrow"
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema, options=options) as w:
+        w.write_table(pa.Table.from_arrays(arrays, schema=schema), max_chunksize=1000)
+        S.write_end_marker(w, schema, EndInfo(status="ok", steps=steps))
+    assert path.stat().st_size < 10 * 2**20
+    rc, peak, cpu, err = _cost([sys.executable, "-m", "analyzer", str(path), "--json"])
+    assert rc == 0, err
+    assert peak < 600 and cpu < 20, (peak, cpu)

@@ -25,6 +25,8 @@ MAX_NAMES_PER_RANK = 65536
 MAX_FRAMES = 64
 #: Steps (per rank) whose idle owners are kept one by one for the report (JSON, the HTML bar): the first by step.
 MAX_STEP_OWNERS = 256
+#: Rows decoded at a time: a rank's statistics are folded chunk by chunk, never all held as structs (~2 KB each).
+CHUNK_ROWS = 4096
 _ONE = msgspec.json.Decoder(S.KernelStats)
 
 
@@ -134,9 +136,13 @@ def _stats(texts: list[str]) -> list[S.KernelStats]:
 
 def step_kernel_medians(texts: list[str]) -> np.ndarray:
     """Each sampled step's median kernel duration (us), where known (``texts``: the steps' KERNEL_STATS)."""
-    if not texts:
-        return np.empty(0)
-    return np.array([st.kernel_median_us for st in _stats(texts) if st.kernel_median_us is not None], dtype=np.float64)
+    out = [
+        st.kernel_median_us
+        for i in range(0, len(texts), CHUNK_ROWS)
+        for st in _stats(texts[i : i + CHUNK_ROWS])
+        if st.kernel_median_us is not None
+    ]
+    return np.array(out, dtype=np.float64)
 
 
 def startup_owned_ms(st: S.KernelStats) -> float:
@@ -148,10 +154,10 @@ def startup_owned_ms(st: S.KernelStats) -> float:
     return st.startup_ms
 
 
-def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StartupStep]:
+def _startup_steps(steps: list[int], rank: int, walls: list[float], stats: list[S.KernelStats]) -> list[StartupStep]:
     """The rows whose start-up work takes WARMUP_STARTUP or more of their wall time."""
     out = []
-    for step, wall, st in zip(steps.tolist(), walls.tolist(), stats, strict=True):
+    for step, wall, st in zip(steps, walls, stats, strict=True):
         startup = startup_owned_ms(st)
         if wall > 0 and startup > 0 and startup >= WARMUP_STARTUP * wall:
             ops = tuple((o.name, o.total_ms, o.count) for o in st.startup_ops)
@@ -159,17 +165,56 @@ def _startup_steps(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[
     return out
 
 
-def _step_owners(steps: np.ndarray, rank: int, walls: np.ndarray, stats: list[S.KernelStats]) -> list[StepOwners]:
-    """The first MAX_STEP_OWNERS rows with idle owners, by step number."""
-    out: list[StepOwners] = []
-    for i in np.argsort(steps, kind="stable").tolist():
-        st = stats[i]
-        if st.owners:
-            ms = tuple(getattr(st, S.owner_field(o)) for o in S.IDLE_OWNERS)
-            out.append(StepOwners(int(steps[i]), rank, float(walls[i]), st.window_idle_ms, ms))
-            if len(out) == MAX_STEP_OWNERS:
-                break
-    return out
+def _step_owners(steps: list[int], rank: int, walls: list[float], stats: list[S.KernelStats]) -> list[StepOwners]:
+    """The rows with idle owners, one by one."""
+    return [
+        StepOwners(
+            int(step), rank, float(wall), st.window_idle_ms, tuple(getattr(st, S.owner_field(o)) for o in S.IDLE_OWNERS)
+        )
+        for step, wall, st in zip(steps, walls, stats, strict=True)
+        if st.owners
+    ]
+
+
+class _Fold:
+    """One rank's kernel statistics summed as its rows are decoded, CHUNK_ROWS at a time."""
+
+    def __init__(self) -> None:
+        self.totals = dict.fromkeys(S.KERNEL_STAT_FIELDS, 0.0)
+        self.medians: list[float] = []
+        self.top: dict[str, list[float]] = {}
+        self.blocking: dict[tuple[str, str, str], list[float]] = {}
+        self.startup: list[StartupStep] = []
+        self.startup_steps = self.kernel_count = self.owned_steps = 0
+        self.step_owners: list[StepOwners] = []
+        self.frames: Counter[tuple[str, str]] = Counter()
+
+    def add(self, stats: list[S.KernelStats], steps: list[int], walls: list[float], rank: int) -> None:
+        for f in S.KERNEL_STAT_FIELDS:
+            self.totals[f] += float(sum(getattr(st, f) for st in stats))
+        self.medians += [st.kernel_median_us for st in stats if st.kernel_median_us is not None]
+        for st in stats:
+            self.kernel_count += st.kernel_count
+            self.owned_steps += st.owners
+            for k in st.top_kernels:
+                t = self.top.setdefault(k.name, [0.0, 0])
+                t[0] += k.total_ms
+                t[1] += k.count
+            for b in st.blocking_ops:
+                g = self.blocking.setdefault((b.op, b.caller, b.call), [0.0, 0, 0.0])
+                g[0] += b.total_ms
+                g[1] += b.count
+                g[2] += b.idle_ms
+            self.frames.update({(f.owner, f.frame): f.ms for f in st.owner_frames})  # a step names each once
+        if len(self.top) > MAX_NAMES_PER_RANK:
+            self.top = dict(sorted(self.top.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
+        if len(self.blocking) > MAX_NAMES_PER_RANK:
+            self.blocking = dict(sorted(self.blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
+        startup = _startup_steps(steps, rank, walls, stats)
+        self.startup_steps += len(startup)
+        self.startup = (self.startup + startup)[:FEW_STEPS]
+        owned = self.step_owners + _step_owners(steps, rank, walls, stats)
+        self.step_owners = sorted(owned, key=lambda o: o.step)[:MAX_STEP_OWNERS]  # the first by step number
 
 
 def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank: int) -> KernelPartial | None:
@@ -177,43 +222,24 @@ def kernel_partial(texts: list[str], walls: np.ndarray, steps: np.ndarray, rank:
     ``walls``: their wall times, NaN where unknown, ``steps``: their step numbers); None when none has any."""
     if not texts:
         return None
-    stats = _stats(texts)
-    totals = {f: float(sum(getattr(st, f) for st in stats)) for f in S.KERNEL_STAT_FIELDS}
-    medians = np.array([st.kernel_median_us for st in stats if st.kernel_median_us is not None], dtype=np.float64)
-    top: dict[str, list[float]] = {}
-    for st in stats:
-        for k in st.top_kernels:
-            t = top.setdefault(k.name, [0.0, 0])
-            t[0] += k.total_ms
-            t[1] += k.count
-    if len(top) > MAX_NAMES_PER_RANK:
-        top = dict(sorted(top.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_NAMES_PER_RANK])
-    blocking: dict[tuple[str, str, str], list[float]] = {}
-    for st in stats:
-        for b in st.blocking_ops:
-            t = blocking.setdefault((b.op, b.caller, b.call), [0.0, 0, 0.0])
-            t[0] += b.total_ms
-            t[1] += b.count
-            t[2] += b.idle_ms
-    if len(blocking) > MAX_NAMES_PER_RANK:
-        blocking = dict(sorted(blocking.items(), key=_blocking_rank)[:MAX_NAMES_PER_RANK])
-    startup = _startup_steps(steps, rank, walls, stats)
-    frames: Counter[tuple[str, str]] = Counter()
-    for st in stats:  # a step names each (owner, frame) once
-        frames.update({(f.owner, f.frame): f.ms for f in st.owner_frames})
+    fold = _Fold()
+    wall_list, step_list = walls.tolist(), steps.tolist()
+    for i in range(0, len(texts), CHUNK_ROWS):
+        j = i + CHUNK_ROWS
+        fold.add(_stats(texts[i:j]), step_list[i:j], wall_list[i:j], rank)
     return KernelPartial(
         steps=len(texts),
-        totals_ms=totals,
+        totals_ms=fold.totals,
         wall_ms=float(np.nansum(walls)),
-        kernel_count=sum(st.kernel_count for st in stats),
-        medians=sketch(medians),
-        top={name: (ms, int(count)) for name, (ms, count) in top.items()},
-        blocking={key: (ms, int(count), idle) for key, (ms, count, idle) in blocking.items()},
-        startup_steps=len(startup),
-        startup_detail=tuple(startup[:FEW_STEPS]),
-        owned_steps=sum(1 for st in stats if st.owners),
-        step_owners=tuple(_step_owners(steps, rank, walls, stats)),
-        frames=frames,
+        kernel_count=fold.kernel_count,
+        medians=sketch(np.array(fold.medians, dtype=np.float64)),
+        top={name: (ms, int(count)) for name, (ms, count) in fold.top.items()},
+        blocking={key: (ms, int(count), idle) for key, (ms, count, idle) in fold.blocking.items()},
+        startup_steps=fold.startup_steps,
+        startup_detail=tuple(fold.startup),
+        owned_steps=fold.owned_steps,
+        step_owners=tuple(fold.step_owners),
+        frames=fold.frames,
     )
 
 
