@@ -31,12 +31,14 @@ def inside(given: str) -> Path:
         raise GpuAnalyzeError(f"{given}: outside the roots this server reads ({', '.join(ROOTS)}); refused")
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise GpuAnalyzeError(f"{given}: not a regular file or directory (a FIFO, device or socket); refused")
-    # an .arrow file's rank siblings are read too; a tree's search is bounded by the call's deadline
+    # an .arrow file's rank siblings (stem.rank<N>.arrow) are read too; a tree's search is bounded by the deadline
     stack = [real] if stat.S_ISDIR(mode) else [real.parent] if real.suffix == ".arrow" else []
+    stem = "" if stat.S_ISDIR(mode) else real.name.split(".rank")[0].removesuffix(".arrow")
     while stack:
         with os.scandir(stack.pop()) as entries:
             for e in entries:
-                if e.is_symlink() and e.name.lower().endswith(TRACE_SUFFIXES) and not _under(e.path):
+                named = e.name.startswith(stem) and e.name.lower().endswith(TRACE_SUFFIXES)
+                if named and e.is_symlink() and not _under(e.path):
                     raise GpuAnalyzeError(f"{e.path}: a link out of the roots this server reads; refused")
                 if stat.S_ISDIR(mode) and e.is_dir(follow_symlinks=False):
                     stack.append(Path(e.path))
@@ -130,7 +132,8 @@ def bounded(data: dict[str, Any], limit: int) -> str:
         note = {} if cap is None else {"truncated": f"over {limit:,} bytes: every list cut to its first {cap}"}
         if len((text := dumps({**capped(data, cap), **note})).encode()) <= limit:
             return text
-    return text.encode()[:limit].decode(errors="ignore") + f"\n[truncated at {limit:,} bytes]"
+    note = f"\n[truncated at {limit:,} bytes]"
+    return text.encode()[: limit - len(note)].decode(errors="ignore") + note
 
 
 def main() -> None:
