@@ -1,6 +1,7 @@
 """`gpuanalyze mcp` driven by the MCP SDK's own client over a real stdio subprocess: the tools an agent sees,
 each tool on bundled and synthetic traces, the root rule with hostile paths, hostile traces, the output and time
-bounds, and nothing written. The tools in-process are tests/test_tool_worker.py."""
+bounds, and nothing written (the tests that make many calls are in the slow tier). The tools in-process are
+tests/test_tool_worker.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from tests.kineto_fixtures import two_step_trace, write
 mcp = pytest.importorskip("mcp")
 anyio = pytest.importorskip("anyio")
 
-pytestmark = pytest.mark.slow
 #: Most seconds one call may take on a loaded machine (load 8+ on 2 cores) before the test calls it a hang.
 CALL_S = 120
 
@@ -74,6 +74,7 @@ def test_an_agent_sees_five_read_only_tools_that_say_what_they_return_and_when(s
     serve(samples, body, tmp_path)
 
 
+@pytest.mark.slow
 def test_each_tool_on_the_bundled_samples_answers_as_the_cli_does(samples, tmp_path):
     from typer.testing import CliRunner
 
@@ -104,6 +105,7 @@ def test_each_tool_on_the_bundled_samples_answers_as_the_cli_does(samples, tmp_p
     assert listing(samples) == before
 
 
+@pytest.mark.slow
 def test_paths_out_of_the_root_fifos_and_devices_are_refused_and_the_server_answers_on(samples, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -132,6 +134,7 @@ def test_paths_out_of_the_root_fifos_and_devices_are_refused_and_the_server_answ
     serve(samples, body, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_hostile_trace_is_an_error_result_and_the_next_call_is_answered(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
@@ -176,6 +179,7 @@ def test_a_call_past_its_deadline_is_stopped_and_the_server_answers_on(samples, 
     assert not any((tmp_path / "tmp").iterdir())  # the killed call's directory went with it
 
 
+@pytest.mark.slow
 def test_nothing_is_written_under_the_root_nor_in_the_user_cache(tmp_path):
     """A directory of Kineto ranks is imported to Arrow on the way (the CLI keeps that in the user cache)."""
     root = tmp_path / "root"
