@@ -3,6 +3,7 @@ JSON), the output bound. The server over a real stdio subprocess is tests/test_m
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,7 +15,9 @@ from typer.testing import CliRunner
 from analyzer.agents import tool_worker as W
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
+from gpuanalyze.ingest import schema as S
 from tests.conftest import SAMPLES, make_row, write_trace
+from tests.hostile import corpus as hostile
 from tests.kineto_fixtures import two_step_trace, write
 
 runner = CliRunner()
@@ -94,6 +97,18 @@ def test_analyze_trace_is_the_cli_json(root):
     cli = runner.invoke(app, [trace, "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(W.bounded(W.analyze_trace("run.arrow"), 1 << 20)) == json.loads(cli.output)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("gpuanalyze.ingest.redact") is None,
+    reason="the one redaction of every command line read from a trace (gpuanalyze.ingest.redact) is on main",
+)
+def test_a_secret_on_a_traces_command_line_never_reaches_the_agent(root):
+    secret = "hf_" + "a1" * 15
+    run = json.dumps({"argv": f"train.py --hf-token {secret} --lr 3e-4"}).encode()
+    hostile._raw_arrow(root / "leak.arrow", hostile._table(hostile._rows()), {S.META_RUN: run}, b'{"status":"ok"}')
+    text = W.bounded(W.analyze_trace("leak.arrow"), 1 << 20)
+    assert secret not in text and "--hf-token ***" in text
 
 
 def test_explain_finding_gives_the_verdicts_finding_with_its_thresholds_sources_and_range(monkeypatch):
