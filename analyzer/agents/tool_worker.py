@@ -132,8 +132,8 @@ def bounded(data: dict[str, Any], limit: int) -> str:
         note = {} if cap is None else {"truncated": f"over {limit:,} bytes: every list cut to its first {cap}"}
         if len((text := dumps({**capped(data, cap), **note})).encode()) <= limit:
             return text
-    note = f"\n[truncated at {limit:,} bytes]"
-    return text.encode()[: limit - len(note)].decode(errors="ignore") + note
+    tail = f"\n[truncated at {limit:,} bytes]"
+    return text.encode()[: limit - len(tail)].decode(errors="ignore") + tail
 
 
 def main() -> None:
