@@ -72,6 +72,19 @@ def test_a_directory_or_rank_file_beside_a_link_out_is_refused(root):
     assert W.inside("sub").name == "sub"
 
 
+def test_a_directory_that_cannot_be_listed_is_passed_over_as_the_analysis_does(root, monkeypatch):
+    (root / "sub" / "locked").mkdir()
+    scandir = os.scandir
+
+    def refusing(path):  # as for a user without read permission (this suite runs as root in CI)
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(W.os, "scandir", refusing)
+    assert W.inside("sub").name == "sub"
+
+
 def test_fifos_devices_and_sockets_are_refused_without_opening_them(root, tmp_path):
     os.mkfifo(root / "fifo.json")  # opening it would block
     (root / "zero.json").symlink_to("/dev/zero")

@@ -32,20 +32,16 @@ INSTRUCTIONS = (
 )
 
 
-def _knobs() -> tuple[float, int]:
-    """Seconds per call and bytes per result: GPUANALYZE_MCP_TIMEOUT_S (300) and GPUANALYZE_MCP_MAX_KB (256)."""
+def _knob(name: str, default: float) -> float:
     try:
-        seconds, kb = (
-            float(os.environ.get(f"GPUANALYZE_MCP_{k}") or d) for k, d in (("TIMEOUT_S", 300), ("MAX_KB", 256))
-        )
-    except ValueError as exc:
-        raise GpuAnalyzeError(f"GPUANALYZE_MCP_TIMEOUT_S and GPUANALYZE_MCP_MAX_KB are numbers ({exc})") from None
-    return max(seconds, 0.01), max(int(kb * 1024), 1024)
+        return max(float(os.environ.get(name) or default), 0.01)
+    except ValueError:
+        raise GpuAnalyzeError(f"{name} must be a number, not {os.environ[name]!r}") from None
 
 
-def call(tool: str, roots: list[str], **args: Any) -> str:
-    """``tool`` run in a worker process within the deadline; raises ToolError (an error result) on failure."""
-    deadline, limit = _knobs()
+def call(tool: str, roots: list[str], deadline: float, limit: int, **args: Any) -> str:
+    """``tool`` run in a worker process within ``deadline`` seconds, its answer at most ``limit`` bytes; raises
+    ToolError (an error result) on failure."""
     with tempfile.TemporaryDirectory(prefix="gpuanalyze-mcp-") as cache:
         worker = subprocess.Popen(
             [sys.executable, "-m", "analyzer.agents.tool_worker"],
@@ -75,10 +71,11 @@ def serve(roots: Sequence[Path]) -> None:
     tops = [str(r.resolve()) for r in roots]
     if bad := [r for r in tops if not Path(r).is_dir()]:
         raise GpuAnalyzeError(f"a root is a directory the tools may read under, not {', '.join(bad)}")
-    _knobs()  # a bad value refused now, not at each call
+    deadline = _knob("GPUANALYZE_MCP_TIMEOUT_S", 300)
+    limit = int(_knob("GPUANALYZE_MCP_MAX_KB", 256) * 1024)
     server = MCPServer("gpuanalyze", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
     for fn in TOOLS:  # the worker's functions: their signatures and docstrings are what the agent reads
-        remote = functools.wraps(fn)(functools.partial(call, fn.__name__, tops))
+        remote = functools.wraps(fn)(functools.partial(call, fn.__name__, tops, deadline, limit))
         server.add_tool(remote, annotations=read_only, structured_output=False)
     server.run("stdio")

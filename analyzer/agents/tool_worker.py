@@ -21,7 +21,8 @@ ROOTS: list[str] = []
 
 def inside(given: str) -> Path:
     """``given`` (relative to the first root) with links and ``..`` resolved; refused unless it is a regular
-    file or a directory under a root, and no trace-named link the analysis would follow leaves the roots."""
+    file or a directory under a root, and no trace-named link the analysis would follow (beneath a directory, an
+    .arrow file's rank siblings) leaves the roots. A tree's search is bounded by the call's deadline."""
     try:
         real = (Path(ROOTS[0]) / given).resolve(strict=True)  # an absolute ``given`` replaces the root
         mode = real.stat().st_mode
@@ -31,17 +32,19 @@ def inside(given: str) -> Path:
         raise GpuAnalyzeError(f"{given}: outside the roots this server reads ({', '.join(ROOTS)}); refused")
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise GpuAnalyzeError(f"{given}: not a regular file or directory (a FIFO, device or socket); refused")
-    # an .arrow file's rank siblings (stem.rank<N>.arrow) are read too; a tree's search is bounded by the deadline
     stack = [real] if stat.S_ISDIR(mode) else [real.parent] if real.suffix == ".arrow" else []
     stem = "" if stat.S_ISDIR(mode) else real.name.split(".rank")[0].removesuffix(".arrow")
     while stack:
-        with os.scandir(stack.pop()) as entries:
-            for e in entries:
-                named = e.name.startswith(stem) and e.name.lower().endswith(TRACE_SUFFIXES)
-                if named and e.is_symlink() and not _under(e.path):
-                    raise GpuAnalyzeError(f"{e.path}: a link out of the roots this server reads; refused")
-                if stat.S_ISDIR(mode) and e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
+        try:
+            entries = list(os.scandir(stack.pop()))  # scandir's iterator is exhausted, so closed
+        except OSError:  # a directory no one may list: the analysis passes it over too
+            continue
+        for e in entries:
+            named = e.name.startswith(stem) and e.name.lower().endswith(TRACE_SUFFIXES)
+            if named and e.is_symlink() and not _under(e.path):
+                raise GpuAnalyzeError(f"{e.path}: a link out of the roots this server reads; refused")
+            if stat.S_ISDIR(mode) and e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
     return real
 
 
@@ -107,11 +110,8 @@ def explain_finding(path: str, finding: str = "") -> dict[str, Any]:
     if finding not in names:
         raise GpuAnalyzeError(f"no finding {finding!r} in {path}; its findings: {names}")
     keep = ("trace", "bottleneck", "confidence", "confidence_reason", "step_time_ms", "share", "notes")
-    return {
-        **{k: report[k] for k in keep},
-        "finding": report["findings"][names.index(finding)],
-        "other_findings": names,
-    }
+    found = report["findings"][names.index(finding)]
+    return {**{k: report[k] for k in keep}, "finding": found, "other_findings": names}
 
 
 TOOLS = (list_traces, analyze_trace, compare_runs, triage_fleet, explain_finding)
