@@ -176,3 +176,13 @@ def test_gpuanalyze_mcp_refuses_a_root_that_is_not_a_directory(tmp_path):
     result = runner.invoke(app, ["mcp", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "a root is a directory" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_gpuanalyze_mcp_without_the_sdk_says_which_extra_to_install(tmp_path, monkeypatch):
+    import sys
+
+    for name in ("mcp", "mcp.server.mcpserver"):  # as if `pip install 'gpuanalyze[mcp]'` had not been run
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "analyzer.agents.mcp_server", raising=False)
+    result = runner.invoke(app, ["mcp", str(tmp_path)])
+    assert result.exit_code == 2 and "pip install 'gpuanalyze[mcp]'" in result.output
