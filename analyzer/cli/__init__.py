@@ -21,6 +21,7 @@ COMMANDS = {
     "export": "export",
     "fleet": "fleet",
     "import": "trace",
+    "mcp": "agents",
     "memory": "plan",
     "report": "report",
     "run": "run",

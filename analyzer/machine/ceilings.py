@@ -18,7 +18,6 @@ from analyzer.machine.ceilings_store import (
     default_path,
     not_ceilings,
     stored_machines,
-    this_host,
 )
 
 if TYPE_CHECKING:
@@ -101,21 +100,6 @@ def load_ceilings(path: str | Path) -> Ceilings:
             f"{path}: holds ceilings of {len(machines)} machines; choose by trace with ceilings_for(run, path)"
         )
     return _ceilings(path, machines)
-
-
-def find_ceilings(explicit: str | Path | None) -> Ceilings | None:
-    """The explicit file (must exist; not checked against a trace), else this host's entry in the
-    default file, if any (GPU entries before CPU ones). Prefer ``ceilings_for``, which checks the machine."""
-    if explicit is not None:
-        return load_ceilings(explicit)
-    path = default_path()
-    if not path.is_file():
-        return None
-    mine = [m for m in stored_machines(path) if _same_host(m.fingerprint.host, this_host())]
-    chosen = [m for m in mine if m.fingerprint.is_gpu] or mine
-    if not chosen or len({m.fingerprint.device for m in chosen}) != 1:
-        return None
-    return _ceilings(path, chosen)
 
 
 # -- matching a trace ----------------------------------------------------------------------------
