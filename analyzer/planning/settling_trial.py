@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
+from analyzer.analysis.rerun import UNKNOWN_COMMAND, rerun_command
 from analyzer.analysis.thresholds import WIDE_RANGE
 
 if TYPE_CHECKING:
@@ -37,16 +38,27 @@ def candidate_text(finding: Finding, batch_samples: float | None = None) -> str 
     return None
 
 
-def settling_trial(report: Report, command: str = "python train.py") -> str | None:
+def settling_trial(report: Report, command: str | None = None) -> str | None:
     """The command line that would measure the fix of the report's top finding (None: the report
     has no finding, or its fix needs a code change a trial cannot make), e.g.
-    ``gpuanalyze run --try --candidates num_workers=4 -- python train.py``."""
+    ``gpuanalyze run --try --candidates num_workers=4 -- python train.py`` (the run's own command by default)."""
     if not report.findings:
         return None
-    return trial_of(report.findings[0], report.metrics.batch_samples, command)
+    return trial_of(report.findings[0], report.metrics.batch_samples, command or rerun_command(report.run))
 
 
-def trial_of(finding: Finding, batch_samples: float | None, command: str = "python train.py") -> str | None:
+def measure_line(report: Report, i: int) -> str | None:
+    """The ``measure`` line of finding ``i`` (1-based), the same in every report: the trial of the top
+    finding's fix, and of any finding whose range is wide; None where there is none."""
+    f = report.findings[i - 1]
+    trial = trial_of(f, report.metrics.batch_samples, rerun_command(report.run)) if i == 1 or wide(f) else None
+    if trial is None:
+        return None
+    why = "its range is wide: this measures the fix" if wide(f) else "measures the fix beside this projection"
+    return f"{trial}  ({why})"
+
+
+def trial_of(finding: Finding, batch_samples: float | None, command: str = UNKNOWN_COMMAND) -> str | None:
     """The ``run --try`` command line that measures ``finding``'s fix (None: a trial cannot apply it)."""
     text = candidate_text(finding, batch_samples)
     return None if text is None else f"gpuanalyze run --try --candidates {text} -- {command}"

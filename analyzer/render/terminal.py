@@ -17,7 +17,7 @@ from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.analysis.owners import ownership
 from analyzer.planning.outcome import Report
-from analyzer.planning.settling_trial import settling_trial, trial_of, wide
+from analyzer.planning.settling_trial import measure_line
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
 from analyzer.render.safe import clean, shorten, text
@@ -167,10 +167,9 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
         rows.append(("saves", Text(clean(words.saves(report, f.savings)), "bold cyan")))
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
-    trial = settling_trial(report) if i == 1 else trial_of(f, report.metrics.batch_samples) if wide(f) else None
-    if trial is not None:
-        why = "its range is wide: this measures the fix" if wide(f) else "measures the fix beside this projection"
-        rows.append(("measure", text(f"{trial}  ({why})")))
+    measure = measure_line(report, i)
+    if measure is not None:
+        rows.append(("measure", text(measure)))
     body = Group(text(f.summary), Text(""), labelled(rows))
     title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity} severity)")  # never read as the confidence
     return Panel(body, title=title, title_align="left")
