@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import time
+from pathlib import Path
 from typing import Any
 
 from analyzer.machine.environment import DeviceInfo, EnvCheck
 
 
 def check_env() -> EnvCheck:
-    """Never raises: a machine without torch or a GPU gets an answer that says so."""
+    """Never raises: a machine without torch or a GPU gets an answer that says so. A CPU build of torch
+    is named from its ``version.py`` without importing torch (seconds on a cold disk)."""
     cupy = _cupy_version()
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
         return EnvCheck(
             None, None, False, None, cupy=cupy, messages=("torch is not installed; only trace analysis is available",)
         )
+    build = _torch_build(Path(spec.origin).with_name("version.py"))
+    if build is not None and build.get("cuda") is None and build.get("hip") is None:
+        msg = "no CUDA device visible (this torch is a CPU-only build)"
+        return EnvCheck(build.get("__version__"), None, False, None, cupy=cupy, messages=(msg,))
     import torch
 
     from analyzer.machine.driver import driver_version
@@ -54,6 +62,22 @@ def _smoke(torch: Any) -> str:
         return f"1024x1024 fp32 matmul ok ({ms:.1f} ms incl. first launch, max rel. error {err:.1e})"
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return f"matmul smoke test failed: {type(exc).__name__}: {exc}"
+
+
+def _torch_build(path: Path) -> dict[str, str | None] | None:
+    """The string constants of torch's generated ``version.py`` (``__version__``, ``cuda``, ``hip``); None
+    when it cannot be read, and torch is imported instead."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, str | None] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str | None):
+            found[target.id] = value.value
+    return found if "__version__" in found else None
 
 
 def _cupy_version() -> str | None:
