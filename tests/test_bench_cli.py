@@ -146,6 +146,21 @@ def test_bench_json_keeps_stdout_json_and_says_where_on_stderr(ceilings_path):
     assert result.stderr.splitlines()[-1] == f"  {ceilings_path}"
 
 
+def test_bench_says_the_duration_to_expect_first_and_a_line_as_each_suite_ends(ceilings_path):
+    pytest.importorskip("torch")
+    from gpuanalyze.kernels.suite import CPU_SECONDS, SUITES
+
+    assert set(CPU_SECONDS) == set(SUITES)  # every suite has its measured duration
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("note: bench: launch on cpu (") and f"expect ~{CPU_SECONDS['launch'][0]} s" in " ".join(
+        lines[:2]
+    )
+    assert any(line.startswith("note: bench: [1/1] launch: 1 result(s), best empty_kernel") for line in lines)
+    assert max(len(line) for line in lines if str(ceilings_path) not in line) <= 80  # a path is never folded
+
+
 def test_bench_unknown_benchmark(ceilings_path):
     result = runner.invoke(app, ["bench", "flops", "--backend", "cpu"])
     assert result.exit_code == 2 and "unknown benchmark" in result.output
