@@ -22,7 +22,7 @@ def test_the_build_is_read_from_torchs_generated_version_file(tmp_path):
             hip: Optional[str] = None
         """)
     )
-    assert _torch_build(version) == {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": None}
+    assert _torch_build(version) == {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": ""}
     version.write_text("import torch._C\n__version__ = torch._C.v()\n")  # not constants: torch is imported instead
     assert _torch_build(version) is None
     assert _torch_build(tmp_path / "missing.py") is None

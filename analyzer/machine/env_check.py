@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import importlib.util
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ def check_env() -> EnvCheck:
             None, None, False, None, cupy=cupy, messages=("torch is not installed; only trace analysis is available",)
         )
     build = _torch_build(Path(spec.origin).with_name("version.py"))
-    if build is not None and build.get("cuda") is None and build.get("hip") is None:
+    if build is not None and not build.get("cuda") and not build.get("hip"):
         msg = "no CUDA device visible (this torch is a CPU-only build)"
         return EnvCheck(build.get("__version__"), None, False, None, cupy=cupy, messages=(msg,))
     import torch
@@ -64,20 +64,16 @@ def _smoke(torch: Any) -> str:
         return f"matmul smoke test failed: {type(exc).__name__}: {exc}"
 
 
-def _torch_build(path: Path) -> dict[str, str | None] | None:
-    """The string constants of torch's generated ``version.py`` (``__version__``, ``cuda``, ``hip``); None
-    when it cannot be read, and torch is imported instead."""
+def _torch_build(path: Path) -> dict[str, str] | None:
+    """``__version__``, ``cuda`` and ``hip`` as torch's generated ``version.py`` assigns them ('' for None);
+    None when it cannot be read, and torch is imported instead."""
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
+        found = dict(
+            re.findall(r"^(__version__|cuda|hip)\b[^=\n]*=\s*(?:'([^'\n]*)'|None)\s*$", path.read_text(), re.M)
+        )
+    except OSError:
         return None
-    found: dict[str, str | None] = {}
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        value = getattr(node, "value", None)
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str | None):
-            found[target.id] = value.value
-    return found if "__version__" in found else None
+    return found if found.get("__version__") else None
 
 
 def _cupy_version() -> str | None:
