@@ -41,6 +41,7 @@ def bench_cmd(
     from gpuanalyze.kernels.suite import run_bench, save_ceilings, write_report
 
     store = default_path()
+    said = report_console(width, stderr=json_out)
     try:
         # before measuring: a bad --out or ceilings location fails at once and creates nothing
         if out is not None:
@@ -49,12 +50,6 @@ def bench_cmd(
         check_target(store, force=True)
         # a line as each suite ends, on stderr: a pipe or a CI log sees the run go on
         report = run_bench(which, backend, quick=quick, progress=lambda line: note(f"bench: {line}", err=True))
-    except GpuAnalyzeError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        _interrupted()
-    said = report_console(width, stderr=json_out)
-    try:
         # a Ctrl-C while the results print still saves nothing
         if json_out:
             typer.echo(render_bench_json(report))
