@@ -8,6 +8,7 @@ limits it. Analysing needs neither torch nor a GPU. Names are imported on first 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,9 +77,11 @@ def profile(
     seen); ``dataloader`` limits data-wait timing to that loader (default: every DataLoader;
     ``with prof.data():`` times a custom loader). Further keyword arguments are ProfileOptions
     fields (device, manual_steps, kernel_windows, window_first, window_every, window_steps,
-    flush_interval_s, flush_every_steps, system_interval_s, nvtx). Needs torch. Raises TypeError for a model it
-    cannot time.
+    flush_interval_s, flush_every_steps, system_interval_s, nvtx). Needs torch (without it: one line and
+    SystemExit(1)). Raises TypeError for a model it cannot time.
     """
+    if importlib.util.find_spec("torch") is None:  # one line and exit status 1, not an ImportError's traceback
+        raise SystemExit("gpuanalyze: analyzer.profile needs torch (not installed): pip install 'gpuanalyze[torch]'")
     from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
 

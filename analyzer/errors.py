@@ -13,6 +13,18 @@ class TraceError(GpuAnalyzeError):
     """A trace file is missing, unreadable, truncated beyond use, or not a gpuanalyze trace."""
 
 
+class MixedRunsError(TraceError):
+    """A directory read as one run holds several: the message says how to keep them apart or triage them all."""
+
+    def __init__(self, path: object, detail: str) -> None:
+        import shlex
+
+        super().__init__(
+            f"{path}: {detail}; the directory mixes runs: keep one run per directory, or rank them all with "
+            f"gpuanalyze fleet {shlex.quote(str(path))}"
+        )
+
+
 class VerificationError(GpuAnalyzeError):
     """A benchmark kernel's output did not match its reference, so its timing is not reported."""
 

@@ -146,6 +146,21 @@ def test_bench_json_keeps_stdout_json_and_says_where_on_stderr(ceilings_path):
     assert result.stderr.splitlines()[-1] == f"  {ceilings_path}"
 
 
+def test_bench_says_the_duration_to_expect_first_and_a_line_as_each_suite_ends(ceilings_path):
+    pytest.importorskip("torch")
+    from gpuanalyze.kernels.suite import CPU_SECONDS, SUITES
+
+    assert set(CPU_SECONDS) == set(SUITES)  # every suite has its measured duration
+    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("note: bench: launch on cpu (") and f"expect ~{CPU_SECONDS['launch'][0]} s" in " ".join(
+        lines[:2]
+    )
+    assert any(line.startswith("note: bench: [1/1] launch: 1 result(s) (") for line in lines)
+    assert max(len(line) for line in lines if str(ceilings_path) not in line) <= 80  # a path is never folded
+
+
 def test_bench_unknown_benchmark(ceilings_path):
     result = runner.invoke(app, ["bench", "flops", "--backend", "cpu"])
     assert result.exit_code == 2 and "unknown benchmark" in result.output
@@ -165,11 +180,19 @@ def test_bench_launch_renders_a_table(ceilings_path):
     assert "launch" in result.output and "empty_kernel" in result.output
 
 
-def _ceilings(path, loader_rate, *, host="test-host", fingerprint=True):
+def _ceilings(path, loader_rate, *, host="test-host", fingerprint=True, **more):
     """A `bench --json` style file measured on ``host``'s CPU (no fingerprint: an older file)."""
     fp = {"backend": "cpu", "device": "CPU: test x4", "host": host} if fingerprint else None
-    result = {"benchmark": "dataloader", "variant": "pipeline", "value": loader_rate, "unit": "samples/s"}
-    path.write_text(json.dumps({"backend": "cpu", "device": "CPU: test x4", "fingerprint": fp, "results": [result]}))
+    result = {
+        "benchmark": "dataloader",
+        "variant": "pipeline",
+        "value": loader_rate,
+        "unit": "samples/s",
+        "suite": "dataloader",
+    }
+    path.write_text(
+        json.dumps({"backend": "cpu", "device": "CPU: test x4", "fingerprint": fp, "results": [result], **more})
+    )
     return path
 
 
@@ -193,6 +216,13 @@ def test_findings_quote_the_measured_loader_ceiling(trace_factory, ceilings_path
     assert ev["threshold"] == 9000.0
     assert "CPU: test x4" in ev["source"]
     assert data["ceilings"] == str(ceilings_path)
+
+
+def test_evidence_from_a_cached_ceiling_says_where_and_when_it_was_measured(trace_factory, ceilings_path):
+    trace = _loader_bound_trace(trace_factory)
+    _ceilings(ceilings_path, 9000.0, created_unix_s=1_796_000_000)
+    ev = _loader_evidence(json.loads(runner.invoke(app, [str(trace), "--json"]).output))
+    assert f"measured by `gpuanalyze bench dataloader` on CPU: test x4, 2026-11-30 ({ceilings_path})" in ev["source"]
 
 
 @pytest.mark.parametrize(("explicit", "host", "fingerprint", "why"), [

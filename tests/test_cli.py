@@ -78,6 +78,15 @@ def test_version_and_help():
         assert result.exit_code == 0 and "Usage" in result.output
 
 
+def test_the_help_names_every_verdict_at_80_columns():
+    from analyzer.analysis.findings import BOTTLENECKS
+
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and max(len(line) for line in result.output.splitlines()) <= 80
+    words = set(result.output.replace(",", " ").replace("(", " ").split())
+    assert set(BOTTLENECKS) <= words, set(BOTTLENECKS) - words
+
+
 def test_env_answers_without_a_gpu():
     result = runner.invoke(app, ["env"])
     assert result.exit_code == 0

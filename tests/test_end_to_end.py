@@ -10,15 +10,16 @@ from typer.testing import CliRunner
 
 import analyzer
 from analyzer.cli import app
-from tests.scenarios.loops import make_loop, scenario, train
+from tests.scenarios.loops import make_loop, one_thread, scenario, train
 
 
 def _verdict(tmp_path, name):
     cfg = scenario(name, steps=25)
-    model, optimizer, loader = make_loop(cfg)
     out = tmp_path / f"{name}.arrow"
-    with analyzer.profile(model, out=str(out)):
-        train(model, optimizer, loader)
+    with one_thread():  # the cause stays the cause beside other work (loops.one_thread)
+        model, optimizer, loader = make_loop(cfg)
+        with analyzer.profile(model, out=str(out)):
+            train(model, optimizer, loader)
     result = CliRunner().invoke(app, [str(out), "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)

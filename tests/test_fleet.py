@@ -317,3 +317,53 @@ def test_a_fleet_whose_every_run_is_skipped_is_an_error_with_the_first_reason(tm
         assert result.exit_code == 2, result.output  # was exit 0 with an empty table
         (line,) = result.output.strip().splitlines()
         assert "none of its 1 run(s) could be analysed" in line and "not an Arrow IPC stream" in line
+
+
+def test_fleet_at_80_columns_gives_each_run_one_line_and_leaves_out_trials_and_marks_a_live_run(tmp_path):
+    from gpuanalyze.ingest.runinfo import EndInfo
+    from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+    from tests.conftest import as_run
+
+    root = tmp_path / "runs"
+    deep = root / "a_very_long_team_directory_name" / "with" / "nested" / "levels"
+    deep.mkdir(parents=True)
+    shutil.copy(SAMPLES / "cpu_data_loading.arrow", deep / "experiment-2026-12-06-lr3e-4-bs256.arrow")
+    for n, trial in enumerate(("baseline", "num_workers-5")):  # what `gpuanalyze run --try` leaves
+        (root / "try" / f"trial-{n}-{trial}").mkdir(parents=True)
+        run = as_run({"host": "test", "argv": "train.py"})
+        rows = [make_row(i, wall=20.0, data=10.0) for i in range(30)]
+        writer = TraceWriter(
+            path=root / "try" / f"trial-{n}-{trial}" / "trace.arrow",
+            run=run,
+            tags={"gpuanalyze_trial": trial},
+            options=WriterOptions(fsync=False),
+        )
+        writer.open()
+        for row in rows:
+            writer.add(row)
+        writer.close(EndInfo(status="trial_stop", steps=30))
+    live = TraceWriter(path=root / "live.arrow", run=as_run(None), options=WriterOptions(fsync=False))
+    live.open()
+    for i in range(30):
+        live.add(make_row(i, wall=20.0, data=10.0))
+    live.flush()
+    try:
+        shown = runner.invoke(app, ["fleet", str(root), "--workers", "1"], env={"COLUMNS": "80"})
+        data = json.loads(_fleet(root, "--json").output)
+        _fleet(root, "--csv", tmp_path / "f.csv")
+    finally:
+        live.close(EndInfo(status="ok"))
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert max(map(len, lines)) <= 80
+    full = "a_very_long_team_directory_name/with/nested/levels/experiment-2026-12-06-lr3e-4-bs256.arrow"
+    (name_line,) = [line for line in lines if line.startswith("a_very_long")]
+    name = name_line.split("  ")[0]
+    assert "…" in name and full.startswith(name.split("…")[0]) and full.endswith(name.split("…")[1])
+    assert name_line.rstrip().endswith("12.1")  # the last column, whole, on the name's line
+    assert next(lines[i + 1] for i, line in enumerate(lines) if line.startswith("live.arrow")).startswith(
+        "1 rank(s), still being written"
+    )
+    assert {r["run"]: r["state"] for r in data["runs"]} == {full: "ok", "live.arrow": "live"}
+    assert any("left out 2 trial(s) of `gpuanalyze run --try`" in n for n in data["notes"])
+    assert full in (tmp_path / "f.csv").read_text()

@@ -16,6 +16,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 from gpuanalyze.ingest import schema as S  # noqa: E402
 from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from tests.scenarios.loops import one_thread  # noqa: E402
 
 
 def patched():
@@ -116,7 +117,8 @@ def _lightning_fit(tmp_path, *, accumulate, callback, fail_at=None):
         enable_checkpointing=False,
     )
     loader = DataLoader(SlowPairs(40, 0.005), batch_size=4)
-    trainer.fit(module, loader, DataLoader(SlowPairs(8, 0.0), batch_size=4))
+    with one_thread():  # the data wait stays the largest part beside other work (loops.one_thread)
+        trainer.fit(module, loader, DataLoader(SlowPairs(8, 0.0), batch_size=4))
     return trainer, module
 
 
@@ -205,7 +207,8 @@ def _hf_train(tmp_path, *, accumulate, callback, fail_at=None):
     trainer = Failing(
         model=model, args=args, train_dataset=TokenDataset(48, 0.05), callbacks=[callback] if callback else []
     )
-    result = trainer.train()
+    with one_thread():  # with the 50 ms, the wait stays the largest part beside other work (loops.one_thread)
+        result = trainer.train()
     return trainer, model, result
 
 

@@ -21,6 +21,7 @@ CHILD = textwrap.dedent("""
     import sys, torch
     import analyzer
     from tests.scenarios.loops import LoopConfig, make_loop
+    torch.set_num_threads(1)  # steps at the loader's pace however loaded the box is (loops.one_thread)
     model, opt, loader = make_loop(LoopConfig(steps=50, batch=8, features=32, sample_cost_s=0.002))
     with analyzer.profile(model, out=sys.argv[1], kernel_windows=False):
         while True:

@@ -88,12 +88,14 @@ def test_log_mlflow_goes_into_the_active_run(mlflow_store):
     from analyzer.track.log_options import LogOptions
     from analyzer.track.log_report import log_report
 
+    report = _report()
     with mlflow_store.start_run(run_name="mine") as active:
-        lines = log_report(_report(), LogOptions(to=("mlflow",), html=False))
+        lines = log_report(report, LogOptions(to=("mlflow",), html=False))
         assert mlflow_store.active_run().info.run_id == active.info.run_id  # left open for the user
     assert lines == [f"logged to mlflow run {active.info.run_id}"]
     run = _only_run(mlflow_store)
-    assert run.info.run_id == active.info.run_id and run.data.tags["gpuanalyze/confidence_level"] == "high"
+    assert run.info.run_id == active.info.run_id
+    assert run.data.tags["gpuanalyze/confidence_level"] == report.confidence.level
 
 
 @pytest.mark.slow  # importing mlflow takes ~10 s on the shared CI machine
@@ -122,6 +124,45 @@ def test_a_missing_tracker_is_one_line_naming_the_extra(monkeypatch):
     result = runner.invoke(app, [str(SAMPLE), "--log", "tensorboard"])
     assert result.exit_code == 2 and "choose one of mlflow, wandb" in result.output
     assert "Traceback" not in result.output
+
+
+def test_without_mlflows_store_packages_log_mlflow_says_what_to_install_or_set_before_analysing(monkeypatch):
+    from analyzer.cli import log_option
+
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (pip install 'gpuanalyze[mlflow]')")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(log_option.importlib.util, "find_spec", lambda n: None if n == "sqlalchemy" else real(n))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    result = runner.invoke(app, [str(SAMPLE), "--log", "mlflow"])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1  # nothing analysed or printed before it
+    assert result.output.startswith("gpuanalyze: error: --log mlflow: MLflow's default store (sqlite:///mlflow.db)")
+    assert "needs sqlalchemy: pip install 'gpuanalyze[mlflow]', or set MLFLOW_TRACKING_URI" in result.output
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # a server of the user's: not checked here
+    assert log_option.log_targets(["mlflow"]) is not None
+
+
+@pytest.mark.slow  # importing mlflow takes ~10 s on the shared CI machine
+def test_log_mlflow_works_with_the_extra_as_installed_and_no_variables_set(tmp_path):
+    """`pip install 'gpuanalyze[mlflow]'` then `--log mlflow`: MLflow's own default store in the working directory."""
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (pip install 'gpuanalyze[mlflow]')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "analyzer", str(SAMPLE), "--json", "--log", "mlflow"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "gpuanalyze: logged to mlflow run " in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "mlflow.db").is_file()
 
 
 def test_a_callbacks_tracker_failure_warns_once_and_returns(monkeypatch):

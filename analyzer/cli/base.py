@@ -73,12 +73,19 @@ def unknown_command_message(word: str) -> str:
     return f"no such command or file '{word}'{hint} Commands: {', '.join(names)}."
 
 
+#: The group's help: every verdict (analysis.findings.BOTTLENECKS; a test keeps them in step, this module
+#: stays free of the analysis' imports so that every command starts fast).
+VERDICTS_HELP = (
+    "Find why a GPU training run is slow. One verdict per run: data_loading, batch_size, kernels, sync or host "
+    "(what limits it), none (healthy) or unknown (the trace does not show where the time goes)."
+)
+
 app = typer.Typer(
     cls=_DefaultToAnalyze,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Find why a GPU training run is slow: data loading, batch size, kernels or sync.",
+    help=VERDICTS_HELP,
 )
 
 
@@ -143,4 +150,4 @@ def _version(value: bool) -> None:
 def main_callback(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """Find why a GPU training run is slow: data loading, batch size, kernels or sync."""
+    """The group's options; its help is VERDICTS_HELP."""

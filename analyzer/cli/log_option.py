@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
@@ -21,12 +25,20 @@ LogTo = Annotated[
 
 
 def log_targets(values: list[str] | None) -> LogOptions | None:
-    """The trackers asked for, checked (installed) before any work; raises GpuAnalyzeError."""
+    """The trackers asked for, checked (installed, and MLflow's store usable) before any work; raises
+    GpuAnalyzeError."""
     from analyzer.track.log_options import log_options
 
     options = log_options(values)
     if options is not None:
         options.check_installed()
+    if options is not None and "mlflow" in options.to and not os.environ.get("MLFLOW_TRACKING_URI"):
+        missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
+        if missing:  # MLflow 3's default store, sqlite:///mlflow.db, fails on them after the analysis
+            raise GpuAnalyzeError(
+                f"--log mlflow: MLflow's default store (sqlite:///mlflow.db) needs {' and '.join(missing)}: "
+                "pip install 'gpuanalyze[mlflow]', or set MLFLOW_TRACKING_URI to your server (http://HOST:5000)"
+            )
     return options
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from analyzer.cli import options
-from analyzer.cli.base import app, console, fail
+from analyzer.cli.base import app, console, fail, note
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
 
@@ -34,9 +34,6 @@ def bench_cmd(
 ) -> None:
     """Measure this machine's ceilings; results are merged into the file `gpuanalyze TRACE` reads,
     under this machine's fingerprint."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from analyzer.files import check_target
     from analyzer.machine.ceilings_store import default_path, prepare_directory
     from analyzer.render.bench import render_bench, render_bench_json
@@ -44,32 +41,15 @@ def bench_cmd(
     from gpuanalyze.kernels.suite import run_bench, save_ceilings, write_report
 
     store = default_path()
+    said = report_console(width, stderr=json_out)
     try:
         # before measuring: a bad --out or ceilings location fails at once and creates nothing
         if out is not None:
             check_target(out, force=force)
         prepare_directory(store)
         check_target(store, force=True)
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress:
-            task = progress.add_task("starting", total=None)
-            report = run_bench(
-                which,
-                backend,
-                quick=quick,
-                progress=lambda name: progress.update(task, description=f"benchmark: {name}"),
-            )
-    except GpuAnalyzeError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        _interrupted()
-    said = report_console(width, stderr=json_out)
-    try:
+        # a line as each suite ends, on stderr: a pipe or a CI log sees the run go on
+        report = run_bench(which, backend, quick=quick, progress=lambda line: note(f"bench: {line}", err=True))
         # a Ctrl-C while the results print still saves nothing
         if json_out:
             typer.echo(render_bench_json(report))

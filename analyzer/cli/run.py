@@ -197,8 +197,8 @@ def _report(finished: Finished, json_out: bool, width: int | None = None) -> lis
 
     if not finished.traces:
         err(
-            f"gpuanalyze: the command {status}; no trace in {finished.out_dir} "
-            "(no Python process of it ran an optimizer step)",
+            f"gpuanalyze: the command {status}; no trace written to {finished.out_dir} (no Python process of it "
+            "ran an optimizer step)" + ("" if finished.out_dir.exists() else "; nothing left behind"),
             err=True,
         )
         return []

@@ -16,17 +16,6 @@ from analyzer.render.safe import clean
 if TYPE_CHECKING:
     from analyzer.run.live import Snapshot
 
-_PART_NAMES = {
-    "wall_ms": "step (wall)",
-    "data_wait_ms": "data wait",
-    "h2d_ms": "host->device copy",
-    "forward_ms": "forward",
-    "backward_ms": "backward",
-    "optimizer_ms": "optimizer",
-    "sync_ms": "sync",
-    "other_ms": "other",
-}
-
 
 @app.command("watch")
 def watch_cmd(
@@ -155,6 +144,8 @@ def _view(shot: Snapshot) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from analyzer.render.words import PART_LABELS
+
     if not shot.files:
         return _waiting(shot.path)
     state = (
@@ -188,7 +179,7 @@ def _view(shot: Snapshot) -> Any:
         wall = shot.rolling_ms[0][1]
         for name, value in shot.rolling_ms:
             share = "" if name == "wall_ms" or wall <= 0 else f"{min(1.0, value / wall):.0%}"
-            table.add_row(Text(clean(_PART_NAMES.get(name, name))), f"{value:.2f}", share)
+            table.add_row(Text(clean({"wall_ms": "step (wall)", **PART_LABELS}.get(name, name))), f"{value:.2f}", share)
         parts.append(table)
     for note in shot.notes:
         parts.append(Text(clean(f"note: {note}"), style="dim"))

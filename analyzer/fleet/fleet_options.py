@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from analyzer.errors import GpuAnalyzeError
-
-#: The largest run length or price accepted (the same bound as the cost options).
-MAX_VALUE = 1e15
+from analyzer.planning.cost import MAX_VALUE, CostInputs
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -24,16 +21,14 @@ class RunLength:
     run's own step time)."""
 
     def __post_init__(self) -> None:
-        for name in ("price_per_gpu_hour", "steps_per_run", "hours_per_run"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise GpuAnalyzeError(f"--{name.replace('_', '-')} must be a number, not {value!r}")
-            if not 0 <= value <= MAX_VALUE or (value == 0 and name != "price_per_gpu_hour"):
-                raise GpuAnalyzeError(f"--{name.replace('_', '-')} must be positive and at most {MAX_VALUE:.0e}")
         if self.steps_per_run is not None and self.hours_per_run is not None:
             raise GpuAnalyzeError("give the run length once: --steps-per-run or --hours-per-run, not both")
+        CostInputs(price_per_gpu_hour=self.price_per_gpu_hour, steps_per_run=self.steps_per_run)  # their one check
+        hours = self.hours_per_run
+        if hours is not None and (
+            isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= MAX_VALUE
+        ):
+            raise GpuAnalyzeError(f"--hours-per-run must be positive and at most {MAX_VALUE:.0e}, not {hours!r}")
 
     @property
     def has_length(self) -> bool:

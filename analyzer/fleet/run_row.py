@@ -7,6 +7,7 @@ row, so no process holds more than one run's frames and the driver holds only ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analyzer.errors import GpuAnalyzeError
@@ -52,6 +53,8 @@ class RunRow:
     idle_gpu_hours_per_run: float | None
     """GPU-hours per run the GPUs are idle (1 - GPU busy share); None without GPU timings or run length."""
     complete: bool
+    state: str
+    """How the run ended, as `gpuanalyze TRACE --json`'s ``run_state`` says: 'ok', 'live' (still being written)..."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +65,34 @@ class Skipped:
     reason: str
 
 
+#: The tag `gpuanalyze run --try` writes into every trial's trace (analyzer.run.trials): a trial is not a run.
+TRIAL_TAG = "gpuanalyze_trial"
+#: Why a trial's trace is left out of the ranking.
+A_TRIAL = "a trial of `gpuanalyze run --try`"
+
+
+def trial_of(target: str) -> str | None:
+    """The setting of the `run --try` trial whose trace ``target`` is (its tags only are read), else None."""
+    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.ipc_guard import IpcReader
+    from gpuanalyze.ingest.runinfo import read_tags
+
+    path = Path(target)
+    first = min(path.glob("*.arrow"), default=path) if path.is_dir() else path
+    try:
+        with open(first, "rb") as fh:
+            raw = (IpcReader(first, fh).schema.metadata or {}).get(S.META_TAGS)
+        return None if raw is None else read_tags(raw)[0].get(TRIAL_TAG)
+    except Exception:  # noqa: BLE001 - not a readable .arrow trace: the analysis says what it is
+        return None
+
+
 def analyse_run(job: RunJob) -> RunRow | Skipped:
     """Analyse one run in this process (serially: the engine parallelises across runs); never raises."""
     from analyzer.api import analyze
 
+    if trial_of(job.run.target) is not None:
+        return Skipped(job.run.name, A_TRIAL)
     try:
         report = analyze(job.run.target, engine="local", workers=1)
         return row_of(job, report)
@@ -77,6 +104,7 @@ def analyse_run(job: RunJob) -> RunRow | Skipped:
 
 def row_of(job: RunJob, report: Report) -> RunRow:
     from analyzer.planning.cost import CostInputs, run_cost, savings
+    from analyzer.render.words import run_state
 
     m = report.metrics
     top = report.findings[0] if report.findings else None
@@ -111,4 +139,5 @@ def row_of(job: RunJob, report: Report) -> RunRow:
         saved_usd_per_run=saved_usd,
         idle_gpu_hours_per_run=idle,
         complete=report.complete,
+        state=run_state(report)[0],
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from analyzer.errors import GpuAnalyzeError
 from analyzer.fleet.discover import find_runs
 from analyzer.fleet.fleet_options import FleetOptions
-from analyzer.fleet.run_row import RunJob, RunRow, Skipped, analyse_run
+from analyzer.fleet.run_row import A_TRIAL, RunJob, RunRow, Skipped, analyse_run
 from analyzer.render.safe import clean
 
 #: What the table is ranked by, from the most to the least informed.
@@ -85,6 +85,12 @@ def triage(
                 progress(done, len(jobs))
     finally:
         engine.close()
+    trials = [s for s in skipped if s.reason == A_TRIAL]
+    if trials:
+        skipped = [s for s in skipped if s.reason != A_TRIAL]
+        notes.append(
+            f"left out {len(trials)} trial(s) of `gpuanalyze run --try`, e.g. {trials[0].run}: its table has them"
+        )
     if skipped and not rows:
         first = skipped[0]
         raise GpuAnalyzeError(

@@ -7,6 +7,7 @@ locking, merging) is ``analyzer.machine.ceilings_store``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,14 @@ class Ceilings:
     host: str | None = None
     backends: tuple[str, ...] = ()
     fingerprint: Fingerprint | None = field(default=None, compare=False)
+    measured_unix_s: dict[str, int] = field(default_factory=dict, compare=False)
+    """When each suite last ran (suite name -> Unix seconds): evidence says where and when its ceiling came from."""
+
+    def source(self, suite: str) -> str:
+        """```gpuanalyze bench matmul` on NVIDIA H200, 2026-12-06 (PATH)``: a ceiling's origin, for its evidence."""
+        when = self.measured_unix_s.get(suite)
+        day = time.strftime("%Y-%m-%d", time.gmtime(when)) if when else "date not recorded"
+        return f"`gpuanalyze bench {suite}` on {self.device}, {day} ({self.path})"
 
     def value(self, kind: str) -> float | None:
         """The ceiling of ``kind``: 'loader' (samples/s), 'busbw' (GB/s), 'matmul:<dtype>' (TFLOP/s)."""
@@ -82,6 +91,7 @@ def _ceilings(path: Path, machines: list[StoredMachine]) -> Ceilings:
         host=first.host,
         backends=tuple(sorted({m.fingerprint.backend for m in machines})),
         fingerprint=first if machines[0].known else None,
+        measured_unix_s={s: t for t, s in sorted((t, s) for m in machines for s, t in m.measured_unix_s.items())},
     )
 
 

@@ -30,7 +30,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
@@ -146,6 +146,8 @@ class StoredMachine:
 
     fingerprint: Fingerprint
     results: list[StoredResult]
+    measured_unix_s: dict[str, int] = field(default_factory=dict)
+    """When each suite that gave the results ran (suite name -> Unix seconds)."""
 
     @property
     def known(self) -> bool:
@@ -221,7 +223,8 @@ def stored_machines(path: Path) -> list[StoredMachine]:
             results = [msgspec.json.decode(r, type=StoredResult) for run in entry.suites.values() for r in run.results]
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise not_ceilings(path, exc) from exc
-        out.append(StoredMachine(entry.fingerprint, results))
+        when = {name: run.measured_unix_s for name, run in entry.suites.items()}
+        out.append(StoredMachine(entry.fingerprint, results, when))
     return out
 
 

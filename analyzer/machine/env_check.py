@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from analyzer.machine.environment import DeviceInfo, EnvCheck
 
 
 def check_env() -> EnvCheck:
-    """Never raises: a machine without torch or a GPU gets an answer that says so."""
+    """Never raises: a machine without torch or a GPU gets an answer that says so. A CPU build of torch
+    is named from its ``version.py`` without importing torch (seconds on a cold disk)."""
     cupy = _cupy_version()
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
         return EnvCheck(
             None, None, False, None, cupy=cupy, messages=("torch is not installed; only trace analysis is available",)
         )
+    build = _torch_build(Path(spec.origin).with_name("version.py"))
+    if build is not None and not build.get("cuda") and not build.get("hip"):
+        msg = "no CUDA device visible (this torch is a CPU-only build)"
+        return EnvCheck(build.get("__version__"), None, False, None, cupy=cupy, messages=(msg,))
     import torch
 
     from analyzer.machine.driver import driver_version
@@ -54,6 +62,18 @@ def _smoke(torch: Any) -> str:
         return f"1024x1024 fp32 matmul ok ({ms:.1f} ms incl. first launch, max rel. error {err:.1e})"
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return f"matmul smoke test failed: {type(exc).__name__}: {exc}"
+
+
+def _torch_build(path: Path) -> dict[str, str] | None:
+    """``__version__``, ``cuda`` and ``hip`` as torch's generated ``version.py`` assigns them ('' for None);
+    None when it cannot be read, and torch is imported instead."""
+    try:
+        found = dict(
+            re.findall(r"^(__version__|cuda|hip)\b[^=\n]*=\s*(?:'([^'\n]*)'|None)\s*$", path.read_text(), re.M)
+        )
+    except OSError:
+        return None
+    return found if found.get("__version__") else None
 
 
 def _cupy_version() -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PeriodicFix, PrecisionFix, WorkerFix
+from analyzer.analysis.rerun import UNKNOWN_COMMAND, rerun_command
 from analyzer.analysis.thresholds import WIDE_RANGE
 
 if TYPE_CHECKING:
@@ -37,16 +38,28 @@ def candidate_text(finding: Finding, batch_samples: float | None = None) -> str 
     return None
 
 
-def settling_trial(report: Report, command: str = "python train.py") -> str | None:
+def settling_trial(report: Report, command: str | None = None) -> str | None:
     """The command line that would measure the fix of the report's top finding (None: the report
     has no finding, or its fix needs a code change a trial cannot make), e.g.
-    ``gpuanalyze run --try --candidates num_workers=4 -- python train.py``."""
+    ``gpuanalyze run --try --candidates num_workers=4 -- python train.py`` (the run's own command by default)."""
     if not report.findings:
         return None
-    return trial_of(report.findings[0], report.metrics.batch_samples, command)
+    return trial_of(report.findings[0], report.metrics.batch_samples, command or rerun_command(report.run))
 
 
-def trial_of(finding: Finding, batch_samples: float | None, command: str = "python train.py") -> str | None:
+def measure_line(report: Report, i: int) -> str | None:
+    """The ``measure`` line of finding ``i`` (1-based), the same in every report: for a range too wide to act on,
+    that it is and the trial that measures its fix (``too_wide``); for the top finding, the trial of its fix beside
+    its projection; None where there is none. The command is the run's own where recorded (analysis.rerun)."""
+    f, command = report.findings[i - 1], rerun_command(report.run)
+    wide_text = too_wide(f, report.metrics.batch_samples, command)
+    if wide_text is not None or i != 1:
+        return wide_text
+    trial = settling_trial(report)
+    return None if trial is None else f"{trial}  (measures the fix beside this projection)"
+
+
+def trial_of(finding: Finding, batch_samples: float | None, command: str = UNKNOWN_COMMAND) -> str | None:
     """The ``run --try`` command line that measures ``finding``'s fix (None: a trial cannot apply it)."""
     text = candidate_text(finding, batch_samples)
     return None if text is None else f"gpuanalyze run --try --candidates {text} -- {command}"
@@ -58,7 +71,7 @@ def wide(finding: Finding) -> bool:
     return width is not None and width > WIDE_RANGE
 
 
-def too_wide(finding: Finding, batch_samples: float | None, command: str = "python train.py") -> str | None:
+def too_wide(finding: Finding, batch_samples: float | None, command: str = UNKNOWN_COMMAND) -> str | None:
     """For a finding whose range is wider than WIDE_RANGE (None otherwise): that it is too wide to act on, and the
     ``run --try`` command that measures its fix, or that no trial can apply it and how to measure it instead."""
     if not wide(finding):

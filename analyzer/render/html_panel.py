@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
-from analyzer.planning.settling_trial import too_wide
+from analyzer.planning.settling_trial import measure_line
 from analyzer.render import words
 from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h
@@ -71,7 +71,6 @@ def _finding(f: Finding, rank: int, report: Report) -> str:
                 ("bound", h(p.bound)),
                 ("rule", h(p.rule)),
             ]
-            + [("measure", h(m)) for m in (too_wide(f, report.metrics.batch_samples),) if m is not None]
             + (
                 [
                     (
@@ -95,6 +94,9 @@ def _finding(f: Finding, rank: int, report: Report) -> str:
         parts.append("<h4>What to change</h4><ul class='recs'>")
         parts.extend(f"<li>{h(r)}</li>" for r in f.recommendations)
         parts.append("</ul>")
+    measure = measure_line(report, rank)
+    if measure is not None:
+        parts.append(f"<p class='measure'>Measure it: <code>{h(measure)}</code></p>")
     body = "".join(parts)
     title = f"{rank}. {h(f.bottleneck)}: {h(f.cause)}"
     if rank == 1:

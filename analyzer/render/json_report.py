@@ -12,6 +12,7 @@ import msgspec
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
 from analyzer.analysis.owners import OWNER_WORDS, ownership
+from analyzer.analysis.rerun import rerun_command
 from analyzer.planning.outcome import Report
 from analyzer.planning.settling_trial import trial_of, wide
 from analyzer.render.words import run_state
@@ -81,7 +82,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         ],
         "kernels": _kernels(report),
         "idle_owners": _idle_owners(report),
-        "findings": [_finding(f, report.metrics.batch_samples) for f in report.findings],
+        "findings": [_finding(f, report.metrics.batch_samples, rerun_command(report.run)) for f in report.findings],
         "health": [_evidence(e) for e in report.health],
         "step_time_mean_ms": _num(m.step_mean_ms),
         "step_time_basis": "step_time_mean_ms",
@@ -115,7 +116,7 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     return {**asdict(e), "value": _num(e.value), "passed": e.passed, "supports": e.supports}
 
 
-def _finding(f: Finding, batch_samples: float | None) -> dict[str, Any]:
+def _finding(f: Finding, batch_samples: float | None, command: str) -> dict[str, Any]:
     p = f.projection
     return {
         "bottleneck": f.bottleneck,
@@ -134,7 +135,7 @@ def _finding(f: Finding, batch_samples: float | None) -> dict[str, Any]:
         "projected_step_time_ms_high": _num(p.high_ms, 3),
         "projection_range_width": _num(p.range_width, 4),
         "projection_range_wide": wide(f),
-        "settling_trial": trial_of(f, batch_samples),
+        "settling_trial": trial_of(f, batch_samples, command),
         "current_step_time_ms": _num(p.current_ms, 3),
         "saved_ms_per_step": _num(p.saved_ms, 3),
         "projection_rule": p.rule,

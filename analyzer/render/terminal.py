@@ -16,7 +16,7 @@ from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.host_facts import HostFacts
 from analyzer.analysis.kernel_metrics import gpu_breakdown
 from analyzer.planning.outcome import Report
-from analyzer.planning.settling_trial import settling_trial, too_wide
+from analyzer.planning.settling_trial import measure_line
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
 from analyzer.render.safe import clean, shorten, text
@@ -169,10 +169,9 @@ def _finding(i: int, f: Finding, report: Report) -> RenderableType:
         rows.append(("saves", Text(clean(words.saves(report, f.savings)), "bold cyan")))
     if f.recommendations:
         rows.append(("do", bullets((text(r) for r in f.recommendations), "->")))
-    measure = too_wide(f, report.metrics.batch_samples)
-    trial = settling_trial(report) if i == 1 and measure is None else None
-    if measure is not None or trial is not None:
-        rows.append(("measure", text(measure or f"{trial}  (measures the fix beside this projection)")))
+    measure = measure_line(report, i)
+    if measure is not None:
+        rows.append(("measure", text(measure)))
     body = Group(text(f.summary), Text(""), labelled(rows))
     title = text(f"{i}. {f.bottleneck}: {f.cause} ({f.severity} severity)")  # never read as the confidence
     return Panel(body, title=title, title_align="left")

@@ -102,7 +102,11 @@ def run_command(command: list[str], options: ProfileOptions, out_dir: Path) -> F
         raise GpuAnalyzeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
     with _forwarding_signals(child):
         returncode = child.wait()
-    return Finished(returncode=returncode, out_dir=out_dir, traces=tuple(traces_of(out_dir, run_id)))
+    traces = tuple(traces_of(out_dir, run_id))
+    if created and not traces:
+        with contextlib.suppress(OSError):
+            out_dir.rmdir()  # no trace written: leave nothing behind (kept if the command wrote files there)
+    return Finished(returncode=returncode, out_dir=out_dir, traces=traces)
 
 
 def traces_of(out_dir: Path, run_id: str) -> list[Path]:

@@ -24,7 +24,7 @@ from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.road import measured, rows_road, trace_road
 from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
-from analyzer.errors import GpuAnalyzeError, TraceError
+from analyzer.errors import GpuAnalyzeError, MixedRunsError, TraceError
 from analyzer.scale import memory, storage
 from analyzer.scale.charts import ChartJob, chart_pass
 from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
@@ -249,10 +249,7 @@ class _Files:
         name = _name(res.source)
         for rank in res.ranks:
             if rank in self.by_rank:
-                raise TraceError(
-                    f"{self.path}: rank {rank} appears in both {self.by_rank[rank]} and {name}; "
-                    "the directory mixes runs, keep one run per directory"
-                )
+                raise MixedRunsError(self.path, f"rank {rank} appears in both {self.by_rank[rank]} and {name}")
             self.by_rank[rank] = name
         self.ok.append(res)
 
@@ -409,7 +406,7 @@ def _run_info(path: str, book: _Files) -> tuple[RunInfo, str | None]:
     runs = [r.run for r in ok if r.run is not None]
     worlds = {r.world_size for r in runs if r.world_size}
     if len(worlds) > 1:
-        raise TraceError(f"{path}: traces disagree on the world size ({sorted(worlds)}); the directory mixes runs")
+        raise MixedRunsError(path, f"traces disagree on the world size ({sorted(worlds)})")
     note = missing_ranks_note(worlds.pop() if worlds else len(book.by_rank), set(book.by_rank))
     return run_of(runs, len(book.by_rank)), note
 

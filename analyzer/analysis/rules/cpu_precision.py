@@ -24,6 +24,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import PrecisionFix
+from analyzer.analysis.rerun import rerun_command
 from analyzer.analysis.rules.measured import Measured, matmul_share, window_ms
 from analyzer.analysis.rules.rule import Context, Detection, bounded
 from gpuanalyze.ingest import schema as S
@@ -191,7 +192,7 @@ def advise(ctx: Context) -> tuple[str, ...]:
     recs = [
         "Run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16): this CPU computes bf16 natively "
         f"({native_bf16(ctx)}); keep the optimizer's master weights in float32 and check the loss curve.",
-        "Measure it before adopting it: gpuanalyze run --try --candidates autocast=bf16 -- <your command>.",
+        f"Measure it before adopting it: gpuanalyze run --try --candidates autocast=bf16 -- {rerun_command(ctx.run)}",
     ]
     attention = unfused_attention(ctx)
     if attention is not None:

@@ -175,7 +175,7 @@ class DataLoading(Rule):
                     c.loader_samples_per_s,
                     "<",
                     "samples/s",
-                    f"synthetic input pipeline measured by `gpuanalyze bench dataloader` on {c.device} ({c.path}): "
+                    f"synthetic input pipeline measured by {c.source('dataloader')}: "
                     "what this host's workers and link can deliver; a run already faster is not limited by it",
                 )
             )

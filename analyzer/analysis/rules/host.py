@@ -14,6 +14,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.owners import owned_consistency
+from analyzer.analysis.rerun import rerun_command
 from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
 from gpuanalyze.ingest import schema as S
 
@@ -87,7 +88,7 @@ class Host(Rule):
             "Look for per-step logging, metric computation, evaluation or checkpointing in the loop, and do it every "
             "N steps."
         )
-        profile = "Profile the host side to see the rest: py-spy record -- python train.py, or pyinstrument."
+        profile = f"Profile the host side to see the rest (or pyinstrument): py-spy record -- {rerun_command(ctx.run)}"
         if after_optimizer(ctx, d):
             every_n = (
                 f"{ctx.m.lead_mean_ms or 0.0:.2f} ms of it runs after optimizer.step(), before the next batch is "

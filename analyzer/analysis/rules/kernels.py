@@ -49,7 +49,7 @@ def tensor_core_ratio(ctx: Context, dtype: str = "bfloat16") -> tuple[float, str
     c = ctx.ceilings
     if c is not None and c.matmul_tflops.get("float32") and c.matmul_tflops.get(dtype):
         ratio = c.matmul_tflops[dtype] / c.matmul_tflops["float32"]
-        return ratio, f"measured matmul {short}/fp32 = {ratio:.1f}x ({c.path})"
+        return ratio, f"measured matmul {short}/fp32 = {ratio:.1f}x by {c.source('matmul')}"
     spec = lookup(ctx.run.gpu_name)
     peak = spec.peak_tflops(dtype) if spec is not None else None
     if spec is not None and peak:

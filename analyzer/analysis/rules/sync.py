@@ -233,8 +233,8 @@ class Sync(Rule):
                 c.busbw_gbps,
                 "<",
                 "GB/s",
-                f"achieved {busbw / c.busbw_gbps:.0%} of the bus bandwidth measured by `gpuanalyze bench "
-                f"allreduce` on {c.device} ({c.path}); gradient bytes x 2(n-1)/n over communication kernel "
+                f"achieved {busbw / c.busbw_gbps:.0%} of the bus bandwidth measured by {c.source('allreduce')}; "
+                "gradient bytes x 2(n-1)/n over communication kernel "
                 "time (nccl-tests busbw)",
             )
         ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import mmap
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,11 +189,24 @@ def _check_file(path: Path) -> None:
 
 
 def _hint(path: Path) -> str:
+    """What the file is instead, from its first bytes (torch.save writes a zip holding ``<name>/data.pkl``, or
+    in its legacy format a pickle: protocol opcode 0x80 then the protocol number)."""
     with open(path, "rb") as fh:
-        head = fh.read(64).lstrip()
-    if head.startswith(_GZIP_MAGIC) or head.startswith(b"{") or head.startswith(b"["):
+        raw = fh.read(256)
+    head = raw.lstrip()
+    what = "give a .arrow trace, a PyTorch profiler .json(.gz) or an Nsight Systems .sqlite export"
+    if (raw.startswith(b"PK\x03\x04") and b"data.pkl" in raw) or (raw[:1] == b"\x80" and 2 <= raw[1] <= 5):
+        return " (it is a PyTorch checkpoint, torch.save's zip or pickle: record a trace with analyzer.profile)"
+    if head.startswith(_GZIP_MAGIC) or re.match(rb"[{\[]\s*[\[{\"\d\-\]}tfn]", head):
         return " (it looks like JSON; for a PyTorch profiler trace use `gpuanalyze import`)"
-    return ""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(raw)  # a character cut at byte 256 is still text
+    except UnicodeDecodeError:
+        return ""
+    if b"\x00" in raw:
+        return ""
+    kind = "TOML or INI" if re.match(rb"\[[\w.\- \"]+\]\s*\n", head) else "text"
+    return f" (it is a {kind} file: {what})"
 
 
 def _check_format(path: Path, meta: dict[bytes, bytes]) -> str:

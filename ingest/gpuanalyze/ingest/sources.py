@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from analyzer.errors import TraceError
+from analyzer.errors import MixedRunsError, TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.ipc_guard import IpcReader
 from gpuanalyze.ingest.kineto_import import load_kineto
@@ -206,14 +206,11 @@ def _merge(path: Path, traces: list[Trace]) -> Trace:
     for t in traces:
         for rank in t.frame.get_column(S.RANK).unique().to_list():
             if rank in by_rank:
-                raise TraceError(
-                    f"{path}: rank {rank} appears in both {by_rank[rank].name} and {t.path.name}; "
-                    "the directory mixes runs, keep one run per directory"
-                )
+                raise MixedRunsError(path, f"rank {rank} appears in both {by_rank[rank].name} and {t.path.name}")
             by_rank[rank] = t.path
     worlds = {t.run.world_size for t in traces if t.run.world_size}
     if len(worlds) > 1:
-        raise TraceError(f"{path}: traces disagree on the world size ({sorted(worlds)}); the directory mixes runs")
+        raise MixedRunsError(path, f"traces disagree on the world size ({sorted(worlds)})")
     notes = [n for t in traces for n in t.notes]
     note = missing_ranks_note(worlds.pop() if worlds else len(by_rank), set(by_rank))
     if note:

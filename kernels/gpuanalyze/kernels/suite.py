@@ -36,6 +36,20 @@ SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
     "dataloader": _plain(run_loader),
 }
 CHOICES = (*SUITES, "all")
+#: Seconds each suite took on the cpu backend (quick, full) on this project's 2-core VM beside other work (load
+#: 8-10), 2026-12-06: each suite's function timed alone. GPU backends were not timed on this project's machines.
+CPU_SECONDS = dict(
+    memory=(15, 27), copy=(0, 0), matmul=(5, 92), launch=(6, 6), allreduce=(27, 118), dataloader=(20, 15)
+)
+
+
+def _expected(names: list[str], backend: Backend, quick: bool) -> str:
+    """The duration to expect, said before the first suite starts."""
+    if backend.name != "cpu":
+        return f"not timed for the {backend.name} backend; each suite says when it ends"
+    seconds = sum(CPU_SECONDS[n][0 if quick else 1] for n in names)
+    about = f"{max(seconds, 1)} s" if seconds < 90 else f"{round(seconds / 60)} min"
+    return f"expect ~{about} (measured on a 2-core CPU at load 8); fewer busy cores, less"
 
 
 def fingerprint(backend: Backend) -> Fingerprint:
@@ -85,10 +99,14 @@ def run_bench(
     notes = [n for n in (stale_segment_note(),) if n]
     names = list(SUITES) if which == "all" else [which]
     outcomes: list[SuiteOutcome] = []
+    say = progress or (lambda _line: None)
+    say(
+        f"{', '.join(names)} on {backend.name} ({backend.device}){' --quick' if quick else ''}: "
+        + _expected(names, backend, quick)
+    )
     t0 = time.perf_counter()
-    for name in names:
-        if progress:
-            progress(name)
+    for i, name in enumerate(names, 1):
+        started = time.perf_counter()
         try:
             res, skips = SUITES[name](backend, quick)
             outcomes.append(SuiteOutcome(name, tuple(res), tuple(s if ":" in s else f"{name}: {s}" for s in skips)))
@@ -98,6 +116,7 @@ def run_bench(
             outcomes.append(SuiteOutcome(name, failed=f"{name}: {exc}"))
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the rest
             outcomes.append(SuiteOutcome(name, failed=f"{name}: {type(exc).__name__}: {exc}"))
+        say(f"[{i}/{len(names)}] {_ended(outcomes[-1])} ({time.perf_counter() - started:.0f} s)")
     return BenchReport(
         backend.name,
         backend.device,
@@ -107,6 +126,17 @@ def run_bench(
         availability(),
         time.perf_counter() - t0,
         tuple(notes),
+    )
+
+
+def _ended(o: SuiteOutcome) -> str:
+    """One suite's progress line: how many results it measured, or why none."""
+    return (
+        f"failed: {o.failed}"
+        if o.failed
+        else f"{o.name}: {len(o.results)} result(s)"
+        if o.results
+        else "; ".join(o.skipped)
     )
 
 
