@@ -11,6 +11,7 @@ import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
+from analyzer.analysis.memory import Memory
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.outcome import Report
 from analyzer.planning.settling_trial import trial_of, wide
@@ -48,6 +49,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "gpu_utilization": _num(m.gpu_util),
         "throughput_samples_per_s": _num(m.samples_per_s, 2),
         "peak_mem_bytes": m.peak_mem_bytes,
+        "memory": _memory(m.memory),
         "gpu": _gpu(report),
         "stragglers": [
             {
@@ -109,6 +111,33 @@ def _system(report: Report) -> dict[str, Any] | None:
     if any(v is not None for v in gpu.values()):
         out.update(gpu)
     return out
+
+
+def _memory(mem: Memory | None) -> dict[str, Any] | None:
+    """docs/json.md, ``memory``."""
+    if mem is None:
+        return None
+    c = mem.creep
+    return {
+        "peak_bytes": mem.peak,
+        "persistent_bytes": mem.persistent,
+        "step_bytes": mem.transient,
+        "reserved_bytes": mem.reserved,
+        "total_bytes": mem.total,
+        "resident": mem.host,
+        "reserve_ratio": _num(mem.reserve_ratio),
+        "batch_x2_fits": mem.fits(2),
+        "largest_batch_multiplier": mem.largest(),
+        "creep": None
+        if c is None
+        else {
+            "rank": c.rank,
+            "bytes_per_step": _num(c.per_step, 1),
+            "steps": c.steps,
+            "full_at_step": c.full_at,
+            "evidence": [_evidence(e) for e in c.evidence],
+        },
+    }
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:

@@ -108,6 +108,10 @@ def _header(report: Report) -> RenderableType:
         caps = sorted(set(report.run.compute_capabilities or ()))
         cap = f" (compute capability {', '.join(caps)})" if caps else ""
         rows.append(("GPU", text(report.run.gpu_name + cap)))
+    if m.memory is not None:
+        rows += [
+            (label, text(line, style="bold red" if label != "memory" else "")) for label, line in words.memory(m.memory)
+        ]
     if report.host is not None and report.host.sampled:
         rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
+from analyzer.analysis.memory import Memory
 from analyzer.analysis.owners import ownership
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
@@ -219,3 +220,30 @@ def saves(report: Report, s: Savings) -> str:
     """What a fix saves per completed run: ``~H h (G GPU-h, $U) per run``."""
     price = "" if s.usd_per_run is None else f", {usd(s.usd_per_run)}"
     return f"~{s.hours_per_run:,.2f} h ({device_hours(report, s.gpu_hours_per_run)}{price}) per run"
+
+
+def memory(m: Memory) -> list[tuple[str, str]]:
+    """The memory line (peak, at a step's start, the device's total, whether batch x2 fits) and a creep's."""
+    gb = "{:,.2f} GB".format
+    known = [
+        (m.peak, "peak " + ("resident " if m.host else "")),
+        (m.persistent, "at step start "),
+        (m.reserved, "reserved "),
+    ]
+    line = ", ".join(what + gb(v / 1e9) for v, what in known if v is not None)
+    line += f" of {gb(m.total / 1e9)}" if m.total else ""
+    fits = m.fits(2)
+    if fits is not None:
+        line += f"; batch x2 {'fits' if fits else 'does not fit'} (x{m.largest()} at most)"
+    out = [("memory", line)]
+    if (c := m.creep) is not None:
+        full = f": the device is full near step {c.full_at:,}" if c.full_at is not None else ""
+        out.append(
+            (
+                "memory creep",
+                f"memory at step start grows {c.per_step / 1e6:,.2f} MB per step over {c.steps} steps (rank "
+                f"{c.rank}){full}; tensors kept across steps (a loss summed without .item() or .detach(), outputs "
+                "kept in a list)",
+            )
+        )
+    return out

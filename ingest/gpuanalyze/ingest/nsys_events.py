@@ -13,6 +13,8 @@ host ops are kept exactly as for a Kineto trace and nothing downstream knows the
   (``cudaStreamSynchronize_v3020`` -> ``cudaStreamSynchronize``), so runtime_calls.call_class reads its API family;
 - ``CUPTI_ACTIVITY_KIND_OVERHEAD`` JIT compilation and module loading -> Kineto's ``overhead`` events
   (``Driver Compiler``, ``Runtime Triggered Module Loading``, ``Lazy Function Loading``): start-up work;
+- ``CUDA_GPU_MEMORY_USAGE_EVENTS`` (``--cuda-memory-usage=true``): device memory the driver gave out over time
+  (step_memory.py);
 - ``NVTX_EVENTS`` ranges (push/pop and start/end; name in ``text`` or ``textId``) -> ``cpu_op`` for
   ``torch.autograd.profiler.emit_nvtx``'s ``aten::<op>, seq = ...`` ranges (named ``aten::<op>``), else
   ``user_annotation`` (record_function, DataLoader, ``gpuanalyze:<part>`` phases); a range of a JIT
@@ -37,6 +39,7 @@ filters on the rank's process id), so memory holds one rank's events, not the ca
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -66,6 +69,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
 OVERHEAD = "CUPTI_ACTIVITY_KIND_OVERHEAD"
+MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 #: ENUM_CUPTI_OVERHEAD_TYPE names -> Kineto's names of the same CUPTI overhead (startup_work.OVERHEAD_KINDS).
 OVERHEAD_NAMES = {
     "OVERHEAD_DRIVER_COMPILER": "Driver Compiler",
@@ -320,6 +324,21 @@ class NsysEvents:
                     self._add(p, _Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None))
         self._flush_all()
 
+    def _memory(self) -> None:
+        """Each device-memory allocation (memoryOperationType 0) or free (1) of kind Device, Array or Device Static
+        (MEM_KINDS) as that device's running total: reserved memory, in PyTorch's words (step_memory.py)."""
+        if not self.db.has(MEMORY, "start", "globalPid", "deviceId", "bytes", "memoryOperationType"):
+            return
+        kinds = " AND memKind IN (2, 3, 5)" if "memKind" in self.db.columns(MEMORY) else ""
+        where = f"typeof(start) = 'integer'{kinds}{self._where.format(pid=_PID)}"
+        sql = f"SELECT start, deviceId, bytes, memoryOperationType FROM {MEMORY} WHERE {where} ORDER BY start"
+        sink, held = next(iter(self.sinks.values())).memory, Counter[int]()
+        for rows in self.db.batches(sql):
+            for start, device, size, op in rows:
+                if isinstance(device, int) and isinstance(size, int) and op in (0, 1):
+                    held[device] += size if op == 0 else -size
+                    sink.add(device, start / 1e3, math.nan, held[device], math.nan)
+
     def _nvtx_sql(self) -> tuple[str, str] | None:
         """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""
         cols = self.db.columns(NVTX)
@@ -416,6 +435,7 @@ class NsysEvents:
             self._copies_and_sets()
             self._runtime()
             self._overhead()
+            self._memory()
             self._nvtx()
             self._sync_only()
             self._host()
