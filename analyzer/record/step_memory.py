@@ -1,12 +1,10 @@
-"""Memory per step, read at each step boundary on the training thread (docs/memory.md): (peak, at the step's start,
-peak reserved), the trace's memory columns.
+"""Memory per step, read at each step boundary on the training thread: (peak, at the step's start, peak reserved).
 
-CUDA: one ``torch.cuda.memory_stats()`` (the caching allocator's own counters: no device sync) gives the memory
-allocated now (the next step's start) and the allocated and reserved peaks since ``reset_peak_memory_stats()``,
-which then starts the next step's. CPU (Linux): the process's resident set at each boundary (/proc/self/statm,
-read through a descriptor kept open: about 2 us) and its high-water mark (getrusage's ``ru_maxrss``, which never
-resets: about 1 us): a step that raised the high-water mark peaked at it, another at the larger of its boundary
-readings (memory taken and given back within such a step, below an earlier peak, is not seen).
+CUDA: one ``torch.cuda.memory_stats()`` (the caching allocator's counters, no device sync): allocated now (the next
+step's start), the allocated and reserved peaks since ``reset_peak_memory_stats()``, called right after. CPU
+(Linux): the resident set at each boundary (/proc/self/statm through a descriptor kept open) and the high-water
+mark (``ru_maxrss``, never reset): a step that raised the mark peaked at it, another at the larger of its boundary
+readings (docs/memory.md).
 """
 
 from __future__ import annotations

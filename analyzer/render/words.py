@@ -232,9 +232,8 @@ def memory(m: Memory) -> list[tuple[str, str]]:
     ]
     line = ", ".join(what + gb(v / 1e9) for v, what in known if v is not None)
     line += f" of {gb(m.total / 1e9)}" if m.total else ""
-    fits = m.fits(2)
-    if fits is not None:
-        line += f"; batch x2 {'fits' if fits else 'does not fit'} (x{m.largest()} at most)"
+    if (most := m.largest()) is not None:
+        line += f"; batch x2 {'fits' if most >= 2 else 'does not fit'} (x{most} at most)"
     out = [("memory", line)]
     if (c := m.creep) is not None:
         full = f": the device is full near step {c.full_at:,}" if c.full_at is not None else ""

@@ -331,13 +331,14 @@ class NsysEvents:
             return
         kinds = " AND memKind IN (2, 3, 5)" if "memKind" in self.db.columns(MEMORY) else ""
         where = f"typeof(start) = 'integer'{kinds}{self._where.format(pid=_PID)}"
-        sql = f"SELECT start, deviceId, bytes, memoryOperationType FROM {MEMORY} WHERE {where} ORDER BY start"
-        sink, held = next(iter(self.sinks.values())).memory, Counter[int]()
+        sql = f"SELECT {_PID}, start, deviceId, bytes, memoryOperationType FROM {MEMORY} WHERE {where} ORDER BY start"
+        held: Counter[tuple[int | None, int]] = Counter()
         for rows in self.db.batches(sql):
-            for start, device, size, op in rows:
-                if isinstance(device, int) and isinstance(size, int) and op in (0, 1):
-                    held[device] += size if op == 0 else -size
-                    sink.add(device, start / 1e3, math.nan, held[device], math.nan)
+            for pid, start, device, size, op in rows:
+                ok, key = self._sink_key(pid)
+                if ok and isinstance(device, int) and isinstance(size, int) and op in (0, 1):
+                    held[key, device] += size if op == 0 else -size
+                    self.sinks[key].memory.add(device, start / 1e3, math.nan, held[key, device], math.nan)
 
     def _nvtx_sql(self) -> tuple[str, str] | None:
         """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""

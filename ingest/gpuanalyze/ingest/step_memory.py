@@ -1,16 +1,9 @@
-"""Device memory per step, from a capture's allocator events (docs/memory.md).
+"""Device memory per step from a capture's allocator events (docs/memory.md).
 
-- PyTorch profiler traces recorded with ``profile_memory=True``: each allocation and free of PyTorch's allocator is
-  an instant event ``[memory]`` whose args hold ``Bytes`` (negative for a free) and ``Total Allocated`` / ``Total
-  Reserved``, the allocator's totals on ``Device Type``/``Device Id`` after it (c10::DeviceType; 0, the CPU
-  allocator, is not the device's memory and is left out).
-- Nsight Systems exports recorded with ``--cuda-memory-usage=true``: ``CUDA_GPU_MEMORY_USAGE_EVENTS``, one row per
-  allocation or free of device memory through the driver (nsys_events.py). Their running sum is what the driver
-  gave out: under a caching allocator its reserve, so those steps have a reserved peak and no allocated figures.
-
-Per step [lo, hi), on the device with the largest total: allocated at its start (``Total Allocated`` less ``Bytes``
-of its first event, else the total after the last event before it: what persists across steps), the peak allocated
-(at least that) and the peak reserved.
+PyTorch profiler (``profile_memory=True``): each allocation or free is an instant event ``[memory]`` with args
+``Bytes`` (negative for a free) and ``Total Allocated``/``Total Reserved``, the allocator's totals on ``Device
+Type``/``Device Id`` after it (c10::DeviceType 0, the CPU allocator, left out). Nsight Systems
+(``--cuda-memory-usage=true``): the driver's device allocations (nsys_events.py), reserved memory only.
 """
 
 from __future__ import annotations
@@ -35,7 +28,8 @@ class StepMemory:
     delta: np.ndarray
 
     def step(self, lo: float, hi: float) -> dict[str, int | None]:
-        """The step's memory columns (empty before the first event: nothing known yet)."""
+        """The step's memory columns: allocated at its start (``Total Allocated - Bytes`` of its first event, else
+        the total after the last before it), peak allocated and reserved; empty before the first event."""
         i, j = (int(x) for x in np.searchsorted(self.ts, (lo, hi)))
         if i == j == 0:
             return {}
@@ -51,45 +45,36 @@ def _int(value: float) -> int | None:
 
 
 class MemorySink:
-    """Memory events as flat arrays, kept as they are read."""
+    """Memory events as one flat array, (device, ts, allocated, reserved, delta) each, kept as they are read."""
 
     def __init__(self) -> None:
-        self.ts, self.device = array("d"), array("q")
-        self.allocated, self.reserved, self.delta = array("d"), array("d"), array("d")
-        self.bad = 0
+        self.rows, self.bad = array("d"), 0
 
     def __len__(self) -> int:
-        return len(self.ts)
+        return len(self.rows) // 5
 
     def kineto(self, e: Any, max_ts: float) -> None:
         """A ``[memory]`` instant event; one with a missing or non-numeric field is counted in ``bad``."""
         a = e.args
         try:
             kind, row = int(a.device_type), (float(e.ts), float(a.allocated), float(a.reserved), float(a.bytes))
-            device = kind << 32 | int(a.device_id or 0)
+            device = kind << 16 | int(a.device_id or 0)
         except (AttributeError, TypeError, ValueError):
             self.bad += 1
             return
-        if kind == 0:
-            return
-        if not all(map(math.isfinite, row)) or abs(row[0]) > max_ts:
+        if kind != 0 and all(map(math.isfinite, row)) and abs(row[0]) <= max_ts:
+            self.add(device, *row)
+        elif kind != 0:
             self.bad += 1
-            return
-        self.add(device, *row)
 
     def add(self, device: int, ts: float, allocated: float, reserved: float, delta: float) -> None:
-        self.device.append(device)
-        self.ts.append(ts)
-        self.allocated.append(allocated)
-        self.reserved.append(reserved)
-        self.delta.append(delta)
+        self.rows.extend((device, ts, allocated, reserved, delta))
 
     def finish(self) -> StepMemory | None:
-        if not self.ts:
+        """The events of the device with the largest total (allocated, else reserved), in time order."""
+        if not self.rows:
             return None
-        device = np.frombuffer(self.device, dtype=np.int64)
-        arrays = [np.frombuffer(a, dtype=np.float64) for a in (self.ts, self.allocated, self.reserved, self.delta)]
-        size = np.where(np.isnan(arrays[1]), arrays[2], arrays[1])
-        sel = device == device[int(np.argmax(size))]
-        order = np.argsort(arrays[0][sel], kind="stable")
-        return StepMemory(*(a[sel][order] for a in arrays))
+        device, ts, allocated, reserved, delta = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, 5).T
+        sel = device == device[int(np.argmax(np.where(np.isnan(allocated), reserved, allocated)))]
+        order = np.argsort(ts[sel], kind="stable")
+        return StepMemory(*(x[sel][order] for x in (ts, allocated, reserved, delta)))
