@@ -34,6 +34,8 @@ def said(*args: str) -> str:
     result = runner.invoke(app, [*args, "--width", "80"])
     assert result.exit_code == 0, result.output
     return " ".join(result.output.replace("│", " ").split())
+
+
 TOTAL = 80 * GB
 
 
@@ -41,7 +43,8 @@ def mem(ts: float, allocated: int, reserved: int, delta: int, device_type: int =
     """A ``[memory]`` instant event as torch.profiler writes it with profile_memory=True."""
     args = {"Total Reserved": reserved, "Total Allocated": allocated, "Bytes": delta, "Addr": 1}
     args |= {"Device Type": device_type, "Device Id": 0 if device_type else -1}
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": args}
+    event = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts}
+    return event | {"args": args}
 
 
 def memory_trace(steps: int = 12, *, kept: int = 0, base: int = GB, act: int = 400 * MB) -> dict[str, Any]:

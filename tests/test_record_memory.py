@@ -1,8 +1,9 @@
-"""The recorder's memory per step (analyzer/record/step_memory.py): the process's resident memory on CPU, the
+"""The recorder's memory per step (analyzer.record.memory_reader.py): the process's resident memory on CPU, the
 caching allocator's counters on CUDA (faked here; scripts/gpu_check.sh checks them on a GPU)."""
 
 from __future__ import annotations
 
+import itertools
 import types
 
 import torch
@@ -20,7 +21,7 @@ def test_a_cpu_profile_records_peak_resident_memory_per_step_and_a_creep(tmp_pat
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kept = []
     with analyzer.profile(model, out=tmp_path / "t.arrow", optimizer=opt, system_interval_s=None) as prof:
-        for _ in range(16):
+        for _ in range(24):
             model(torch.randn(8, 16)).sum().backward()
             opt.step()
             opt.zero_grad()
@@ -29,7 +30,8 @@ def test_a_cpu_profile_records_peak_resident_memory_per_step_and_a_creep(tmp_pat
     f = load_trace(prof.path).frame
     start, peak = f.get_column(S.MEM_START_BYTES).to_list(), f.get_column(S.PEAK_MEM_BYTES).to_list()
     assert all(s is not None and p >= s for s, p in zip(start, peak, strict=True))
-    assert all(b - a >= 7 * MB for a, b in zip(start, start[1:], strict=False))  # each step keeps 8 MB more
+    grown = sorted(b - a for a, b in itertools.pairwise(start))
+    assert grown[len(grown) // 2] >= 7 * MB  # each step keeps 8 MB more (other memory may come and go beside it)
     assert f.get_column(S.MEM_RESERVED_BYTES).null_count() == f.height  # no allocator reserve on a CPU run
     m = analyze(prof.path).metrics.memory
     assert m is not None and m.host and m.total is None and m.creep is not None
@@ -96,7 +98,7 @@ def test_a_cuda_profile_reads_the_allocator_once_per_step_boundary(tmp_path, mon
     assert p.error is None and alloc.resets >= p.steps_recorded
     f = load_trace(p.path).frame
     start = f.get_column(S.MEM_START_BYTES).to_list()
-    assert [b - a for a, b in zip(start, start[1:], strict=False)] == [MB] * (len(start) - 1)
+    assert [b - a for a, b in itertools.pairwise(start)] == [MB] * (len(start) - 1)
     assert f.get_column(S.PEAK_MEM_BYTES).to_list() == [s + 3 * MB for s in start]
     assert set(f.get_column(S.MEM_RESERVED_BYTES).to_list()) == {32 * MB}
     m = analyze(p.path).metrics.memory

@@ -17,7 +17,7 @@ import polars as pl
 
 from analyzer.analysis.batch_split import BatchSplit, median_split
 from analyzer.analysis.kernel_metrics import KernelMetrics, KernelPartial, combine_kernels
-from analyzer.analysis.memory import RankMemory
+from analyzer.analysis.memory_fit import RankMemory
 from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
 from analyzer.analysis.quantiles import (
     Answer,
@@ -195,7 +195,7 @@ class Combined:
     step_mean_ms: float
     samples_per_s: float | None
     memory: list[RankMemory]
-    """The ranks' memory figures (analysis.memory; empty without any)."""
+    """The ranks' memory figures (analysis.memory_fit; empty without any)."""
     kernels: KernelMetrics | None
     distributed: RankAnalysis | None
     wall_range: tuple[float, float] | None = None

@@ -17,7 +17,7 @@ from analyzer.analysis.aggregate import clamp, number
 from analyzer.analysis.batch_split import BatchSplit
 from analyzer.analysis.combine import Combined, per_step_frame
 from analyzer.analysis.kernel_metrics import KernelMetrics
-from analyzer.analysis.memory import Memory, run_memory
+from analyzer.analysis.memory_fit import Memory, run_memory
 from analyzer.analysis.partial import DATA_WAIT_WITH_CPU
 from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
@@ -80,7 +80,7 @@ class StepMetrics:
     """CPU time of the training thread inside data fetches over the data wait, in [0, 1] (1: loading is
     CPU work that worker processes must share the cores for; 0: sleeping on I/O); None if not recorded."""
     memory: Memory | None
-    """Peak, persistent and per-step memory, the device's total, a creep (analysis.memory); None without figures."""
+    """Peak, persistent and per-step memory, the device's total, a creep (analysis.memory_fit); None without figures."""
     gpu_memory_bytes: int | None
     batch_samples: float | None
     samples_per_s: float | None

@@ -17,7 +17,7 @@ import polars as pl
 
 from analyzer.analysis.batch_split import BatchSplit, batch_split
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
-from analyzer.analysis.memory import RankMemory, rank_memory
+from analyzer.analysis.memory_fit import RankMemory, rank_memory
 from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted
 from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
 from gpuanalyze.ingest import schema as S

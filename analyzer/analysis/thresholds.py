@@ -75,23 +75,11 @@ CPU_BOUND_LOADING = 0.5
 #: A worker plan takes the fewest workers whose projected step is within this share of the best the
 #: free cores allow (more workers then add processes, memory and hand-over for no measurable gain).
 WORKERS_ENOUGH = 0.02
-MEMORY_USABLE = Threshold(
-    0.9,
-    OURS + ": share of the device's memory a larger batch may fill; the CUDA context, cuBLAS/cuDNN workspaces and "
-    "other processes hold memory outside the allocator's counts (fragmentation is measured: docs/memory.md)",
-)
-#: Memory creep (analysis/memory.py) is read over at least this many analysed steps.
+MEMORY_USABLE = Threshold(0.9, OURS + ": the CUDA context and library workspaces sit outside the allocator")
+#: Memory creep (analysis/memory_fit.py) is read over at least this many analysed steps.
 MEMORY_CREEP_MIN_STEPS = 5
-MEMORY_CREEP_RISING = Threshold(
-    0.8,
-    OURS + ": a loop that frees what each step makes starts every step with the same memory (the allocator's counts "
-    "are exact); memory at a step's start that rises on most steps is kept from step to step",
-)
-MEMORY_CREEP_GROWTH = Threshold(
-    0.01,
-    OURS + ": growth over the analysed steps of 1% of the memory they started with; smaller is the heap's and the "
-    "allocator's rounding, not tensors kept",
-)
+MEMORY_CREEP_RISING = Threshold(0.8, OURS + ": a loop that frees what each step makes starts each step alike")
+MEMORY_CREEP_GROWTH = Threshold(0.01, OURS + ": less is the allocator's and the heap's rounding")
 #: The most DataLoader workers a projection assumes (more rarely helps and costs memory per worker).
 MAX_WORKERS = 8
 #: A straggler's phase is named when it holds at least this share of the straggler's excess.

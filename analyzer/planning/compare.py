@@ -42,7 +42,7 @@ class RunOption:
     bottleneck: str | None = None
     peak_mem_bytes: int | None = None
     persistent_mem_bytes: int | None = None
-    """Memory at the start of a step (analysis.memory): what persists across steps."""
+    """Memory at the start of a step (analysis.memory_fit): what persists across steps."""
 
     @classmethod
     def from_report(cls, name: str, report: Report, price_per_gpu_hour: float | None) -> RunOption:

@@ -26,6 +26,7 @@ from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
+from analyzer.record.memory_reader import Memory, MemoryReader
 from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
@@ -33,7 +34,6 @@ from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.nvtx_phases import NvtxPhases, nvtx_phases
 from analyzer.record.patches import DATA_KINDS, Patches
 from analyzer.record.profile_options import ProfileOptions
-from analyzer.record.step_memory import Memory, MemoryReader
 from analyzer.record.steps import StepTimes
 from analyzer.record.sync_sites import SyncSites
 from analyzer.record.trace_open import open_trace

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.record.step_memory import Memory
+from analyzer.record.memory_reader import Memory
 from gpuanalyze.ingest import schema as S
 
 _NS_PER_MS = 1e6

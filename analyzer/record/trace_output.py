@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from analyzer.record.memory_reader import Memory
 from analyzer.record.notify import warn
 from analyzer.record.paths import create_new, rank_path
-from analyzer.record.step_memory import Memory
 from analyzer.record.steps import StepTimes, closed_row
 from analyzer.record.system_sampler import SystemSampler
 from gpuanalyze.ingest import schema as S

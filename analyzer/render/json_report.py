@@ -11,7 +11,7 @@ import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
-from analyzer.analysis.memory import Memory
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.outcome import Report
 from analyzer.planning.settling_trial import trial_of, wide

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
-from analyzer.analysis.memory import Memory
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.owners import ownership
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost

@@ -45,7 +45,7 @@ def micro_batch_samples(ctx: Context, a: int) -> int | None:
 
 def enlargement(ctx: Context, a: int) -> int:
     """How many times larger a micro-batch the fix assumes: the largest divisor of ``a`` that memory allows
-    (analysis.memory, as for a larger batch; a run without a device total assumed to fit ``a``)."""
+    (analysis.memory_fit, as for a larger batch; a run without a device total assumed to fit ``a``)."""
     most = None if ctx.m.memory is None else ctx.m.memory.largest()
     cap = a if most is None else max(1, most)
     return max(d for d in range(1, a + 1) if a % d == 0 and d <= cap)

@@ -14,7 +14,7 @@ from typing import ClassVar
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import BatchFix, MicroBatchFix
-from analyzer.analysis.memory import Memory
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.accumulation import (
     enlargement,
@@ -34,14 +34,14 @@ from gpuanalyze.ingest import schema as S
 
 def batch_multiplier(ctx: Context) -> tuple[int, str]:
     """How much larger a batch the projection assumes, and why: the largest that fits the device
-    (analysis.memory), at most MAX_BATCH_MULTIPLIER; without memory figures DEFAULT_BATCH_MULTIPLIER, assumed."""
+    (analysis.memory_fit), at most MAX_BATCH_MULTIPLIER; without memory figures DEFAULT_BATCH_MULTIPLIER, assumed."""
     mem = ctx.m.memory
     most = None if mem is None else mem.largest()
     if mem is None or most is None:
         k = T.DEFAULT_BATCH_MULTIPLIER
         return k, f"batch x{k} (no memory figures and device total in the trace; assumed)"
     k = max(1, min(T.MAX_BATCH_MULTIPLIER, most))
-    return k, f"batch x{k} ({mem.words(k)}; x{most} is the most that fits, capped at x{T.MAX_BATCH_MULTIPLIER})"
+    return k, f"batch x{k} (memory {mem.words(k)}; at most x{most} fits, x{T.MAX_BATCH_MULTIPLIER} assumed at most)"
 
 
 def accumulation_projection(ctx: Context, why: str) -> Projection:

@@ -274,11 +274,9 @@ class KinetoSink:
         roles = self._roles
         self.events += len(events)
         for e in events:
-            if e.ph != "X":
-                if e.ph == "i" and e.name == "[memory]":
+            if e.ph != "X" or e.cat is None:
+                if e.name == "[memory]":  # the allocator's instant events (profile_memory=True)
                     self.memory.kineto(e, MAX_TS_US)
-                continue
-            if e.cat is None:
                 continue
             self.complete_events += 1
             kind, cat = cat_of(e.cat)

@@ -57,14 +57,16 @@ class MemorySink:
         """A ``[memory]`` instant event; one with a missing or non-numeric field is counted in ``bad``."""
         a = e.args
         try:
-            kind, row = int(a.device_type), (float(e.ts), float(a.allocated), float(a.reserved), float(a.bytes))
+            if (kind := int(a.device_type)) == 0:
+                return
+            row = (float(e.ts), float(a.allocated), float(a.reserved), float(a.bytes))
             device = kind << 16 | int(a.device_id or 0)
         except (AttributeError, TypeError, ValueError):
             self.bad += 1
             return
-        if kind != 0 and all(map(math.isfinite, row)) and abs(row[0]) <= max_ts:
-            self.add(device, *row)
-        elif kind != 0:
+        if abs(row[0]) <= max_ts and all(map(math.isfinite, row)):
+            self.rows.extend((device, *row))
+        else:
             self.bad += 1
 
     def add(self, device: int, ts: float, allocated: float, reserved: float, delta: float) -> None:

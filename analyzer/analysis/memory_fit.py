@@ -27,8 +27,8 @@ from gpuanalyze.ingest.columns import Column
 @dataclass(frozen=True, slots=True)
 class RankMemory:
     """One rank's memory over its analysed steps, in bytes (None: not in the trace); the start figures' trend:
-    the first, growth per step (last less first over the steps between), the share of consecutive steps that
-    rose, how many steps, the last step's number."""
+    the first, growth per step (last less first over the ``span`` of step numbers between), the share of
+    consecutive steps that rose, how many steps, the last step's number."""
 
     rank: int
     peak: int | None
@@ -40,12 +40,13 @@ class RankMemory:
     rising: float = 0.0
     steps: int = 0
     last: int = 0
+    span: int = 0
 
     def creep(self) -> tuple[Evidence, ...]:
         """The creep's tests where they all pass, else none (none either below MEMORY_CREEP_MIN_STEPS steps)."""
         if self.steps < T.MEMORY_CREEP_MIN_STEPS:
             return ()
-        rise, grow, grown = T.MEMORY_CREEP_RISING, T.MEMORY_CREEP_GROWTH, self.growth * (self.steps - 1)
+        rise, grow, grown = T.MEMORY_CREEP_RISING, T.MEMORY_CREEP_GROWTH, self.growth * self.span
         tests = (
             Evidence("memory_start_rising_share", self.rising, rise.value, ">=", "fraction of steps", rise.source),
             Evidence("memory_start_growth", grown / max(self.first, 1), grow.value, ">=", "of the first", grow.source),
@@ -70,7 +71,8 @@ def rank_memory(rows: dict[str, Column], rank: int) -> RankMemory | None:
         return RankMemory(rank, p, s, transient, r)
     growth = float(starts[-1] - starts[0]) / float(steps[-1] - steps[0])
     rising = float(np.mean(np.diff(starts) > 0))
-    return RankMemory(rank, p, s, transient, r, int(starts[0]), growth, rising, starts.size, int(steps[-1]))
+    span = int(steps[-1] - steps[0])
+    return RankMemory(rank, p, s, transient, r, int(starts[0]), growth, rising, starts.size, int(steps[-1]), span)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,13 +128,11 @@ class Memory:
         return max(0, math.floor((self.usable / self.reserve_ratio - p[0]) / (p[1] * activations)))
 
     def words(self, k: float, activations: float = 1.0) -> str:
-        """``need``'s arithmetic in GB against what is usable."""
+        """``need``'s arithmetic in GB against what is usable: persistent + k x per step, x the reserve."""
         gb = [x / 1e9 for x in (*(self.parts or (0, 0)), self.need(k, activations) or 0, self.usable or 0)]
+        kept = f"{gb[0]:.2f} + " if self.persistent is not None else ""
         part = f" x {activations:g}" if activations != 1 else ""
-        return (
-            f"{gb[0]:.2f} GB persistent + x{k:g}{part} the {gb[1]:.2f} GB a step adds, x{self.reserve_ratio:.2f} the "
-            f"allocator's reserve = {gb[2]:.2f} of {gb[3]:.1f} GB usable"
-        )
+        return f"{kept}{k:g}{part} x {gb[1]:.2f} GB, x{self.reserve_ratio:.2f} = {gb[2]:.2f} of {gb[3]:.1f} GB usable"
 
 
 def run_memory(ranks: list[RankMemory], total: int | None, host: bool) -> Memory | None:
