@@ -118,11 +118,9 @@ def _memory(mem: Memory | None) -> dict[str, Any] | None:
     if mem is None:
         return None
     c, most = mem.creep, mem.largest()
-    keys = ("peak_bytes", "persistent_bytes", "step_bytes", "reserved_bytes", "total_bytes")
-    out: dict[str, Any] = dict(
-        zip(keys, (mem.peak, mem.persistent, mem.transient, mem.reserved, mem.total), strict=True)
-    )
-    out.update(resident=mem.host, reserve_ratio=_num(mem.reserve_ratio), largest_batch_multiplier=most)
+    out: dict[str, Any] = {"peak_bytes": mem.peak, "persistent_bytes": mem.persistent, "step_bytes": mem.transient}
+    out.update(reserved_bytes=mem.reserved, total_bytes=mem.total, resident=mem.host)
+    out.update(reserve_ratio=_num(mem.reserve_ratio), largest_batch_multiplier=most)
     out["batch_x2_fits"] = None if most is None else most >= 2
     out["creep"] = None if c is None else {"rank": c.rank, "bytes_per_step": _num(c.per_step, 1), "steps": c.steps}
     if c is not None:

@@ -224,25 +224,23 @@ def saves(report: Report, s: Savings) -> str:
 
 def memory(m: Memory) -> list[tuple[str, str]]:
     """The memory line (peak, at a step's start, the device's total, whether batch x2 fits) and a creep's."""
-    gb = "{:,.2f} GB".format
-    known = [
-        (m.peak, "peak " + ("resident " if m.host else "")),
-        (m.persistent, "at step start "),
-        (m.reserved, "reserved "),
-    ]
-    line = ", ".join(what + gb(v / 1e9) for v, what in known if v is not None)
-    line += f" of {gb(m.total / 1e9)}" if m.total else ""
+    figures = (
+        (m.peak, "peak resident" if m.host else "peak"),
+        (m.persistent, "at step start"),
+        (m.reserved, "reserved"),
+    )
+    line = ", ".join(f"{what} {v / 1e9:,.2f} GB" for v, what in figures if v is not None)
+    line += f" of {m.total / 1e9:,.2f} GB" if m.total else ""
     if (most := m.largest()) is not None:
         line += f"; batch x2 {'fits' if most >= 2 else 'does not fit'} (x{most} at most)"
-    out = [("memory", line)]
-    if (c := m.creep) is not None:
-        full = f": the device is full near step {c.full_at:,}" if c.full_at is not None else ""
-        out.append(
-            (
-                "memory creep",
-                f"memory at step start grows {c.per_step / 1e6:,.2f} MB per step over {c.steps} steps (rank "
-                f"{c.rank}){full}; tensors kept across steps (a loss summed without .item() or .detach(), outputs "
-                "kept in a list)",
-            )
-        )
-    return out
+    if (c := m.creep) is None:
+        return [("memory", line)]
+    full = f": the device is full near step {c.full_at:,}" if c.full_at is not None else ""
+    return [
+        ("memory", line),
+        (
+            "memory creep",
+            f"memory at step start grows {c.per_step / 1e6:,.2f} MB per step over {c.steps} steps (rank {c.rank})"
+            f"{full}; tensors kept across steps (a loss summed without .item() or .detach(), outputs in a list)",
+        ),
+    ]

@@ -274,15 +274,7 @@ FIELDS: tuple[pa.Field, ...] = (
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (
-    KERNEL_STATS,
-    DATA_CPU_MS,
-    MODEL_FORWARD_MS,
-    LEAD_MS,
-    SYSTEM,
-    MEM_START_BYTES,
-    MEM_RESERVED_BYTES,
-)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS, SYSTEM, *MEMORY_COLUMNS[1:])
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).
