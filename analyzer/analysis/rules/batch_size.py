@@ -44,14 +44,16 @@ def batch_multiplier(ctx: Context) -> tuple[int, str]:
     return k, f"batch x{k} (memory {mem.words(k)}; at most x{most} fits, x{T.MAX_BATCH_MULTIPLIER} assumed at most)"
 
 
-def accumulation_projection(ctx: Context, why: str) -> Projection:
+def accumulation_projection(ctx: Context, why: str) -> Projection | None:
     """Batch x2 does not fit: the same micro-batch twice per optimizer step (gradient accumulation), memory as now;
-    per current batch worth of samples the optimizer step is paid half as often."""
+    per current batch worth of samples the optimizer step is paid half as often. None for inference."""
     m = ctx.m
+    if ctx.forward_only:
+        return None
     optimizer = m.mean_ms.get(S.OPTIMIZER_MS) or 0.0
     step = ctx.wall - optimizer / 2
     rule = f"{why}: 2 micro-batches per optimizer step, per current batch: {ctx.wall:.2f} - {optimizer:.2f} / 2 ms"
-    fix = MicroBatchFix(micro_batch=int(m.batch_samples or 1), accumulate=2)
+    fix = MicroBatchFix(micro_batch=int(m.batch_samples), accumulate=2) if m.batch_samples else None
     return bounded(ctx, step, "gradient accumulation x2", {}, rule, fix=fix, per_batch_of=m.batch_samples)
 
 
@@ -173,14 +175,15 @@ def _fixed_share(ctx: Context, work: float) -> tuple[float, float, float, str | 
     )
 
 
-def memory_advice(ctx: Context, mem: Memory, fix: MicroBatchFix) -> tuple[str, ...]:
+def memory_advice(ctx: Context, mem: Memory) -> tuple[str, ...]:
     """Batch x2 does not fit: gradient accumulation (the projection), and what would make x2 fit, with its own."""
-    forward = ctx.m.mean_ms.get(S.FORWARD_MS)
+    forward, batch = ctx.m.mean_ms.get(S.FORWARD_MS), ctx.m.batch_samples
     half = "fits" if (mem.largest(0.5) or 0) >= 2 else "does not fit either"
     recompute = f" (about {forward:.2f} ms more per step)" if forward else ""
     return (
-        f"Batch x2 does not fit ({mem.words(2)}): accumulate gradients over {fix.accumulate} micro-batches of "
-        f"{fix.micro_batch} per optimizer step instead (memory as now; scale the learning rate with the samples).",
+        f"Batch x2 does not fit ({mem.words(2)}): accumulate gradients over 2 micro-batches of "
+        f"{f'{batch:.0f}' if batch else 'this batch'} per optimizer step instead (memory as now; scale the learning "
+        "rate with the samples).",
         f"To fit x2 itself: bf16 autocast halves fp32 activations ({mem.words(2, 0.5)}: {half}); activation "
         "checkpointing (torch.utils.checkpoint per block) keeps only each block's input and recomputes its forward "
         f"in backward{recompute}.",
@@ -381,8 +384,8 @@ class BatchSize(Rule):
         return batch_projection(ctx, k, why) if k > 1 else accumulation_projection(ctx, why)
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
-        if isinstance(p.fix, MicroBatchFix) and d.cause != "micro_batch_overhead" and ctx.m.memory is not None:
-            return memory_advice(ctx, ctx.m.memory, p.fix)
+        if d.cause != "micro_batch_overhead" and ctx.m.memory is not None and batch_multiplier(ctx)[0] == 1:
+            return memory_advice(ctx, ctx.m.memory)
         if isinstance(p.fix, MicroBatchFix):
             return (
                 f"Use fewer, larger micro-batches: DataLoader(batch_size={p.fix.micro_batch}) with "
