@@ -119,7 +119,6 @@ class KinetoTrace:
     gpu_kind: np.ndarray
     """Index into ``kinds`` of every device event."""
     kinds: tuple[GpuKind, ...]
-    gpu_stream: np.ndarray
     gpu_correlation: np.ndarray
     """-1 where the event has none (or an id beyond int64)."""
     runtime: Intervals
@@ -182,7 +181,7 @@ class KinetoSink:
     def __init__(self, path: str, limits: ReadLimits) -> None:
         self.path, self.limits = path, limits
         self.g_ts, self.g_dur, self.g_kind = array("d"), array("d"), array("i")
-        self.g_stream, self.g_corr = array("q"), array("q")
+        self.g_corr = array("q")
         self.r_ts, self.r_dur, self.r_sync, self.r_corr = array("d"), array("d"), array("b"), array("q")
         self.r_class, self.r_tid = array("b"), array("q")
         self.c_ts, self.c_dur, self.c_mark = array("d"), array("d"), array("b")
@@ -304,7 +303,6 @@ class KinetoSink:
                 self.g_ts.append(t[0])
                 self.g_dur.append(t[1])
                 self.g_kind.append(self._kind(name, cat))
-                self.g_stream.append(ident(args.stream) if args else -1)
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
                 self._runtime(e, name, t)
@@ -421,7 +419,6 @@ class KinetoSink:
             gpu=Intervals.from_arrays(self.g_ts, self.g_dur),
             gpu_kind=np.frombuffer(self.g_kind, dtype=np.int32) if self.g_kind else np.empty(0, np.int32),
             kinds=tuple(self.kinds),
-            gpu_stream=_ints(self.g_stream),
             gpu_correlation=_ints(self.g_corr),
             runtime=runtime,
             runtime_sync=np.frombuffer(self.r_sync, dtype=np.int8).astype(bool) if self.r_sync else np.empty(0, bool),

@@ -88,7 +88,6 @@ _INT64 = 1 << 63
 
 # gc=False: millions of small structs need no cycle tracking, which makes decoding much faster.
 class _Args(msgspec.Struct, gc=False):
-    stream: int | None = None
     correlation: int | None = None
     # [memory] events (profile_memory=True): step_memory.py
     allocated: int | None = msgspec.field(default=None, name="Total Allocated")
@@ -109,7 +108,6 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _LooseArgs(msgspec.Struct, gc=False):
-    stream: int | str | None = None
     correlation: int | str | None = None
     allocated: int | float | str | None = msgspec.field(default=None, name="Total Allocated")
     reserved: int | float | str | None = msgspec.field(default=None, name="Total Reserved")

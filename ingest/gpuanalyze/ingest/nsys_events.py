@@ -4,7 +4,7 @@ Each activity row becomes the event a PyTorch profiler trace has for the same th
 ``kineto.KinetoSink`` in batches, so kernels, copies, runtime calls, phase marks, blocking calls and
 host ops are kept exactly as for a Kineto trace and nothing downstream knows the source:
 
-- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernel`` (demangled name, stream, correlation id);
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernel`` (demangled name, correlation id);
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` -> ``gpu_memcpy`` named as Kineto names copies,
   ``Memcpy HtoD (Pageable -> Device)``, from ``copyKind``/``srcKind``/``dstKind`` through the export's
   ``ENUM_CUDA_MEMCPY_OPER``/``ENUM_CUDA_MEM_KIND`` (the same numbering is built in for exports before 2022.4,
@@ -195,19 +195,18 @@ class NsysEvents:
         if not self.db.has(table, "start", "end"):
             return
         pid = _PID if "globalPid" in self.db.columns(table) else "0"
-        stream, corr = self._col(table, "streamId"), self._col(table, "correlationId")
-        where = self._where.format(pid=pid)
-        sql = f"SELECT start, end, {pid}, {stream}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
+        corr, where = self._col(table, "correlationId"), self._where.format(pid=pid)
+        sql = f"SELECT start, end, {pid}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
         for rows in self.db.batches(sql):
             for row in rows:
-                start, end, p, s, c, name = row[:6]
+                start, end, p, c, name = row[:5]
                 if cat == "gpu_memcpy":
-                    name = self._copy_name(row[6], row[7], row[8])
+                    name = self._copy_name(row[5], row[6], row[7])
                 elif cat == "gpu_memset":
-                    name = f"Memset ({self._kinds.get(row[6], 'Unknown') if isinstance(row[6], int) else 'Unknown'})"
+                    name = f"Memset ({self._kinds.get(row[5], 'Unknown') if isinstance(row[5], int) else 'Unknown'})"
                 elif not isinstance(name, str):
                     name = "(unnamed kernel)"
-                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(s, c)))
+                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(c)))
         self._flush_all()
 
     def _copy_name(self, kind: object, src: object, dst: object) -> str:
@@ -247,7 +246,7 @@ class NsysEvents:
         for rows in self.db.batches(sql):
             for start, end, p, tid, c, raw in rows:
                 call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(None, c)))
+                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(c)))
                 if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
                     got[tid] += 1
                 elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
