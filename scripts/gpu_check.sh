@@ -2,10 +2,10 @@
 # Everything that needs a GPU, in one call: GPU tests, bench on cupy and numba, torch's own
 # numbers for comparison, and GPU sample traces. Writes into $OUT (default ./gpu_out).
 # Usage on a GPU machine from the repo root: bash scripts/gpu_check.sh
-#   PARTS="tests bench-cupy torch bench-numba traces overhead" selects steps (default: all);
+#   PARTS="tests memory bench-cupy torch bench-numba traces overhead" selects steps (default: all);
 #   BENCH_CUPY=all|memory|copy|matmul|... selects the cupy benchmarks.
 set -u
-PARTS=${PARTS:-"tests bench-cupy torch bench-numba traces overhead"}
+PARTS=${PARTS:-"tests memory bench-cupy torch bench-numba traces overhead"}
 BENCH_CUPY=${BENCH_CUPY:-all}
 want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-gpu_out}
@@ -25,6 +25,26 @@ python3 -m analyzer env
 
 if want tests; then step "GPU tests"
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_profiler.py tests/test_cli.py 2>&1 | tail -15
+fi
+
+if want memory; then step "memory per step (the allocator's counters at step boundaries, docs/memory.md)"
+timeout 120 python3 - "$OUT" <<'PY'
+import sys, torch, analyzer
+from analyzer.api import analyze
+from gpuanalyze.ingest.reader import load_trace
+m = torch.nn.Linear(1024, 1024).cuda(); opt = torch.optim.SGD(m.parameters(), lr=0.1); kept = []
+with analyzer.profile(m, optimizer=opt, out=f"{sys.argv[1]}/memory.arrow", system_interval_s=None) as p:
+    for _ in range(20):
+        m(torch.randn(256, 1024, device="cuda")).sum().backward(); opt.step(); opt.zero_grad()
+        kept.append(torch.ones(4 << 20, dtype=torch.uint8, device="cuda"))  # 4 MiB kept from each step
+f = load_trace(p.path).frame
+start, peak, res = (f[c].to_list() for c in ("mem_start_bytes", "peak_mem_bytes", "mem_reserved_bytes"))
+grown = {b - a for a, b in zip(start[1:], start[2:])}
+mem = analyze(p.path).metrics.memory
+ok = grown == {4 << 20} and all(s <= q <= r for s, q, r in zip(start, peak, res))
+ok = ok and mem.total == torch.cuda.get_device_properties(0).total_memory and mem.creep is not None
+print("start grows by", grown, "creep", mem.creep and mem.creep.per_step, "total", mem.total, "ok" if ok else "FAILED")
+PY
 fi
 
 if want bench-cupy; then step "bench cupy ($BENCH_CUPY)"

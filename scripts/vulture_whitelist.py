@@ -77,7 +77,6 @@ workers_rss_bytes  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:43
 involuntary_switches_per_s  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:45)
 gpu_mem_used_bytes  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:49)
 gpu_mem_clock_mhz  # unused variable (ingest/gpuanalyze/ingest/host_sample.py:53)
-gpu_stream  # unused variable (ingest/gpuanalyze/ingest/kineto.py:117)
 end_unix_ns  # unused variable (ingest/gpuanalyze/ingest/runinfo.py:100)
 gpu_span_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:95)
 gpu_busy_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py:96)

@@ -159,7 +159,7 @@ def test_partials_of_columns_equal_those_of_frames(tmp_path):
     path = _variants(tmp_path)["sampled"]
     frame = load_trace(path).frame
     a, b = partial_of(frame_columns(frame), 0, 3), partial_of(load_columns(path).columns, 0, 3)
-    assert (a.n, a.sampled, a.known, a.sums, a.peak_mem) == (b.n, b.sampled, b.known, b.sums, b.peak_mem)
+    assert (a.n, a.sampled, a.known, a.sums, a.memory) == (b.n, b.sampled, b.known, b.sums, b.memory)
     assert a.stats == b.stats and a.kernels.totals_ms == b.kernels.totals_ms
     assert all(np.array_equal(a.sketches[c].sample, b.sketches[c].sample) for c in a.sketches)
 

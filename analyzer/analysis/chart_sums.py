@@ -34,11 +34,11 @@ HIST_BINS = 60
 TOP_OUTLIERS = 10
 
 #: Per series bin: rows, and the sums the means and the GPU busy share are made of.
-_SERIES = ("n", "wall", "wall_n", "busy", "busy_wall", *S.PARTS)
+_SERIES = ("n", "wall", "wall_n", "busy", "busy_wall", *S.PARTS, *S.MEMORY_COLUMNS[:2], "peak_n", "start_n")
 #: Per heatmap cell: step time and sync wait, each a sum and a count of non-null values.
 _HEAT = ("wall", "wall_n", "wait", "wait_n")
 #: Columns the charts read.
-CHART_COLUMNS = (S.STEP, S.RANK, S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.KERNEL_STATS)
+CHART_COLUMNS = (S.STEP, S.RANK, S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.KERNEL_STATS, *S.MEMORY_COLUMNS[:2])
 
 
 def bin_width(span: int, most: int) -> int:
@@ -195,7 +195,9 @@ def rank_chart_of(rows: Rows, rank: int, grid: ChartGrid) -> RankChart:
             "wall_n": series.count(wall),
             "busy": series.sum(busy.filled(0.0)),
             "busy_wall": series.sum(busy_wall),
-            **{p: series.sum(rows[p].filled(0.0)) for p in S.PARTS},
+            **{p: series.sum(rows[p].filled(0.0)) for p in (*S.PARTS, *S.MEMORY_COLUMNS[:2])},
+            "peak_n": series.count(rows[S.PEAK_MEM_BYTES]),
+            "start_n": series.count(rows[S.MEM_START_BYTES]),
         },
         heat_bins=heat.ids,
         heat={

@@ -17,6 +17,7 @@ import polars as pl
 
 from analyzer.analysis.batch_split import BatchSplit, median_split
 from analyzer.analysis.kernel_metrics import KernelMetrics, KernelPartial, combine_kernels
+from analyzer.analysis.memory_fit import RankMemory
 from analyzer.analysis.partial import KERNEL_MEDIAN, QUANTILE_COLUMNS, RankPartial, StepVectors
 from analyzer.analysis.quantiles import (
     Answer,
@@ -193,7 +194,8 @@ class Combined:
     wall_total: float
     step_mean_ms: float
     samples_per_s: float | None
-    peak_mem_bytes: int | None
+    memory: list[RankMemory]
+    """The ranks' memory figures (analysis.memory_fit; empty without any)."""
     kernels: KernelMetrics | None
     distributed: RankAnalysis | None
     wall_range: tuple[float, float] | None = None
@@ -298,7 +300,7 @@ class Combiner:
             wall_total=float(sums.sums["wall"].sum()),
             step_mean_ms=max(p.sums[WALL] / p.n for p in used),
             samples_per_s=_samples_per_s(t, used),
-            peak_mem_bytes=_peak_mem(used),
+            memory=[p.memory for p in used if p.memory is not None],
             kernels=combine_kernels(kparts, kernel_median) if kparts else None,
             distributed=distributed,
             wall_range=_range([p.sketches[WALL] for p in used]),
@@ -337,11 +339,6 @@ def _dropped_windows(parts: list[RankPartial]) -> tuple[bool, int]:
 def _lead(used: list[RankPartial]) -> float | None:
     n = sum(p.lead[1] for p in used)
     return sum(p.lead[0] for p in used) / n if n else None
-
-
-def _peak_mem(used: list[RankPartial]) -> int | None:
-    mems = [p.peak_mem for p in used if p.peak_mem is not None]
-    return max(mems) if mems else None
 
 
 @dataclass(frozen=True, slots=True)

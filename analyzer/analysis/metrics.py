@@ -17,6 +17,7 @@ from analyzer.analysis.aggregate import clamp, number
 from analyzer.analysis.batch_split import BatchSplit
 from analyzer.analysis.combine import Combined, per_step_frame
 from analyzer.analysis.kernel_metrics import KernelMetrics
+from analyzer.analysis.memory_fit import Memory, run_memory
 from analyzer.analysis.partial import DATA_WAIT_WITH_CPU
 from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
@@ -78,7 +79,8 @@ class StepMetrics:
     data_cpu_fraction: float | None
     """CPU time of the training thread inside data fetches over the data wait, in [0, 1] (1: loading is
     CPU work that worker processes must share the cores for; 0: sleeping on I/O); None if not recorded."""
-    peak_mem_bytes: int | None
+    memory: Memory | None
+    """Peak, persistent and per-step memory, the device's total, a creep (analysis.memory_fit); None without figures."""
     gpu_memory_bytes: int | None
     batch_samples: float | None
     samples_per_s: float | None
@@ -99,6 +101,10 @@ class StepMetrics:
     batch_split: BatchSplit | None = None
     """Forward + backward split into per-step and per-sample cost, when a smaller batch in the run
     measures it (the median rank's)."""
+
+    @property
+    def peak_mem_bytes(self) -> int | None:
+        return None if self.memory is None else self.memory.peak
 
     @property
     def sampled_steps(self) -> int:
@@ -162,7 +168,7 @@ def metrics_from(c: Combined, skip: int, gpu_memory_bytes: int | None) -> StepMe
         gpu_util=clamp(c.sums[S.GPU_BUSY_MS] / wall_total) if c.has_gpu else None,
         idle_unexplained=clamp(float(sums[f"unexpl_{v}"].sum()) / wall_total) if c.has_gpu else None,
         data_cpu_fraction=_cpu_fraction(c.sums),
-        peak_mem_bytes=c.peak_mem_bytes,
+        memory=run_memory(c.memory, gpu_memory_bytes, host=not c.has_gpu),
         gpu_memory_bytes=gpu_memory_bytes,
         batch_samples=q[(S.BATCH_SAMPLES, 0.5)] if c.known[S.BATCH_SAMPLES] else None,
         samples_per_s=c.samples_per_s,

@@ -17,6 +17,7 @@ import polars as pl
 
 from analyzer.analysis.batch_split import BatchSplit, batch_split
 from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step_kernel_medians
+from analyzer.analysis.memory_fit import RankMemory, rank_memory
 from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted, sorted_median
 from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
 from gpuanalyze.ingest import schema as S
@@ -63,10 +64,10 @@ class RankPartial:
     n: int
     """Analysed rows: post-warm-up, without sampled rows unless every row is sampled."""
     known: dict[str, int]
-    """Non-null values per part, GPU busy, batch samples and peak memory."""
+    """Non-null values per part, GPU busy and batch samples."""
     sums: dict[str, float]
     """Sum of non-null values per part, wall, GPU busy and batch samples."""
-    peak_mem: int | None
+    memory: RankMemory | None
     sketches: dict[str, Sketch]
     """Quantile sketches of QUANTILE_COLUMNS (non-null values)."""
     stats: RankStats
@@ -153,12 +154,11 @@ def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset())
     """The partial of one rank's rows as numpy columns (sorted by step; load_columns or frame_columns),
     without the post-warm-up steps ``without``."""
     post, f, all_sampled = analysed_columns(rows, skip, without)
-    known = {c: f[c].count() for c in (*S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.PEAK_MEM_BYTES)}
+    known = {c: f[c].count() for c in (*S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES)}
     sums = {c: _sum(f[c]) for c in (S.WALL_MS, *S.PARTS, S.GPU_BUSY_MS, S.BATCH_SAMPLES, S.DATA_CPU_MS)}
     cpu = f[S.DATA_CPU_MS].valid
     data = f[S.DATA_WAIT_MS]
     sums[DATA_WAIT_WITH_CPU] = _sum(data) if cpu is None else _sum(data.rows(cpu))
-    mem = int(f[S.PEAK_MEM_BYTES].known().max()) if known[S.PEAK_MEM_BYTES] else None
     sketches, medians = {}, {}
     for c in QUANTILE_COLUMNS:  # one column sorted at a time (1M steps: 8 MB each)
         ordered = np.sort(f[c].known().astype(np.float64, copy=False))
@@ -180,7 +180,7 @@ def partial_of(rows: Rows, rank: int, skip: int, without: Without = frozenset())
         n=len(f[S.STEP]),
         known=known,
         sums=sums,
-        peak_mem=mem,
+        memory=rank_memory(f, rank),
         sketches=sketches,
         stats=rank_stats_of(f, rank, medians),
         vectors=vectors,

@@ -60,7 +60,6 @@ SHORT_KERNEL_US = Threshold(
     OURS + ": kernels under ~20 us are of the order of launch overhead (5-13 us measured on H200, docs/gpu-results.md)",
 )
 LAUNCH_BOUND = Threshold(0.50, "HTA idle-time breakdown: host wait + kernel-launch gaps as a share of GPU idle time")
-MEM_HEADROOM = Threshold(0.50, OURS + ": peak memory under half the device leaves room for a larger batch")
 FP32_MATH = Threshold(
     0.10,
     OURS + ": fp32 GEMMs/convolutions run 2-16x below tensor-core rates (datasheets: RTX 4090 82.6 vs 165, "
@@ -76,8 +75,11 @@ CPU_BOUND_LOADING = 0.5
 #: A worker plan takes the fewest workers whose projected step is within this share of the best the
 #: free cores allow (more workers then add processes, memory and hand-over for no measurable gain).
 WORKERS_ENOUGH = 0.02
-#: Share of device memory a larger batch may fill (the rest: fragmentation, the allocator's cache).
-MEMORY_USABLE = 0.9
+MEMORY_USABLE = Threshold(0.9, OURS + ": the CUDA context and library workspaces sit outside the allocator")
+#: Memory creep (analysis/memory_fit.py) is read over at least this many analysed steps.
+MEMORY_CREEP_MIN_STEPS = 5
+MEMORY_CREEP_RISING = Threshold(0.8, OURS + ": a loop that frees what each step makes starts each step alike")
+MEMORY_CREEP_GROWTH = Threshold(0.01, OURS + ": less is the allocator's and the heap's rounding")
 #: The most DataLoader workers a projection assumes (more rarely helps and costs memory per worker).
 MAX_WORKERS = 8
 #: A straggler's phase is named when it holds at least this share of the straggler's excess.

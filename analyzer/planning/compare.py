@@ -40,6 +40,9 @@ class RunOption:
     samples_per_s: float | None = None
     breakdown_ms: dict[str, float | None] | None = None
     bottleneck: str | None = None
+    peak_mem_bytes: int | None = None
+    persistent_mem_bytes: int | None = None
+    """Memory at the start of a step (analysis.memory_fit): what persists across steps."""
 
     @classmethod
     def from_report(cls, name: str, report: Report, price_per_gpu_hour: float | None) -> RunOption:
@@ -56,6 +59,8 @@ class RunOption:
             samples_per_s=m.samples_per_s,
             breakdown_ms={k: v for k, v in m.mean_ms.items() if k in S.PARTS},
             bottleneck=report.bottleneck,
+            peak_mem_bytes=m.peak_mem_bytes,
+            persistent_mem_bytes=None if m.memory is None else m.memory.persistent,
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.analysis.thresholds import MEMORY_USABLE
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.datasheet import GPUS
 
@@ -133,7 +134,7 @@ def estimate(inp: MemoryInputs) -> MemoryEstimate:
     acts = _activations(inp, notes)
     total = weights + grads + optim + (acts or 0.0)
     gb = 1e9
-    fits = {g.name: total / gb <= g.memory_gb for g in GPUS}
+    fits = {g.name: total / gb <= MEMORY_USABLE.value * g.memory_gb for g in GPUS}  # the measured fit's margin
     return MemoryEstimate(
         weights / gb,
         grads / gb,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyzer.analysis.metrics import StepMetrics
+from analyzer.analysis.thresholds import MEMORY_USABLE
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, compute_precision, lookup
 from analyzer.planning.cost import gpu_hours_usd, run_hours
@@ -82,7 +83,8 @@ def what_if(
         step = host + busy * (
             compute * f_src / f_tgt + mem * src.memory_bw_gbps / tgt.memory_bw_gbps + comm * _link(src) / _link(tgt)
         )
-        fits = None if not m.peak_mem_bytes else m.peak_mem_bytes <= tgt.memory_gb * 1e9
+        need = None if m.memory is None else m.memory.need(1)  # what the run needs, against the same margin
+        fits = None if need is None else need <= MEMORY_USABLE.value * tgt.memory_gb * 1e9
         price = (prices or {}).get(tgt.name)
         cost = None
         if price is not None and steps_per_run:

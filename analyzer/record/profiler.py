@@ -26,6 +26,7 @@ from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
 from analyzer.record.data_block import DataBlock
 from analyzer.record.guard import compiling_check, describe, guarded
 from analyzer.record.loaders import LoaderWatch
+from analyzer.record.memory_reader import Memory, MemoryReader
 from analyzer.record.models import Named, discover, evaluating, named_models
 from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
@@ -102,6 +103,7 @@ class Profiler:
         self._data_cpu_start = 0
         self._data_block = DataBlock(self)
         self._cuda: Any = None
+        self._memory = MemoryReader()
         self._windows: KernelWindows | None = None
         self._sync_sites = SyncSites()
         self._sync_depth = 2
@@ -174,6 +176,7 @@ class Profiler:
 
         _active.append(self)
         self.enabled = True
+        self._memory.open()
         self._handles += [
             register_optimizer_step_pre_hook(self._on_optimizer_pre),
             register_optimizer_step_post_hook(self._on_optimizer_post),
@@ -209,7 +212,7 @@ class Profiler:
             self._patches.time_backward_start(self._before_call)
             self._nvtx = nvtx_phases(opts.nvtx, torch.cuda)  # after the patches: it wraps their wrappers
             self._sync_depth = 2 if self._nvtx is None else 3  # _on_patched_call <- wrapper(s) <- the caller
-            torch.cuda.reset_peak_memory_stats()
+            self._memory.use_cuda(torch.cuda)
         windows = opts.kernel_windows if opts.kernel_windows is not None else cuda
         if windows and self._windows is None:
             self._windows = KernelWindows(
@@ -392,13 +395,11 @@ class Profiler:
                 self._use_models(discover(None))
             self._open_writer()
         if self._resolver is not None and self._timer is not None:
-            peak = int(self._cuda.max_memory_allocated())
-            self._cuda.reset_peak_memory_stats()
-            self._resolver.push((step, end_ns, peak), self._timer.take())
+            self._resolver.push((step, end_ns, self._memory.take()), self._timer.take())
         else:  # _emit, inline
             windows = self._windows
             hold = windows is not None and windows.active and step.index >= windows.start_step
-            self._output.emit(step, end_ns, None, None, hold=hold)
+            self._output.emit(step, end_ns, None, self._memory.take(), hold=hold)
         if self._windows is not None:
             self._advance_windows(self._windows, step.index)
         writer = self._output.writer
@@ -436,11 +437,11 @@ class Profiler:
             windows.start(closed + 1)
         self._steps.step = StepTimes(index=closed + 1, start_ns=_clock())
 
-    def _emit(self, closed: tuple[StepTimes, int, int | None], device_ms: dict[str, float] | None) -> None:
-        step, end_ns, peak = closed
+    def _emit(self, closed: tuple[StepTimes, int, Memory], device_ms: dict[str, float] | None) -> None:
+        step, end_ns, memory = closed
         windows = self._windows
         hold = windows is not None and windows.active and step.index >= windows.start_step
-        self._output.emit(step, end_ns, device_ms, peak, hold=hold)
+        self._output.emit(step, end_ns, device_ms, memory, hold=hold)
 
     # -- shutdown -------------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
@@ -469,6 +470,7 @@ class Profiler:
         if self._nvtx is not None:
             self._nvtx.remove()
         self._patches.remove()
+        self._memory.close()
         if self in _active:
             _active.remove(self)
 

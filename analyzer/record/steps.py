@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.record.memory_reader import Memory
 from gpuanalyze.ingest import schema as S
 
 _NS_PER_MS = 1e6
@@ -128,16 +129,17 @@ class StepTimes:
 
 _EMPTY_ROW = S.empty_row()
 
-ClosedStep = tuple[StepTimes, int, int, dict[str, float] | None, int | None, str | None]
-"""(step, end_ns, rank, device_ms, peak_mem_bytes, system): a closed step as the training thread
+ClosedStep = tuple[StepTimes, int, int, dict[str, float] | None, Memory, str | None]
+"""(step, end_ns, rank, device_ms, memory, system): a closed step as the training thread
 queues it for the writer. Nothing changes a step once it is closed."""
 
 
 def closed_row(closed: ClosedStep) -> dict[str, Any]:
     """The trace row of a closed step: built on the writer's thread (``TraceWriter.to_row``), so
     that the training thread only queues a tuple."""
-    step, end_ns, rank, device_ms, peak, system = closed
+    step, end_ns, rank, device_ms, memory, system = closed
     row = step.row(end_ns, rank, device_ms)
-    row[S.PEAK_MEM_BYTES] = peak
+    if memory is not None:
+        row.update(zip(S.MEMORY_COLUMNS, memory, strict=True))
     row[S.SYSTEM] = system
     return row

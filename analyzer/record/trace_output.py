@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from analyzer.record.memory_reader import Memory
 from analyzer.record.notify import warn
 from analyzer.record.paths import create_new, rank_path
 from analyzer.record.steps import StepTimes, closed_row
@@ -75,7 +76,7 @@ class TraceOutput:
             sampler.start()
 
     def emit(
-        self, step: StepTimes, end_ns: int, device_ms: dict[str, float] | None, peak: int | None, *, hold: bool
+        self, step: StepTimes, end_ns: int, device_ms: dict[str, float] | None, memory: Memory, *, hold: bool
     ) -> None:
         """A closed step's row: written now, or held until the kernel window it ran in ends."""
         self.rows += 1
@@ -83,9 +84,9 @@ class TraceOutput:
         if not hold and not self._window_stats and writer is not None:  # every step: _write's common case
             sampler = self.sampler  # the row itself is built on the writer's thread (closed_row)
             system = sampler.take() if sampler is not None else None
-            writer.add_later((step, end_ns, self._rank, device_ms, peak, system))
+            writer.add_later((step, end_ns, self._rank, device_ms, memory, system))
             return
-        row = closed_row((step, end_ns, self._rank, device_ms, peak, None))
+        row = closed_row((step, end_ns, self._rank, device_ms, memory, None))
         if hold:
             self._held[step.index] = row
         else:

@@ -61,6 +61,8 @@ class StepSeries:
     wall: np.ndarray
     busy_share: np.ndarray | None
     """GPU busy / wall time per bin, in [0, 1]; None without GPU timings."""
+    memory: dict[str, np.ndarray]
+    """Mean GB per step at its peak and at its start (``peak``, ``start``: those the trace has)."""
     first_step: int
     last_step: int
     warmup_last_step: int | None
@@ -126,6 +128,9 @@ def _series(sums: ChartSums, report: Report) -> StepSeries:
     n = s["n"][at]
     parts = {p: (s[p][at] / n).astype(np.float32) for p in S.PARTS if sums.known[p]}
     wall = _means(s["wall"][at], s["wall_n"][at]).astype(np.float32)
+    memory = {
+        k: _means(s[c][at], s[f"{k}_n"][at]) / 1e9 for k, c in zip(("peak", "start"), S.MEMORY_COLUMNS[:2], strict=True)
+    }
     busy = None
     if sums.known[S.GPU_BUSY_MS]:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -140,6 +145,7 @@ def _series(sums: ChartSums, report: Report) -> StepSeries:
         parts=parts,
         wall=wall,
         busy_share=busy,
+        memory={k: v.astype(np.float32) for k, v in memory.items() if np.isfinite(v).any()},
         first_step=g.first,
         last_step=g.last,
         warmup_last_step=warmup_last,

@@ -202,6 +202,21 @@ def gpu_busy(s: StepSeries) -> go.Figure | None:
     )
 
 
+def memory(s: StepSeries, report: Report) -> go.Figure | None:
+    """Memory per step beside the phases: its peak and what it starts with (what persists)."""
+    if not s.memory:
+        return None
+    fig = go.Figure()
+    for key, label in (("peak", "peak"), ("start", "at step start")):
+        if key in s.memory:
+            fig.add_trace(go.Scatter(x=s.step, y=s.memory[key], name=label, mode="lines+markers"))
+    mem = report.metrics.memory
+    if mem is not None and mem.total:
+        fig.add_hline(y=mem.total / 1e9, line={"dash": "dot", "color": "#e15759"}, annotation_text="device")
+    what = "resident memory" if mem is not None and mem.host else "memory"
+    return _layout(fig, f"{what.capitalize()}, GB: {_bins(s)}", 300, hovermode="x unified", xaxis_title="step")
+
+
 def idle_owners(report: Report) -> go.Figure | None:
     """Who owned the GPU's idle time, step by step (the first MAX_STEP_OWNERS steps and ranks), stacked."""
     km = report.metrics.kernels
@@ -378,6 +393,7 @@ def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> 
     """Every chart that applies to this report, by section id."""
     out: dict[str, go.Figure | None] = {
         "steps": step_time(data.steps, report),
+        "memory": memory(data.steps, report),
         "distribution": distribution(data.distribution),
         "gpu": gpu_busy(data.steps),
         "owners": idle_owners(report),

@@ -163,8 +163,7 @@ def run_facts(report: Report) -> str:
         rows.append(("throughput", f"{m.samples_per_s:,.0f} samples/s"))
     if m.gpu_util is not None:
         rows.append(("GPU busy", f"{m.gpu_util:.1%} of step time"))
-    if m.peak_mem_bytes:
-        rows.append(("peak memory", f"{m.peak_mem_bytes / 1e9:,.2f} GB"))
+    rows += [(label, h(line)) for label, line in words.memory(m.memory)] if m.memory is not None else []
     machine = ", ".join(
         h(x)
         for x in (

@@ -129,7 +129,10 @@ def render_html(report: Report, source: ChartData | Trace, *, comparison: Compar
         (
             "steps",
             "Step time",
-            _chart(divs, "steps") + _chart(divs, "distribution") + panel.outlier_table(data.distribution),
+            _chart(divs, "steps")
+            + _chart(divs, "memory")
+            + _chart(divs, "distribution")
+            + panel.outlier_table(data.distribution),
         ),
     ]
     gpu = _chart(divs, "gpu") + _chart(divs, "owners") + _chart(divs, "kernels")

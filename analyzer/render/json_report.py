@@ -11,6 +11,7 @@ import msgspec
 
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import MAX_STEP_OWNERS, gpu_breakdown
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.analysis.rerun import rerun_command
 from analyzer.planning.outcome import Report
@@ -49,6 +50,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "gpu_utilization": _num(m.gpu_util),
         "throughput_samples_per_s": _num(m.samples_per_s, 2),
         "peak_mem_bytes": m.peak_mem_bytes,
+        "memory": _memory(m.memory),
         "gpu": _gpu(report),
         "stragglers": [
             {
@@ -109,6 +111,21 @@ def _system(report: Report) -> dict[str, Any] | None:
     gpu = {name: v for name, v in facts.items() if name.startswith("gpu_")}
     if any(v is not None for v in gpu.values()):
         out.update(gpu)
+    return out
+
+
+def _memory(mem: Memory | None) -> dict[str, Any] | None:
+    """docs/json.md, ``memory``."""
+    if mem is None:
+        return None
+    c, most = mem.creep, mem.largest()
+    out: dict[str, Any] = {"peak_bytes": mem.peak, "persistent_bytes": mem.persistent, "step_bytes": mem.transient}
+    out.update(reserved_bytes=mem.reserved, total_bytes=mem.total, resident=mem.host)
+    out.update(reserve_ratio=_num(mem.reserve_ratio), largest_batch_multiplier=most)
+    out["batch_x2_fits"] = None if most is None else most >= 2
+    out["creep"] = None if c is None else {"rank": c.rank, "bytes_per_step": _num(c.per_step, 1), "steps": c.steps}
+    if c is not None:
+        out["creep"].update(full_at_step=c.full_at, evidence=[_evidence(e) for e in c.evidence])
     return out
 
 

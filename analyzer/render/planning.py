@@ -170,8 +170,24 @@ def render_compare(c: Comparison) -> RenderableType:
     if c.differences:
         parts.append(_differences_note(c.differences))
     parts += _breakdown(c.options)
+    parts += _memory_moved(c.options)
     parts += _owners_moved(c)
     return Group(*parts, *([] if c.gate is None else [Text(""), *_gate_lines(c.gate, notes=False)]))
+
+
+def _memory_moved(opts: tuple[RunOption, ...]) -> list[RenderableType]:
+    """Peak and persistent memory of each traced option, with the change against the first."""
+    known = [o for o in opts if o.peak_mem_bytes is not None or o.persistent_mem_bytes is not None]
+    if len(known) < 2:
+        return []
+
+    def gb(o: RunOption, key: str) -> str:
+        v, ref = getattr(o, key), getattr(known[0], key)
+        move = "" if o is known[0] or v is None or ref is None else f" ({(v - ref) / 1e9:+,.2f})"
+        return "n/a" if v is None else f"{v / 1e9:,.2f}{move}"
+
+    lines = [f"{o.name}: peak {gb(o, 'peak_mem_bytes')}, at step start {gb(o, 'persistent_mem_bytes')}" for o in known]
+    return [Text(""), Text("Memory, GB"), bullets(text(x) for x in lines)]
 
 
 #: Owner moves listed by ``compare`` (the largest first).

@@ -108,6 +108,7 @@ def _header(report: Report) -> RenderableType:
         caps = sorted(set(report.run.compute_capabilities or ()))
         cap = f" (compute capability {', '.join(caps)})" if caps else ""
         rows.append(("GPU", text(report.run.gpu_name + cap)))
+    rows += _memory_rows(report)
     if report.host is not None and report.host.sampled:
         rows.append(("host", Text(host_line(report.host), style="yellow" if report.host.oversubscribed else "")))
     if report.cost is not None:
@@ -132,6 +133,13 @@ def _header(report: Report) -> RenderableType:
         rows.append(("ceilings", text(report.ceilings)))
     body = Group(Text(words.verdict_line(report), style="bold"), labelled(rows))
     return TitledPanel(body, "gpuanalyze: ", report.path)
+
+
+def _memory_rows(report: Report) -> list[tuple[str, RenderableType]]:
+    """The memory line, and a creep's in red (words.memory)."""
+    mem = report.metrics.memory
+    lines = [] if mem is None else words.memory(mem)
+    return [(label, text(line, style="" if label == "memory" else "bold red")) for label, line in lines]
 
 
 def host_line(h: HostFacts) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.owners import ownership
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
@@ -219,3 +220,27 @@ def saves(report: Report, s: Savings) -> str:
     """What a fix saves per completed run: ``~H h (G GPU-h, $U) per run``."""
     price = "" if s.usd_per_run is None else f", {usd(s.usd_per_run)}"
     return f"~{s.hours_per_run:,.2f} h ({device_hours(report, s.gpu_hours_per_run)}{price}) per run"
+
+
+def memory(m: Memory) -> list[tuple[str, str]]:
+    """The memory line (peak, at a step's start, the device's total, whether batch x2 fits) and a creep's."""
+    figures = (
+        (m.peak, "peak resident" if m.host else "peak"),
+        (m.persistent, "at step start"),
+        (m.reserved, "reserved"),
+    )
+    line = ", ".join(f"{what} {v / 1e9:,.2f} GB" for v, what in figures if v is not None)
+    line += f" of {m.total / 1e9:,.2f} GB" if m.total else ""
+    if (most := m.largest()) is not None:
+        line += f"; batch x2 {'fits' if most >= 2 else 'does not fit'} (x{most} at most)"
+    if (c := m.creep) is None:
+        return [("memory", line)]
+    full = f": the device is full near step {c.full_at:,}" if c.full_at is not None else ""
+    return [
+        ("memory", line),
+        (
+            "memory creep",
+            f"memory at step start grows {c.per_step / 1e6:,.2f} MB per step over {c.steps} steps (rank {c.rank})"
+            f"{full}; tensors kept across steps (a loss summed without .item() or .detach(), outputs in a list)",
+        ),
+    ]

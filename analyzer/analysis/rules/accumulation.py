@@ -16,8 +16,6 @@ optimizer step do not change.
 
 from __future__ import annotations
 
-import math
-
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
@@ -47,11 +45,9 @@ def micro_batch_samples(ctx: Context, a: int) -> int | None:
 
 def enlargement(ctx: Context, a: int) -> int:
     """How many times larger a micro-batch the fix assumes: the largest divisor of ``a`` that memory allows
-    (peak memory against the device's, as for a larger batch; a CPU run assumed to fit ``a``)."""
-    m = ctx.m
-    cap = a
-    if m.peak_mem_bytes and m.gpu_memory_bytes:
-        cap = max(1, math.floor(T.MEMORY_USABLE * m.gpu_memory_bytes / m.peak_mem_bytes))
+    (analysis.memory_fit, as for a larger batch; a run without a device total assumed to fit ``a``)."""
+    most = None if ctx.m.memory is None else ctx.m.memory.largest()
+    cap = a if most is None else max(1, most)
     return max(d for d in range(1, a + 1) if a % d == 0 and d <= cap)
 
 

@@ -9,12 +9,12 @@ by the batch multiplier, the rest of the step stays.
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import BatchFix, MicroBatchFix
+from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.metrics import UNEXPLAINED_IDLE
 from analyzer.analysis.rules.accumulation import (
     enlargement,
@@ -33,15 +33,28 @@ from gpuanalyze.ingest import schema as S
 
 
 def batch_multiplier(ctx: Context) -> tuple[int, str]:
-    """How much larger a batch the projection assumes, and why."""
+    """How much larger a batch the projection assumes, and why: the largest that fits the device
+    (analysis.memory_fit), at most MAX_BATCH_MULTIPLIER; without memory figures DEFAULT_BATCH_MULTIPLIER, assumed."""
+    mem = ctx.m.memory
+    most = None if mem is None else mem.largest()
+    if mem is None or most is None:
+        k = T.DEFAULT_BATCH_MULTIPLIER
+        return k, f"batch x{k} (no memory figures and device total in the trace; assumed)"
+    k = max(1, min(T.MAX_BATCH_MULTIPLIER, most))
+    return k, f"batch x{k} (memory {mem.words(k)}; at most x{most} fits, x{T.MAX_BATCH_MULTIPLIER} assumed at most)"
+
+
+def accumulation_projection(ctx: Context, why: str) -> Projection | None:
+    """Batch x2 does not fit: the same micro-batch twice per optimizer step (gradient accumulation), memory as now;
+    per current batch worth of samples the optimizer step is paid half as often. None for inference."""
     m = ctx.m
-    if m.peak_mem_bytes and m.gpu_memory_bytes:
-        k = max(1, min(T.MAX_BATCH_MULTIPLIER, math.floor(T.MEMORY_USABLE * m.gpu_memory_bytes / m.peak_mem_bytes)))
-        return k, (
-            f"batch x{k} (peak memory {m.peak_mem_bytes / 1e9:.1f} of {m.gpu_memory_bytes / 1e9:.1f} GB, "
-            f"capped at x{T.MAX_BATCH_MULTIPLIER})"
-        )
-    return T.DEFAULT_BATCH_MULTIPLIER, f"batch x{T.DEFAULT_BATCH_MULTIPLIER} (no memory figures in the trace; assumed)"
+    if ctx.forward_only:
+        return None
+    optimizer = m.mean_ms.get(S.OPTIMIZER_MS) or 0.0
+    step = ctx.wall - optimizer / 2
+    rule = f"{why}: 2 micro-batches per optimizer step, per current batch: {ctx.wall:.2f} - {optimizer:.2f} / 2 ms"
+    fix = MicroBatchFix(micro_batch=int(m.batch_samples), accumulate=2) if m.batch_samples else None
+    return bounded(ctx, step, "gradient accumulation x2", {}, rule, fix=fix, per_batch_of=m.batch_samples)
 
 
 def per_step_fixed_share(ctx: Context) -> float:
@@ -159,6 +172,21 @@ def _fixed_share(ctx: Context, work: float) -> tuple[float, float, float, str | 
         hi_f,
         f"the profiled steps measure at least {lo_f:.0%} of the {work:.2f} ms compute as per call "
         f"({window.basis}): the point takes {f:.0%}",
+    )
+
+
+def memory_advice(ctx: Context, mem: Memory) -> tuple[str, ...]:
+    """Batch x2 does not fit: gradient accumulation (the projection), and what would make x2 fit, with its own."""
+    forward, batch = ctx.m.mean_ms.get(S.FORWARD_MS), ctx.m.batch_samples
+    half = "fits" if (mem.largest(0.5) or 0) >= 2 else "does not fit either"
+    recompute = f" (about {forward:.2f} ms more per step)" if forward else ""
+    return (
+        f"Batch x2 does not fit ({mem.words(2)}): accumulate gradients over 2 micro-batches of "
+        f"{f'{batch:.0f}' if batch else 'this batch'} per optimizer step instead (memory as now; scale the learning "
+        "rate with the samples).",
+        f"To fit x2 itself: bf16 autocast halves fp32 activations ({mem.words(2, 0.5)}: {half}); activation "
+        "checkpointing (torch.utils.checkpoint per block) keeps only each block's input and recomputes its forward "
+        f"in backward{recompute}.",
     )
 
 
@@ -342,18 +370,10 @@ class BatchSize(Rule):
             if plan is not None:
                 why = "their per-batch hand-over costs more than they take off; loading stays in the training process"
                 ev.append(worker_gain(ctx, plan, why, expect_gain=False))
-        if m.peak_mem_bytes and m.gpu_memory_bytes:
-            used = m.peak_mem_bytes / m.gpu_memory_bytes
-            ev.append(
-                Evidence(
-                    "peak_memory_fraction",
-                    used,
-                    T.MEM_HEADROOM.value,
-                    "<",
-                    "fraction of device memory",
-                    T.MEM_HEADROOM.source,
-                )
-            )
+        need, usable = (None, None) if m.memory is None else (m.memory.need(2), m.memory.usable)
+        if need is not None and usable:
+            source = T.MEMORY_USABLE.source + "; x the allocator's reserve per allocated byte, measured"
+            ev.append(Evidence("memory_needed_at_x2", need / usable, 1.0, "<", "fraction of usable memory", source))
         return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
@@ -361,9 +381,11 @@ class BatchSize(Rule):
             a = micro_batches(ctx) or 1
             return micro_projection(ctx, a, enlargement(ctx, a))
         k, why = batch_multiplier(ctx)
-        return batch_projection(ctx, k, why) if k > 1 else None
+        return batch_projection(ctx, k, why) if k > 1 else accumulation_projection(ctx, why)
 
     def advise(self, ctx: Context, d: Detection, p: Projection) -> tuple[str, ...]:
+        if d.cause != "micro_batch_overhead" and ctx.m.memory is not None and batch_multiplier(ctx)[0] == 1:
+            return memory_advice(ctx, ctx.m.memory)
         if isinstance(p.fix, MicroBatchFix):
             return (
                 f"Use fewer, larger micro-batches: DataLoader(batch_size={p.fix.micro_batch}) with "

@@ -46,6 +46,8 @@ NUMERIC: dict[str, type[np.generic]] = {
     S.GPU_BUSY_MS: np.float64,
     S.BATCH_SAMPLES: np.int64,
     S.PEAK_MEM_BYTES: np.int64,
+    S.MEM_START_BYTES: np.int64,
+    S.MEM_RESERVED_BYTES: np.int64,
     S.DATA_CPU_MS: np.float64,
     S.LEAD_MS: np.float64,
 }

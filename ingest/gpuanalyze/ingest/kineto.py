@@ -4,10 +4,11 @@ The file is read by ``stream.EventStream`` (chunked decompression, events decode
 batch goes through ``KinetoSink``, which keeps only what the importer uses, as flat arrays:
 device activity (kernels, memcpy, memset on CUDA, ROCm, MTIA, HPU, XPU and other Kineto
 backends), runtime/driver calls, the CPU annotations that mark step phases, ProfilerStep
-windows, and start-up work (compile phases, allocation and module-loading calls: startup_work.py).
+windows, start-up work (compile phases, allocation and module-loading calls: startup_work.py) and the
+allocator's ``[memory]`` instant events (step_memory.py).
 Names are interned (one string per distinct kernel), so memory is about 40 bytes per kept event,
-whatever the JSON spends on it, and events the importer does not use (most CPU ops, flows, instant
-events) cost nothing.
+whatever the JSON spends on it, and events the importer does not use (most CPU ops, flows, other
+instant events) cost nothing.
 
 Handles old capitalised categories (``Kernel``, ``Runtime``, ``Memcpy``), ``gpu_memcpy``/
 ``gpu_memset``, CPU-only traces, traces without ``ProfilerStep``, exporters that write numbers as
@@ -55,6 +56,7 @@ from gpuanalyze.ingest.kineto_events import (
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
 from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
+from gpuanalyze.ingest.step_memory import MemorySink, StepMemory
 from gpuanalyze.ingest.step_windows import resolve_windows
 from gpuanalyze.ingest.stream import ByteChunks, EventStream, ReadLimits, open_regular
 
@@ -117,7 +119,6 @@ class KinetoTrace:
     gpu_kind: np.ndarray
     """Index into ``kinds`` of every device event."""
     kinds: tuple[GpuKind, ...]
-    gpu_stream: np.ndarray
     gpu_correlation: np.ndarray
     """-1 where the event has none (or an id beyond int64)."""
     runtime: Intervals
@@ -161,6 +162,8 @@ class KinetoTrace:
     span: tuple[float, float] | None = None
     """The capture's own start and end where the capture says (an Nsight Systems session), else None: its first
     and last event."""
+    memory: StepMemory | None = None
+    """The device's allocator totals over time, where the capture recorded them (step_memory.py)."""
 
 
 #: Distinct (name, category) pairs of CPU events whose roles are cached (ops repeat: a few thousand names).
@@ -178,7 +181,7 @@ class KinetoSink:
     def __init__(self, path: str, limits: ReadLimits) -> None:
         self.path, self.limits = path, limits
         self.g_ts, self.g_dur, self.g_kind = array("d"), array("d"), array("i")
-        self.g_stream, self.g_corr = array("q"), array("q")
+        self.g_corr = array("q")
         self.r_ts, self.r_dur, self.r_sync, self.r_corr = array("d"), array("d"), array("b"), array("q")
         self.r_class, self.r_tid = array("b"), array("q")
         self.c_ts, self.c_dur, self.c_mark = array("d"), array("d"), array("b")
@@ -200,6 +203,7 @@ class KinetoSink:
         self._roles: dict[tuple[str, str], tuple[int | None, int, bool]] = {}
         self.sites = CallSites()
         self.startup = StartupSink()
+        self.memory = MemorySink()
 
     def _cat(self, raw: str) -> tuple[int, str]:
         """(0 skip, 1 device, 2 runtime, 3 cpu or profiler overhead), normalised category; cached per distinct
@@ -270,6 +274,8 @@ class KinetoSink:
         self.events += len(events)
         for e in events:
             if e.ph != "X" or e.cat is None:
+                if e.name == "[memory]":  # the allocator's instant events (profile_memory=True)
+                    self.memory.kineto(e, MAX_TS_US)
                 continue
             self.complete_events += 1
             kind, cat = cat_of(e.cat)
@@ -297,7 +303,6 @@ class KinetoSink:
                 self.g_ts.append(t[0])
                 self.g_dur.append(t[1])
                 self.g_kind.append(self._kind(name, cat))
-                self.g_stream.append(ident(args.stream) if args else -1)
                 self.g_corr.append(ident(args.correlation) if args else -1)
             else:
                 self._runtime(e, name, t)
@@ -321,7 +326,7 @@ class KinetoSink:
         """Fail a trace with more kept events than ReadLimits.max_kept_events; past it with the CPU ops kept to name
         blocking calls, stop keeping those."""
         sites = self.sites
-        kept = len(self.g_ts) + len(self.r_ts) + len(self.c_ts) + len(self.steps) + len(self.startup)
+        kept = len(self.g_ts) + len(self.r_ts) + len(self.c_ts) + len(self.steps) + len(self.startup) + len(self.memory)
         if kept > self.limits.max_kept_events:
             raise TraceError(
                 f"{self.path}: more than {self.limits.max_kept_events:,} device, runtime and phase events; "
@@ -369,8 +374,8 @@ class KinetoSink:
     def _notes(self, notes: list[str]) -> list[str]:
         """The stream's notes and what the sink skipped or cut."""
         notes = list(notes)
-        if self.bad_times:
-            notes.append(f"skipped {self.bad_times} event(s) with impossible timestamps or durations")
+        if self.bad_times + self.memory.bad:
+            notes.append(f"skipped {self.bad_times + self.memory.bad} event(s) with impossible timestamps or values")
         if self.bad_ids:
             notes.append(f"ignored {self.bad_ids} stream/correlation id(s) beyond 64 bits")
         if self.long_names:
@@ -414,7 +419,6 @@ class KinetoSink:
             gpu=Intervals.from_arrays(self.g_ts, self.g_dur),
             gpu_kind=np.frombuffer(self.g_kind, dtype=np.int32) if self.g_kind else np.empty(0, np.int32),
             kinds=tuple(self.kinds),
-            gpu_stream=_ints(self.g_stream),
             gpu_correlation=_ints(self.g_corr),
             runtime=runtime,
             runtime_sync=np.frombuffer(self.r_sync, dtype=np.int8).astype(bool) if self.r_sync else np.empty(0, bool),
@@ -438,6 +442,7 @@ class KinetoSink:
             host_ops=self.sites.ops(),
             enqueue_calls=self.enqueue_calls,
             frames=self.sites.frames(),
+            memory=self.memory.finish(),
         )
 
 

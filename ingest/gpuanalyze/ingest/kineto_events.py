@@ -88,8 +88,13 @@ _INT64 = 1 << 63
 
 # gc=False: millions of small structs need no cycle tracking, which makes decoding much faster.
 class _Args(msgspec.Struct, gc=False):
-    stream: int | None = None
     correlation: int | None = None
+    # [memory] events (profile_memory=True): step_memory.py
+    allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    bytes: int | None = msgspec.field(default=None, name="Bytes")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -103,8 +108,12 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _LooseArgs(msgspec.Struct, gc=False):
-    stream: int | str | None = None
     correlation: int | str | None = None
+    allocated: int | float | str | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | float | str | None = msgspec.field(default=None, name="Total Reserved")
+    bytes: int | float | str | None = msgspec.field(default=None, name="Bytes")
+    device_type: int | str | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | str | None = msgspec.field(default=None, name="Device Id")
 
 
 class _LooseEvent(msgspec.Struct, gc=False):

@@ -62,7 +62,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "10"
+IMPORTER_VERSION = "11"
 
 
 def hta_gpu_mask(k: KinetoTrace, launch: np.ndarray | None = None) -> np.ndarray:
@@ -188,6 +188,8 @@ class _Sources:
             row[S.FORWARD_MS] = _forward_ms(lo, hi, self.loader, self.backward, self.kernels)
         for part, marks in self.exported.items():
             row[part] = marks.total(lo, hi)
+        if self.k.memory is not None:
+            row.update(self.k.memory.step(lo, hi))
         if S.OTHER_MS not in self.exported:
             host = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS, S.SYNC_MS)
             row[S.OTHER_MS] = max(0.0, wall - sum(row[c] or 0.0 for c in host))

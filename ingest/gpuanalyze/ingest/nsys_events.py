@@ -4,7 +4,7 @@ Each activity row becomes the event a PyTorch profiler trace has for the same th
 ``kineto.KinetoSink`` in batches, so kernels, copies, runtime calls, phase marks, blocking calls and
 host ops are kept exactly as for a Kineto trace and nothing downstream knows the source:
 
-- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernel`` (demangled name, stream, correlation id);
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernel`` (demangled name, correlation id);
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` -> ``gpu_memcpy`` named as Kineto names copies,
   ``Memcpy HtoD (Pageable -> Device)``, from ``copyKind``/``srcKind``/``dstKind`` through the export's
   ``ENUM_CUDA_MEMCPY_OPER``/``ENUM_CUDA_MEM_KIND`` (the same numbering is built in for exports before 2022.4,
@@ -13,6 +13,8 @@ host ops are kept exactly as for a Kineto trace and nothing downstream knows the
   (``cudaStreamSynchronize_v3020`` -> ``cudaStreamSynchronize``), so runtime_calls.call_class reads its API family;
 - ``CUPTI_ACTIVITY_KIND_OVERHEAD`` JIT compilation and module loading -> Kineto's ``overhead`` events
   (``Driver Compiler``, ``Runtime Triggered Module Loading``, ``Lazy Function Loading``): start-up work;
+- ``CUDA_GPU_MEMORY_USAGE_EVENTS`` (``--cuda-memory-usage=true``): device memory the driver gave out over time
+  (step_memory.py);
 - ``NVTX_EVENTS`` ranges (push/pop and start/end; name in ``text`` or ``textId``) -> ``cpu_op`` for
   ``torch.autograd.profiler.emit_nvtx``'s ``aten::<op>, seq = ...`` ranges (named ``aten::<op>``), else
   ``user_annotation`` (record_function, DataLoader, ``gpuanalyze:<part>`` phases); a range of a JIT
@@ -38,6 +40,7 @@ capture's), small ranks together (a pass over each table per rank made thousands
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -67,6 +70,7 @@ from gpuanalyze.ingest.stream import ReadLimits
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
 OVERHEAD = "CUPTI_ACTIVITY_KIND_OVERHEAD"
+MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 #: ENUM_CUPTI_OVERHEAD_TYPE names -> Kineto's names of the same CUPTI overhead (startup_work.OVERHEAD_KINDS).
 OVERHEAD_NAMES = {
     "OVERHEAD_DRIVER_COMPILER": "Driver Compiler",
@@ -205,19 +209,18 @@ class NsysEvents:
         if not self.db.has(table, "start", "end"):
             return
         pid = _PID if "globalPid" in self.db.columns(table) else "0"
-        stream, corr = self._col(table, "streamId"), self._col(table, "correlationId")
-        where = self._where.format(pid=pid)
-        sql = f"SELECT start, end, {pid}, {stream}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
+        corr, where = self._col(table, "correlationId"), self._where.format(pid=pid)
+        sql = f"SELECT start, end, {pid}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
         for rows in self.db.batches(sql):
             for row in rows:
-                start, end, p, s, c, name = row[:6]
+                start, end, p, c, name = row[:5]
                 if cat == "gpu_memcpy":
-                    name = self._copy_name(row[6], row[7], row[8])
+                    name = self._copy_name(row[5], row[6], row[7])
                 elif cat == "gpu_memset":
-                    name = f"Memset ({self._kinds.get(row[6], 'Unknown') if isinstance(row[6], int) else 'Unknown'})"
+                    name = f"Memset ({self._kinds.get(row[5], 'Unknown') if isinstance(row[5], int) else 'Unknown'})"
                 elif not isinstance(name, str):
                     name = "(unnamed kernel)"
-                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(s, c)))
+                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(c)))
         self._flush_all()
 
     def _copy_name(self, kind: object, src: object, dst: object) -> str:
@@ -257,7 +260,7 @@ class NsysEvents:
         for rows in self.db.batches(sql):
             for start, end, p, tid, c, raw in rows:
                 call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(None, c)))
+                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(c)))
                 if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
                     got[tid] += 1
                 elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
@@ -333,6 +336,22 @@ class NsysEvents:
                 if name is not None:
                     self._add(p, _Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None))
         self._flush_all()
+
+    def _memory(self) -> None:
+        """Each device-memory allocation (memoryOperationType 0) or free (1) of kind Device, Array or Device Static
+        (MEM_KINDS) as that device's running total: reserved memory, in PyTorch's words (step_memory.py)."""
+        if not self.db.has(MEMORY, "start", "globalPid", "deviceId", "bytes", "memoryOperationType"):
+            return
+        kinds = " AND memKind IN (2, 3, 5)" if "memKind" in self.db.columns(MEMORY) else ""
+        where = f"typeof(start) = 'integer'{kinds}{self._where.format(pid=_PID)}"
+        sql = f"SELECT {_PID}, start, deviceId, bytes, memoryOperationType FROM {MEMORY} WHERE {where} ORDER BY start"
+        held: Counter[tuple[int | None, int]] = Counter()
+        for rows in self.db.batches(sql):
+            for pid, start, device, size, op in rows:
+                ok, key = self._sink_key(pid)
+                if ok and isinstance(device, int) and isinstance(size, int) and op in (0, 1):
+                    held[key, device] += size if op == 0 else -size
+                    self.sinks[key].memory.add(device, start / 1e3, math.nan, held[key, device], math.nan)
 
     def _nvtx_sql(self) -> tuple[str, str] | None:
         """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""
@@ -413,6 +432,7 @@ class NsysEvents:
             self._copies_and_sets()
             self._runtime()
             self._overhead()
+            self._memory()
             self._nvtx()
             self._sync_only()
             self._host()

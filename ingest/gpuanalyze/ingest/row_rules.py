@@ -59,7 +59,7 @@ RULES: tuple[RowRule, ...] = (
     RowRule(S.RANK, 0, MAX_RANK, required=True),
     *(RowRule(c, 0, WALL, required=False) for c in DURATIONS[1:]),
     RowRule(S.BATCH_SAMPLES, 0, MAX_BATCH_SAMPLES, required=False),
-    RowRule(S.PEAK_MEM_BYTES, 0, MAX_MEMORY_BYTES, required=False),
+    *(RowRule(c, 0, MAX_MEMORY_BYTES, required=False) for c in S.MEMORY_COLUMNS),
 )
 REQUIRED = tuple(r for r in RULES if r.required)
 
@@ -188,7 +188,7 @@ def normalise_frame(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         frame = frame.with_columns(
             pl.when(pl.col(c) > wall).then(wall).otherwise(pl.col(c)).alias(c) for c in DURATIONS[1:]
         )
-    for col, what in ((S.BATCH_SAMPLES, "batch sizes"), (S.PEAK_MEM_BYTES, "peak memory values")):
+    for col, what in ((S.BATCH_SAMPLES, "batch sizes"), *((c, "memory values") for c in S.MEMORY_COLUMNS)):
         (rule,) = [r for r in RULES if r.column == col]
         out = ~passes(rule)
         n_out = frame.filter(out).height

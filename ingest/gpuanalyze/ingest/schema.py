@@ -16,8 +16,9 @@ import pyarrow as pa
 from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
 
 FORMAT_NAME = "gpuanalyze-trace"
-#: 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms, 1.3 lead_ms and system
-FORMAT_VERSION = "1.3"
+#: 1.1 added the optional kernel_stats column, 1.2 data_cpu_ms and model_forward_ms, 1.3 lead_ms and system,
+#: 1.4 mem_start_bytes and mem_reserved_bytes
+FORMAT_VERSION = "1.4"
 FORMAT_MAJOR = 1
 
 STEP = "step"
@@ -37,6 +38,11 @@ DATA_CPU_MS = "data_cpu_ms"
 """CPU time the training thread spent inside data fetches (within data_wait_ms): near data_wait_ms
 when loading in the training process is CPU work, near 0 when it sleeps on I/O or on workers."""
 PEAK_MEM_BYTES = "peak_mem_bytes"
+MEM_START_BYTES = "mem_start_bytes"
+"""1.4: memory in use at the step's start (docs/memory.md): what persists across steps."""
+MEM_RESERVED_BYTES = "mem_reserved_bytes"
+"""1.4: the most memory the allocator held from the device during the step (PyTorch's reserved)."""
+MEMORY_COLUMNS = (PEAK_MEM_BYTES, MEM_START_BYTES, MEM_RESERVED_BYTES)
 LEAD_MS = "lead_ms"
 """Host time from the step's start to its first recorded phase (a data fetch or the forward), part
 of other_ms: in a DataLoader loop, work done after the previous optimizer step (logging, metrics)."""
@@ -263,10 +269,12 @@ FIELDS: tuple[pa.Field, ...] = (
     pa.field(MODEL_FORWARD_MS, MODEL_FORWARD_TYPE),
     pa.field(LEAD_MS, pa.float64()),
     pa.field(SYSTEM, SYSTEM_TYPE),
+    pa.field(MEM_START_BYTES, pa.int64()),
+    pa.field(MEM_RESERVED_BYTES, pa.int64()),
 )
 COLUMNS: tuple[str, ...] = tuple(f.name for f in FIELDS)
 #: Columns added by a minor version: older traces simply lack them (no note).
-ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS, SYSTEM)
+ADDED_IN_MINOR: tuple[str, ...] = (KERNEL_STATS, DATA_CPU_MS, MODEL_FORWARD_MS, LEAD_MS, SYSTEM, *MEMORY_COLUMNS[1:])
 REQUIRED: tuple[str, ...] = (STEP, RANK, START_UNIX_NS, WALL_MS)
 
 # Schema metadata keys (bytes, as Arrow stores them).
