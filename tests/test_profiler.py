@@ -81,6 +81,18 @@ def test_records_one_row_per_optimizer_step(tmp_path):
     assert trace.run.param_dtype == "float32" and trace.run.device == "cpu"
 
 
+def test_the_autocast_a_forward_ran_under_is_recorded_not_changed(tmp_path):
+    """Autocast leaves parameters float32 and a CPU trace holds no dtypes: the recorder reads (never sets) the
+    autocast state at each outermost forward, so compare can tell the runs apart; none seen, none stored."""
+    for autocast in (False, True):
+        model, opt, loader = make_loop(small(steps=4))
+        with analyzer.profile(model, out=str(tmp_path / f"t{autocast}.arrow")) as prof:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                train(model, opt, loader)
+            assert torch.is_autocast_enabled("cpu") is False  # left as the loop left it
+        assert load_trace(prof.path).end.autocast == ("cpu:bfloat16" if autocast else None)
+
+
 def test_losses_are_bit_identical_with_and_without_profiling(tmp_path):
     cfg = small()
     plain = train(*make_loop(cfg))

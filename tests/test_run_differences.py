@@ -91,6 +91,18 @@ def test_compare_recognises_autocast_from_the_kernels(tmp_path):
     assert _differences(tmp_path, fp32, bf16) == ["precision: GEMM/convolution time on tensor cores 0% -> 100%"]
 
 
+def test_compare_recognises_autocast_from_what_the_recorder_saw(tmp_path):
+    """A CPU run records no dtypes and its parameters stay float32 under autocast: the recorder's EndInfo.autocast
+    says it (planning/run_differences.precision_change)."""
+    from gpuanalyze.ingest.runinfo import EndInfo
+
+    rows = [make_row(i, wall=20.0, fwd=10.0) for i in range(30)]
+    a = write_trace(tmp_path / "a.arrow", rows, end=EndInfo(status="ok", steps=30))
+    b = write_trace(tmp_path / "b.arrow", rows, end=EndInfo(status="ok", steps=30, autocast="cpu:bfloat16"))
+    data = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).output)
+    assert "precision: autocast off -> cpu:bfloat16" in data["differences"]
+
+
 def test_compare_recognises_removed_host_work(tmp_path):
     kernel = "ampere_bf16_s16816gemm_bf16_128x128"
     with_host = _kineto_steps(kernel, cpu_us=3000, kernel_us=980)

@@ -94,7 +94,11 @@ def fell(before: float | None, after: float | None, floor: float) -> bool:
 
 def precision_change(a: Report, b: Report) -> str | None:
     """'precision: ...' when AFTER's matmuls moved to 16-bit: most GEMM/convolution kernel time on tensor cores
-    (as machine.datasheet.compute_precision reads it; autocast keeps float32 parameters), or 16-bit parameters."""
+    (as machine.datasheet.compute_precision reads it; autocast keeps float32 parameters), the autocast the recorder
+    saw its forwards run under (EndInfo.autocast: a CPU trace records no dtypes), or 16-bit parameters."""
+    c0, c1 = (r.end.autocast if r.end is not None else None for r in (a, b))
+    if c1 is not None and c1 != c0:
+        return f"precision: autocast {c0 or 'off'} -> {c1}"
     tc0, tc1 = tensor_core_share(a.metrics.kernels), tensor_core_share(b.metrics.kernels)
     d0, d1 = a.run.param_dtype, b.run.param_dtype
     if tc0 is not None and tc1 is not None and tc0 < 0.5 <= tc1:

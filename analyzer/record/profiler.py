@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from analyzer.record.autocast_watch import AutocastWatch
 from analyzer.record.batch import batch_size_of
 from analyzer.record.boundaries import StepBoundaries
 from analyzer.record.cuda_timer import CudaPhaseTimer, LazyResolver
@@ -105,8 +106,7 @@ class Profiler:
         self._cuda: Any = None
         self._memory = MemoryReader()
         self._windows: KernelWindows | None = None
-        self._sync_sites = SyncSites()
-        self._sync_depth = 2
+        self._sync_sites, self._sync_depth, self._autocast = SyncSites(), 2, AutocastWatch(torch)
 
     @property
     def path(self) -> Path | None:
@@ -158,7 +158,8 @@ class Profiler:
             except Exception as exc2:  # noqa: BLE001
                 self._fail(exc2)
         end = EndInfo(status=status, exception=described, end_unix_ns=time.time_ns(), steps=self.steps_recorded)
-        self._teardown(msgspec.structs.replace(self._loaders.ended(end), sync_sites=self._sync_sites.stored()))
+        facts = {"sync_sites": self._sync_sites.stored(), "autocast": self._autocast.seen}
+        self._teardown(msgspec.structs.replace(self._loaders.ended(end), **facts))
 
     def step(self) -> None:
         """Mark the end of a step explicitly; from then on automatic boundaries are ignored."""
@@ -248,6 +249,7 @@ class Profiler:
         try:
             now = _clock()
             if self._depth == 0:
+                self._autocast.read()
                 step = self._steps.forward_begin(now, self._grad_enabled)
                 if step.loader_samples is None:  # the DataLoader's batch, when seen, is the better count
                     step.add_samples(batch_size_of(args) if args else batch_size_of(kwargs), from_loader=False)

@@ -167,6 +167,9 @@ class EndInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Where the host-device syncs the recorder timed (``sync_ms``: ``torch.cuda.synchronize``, ``Tensor.item``,
     ``tolist``, ``cpu``) were called from: the user's innermost frame outside torch, most blocked time first
     (analyzer/record/sync_sites.py; CUDA runs recorded by gpuanalyze; older traces lack it)."""
+    autocast: _Name | None = None
+    """The autocast a profiled forward ran under, ``device:dtype`` ('cpu:bfloat16'); None: none seen (recordings
+    since gpuanalyze 0.3; analyzer/record/autocast_watch.py)."""
     end_unix_ns: _Int | None = None
 
 
