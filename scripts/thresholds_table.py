@@ -54,8 +54,12 @@ def rows() -> list[tuple[str, str, str]]:
 
 
 def table() -> str:
+    """One row per number; a source shared with the row above is said once ("as above")."""
     body = ["| name | value | source |", "| --- | --- | --- |"]
-    body += [f"| `{n}` | {v} | {s.replace('|', '/')} |" for n, v, s in rows()]
+    previous = ""
+    for n, v, s in rows():
+        body.append(f"| `{n}` | {v} | {'as above' if s and s == previous else s.replace('|', '/')} |")
+        previous = s
     return "\n".join([BEGIN, *body, END])
 
 
