@@ -53,9 +53,18 @@ def rows() -> list[tuple[str, str, str]]:
     return out
 
 
+#: How a source that is gpuanalyze's own choice opens; in this doc it says "ours".
+OWN = "gpuanalyze default, see docs/thresholds.md"
+
+
 def table() -> str:
+    """One row per number; a source shared with the row above is said once ("as above")."""
     body = ["| name | value | source |", "| --- | --- | --- |"]
-    body += [f"| `{n}` | {v} | {s.replace('|', '/')} |" for n, v, s in rows()]
+    previous = ""
+    for n, v, s in rows():
+        shown = "as above" if s and s == previous else s.replace(OWN, "ours").replace("|", "/")
+        body.append(f"| `{n}` | {v} | {shown} |")
+        previous = s
     return "\n".join([BEGIN, *body, END])
 
 
