@@ -41,16 +41,17 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import msgspec
+import numpy as np
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.kineto import KinetoTrace
-from gpuanalyze.ingest.kineto_events import _Args, _Event
+from gpuanalyze.ingest.kineto_events import _Event
 from gpuanalyze.ingest.nsys_db import NsysDb
 from gpuanalyze.ingest.nsys_host import (
     MAX_WAITS,
-    NsysSink,
     OsWaits,
     Threads,
     loader_note,
@@ -61,7 +62,8 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_steps import Steps, classify, describe, emit_nvtx_name, step_events, step_kind
+from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, Strings, nvtx_name, range_facts
+from gpuanalyze.ingest.nsys_steps import Steps, describe, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -95,7 +97,8 @@ MAX_RANKS = 1024
 GROUP_ROWS = 1 << 20
 
 
-def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
+def _device_names(db: NsysDb, strings: Strings) -> dict[str, Cached]:
+    """Per device category, what a row's name column (kernels) or its copy and memory kinds are named as in Kineto."""
     copies, kinds = dict(COPY_KINDS), dict(MEM_KINDS)
     if db.has("ENUM_CUDA_MEMCPY_OPER", "id", "name"):
         for i, name in db.small("SELECT id, substr(name, 1, 64) FROM ENUM_CUDA_MEMCPY_OPER"):
@@ -106,7 +109,19 @@ def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
         for i, label in db.small("SELECT id, substr(label, 1, 32) FROM ENUM_CUDA_MEM_KIND"):
             if isinstance(i, int) and isinstance(label, str):
                 kinds[i] = label
-    return copies, kinds
+
+    def kind(k: object) -> str:
+        return kinds.get(k, "Unknown") if isinstance(k, int) else "Unknown"
+
+    def copy(key: tuple[object, object, object]) -> str:
+        op = copies.get(key[0], "Unknown") if isinstance(key[0], int) else "Unknown"
+        return f"Memcpy {op} ({kind(key[1])} -> {kind(key[2])})"
+
+    return {
+        "kernel": Cached(lambda raw: name if (name := strings[raw]) is not None else "(unnamed kernel)"),
+        "gpu_memcpy": Cached(copy),
+        "gpu_memset": Cached(lambda key: f"Memset ({kind(key[0])})"),
+    }
 
 
 class NsysEvents:
@@ -123,7 +138,7 @@ class NsysEvents:
         self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
         self.groups = _groups(self.keys, rows)
         self.syncs, self._syncs_cut = read_syncs(db)
-        self.sinks: dict[int | None, NsysSink] = {}
+        self.sinks: dict[int | None, RowSink] = {}
         """The rank being read (one sink at a time)."""
         self._where = ""
         """The SQL filter on the rank's process id ({pid} is the table's process id expression)."""
@@ -144,7 +159,10 @@ class NsysEvents:
         """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
         self.op_ranges: Counter[int | None] = Counter()
         """Per rank read, its NVTX ranges of ops (emit_nvtx)."""
-        self._runtime_names: dict[str, str] = {}
+        self._strings = Strings(db)
+        self._call_names = Cached(lambda raw: _call_name(self._strings[raw]))
+        self._device_names = _device_names(db, self._strings)
+        self._range_facts = Interned(lambda key: range_facts(key, step_range))
 
     def _waits_of(self, key: int | None) -> set[int]:
         if key is not None:
@@ -201,68 +219,78 @@ class NsysEvents:
     def _col(self, table: str, name: str) -> str:
         return name if name in self.db.columns(table) else "NULL"
 
-    def _device_rows(self, table: str, cat: str, name_sql: str, extra: str) -> None:
+    def _split(self, ids: tuple[Any, ...]) -> Iterator[tuple[RowSink, np.ndarray | None]]:
+        """Each sink of the group read with the positions of its rows in a batch (None: all of them); ``ids``: the
+        rows' globalPid or globalTid (every row is one of the group's ranks: the queries filter on them)."""
+        if len(self.sinks) == 1:
+            yield next(iter(self.sinks.values())), None
+            return
+        pids = (np.array(ids, dtype=np.int64) >> 24) & 0xFFFFFF
+        for key, sink in self.sinks.items():
+            sel = np.flatnonzero(pids == key)
+            if sel.size:
+                yield sink, sel
+
+    def _id_col(self, table: str, name: str) -> str:
+        """An id column as SQL: its integer, -1 where missing or not an integer (KinetoSink._id)."""
+        if name not in self.db.columns(table):
+            return "-1"
+        return f"CASE WHEN typeof({name}) = 'integer' THEN {name} ELSE -1 END"
+
+    def _device_rows(self, table: str, cat: str, name: str, extra: str) -> None:
         if not self.db.has(table, "start", "end"):
             return
-        pid = _PID if "globalPid" in self.db.columns(table) else "0"
-        stream, corr = self._col(table, "streamId"), self._col(table, "correlationId")
+        gp, pid = ("globalPid", _PID) if "globalPid" in self.db.columns(table) else ("0", "0")
+        stream, corr = self._id_col(table, "streamId"), self._id_col(table, "correlationId")
         where = self._where.format(pid=pid)
-        sql = f"SELECT start, end, {pid}, {stream}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
+        sql = f"SELECT start, end, {gp}, {stream}, {corr}, {name}{extra} FROM {table} WHERE {_TIMED}{where}"
+        names = self._device_names[cat]
         for rows in self.db.batches(sql):
-            for row in rows:
-                start, end, p, s, c, name = row[:6]
-                if cat == "gpu_memcpy":
-                    name = self._copy_name(row[6], row[7], row[8])
-                elif cat == "gpu_memset":
-                    name = f"Memset ({self._kinds.get(row[6], 'Unknown') if isinstance(row[6], int) else 'Unknown'})"
-                elif not isinstance(name, str):
-                    name = "(unnamed kernel)"
-                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(s, c)))
-        self._flush_all()
-
-    def _copy_name(self, kind: object, src: object, dst: object) -> str:
-        op = self._copies.get(kind, "Unknown") if isinstance(kind, int) else "Unknown"
-        a = self._kinds.get(src, "Unknown") if isinstance(src, int) else "Unknown"
-        b = self._kinds.get(dst, "Unknown") if isinstance(dst, int) else "Unknown"
-        return f"Memcpy {op} ({a} -> {b})"
+            cols = list(zip(*rows, strict=True))
+            start, end, ids = np.array(cols[0], np.int64), np.array(cols[1], np.int64), np.array(cols[3:5], np.int64)
+            made = [names[k] for k in (cols[5] if cat == "kernel" else zip(*cols[6:], strict=True))]
+            ts, dur = start / 1e3, (end - start) / 1e3
+            for sink, sel in self._split(cols[2]):
+                if sel is None:
+                    sink.device_rows(cat, ts, dur, made, [ids[0], ids[1]])
+                else:
+                    sink.device_rows(cat, ts[sel], dur[sel], [made[i] for i in sel.tolist()], [x[sel] for x in ids])
 
     def _kernels(self) -> None:
         cols = self.db.columns(KERNEL)
         col = next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None)
-        name_sql = self.db.string_sql(col) if col else "NULL"
-        self._device_rows(KERNEL, "kernel", name_sql, "")
+        self._device_rows(KERNEL, "kernel", self.db.id_or_text(col) if col else "NULL", "")
 
     def _copies_and_sets(self) -> None:
-        self._copies, self._kinds = _copy_names(self.db)
         m = [self._col(MEMCPY, c) for c in ("copyKind", "srcKind", "dstKind")]
         self._device_rows(MEMCPY, "gpu_memcpy", "NULL", ", " + ", ".join(m))
         self._device_rows(MEMSET, "gpu_memset", "NULL", ", " + self._col(MEMSET, "memKind"))
 
-    def _runtime_name(self, raw: str) -> str:
-        got = self._runtime_names.get(raw)
-        if got is None:
-            got = VERSION_SUFFIX.sub("", raw)
-            if len(self._runtime_names) < _MAX_COUNTED_NAMES:
-                self._runtime_names[raw] = got
-        return got
-
     def _runtime(self) -> None:
         if not self.db.has(RUNTIME, "start", "end", "globalTid"):
             return
-        name = self.db.string_sql("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
-        corr = self._col(RUNTIME, "correlationId")
+        name = self.db.id_or_text("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
+        corr = self._id_col(RUNTIME, "correlationId")
         where = self._where.format(pid=_TID_PID)
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}{where}"
+        sql = f"SELECT start, end, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}{where}"
         calls = self.calls
         for rows in self.db.batches(sql):
-            for start, end, p, tid, c, raw in rows:
-                call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(None, c)))
+            cols = list(zip(*rows, strict=True))
+            start, end, corrs = np.array(cols[0], np.int64), np.array(cols[1], np.int64), np.array(cols[3], np.int64)
+            names = [self._call_names[n] for n in cols[4]]
+            ts, dur = start / 1e3, (end - start) / 1e3
+            for sink, sel in self._split(cols[2]):
+                if sel is None:
+                    sink.runtime_rows(ts, dur, names, cols[2], corrs)
+                else:
+                    got = sel.tolist()
+                    sink.runtime_rows(ts[sel], dur[sel], [names[i] for i in got], [cols[2][i] for i in got], corrs[sel])
+            for tid, n in Counter(cols[2]).items():
+                p = (tid >> 24) & 0xFFFFFF if isinstance(tid, int) else None
                 if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
-                    got[tid] += 1
+                    got[tid] += n
                 elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
-                    calls[p] = Counter({tid: 1})
-        self._flush_all()
+                    calls[p] = Counter({tid: n})
 
     def _sync_only(self) -> None:
         """The synchronisation records of the ranks without runtime calls, as the calls they stand for."""
@@ -284,7 +312,7 @@ class NsysEvents:
         pids = [p for p in self.sinks if p is not None] or list(loop)
         self.threads, self.capture_workers = thread_names(self.db, pids, loop)
 
-    def _rank_notes(self, key: int | None, sink: NsysSink) -> tuple[list[str], bool]:
+    def _rank_notes(self, key: int | None, sink: RowSink) -> tuple[list[str], bool]:
         """This rank's notes on its host side, and whether its DataLoader has worker processes."""
         pid = key if key is not None else next(iter(self.loop), None)
         threads = self.threads.get(pid) if pid is not None else None
@@ -335,21 +363,23 @@ class NsysEvents:
         self._flush_all()
 
     def _nvtx_sql(self) -> tuple[str, str] | None:
-        """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""
+        """(the SQL of a range's text and text id, the filter on ranges) of NVTX_EVENTS; None without the table."""
         cols = self.db.columns(NVTX)
         if not {"start", "end", "globalTid"} <= cols:
             return None
-        texts = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in cols]
-        name = f"COALESCE({', '.join(texts)})" if texts else "NULL"
+        text = self.db.string_sql("text", ids=False) if "text" in cols else "NULL"
+        text_id = self.db.id_or_text("textId") if "textId" in cols else "NULL"
         kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
-        return name, f"{_TIMED}{kinds}"
+        return f"{text}, {text_id}", f"{_TIMED}{kinds}"
 
     def step_kind(self) -> str:
         """Decide, for every rank at once, which ranges are the steps (nsys_steps.step_kind); what they are."""
         got = self._nvtx_sql()
         ranks = ", ".join(str(int(k)) for k in self.keys if k is not None)
         where = (got[1] + f" AND {_TID_PID} IN ({ranks})" if ranks else got[1]) if got else ""
-        self.kind = step_kind(self.db, self.path, got[0], where, self.step_range) if got else ""
+        cols = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in self.db.columns(NVTX)]
+        name = f"COALESCE({', '.join(cols)})" if cols else "NULL"
+        self.kind = step_kind(self.db, self.path, name, where, self.step_range) if got else ""
         if self.step_range is not None and not got:
             raise TraceError(f"{self.path}: no NVTX range named {self.step_range!r} (the export has no NVTX ranges)")
         return describe(self.kind, self.step_range)
@@ -359,14 +389,41 @@ class NsysEvents:
         if got is None:
             return
         name, where = got
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {where}"
-        sql += self._where.format(pid=_TID_PID)
+        sql = f"SELECT start, end, globalTid, {name} FROM {NVTX} WHERE {where}" + self._where.format(pid=_TID_PID)
+        strings = self._strings
         for rows in self.db.batches(sql):
-            for start, end, p, tid, text in rows:
-                if not isinstance(text, str):
-                    continue
-                self._range(p, tid, text, start / 1e3, end / 1e3)
-        self._flush_all()
+            texts = [t if t is not None else strings[i] for *_, t, i in rows]
+            if None in texts:  # neither a text nor a known id: not read
+                rows = [r for r, t in zip(rows, texts, strict=True) if t is not None]
+                texts = [t for t in texts if t is not None]
+            if rows:
+                self._ranges(list(zip(*rows, strict=True)), texts)
+
+    def _ranges(self, cols: list[tuple[Any, ...]], texts: list[str]) -> None:
+        """A batch of NVTX ranges: step ranges apart, the others as CPU ops or annotations (module docstring)."""
+        start, end = np.array(cols[0], np.int64) / 1e3, np.array(cols[1], np.int64) / 1e3
+        self.nvtx_span = (min(self.nvtx_span[0], float(start.min())), max(self.nvtx_span[1], float(end.max())))
+        facts = self._range_facts
+        ids = np.array([facts[nvtx_name(t)] for t in texts], dtype=np.int64)
+        distinct, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        for i in np.argsort(first).tolist():
+            name = facts.facts[distinct[i]][0]
+            if len(self.nvtx_names) < _MAX_COUNTED_NAMES or name in self.nvtx_names:
+                self.nvtx_names[name] += int(counts[i])
+        step, op, nvrtc = facts.table(2, bool)[ids], facts.table(1, bool)[ids], facts.table(4, bool)[ids]
+        threads = [t if isinstance(t, int) else 0 for t in cols[2]]
+        for sink, sel in self._split(cols[2]):
+            key = next(k for k, v in self.sinks.items() if v is sink)
+            rows = np.arange(ids.size) if sel is None else sel
+            for i in rows[step[rows]].tolist():
+                kind, number = facts.facts[ids[i]][3]
+                self.steps[key].by_kind[kind].append((number, float(start[i]), float(end[i]), threads[i]))
+            rows = rows[~step[rows]]
+            for i in rows[nvrtc[rows]].tolist():
+                sink.startup.add(facts.facts[ids[i]][0], float(start[i]), float(end[i] - start[i]))
+            self.op_ranges[key] += int(op[rows].sum())
+            tids = [threads[i] for i in rows.tolist()]
+            sink.cpu_rows(start[rows], end[rows] - start[rows], ids[rows], facts, tids)
 
     def _range_types(self) -> tuple[int, ...]:
         if not self.db.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
@@ -375,28 +432,9 @@ class NsysEvents:
         ids = [i for i, n in rows if isinstance(i, int) and str(n).endswith(("PushPopRange", "StartEndRange"))]
         return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
-    def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
-        self.nvtx_span = (min(self.nvtx_span[0], start), max(self.nvtx_span[1], end))
-        text, op = emit_nvtx_name(text)
-        if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
-            self.nvtx_names[text] += 1
-        ok, key = self._sink_key(pid)
-        if not ok:
-            return
-        thread = tid if isinstance(tid, int) else 0
-        step = classify(text, self.step_range)
-        if step is not None:
-            self.steps[key].by_kind[step[0]].append((step[1], start, end, thread))
-            return
-        if "nvrtc" in text.lower():
-            self.sinks[key].startup.add(text, start, end - start)
-        self.op_ranges[key] += op
-        cat = "cpu_op" if op else "user_annotation"
-        self._add(pid, _Event("X", cat, text, start, end - start, thread, None))
-
     def _begin(self, keys: list[int | None]) -> None:
         """Read ranks ``keys`` next ([None]: the whole capture, without GPU rows)."""
-        self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key)) for key in keys}
+        self.sinks = {key: RowSink(self.path, self.limits, self._waits_of(key)) for key in keys}
         self.steps = {key: Steps() for key in keys}
         self.buffers = {key: [] for key in keys}
         self.op_ranges = Counter()
@@ -445,7 +483,7 @@ class NsysEvents:
             k = dataclasses.replace(k, loader_workers=1)
         return k
 
-    def _meta(self, key: int | None, sink: NsysSink) -> dict[str, bytes]:
+    def _meta(self, key: int | None, sink: RowSink) -> dict[str, bytes]:
         """The Kineto metadata of rank ``key``: its place in the job and its GPU's properties, where known."""
         if any("nccl" in k.name.lower() for k in sink.kinds):
             self.backend = "nccl"
@@ -457,6 +495,11 @@ class NsysEvents:
         if gpu is not None:
             meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
         return meta
+
+
+def _call_name(raw: object) -> str:
+    """A runtime call's name without nsys's version suffix."""
+    return VERSION_SUFFIX.sub("", raw) if isinstance(raw, str) else "(unnamed call)"
 
 
 def _groups(keys: list[int | None], rows: Counter[int]) -> list[list[int | None]]:

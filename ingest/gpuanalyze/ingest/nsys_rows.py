@@ -1,0 +1,216 @@
+"""Nsight Systems rows kept a batch at a time, as columns: what ``KinetoSink.consume`` keeps of the same events one
+by one, with the per-name work (a call's class, a kernel's kind, a range's role) done once per distinct name and
+the per-row work in numpy. An export holds millions of rows of a few hundred names: an event struct per row cost
+3-4x what reading the rows from SQLite costs (benchmarks/nsys_import.py).
+
+Names are read as the export stores them, a ``StringIds`` id or a text value (cut to MAX_NAME_CHARS in SQL), and
+each distinct id is looked up once (``Strings``), instead of a lookup per row in SQL. The values are those of the
+event path, bit for bit: times in us as ``ns / 1e3``, a device or runtime call's duration as
+``(end - start) / 1e3``, an NVTX range's as ``end / 1e3 - start / 1e3``; the same bounds, the same order of
+interned names.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpuanalyze.ingest.blocking_calls import _TID_LIMIT
+from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.kineto import MARK_LOADER, _cpu_role
+from gpuanalyze.ingest.kineto_events import MAX_DUR_US, MAX_TS_US
+from gpuanalyze.ingest.nsys_db import NsysDb
+from gpuanalyze.ingest.nsys_host import NOT_HOST_WAIT, NsysSink
+from gpuanalyze.ingest.nsys_steps import _EMIT_NVTX, classify, emit_nvtx_name, is_op
+from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
+from gpuanalyze.ingest.startup_work import call_kind
+
+_NO_MARK = -9
+#: Distinct keys remembered per cache (a hostile export names every row differently: past it, looked up each time).
+CACHED = 1 << 16
+
+
+def ints(values: Sequence[Any]) -> np.ndarray | None:
+    """A column of SQLite integers as int64 (None where a value is not an integer: NULL, text)."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def nvtx_name(text: str) -> tuple[str, bool]:
+    """(name, whether emit_nvtx's suffix had ``seq``) of a range's text: nsys_steps.emit_nvtx_name's cut, found with
+    one search where the first ``", "`` starts a marker (every op range of emit_nvtx)."""
+    i = text.find(", ")
+    if i < 0:
+        return text, False
+    if text.startswith(_EMIT_NVTX, i):
+        return text[:i], text.find(_EMIT_NVTX[0], i) >= 0
+    name, _ = emit_nvtx_name(text)
+    return name, _EMIT_NVTX[0] in text[len(name) :]
+
+
+def _extend(target: array, values: np.ndarray) -> None:
+    target.frombytes(np.ascontiguousarray(values, dtype=target.typecode).tobytes())
+
+
+class Cached(dict[Any, Any]):
+    """What ``make`` derives from each key, remembered for at most ``limit`` keys."""
+
+    def __init__(self, make: Callable[[Any], Any], limit: int = CACHED) -> None:
+        super().__init__()
+        self.make, self.limit = make, limit
+
+    def __missing__(self, key: Any) -> Any:
+        got = self.make(key)
+        if len(self) < self.limit:
+            self[key] = got
+        return got
+
+
+class Interned(dict[Any, int]):
+    """Keys to small ids in first-seen order, with what ``make`` derives from each key once (``facts``)."""
+
+    def __init__(self, make: Callable[[Any], tuple[Any, ...]]) -> None:
+        super().__init__()
+        self.make = make
+        self.facts: list[tuple[Any, ...]] = []
+
+    def __missing__(self, key: Any) -> int:
+        self.facts.append(self.make(key))
+        got = self[key] = len(self.facts) - 1
+        return got
+
+    def table(self, i: int, dtype: Any) -> np.ndarray:
+        """Field ``i`` of every key's facts, by id."""
+        return np.array([f[i] for f in self.facts], dtype=dtype)
+
+
+class Strings(Cached):
+    """The text of a name column's value: a StringIds id looked up once per distinct id, a text value as it is
+    (cut in SQL: ``NsysDb.id_or_text``); None for anything else or an id StringIds does not hold."""
+
+    def __init__(self, db: NsysDb) -> None:
+        super().__init__(self._text)
+        self.db, self.lookup = db, db.has("StringIds", "id", "value")
+
+    def _text(self, key: Any) -> str | None:
+        if isinstance(key, str):
+            return key
+        if type(key) is not int or not self.lookup:
+            return None
+        rows = self.db.small(f"SELECT substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id = ?", (key,), 1)
+        return rows[0][0] if rows and isinstance(rows[0][0], str) else None
+
+
+def range_facts(key: tuple[str, bool], step_range: str | None) -> tuple[Any, ...]:
+    """Of an NVTX range's (name, emit_nvtx seq): name, an op, a step, its (kind, number), a JIT compiler's, then
+    KinetoSink's role of it as a CPU event (phase mark, call-site role, start-up work)."""
+    name, seq = key
+    step, op = classify(name, step_range), is_op(name, seq)
+    mark, site, startup = _cpu_role(name, "cpu_op" if op else "user_annotation")
+    return name, op, step is not None, step, "nvrtc" in name.lower(), _NO_MARK if mark is None else mark, site, startup
+
+
+def _call_facts(name: str) -> tuple[int, bool, bool, bool, bool]:
+    """A runtime call's class, whether it enqueues device work, may block, is start-up work, and is one of the
+    calls CUDA documents as not waiting on the host."""
+    klass, enqueue, named = call_class(name), enqueues(name), may_block(name)
+    return klass, enqueue, named, call_kind(name) is not None, NOT_HOST_WAIT.match(name) is not None
+
+
+class RowSink(NsysSink):
+    """An NsysSink that also takes columns of rows (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._calls = Interned(_call_facts)
+        self._waits_array = np.fromiter(self.waits, dtype=np.int64, count=len(self.waits))
+
+    def _timed(self, ts: np.ndarray, dur: np.ndarray, used: np.ndarray | None = None) -> np.ndarray:
+        """Which rows have times within the bounds KinetoSink keeps; those of the ``used`` rows (all by default)
+        that do not are counted as bad."""
+        self.events += ts.size
+        self.complete_events += ts.size
+        ok = (ts >= -MAX_TS_US) & (ts <= MAX_TS_US) & (dur >= 0.0) & (dur <= MAX_DUR_US)
+        self.bad_times += int(np.count_nonzero(~ok if used is None else used & ~ok))
+        return ok
+
+    def _tids(self, tid: Sequence[Any]) -> np.ndarray:
+        got = ints(tid)
+        if got is not None and (got.size == 0 or int(np.abs(got).max()) < _TID_LIMIT):
+            return got
+        return np.array([self.sites.thread_id(t) for t in tid], dtype=np.int64)
+
+    def device_rows(self, cat: str, ts: np.ndarray, dur: np.ndarray, names: list[str], ids: list[np.ndarray]) -> None:
+        """Device activities; ``ids``: each row's stream and correlation id (-1 for none)."""
+        ok = self._timed(ts, dur)
+        if not ok.all():
+            ts, dur, ids = ts[ok], dur[ok], [x[ok] for x in ids]
+            names = [n for n, keep in zip(names, ok.tolist(), strict=True) if keep]
+        kinds: dict[str, int] = {}
+        kind = np.array([kinds[n] if n in kinds else kinds.setdefault(n, self._kind(n, cat)) for n in names], np.int32)
+        targets = (self.g_ts, self.g_dur, self.g_kind, self.g_stream, self.g_corr)
+        for target, values in zip(targets, (ts, dur, kind, *ids), strict=True):
+            _extend(target, values)
+        self._bounded()
+
+    def runtime_rows(self, ts: np.ndarray, dur: np.ndarray, names: list[str], tid: list[Any], corr: np.ndarray) -> None:
+        """Runtime calls (KinetoSink._runtime and NsysSink._runtime, a batch at a time)."""
+        ok = self._timed(ts, dur)
+        if not ok.all():
+            keep = np.flatnonzero(ok).tolist()
+            ts, dur, corr = ts[ok], dur[ok], corr[ok]
+            names, tid = [names[i] for i in keep], [tid[i] for i in keep]
+        ids = np.array([self._calls[n] for n in names], dtype=np.int64)
+        klass = self._calls.table(0, np.int8)[ids]
+        self.enqueue_calls += int(self._calls.table(1, bool)[ids].sum())
+        named = self._calls.table(2, bool)[ids]
+        marked = np.zeros(ids.size, bool)
+        if self.waits:
+            marked = np.isin(corr, self._waits_array) & (klass != BLOCKING) & ~self._calls.table(4, bool)[ids]
+            klass[marked] = BLOCKING
+            self.marked += int(marked.sum())
+        base = len(self.r_ts)
+        for i in np.flatnonzero(named | marked).tolist():
+            self.sites.add_call(base + i, names[i], tid[i])
+        for i in np.flatnonzero(self._calls.table(3, bool)[ids]).tolist():
+            self.startup.call(names[i], float(ts[i]), float(dur[i]))
+        targets = (self.r_ts, self.r_dur, self.r_sync, self.r_class, self.r_tid, self.r_corr)
+        for target, values in zip(targets, (ts, dur, klass == BLOCKING, klass, self._tids(tid), corr), strict=True):
+            _extend(target, values)
+        self._bounded()
+
+    def cpu_rows(self, ts: np.ndarray, dur: np.ndarray, ids: np.ndarray, facts: Interned, tid: list[Any]) -> None:
+        """CPU events (NVTX ranges: ``facts`` by ``range_facts``): what KinetoSink.consume keeps of them."""
+        mark, site = facts.table(5, np.int8)[ids], facts.table(6, np.int8)[ids]
+        site = np.full(ids.size, -1, np.int8) if self.sites.dropped else site
+        startup = facts.table(7, bool)[ids]
+        ok = self._timed(ts, dur, (mark != _NO_MARK) | (site >= 0) | startup)
+        for i in np.flatnonzero(startup & ok).tolist():
+            self.startup.add(facts.facts[ids[i]][0], float(ts[i]), float(dur[i]))
+        kept = np.flatnonzero((site >= 0) & ok)
+        if kept.size:
+            own = self.sites
+            distinct, first = np.unique(ids[kept], return_index=True)
+            interned = np.zeros(len(facts.facts), np.int32)
+            for d in distinct[np.argsort(first)].tolist():  # interned in the order the rows name them
+                interned[d] = own._names.id(facts.facts[d][0])
+            _extend(own.e_ts, ts[kept])
+            _extend(own.e_end, ts[kept] + dur[kept])
+            _extend(own.e_tid, self._tids([tid[i] for i in kept.tolist()]))
+            _extend(own.e_name, interned[ids[kept]])
+            _extend(own.e_caller, site[kept])
+        for i in np.flatnonzero((mark == -1) & ok).tolist():  # a ProfilerStep (nsys_steps.classify takes them first)
+            t = (float(ts[i]), float(dur[i]))
+            self._step(facts.facts[ids[i]][0], t, self._threads.setdefault(tid[i], len(self._threads)))
+        marked = np.flatnonzero((mark >= 0) & ok)
+        for d in np.unique(ids[marked[mark[marked] == MARK_LOADER]]).tolist():
+            self._loader_iter(facts.facts[d][0])
+        _extend(self.c_ts, ts[marked])
+        _extend(self.c_dur, dur[marked])
+        _extend(self.c_mark, mark[marked])
+        self._bounded()
