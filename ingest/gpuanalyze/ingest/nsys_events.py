@@ -51,7 +51,6 @@ from gpuanalyze.ingest.kineto import KinetoTrace
 from gpuanalyze.ingest.kineto_events import _Event
 from gpuanalyze.ingest.nsys_db import NsysDb
 from gpuanalyze.ingest.nsys_host import (
-    MAX_WAITS,
     OsWaits,
     Threads,
     loader_note,
@@ -137,7 +136,7 @@ class NsysEvents:
         self.ranked = bool(self.devices)
         self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
         self.groups = _groups(self.keys, rows)
-        self.syncs, self._syncs_cut = read_syncs(db)
+        self.syncs = read_syncs(db)
         self.sinks: dict[int | None, RowSink] = {}
         """The rank being read (one sink at a time)."""
         self._where = ""
@@ -164,10 +163,10 @@ class NsysEvents:
         self._device_names = _device_names(db, self._strings)
         self._range_facts = Interned(lambda key: range_facts(key, step_range))
 
-    def _waits_of(self, key: int | None) -> set[int]:
+    def _waits_of(self, key: int | None) -> np.ndarray | None:
         if key is not None:
-            return self.syncs.get(key, set())
-        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else set()
+            return self.syncs.get(key)
+        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else None
 
     def _gpu_processes(self) -> tuple[dict[int, int | None], Counter[int]]:
         """pid -> lowest CUDA device of its GPU rows, in rank order; and each pid's GPU rows."""
@@ -339,11 +338,6 @@ class NsysEvents:
         note, workers = loader_note(threads, self.capture_workers, len(self.keys))
         if note:
             notes.append(note)
-        if self._syncs_cut:
-            notes.append(
-                f"more than {MAX_WAITS:,} synchronisation records: past them, blocking calls are read from their "
-                "names only"
-            )
         return notes, workers
 
     def _overhead(self) -> None:

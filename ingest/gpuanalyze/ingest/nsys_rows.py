@@ -53,7 +53,7 @@ def nvtx_name(text: str) -> tuple[str, bool]:
     return name, _EMIT_NVTX[0] in text[len(name) :]
 
 
-def _extend(target: array, values: np.ndarray) -> None:
+def _extend(target: array[Any], values: np.ndarray) -> None:
     target.frombytes(np.ascontiguousarray(values, dtype=target.typecode).tobytes())
 
 
@@ -128,7 +128,6 @@ class RowSink(NsysSink):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._calls = Interned(_call_facts)
-        self._waits_array = np.fromiter(self.waits, dtype=np.int64, count=len(self.waits))
 
     def _timed(self, ts: np.ndarray, dur: np.ndarray, used: np.ndarray | None = None) -> np.ndarray:
         """Which rows have times within the bounds KinetoSink keeps; those of the ``used`` rows (all by default)
@@ -153,12 +152,14 @@ class RowSink(NsysSink):
             names = [n for n, keep in zip(names, ok.tolist(), strict=True) if keep]
         kinds: dict[str, int] = {}
         kind = np.array([kinds[n] if n in kinds else kinds.setdefault(n, self._kind(n, cat)) for n in names], np.int32)
-        targets = (self.g_ts, self.g_dur, self.g_kind, self.g_stream, self.g_corr)
+        targets: tuple[array[Any], ...] = (self.g_ts, self.g_dur, self.g_kind, self.g_stream, self.g_corr)
         for target, values in zip(targets, (ts, dur, kind, *ids), strict=True):
             _extend(target, values)
         self._bounded()
 
-    def runtime_rows(self, ts: np.ndarray, dur: np.ndarray, names: list[str], tid: list[Any], corr: np.ndarray) -> None:
+    def runtime_rows(
+        self, ts: np.ndarray, dur: np.ndarray, names: list[str], tid: Sequence[Any], corr: np.ndarray
+    ) -> None:
         """Runtime calls (KinetoSink._runtime and NsysSink._runtime, a batch at a time)."""
         ok = self._timed(ts, dur)
         if not ok.all():
@@ -170,8 +171,8 @@ class RowSink(NsysSink):
         self.enqueue_calls += int(self._calls.table(1, bool)[ids].sum())
         named = self._calls.table(2, bool)[ids]
         marked = np.zeros(ids.size, bool)
-        if self.waits:
-            marked = np.isin(corr, self._waits_array) & (klass != BLOCKING) & ~self._calls.table(4, bool)[ids]
+        if self.waits.size:
+            marked = np.isin(corr, self.waits) & (klass != BLOCKING) & ~self._calls.table(4, bool)[ids]
             klass[marked] = BLOCKING
             self.marked += int(marked.sum())
         base = len(self.r_ts)
@@ -179,7 +180,7 @@ class RowSink(NsysSink):
             self.sites.add_call(base + i, names[i], tid[i])
         for i in np.flatnonzero(self._calls.table(3, bool)[ids]).tolist():
             self.startup.call(names[i], float(ts[i]), float(dur[i]))
-        targets = (self.r_ts, self.r_dur, self.r_sync, self.r_class, self.r_tid, self.r_corr)
+        targets: tuple[array[Any], ...] = (self.r_ts, self.r_dur, self.r_sync, self.r_class, self.r_tid, self.r_corr)
         for target, values in zip(targets, (ts, dur, klass == BLOCKING, klass, self._tids(tid), corr), strict=True):
             _extend(target, values)
         self._bounded()
