@@ -123,8 +123,10 @@ def repeat_kineto(src: Path, dst: Path, k: int) -> Path:
     lo = min(e["ts"] for e in timed)
     span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - lo
     ids = max([e["id"] for e in events if isinstance(e.get("id"), int)] + [0]) + 1
-    args_step = max([v for e in events for a, v in (e.get("args") or {}).items() if a in ID_ARGS and isinstance(v, int)] + [0]) + 1
-    numbers = [int(n[13:]) for e in timed if isinstance(n := e.get("name"), str) and n.startswith("ProfilerStep#") and n[13:].isdigit()]
+    args = [v for e in events for a, v in (e.get("args") or {}).items() if a in ID_ARGS and isinstance(v, int)]
+    args_step = max([*args, 0]) + 1
+    names = [n for e in timed if isinstance(n := e.get("name"), str) and n.startswith("ProfilerStep#")]
+    numbers = [int(n[13:]) for n in names if n[13:].isdigit()]
     steps = max(numbers) + 1 if numbers else 0
     enc = msgspec.json.Encoder()
     head = enc.encode(doc)[:-1] + (b', "traceEvents": [' if doc else b'{"traceEvents": [')
