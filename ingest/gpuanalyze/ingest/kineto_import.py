@@ -31,6 +31,7 @@ step's.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +222,18 @@ def _device_notes(k: KinetoTrace, no_device: str | None) -> tuple[list[str], dic
     return ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"], {}
 
 
+def return_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
+    does; nothing elsewhere): what parsing freed (its batches, the arrays' growth) or a rank's arrays freed after
+    their conversion otherwise stay resident (glibc serves them from its heap once its mmap threshold has risen)
+    while the conversion or the next rank adds its own."""
+    try:  # the symbols this process already has loaded (find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
+        return
+    trim(0)
+
+
 def import_kineto(
     k: KinetoTrace,
     *,
@@ -233,6 +246,7 @@ def import_kineto(
     names it in the run information, ``no_steps`` is the note for a trace without step annotations or
     iterations, ``no_device`` why a capture without device activity did not record the GPU: RunInfo's
     unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
+    return_freed_memory()
     launch = launch_times(k)
     windows, notes = windows_of(k, no_steps, launch[0])
     notes = k.notes + notes

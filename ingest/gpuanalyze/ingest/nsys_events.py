@@ -61,7 +61,7 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, Strings, nvtx_name, range_facts
+from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, Strings, device_names, nvtx_name, range_facts
 from gpuanalyze.ingest.nsys_steps import Steps, describe, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
@@ -83,44 +83,12 @@ NVTX_RANGES = (59, 60, 70, 71)
 _PID = "((globalPid >> 24) & 16777215)"
 _TID_PID = "((globalTid >> 24) & 16777215)"
 _TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
-#: Built-in ENUM_CUDA_MEM_KIND (same numbering as the table of 2022.4 on).
-MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static"}
-#: Built-in ENUM_CUDA_MEMCPY_OPER.
-COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
-COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
 #: Most processes with GPU activity read as ranks (one host's; a training job has one per GPU); beyond: refused.
 MAX_RANKS = 1024
 #: Ranks of at most this many GPU rows together are read in one pass over each table (~40 bytes an event held).
 GROUP_ROWS = 1 << 20
-
-
-def _device_names(db: NsysDb, strings: Strings) -> dict[str, Cached]:
-    """Per device category, what a row's name column (kernels) or its copy and memory kinds are named as in Kineto."""
-    copies, kinds = dict(COPY_KINDS), dict(MEM_KINDS)
-    if db.has("ENUM_CUDA_MEMCPY_OPER", "id", "name"):
-        for i, name in db.small("SELECT id, substr(name, 1, 64) FROM ENUM_CUDA_MEMCPY_OPER"):
-            code = str(name).removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_")
-            if isinstance(i, int) and len(code) == 4 and code[1:3] == "TO":
-                copies[i] = f"{code[0]}to{code[3]}"
-    if db.has("ENUM_CUDA_MEM_KIND", "id", "label"):
-        for i, label in db.small("SELECT id, substr(label, 1, 32) FROM ENUM_CUDA_MEM_KIND"):
-            if isinstance(i, int) and isinstance(label, str):
-                kinds[i] = label
-
-    def kind(k: object) -> str:
-        return kinds.get(k, "Unknown") if isinstance(k, int) else "Unknown"
-
-    def copy(key: tuple[object, object, object]) -> str:
-        op = copies.get(key[0], "Unknown") if isinstance(key[0], int) else "Unknown"
-        return f"Memcpy {op} ({kind(key[1])} -> {kind(key[2])})"
-
-    return {
-        "kernel": Cached(lambda raw: name if (name := strings[raw]) is not None else "(unnamed kernel)"),
-        "gpu_memcpy": Cached(copy),
-        "gpu_memset": Cached(lambda key: f"Memset ({kind(key[0])})"),
-    }
 
 
 class NsysEvents:
@@ -160,7 +128,7 @@ class NsysEvents:
         """Per rank read, its NVTX ranges of ops (emit_nvtx)."""
         self._strings = Strings(db)
         self._call_names = Cached(lambda raw: _call_name(self._strings[raw]))
-        self._device_names = _device_names(db, self._strings)
+        self._device_names = device_names(db, self._strings)
         self._range_facts = Interned(lambda key: range_facts(key, step_range))
 
     def _waits_of(self, key: int | None) -> np.ndarray | None:

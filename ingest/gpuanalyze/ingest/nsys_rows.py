@@ -25,10 +25,14 @@ from gpuanalyze.ingest.kineto_events import MAX_DUR_US, MAX_TS_US
 from gpuanalyze.ingest.nsys_db import NsysDb
 from gpuanalyze.ingest.nsys_host import NOT_HOST_WAIT, NsysSink
 from gpuanalyze.ingest.nsys_steps import _EMIT_NVTX, classify, emit_nvtx_name, is_op
-from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
-from gpuanalyze.ingest.startup_work import call_kind
+from gpuanalyze.ingest.runtime_calls import BLOCKING, call_facts
 
 _NO_MARK = -9
+#: Built-in ENUM_CUDA_MEM_KIND (same numbering as the table of 2022.4 on).
+MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static"}
+#: Built-in ENUM_CUDA_MEMCPY_OPER.
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
+COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 #: Distinct keys remembered per cache (a hostile export names every row differently: past it, looked up each time).
 CACHED = 1 << 16
 
@@ -116,10 +120,8 @@ def range_facts(key: tuple[str, bool], step_range: str | None) -> tuple[Any, ...
 
 
 def _call_facts(name: str) -> tuple[int, bool, bool, bool, bool]:
-    """A runtime call's class, whether it enqueues device work, may block, is start-up work, and is one of the
-    calls CUDA documents as not waiting on the host."""
-    klass, enqueue, named = call_class(name), enqueues(name), may_block(name)
-    return klass, enqueue, named, call_kind(name) is not None, NOT_HOST_WAIT.match(name) is not None
+    """runtime_calls.call_facts of a call, and whether it is one CUDA documents as not waiting on the host."""
+    return *call_facts(name), NOT_HOST_WAIT.match(name) is not None
 
 
 class RowSink(NsysSink):
@@ -215,3 +217,30 @@ class RowSink(NsysSink):
         _extend(self.c_dur, dur[marked])
         _extend(self.c_mark, mark[marked])
         self._bounded()
+
+
+def device_names(db: NsysDb, strings: Strings) -> dict[str, Cached]:
+    """Per device category, what a row's name column (kernels) or its copy and memory kinds are named as in Kineto."""
+    copies, kinds = dict(COPY_KINDS), dict(MEM_KINDS)
+    if db.has("ENUM_CUDA_MEMCPY_OPER", "id", "name"):
+        for i, name in db.small("SELECT id, substr(name, 1, 64) FROM ENUM_CUDA_MEMCPY_OPER"):
+            code = str(name).removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_")
+            if isinstance(i, int) and len(code) == 4 and code[1:3] == "TO":
+                copies[i] = f"{code[0]}to{code[3]}"
+    if db.has("ENUM_CUDA_MEM_KIND", "id", "label"):
+        for i, label in db.small("SELECT id, substr(label, 1, 32) FROM ENUM_CUDA_MEM_KIND"):
+            if isinstance(i, int) and isinstance(label, str):
+                kinds[i] = label
+
+    def kind(k: object) -> str:
+        return kinds.get(k, "Unknown") if isinstance(k, int) else "Unknown"
+
+    def copy(key: tuple[object, object, object]) -> str:
+        op = copies.get(key[0], "Unknown") if isinstance(key[0], int) else "Unknown"
+        return f"Memcpy {op} ({kind(key[1])} -> {kind(key[2])})"
+
+    return {
+        "kernel": Cached(lambda raw: name if (name := strings[raw]) is not None else "(unnamed kernel)"),
+        "gpu_memcpy": Cached(copy),
+        "gpu_memset": Cached(lambda key: f"Memset ({kind(key[0])})"),
+    }

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from gpuanalyze.ingest.startup_work import call_kind
+
 OTHER, BLOCKING, CAPTURE_BEGIN, CAPTURE_END = 0, 1, 2, 3
 
 _SYNCHRONIZE = re.compile(r"^(cuda|cu|hip)\w*Synchronize")
@@ -68,6 +70,20 @@ def may_block(name: str) -> bool:
     """A call whose op and caller are worth naming: blocking by family, or any memcpy (an ``*Async`` one blocks
     when its host memory is pageable)."""
     return call_class(name) == BLOCKING or _MEMCPY.match(name[:128]) is not None
+
+
+_FACTS: dict[str, tuple[int, bool, bool, bool]] = {}
+
+
+def call_facts(name: str) -> tuple[int, bool, bool, bool]:
+    """(call_class, enqueues, may_block, start-up work: startup_work.call_kind) of a call name, cached: a trace makes
+    millions of calls of a few dozen names."""
+    got = _FACTS.get(name)
+    if got is None:
+        got = (call_class(name), enqueues(name), may_block(name), call_kind(name) is not None)
+        if len(_FACTS) < _CACHE_LIMIT:
+            _FACTS[name] = got
+    return got
 
 
 #: CPU ops that read a device value back to the host (``tensor.item()``, ``.tolist()`` of a scalar, ``if t:``):
