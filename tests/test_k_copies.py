@@ -4,6 +4,7 @@ the same verdict and a mean step time within 5% for K = 1, 10, 100, with every s
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -87,3 +88,30 @@ def test_the_shared_two_rank_export_repeated_keeps_its_verdict_and_step_time(tmp
     assert {r.bottleneck for r in got.values()} == {got[1].bottleneck}
     for k in KS:
         assert got[k].metrics.step_mean_ms == pytest.approx(got[1].metrics.step_mean_ms, rel=0.05)
+
+
+@pytest.mark.slow
+def test_a_directory_of_long_rank_captures_gives_the_local_answer_on_ray(tmp_path, monkeypatch):
+    """Four ranks' Kineto traces, each 200 copies of a 12-step loader-bound run, imported by Ray tasks (one file a
+    worker at a time: each worker holds one rank's events): the local engine's metrics, run and notes."""
+    ray = pytest.importorskip("ray")
+    from analyzer.scale.measure import measure
+
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in range(4):
+        doc = {**loader_bound_trace(2000.0 + 500 * r, steps=12), "distributedInfo": {"rank": r, "world_size": 4}}
+        repeat_kineto(write(tmp_path / f"src{r}.json", doc), ranks / f"rank{r}.json", 200)
+    try:  # one local Ray for the test: the engine finds it initialised
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many types when it cannot start
+        pytest.skip(f"Ray cannot start here: {exc}")
+    try:
+        local, remote = measure(ranks, workers=2), measure(ranks, engine="ray", workers=2)
+    finally:
+        ray.shutdown()
+    assert remote.metrics.distributed == local.metrics.distributed and remote.metrics.accounting.rows == 4 * 12 * 200
+    assert remote.metrics.share == local.metrics.share and remote.metrics.kernels == local.metrics.kernels
+    assert remote.run == local.run and remote.notes == local.notes
+    assert analyze(ranks).bottleneck == "data_loading"
