@@ -61,7 +61,16 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, Strings, device_names, nvtx_name, range_facts
+from gpuanalyze.ingest.nsys_rows import (
+    Cached,
+    Interned,
+    RowSink,
+    Strings,
+    device_names,
+    nvtx_name,
+    range_facts,
+    timed,
+)
 from gpuanalyze.ingest.nsys_steps import Steps, describe, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
@@ -210,11 +219,11 @@ class NsysEvents:
         gp, pid = ("globalPid", _PID) if "globalPid" in self.db.columns(table) else ("0", "0")
         stream, corr = self._id_col(table, "streamId"), self._id_col(table, "correlationId")
         where = self._where.format(pid=pid)
-        sql = f"SELECT start, end, {gp}, {stream}, {corr}, {name}{extra} FROM {table} WHERE {_TIMED}{where}"
+        sql = f"SELECT start, end, {gp}, {stream}, {corr}, {name}{extra} FROM {table} WHERE 1{where}"
         names = self._device_names[cat]
-        for rows in self.db.batches(sql):
-            cols = list(zip(*rows, strict=True))
-            start, end, ids = np.array(cols[0], np.int64), np.array(cols[1], np.int64), np.array(cols[3:5], np.int64)
+        for batch in self.db.batches(sql):
+            _, cols, start, end = timed(batch)
+            ids = np.array(cols[3:5], np.int64).reshape(2, -1)
             made = [names[k] for k in (cols[5] if cat == "kernel" else zip(*cols[6:], strict=True))]
             ts, dur = start / 1e3, (end - start) / 1e3
             for sink, sel in self._split(cols[2]):
@@ -239,11 +248,11 @@ class NsysEvents:
         name = self.db.id_or_text("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
         corr = self._id_col(RUNTIME, "correlationId")
         where = self._where.format(pid=_TID_PID)
-        sql = f"SELECT start, end, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}{where}"
+        sql = f"SELECT start, end, globalTid, {corr}, {name} FROM {RUNTIME} WHERE 1{where}"
         calls = self.calls
-        for rows in self.db.batches(sql):
-            cols = list(zip(*rows, strict=True))
-            start, end, corrs = np.array(cols[0], np.int64), np.array(cols[1], np.int64), np.array(cols[3], np.int64)
+        for batch in self.db.batches(sql):
+            _, cols, start, end = timed(batch)
+            corrs = np.array(cols[3], np.int64)
             names = [self._call_names[n] for n in cols[4]]
             ts, dur = start / 1e3, (end - start) / 1e3
             for sink, sel in self._split(cols[2]):
@@ -332,13 +341,13 @@ class NsysEvents:
         text = self.db.string_sql("text", ids=False) if "text" in cols else "NULL"
         text_id = self.db.id_or_text("textId") if "textId" in cols else "NULL"
         kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
-        return f"{text}, {text_id}", f"{_TIMED}{kinds}"
+        return f"{text}, {text_id}", f"1{kinds}"
 
     def step_kind(self) -> str:
         """Decide, for every rank at once, which ranges are the steps (nsys_steps.step_kind); what they are."""
         got = self._nvtx_sql()
         ranks = ", ".join(str(int(k)) for k in self.keys if k is not None)
-        where = (got[1] + f" AND {_TID_PID} IN ({ranks})" if ranks else got[1]) if got else ""
+        where = (f"{_TIMED} AND {got[1]}" + (f" AND {_TID_PID} IN ({ranks})" if ranks else "")) if got else ""
         cols = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in self.db.columns(NVTX)]
         name = f"COALESCE({', '.join(cols)})" if cols else "NULL"
         self.kind = step_kind(self.db, self.path, name, where, self.step_range) if got else ""
@@ -353,17 +362,19 @@ class NsysEvents:
         name, where = got
         sql = f"SELECT start, end, globalTid, {name} FROM {NVTX} WHERE {where}" + self._where.format(pid=_TID_PID)
         strings = self._strings
-        for rows in self.db.batches(sql):
-            texts = [t if t is not None else strings[i] for *_, t, i in rows]
+        for batch in self.db.batches(sql):
+            rows, cols, start, end = timed(batch)
+            texts = [t if t is not None else strings[i] for t, i in zip(cols[3], cols[4], strict=True)]
             if None in texts:  # neither a text nor a known id: not read
                 rows = [r for r, t in zip(rows, texts, strict=True) if t is not None]
                 texts = [t for t in texts if t is not None]
+                rows, cols, start, end = timed(rows)
             if rows:
-                self._ranges(list(zip(*rows, strict=True)), texts)
+                self._ranges(cols, start, end, texts)
 
-    def _ranges(self, cols: list[tuple[Any, ...]], texts: list[str]) -> None:
+    def _ranges(self, cols: list[tuple[Any, ...]], start_ns: np.ndarray, end_ns: np.ndarray, texts: list[str]) -> None:
         """A batch of NVTX ranges: step ranges apart, the others as CPU ops or annotations (module docstring)."""
-        start, end = np.array(cols[0], np.int64) / 1e3, np.array(cols[1], np.int64) / 1e3
+        start, end = start_ns / 1e3, end_ns / 1e3
         self.nvtx_span = (min(self.nvtx_span[0], float(start.min())), max(self.nvtx_span[1], float(end.max())))
         facts = self._range_facts
         ids = np.array([facts[nvtx_name(t)] for t in texts], dtype=np.int64)

@@ -45,6 +45,18 @@ def ints(values: Sequence[Any]) -> np.ndarray | None:
         return None
 
 
+def timed(rows: list[Any]) -> tuple[list[Any], list[tuple[Any, ...]], np.ndarray, np.ndarray]:
+    """(rows, their columns, start and end as int64) of the rows whose start and end, their first two values, are
+    integers: a row with NULL, real or text times is skipped (checked on the columns: no SQL test on every row)."""
+    cols = list(zip(*rows, strict=True))
+    start, end = np.array(cols[0]), np.array(cols[1])
+    if start.dtype == end.dtype == np.int64:
+        return rows, cols, start, end
+    rows = [r for r in rows if type(r[0]) is int and type(r[1]) is int]
+    cols = list(zip(*rows, strict=True)) or [() for _ in cols]
+    return rows, cols, np.array(cols[0], np.int64), np.array(cols[1], np.int64)
+
+
 def nvtx_name(text: str) -> tuple[str, bool]:
     """(name, whether emit_nvtx's suffix had ``seq``) of a range's text: nsys_steps.emit_nvtx_name's cut, found with
     one search where the first ``", "`` starts a marker (every op range of emit_nvtx)."""
@@ -174,7 +186,8 @@ class RowSink(NsysSink):
         named = self._calls.table(2, bool)[ids]
         marked = np.zeros(ids.size, bool)
         if self.waits.size:
-            marked = np.isin(corr, self.waits) & (klass != BLOCKING) & ~self._calls.table(4, bool)[ids]
+            held = self.waits[np.minimum(np.searchsorted(self.waits, corr), self.waits.size - 1)] == corr
+            marked = held & (klass != BLOCKING) & ~self._calls.table(4, bool)[ids]
             klass[marked] = BLOCKING
             self.marked += int(marked.sum())
         base = len(self.r_ts)
