@@ -128,8 +128,7 @@ def _gate_lines(g: GateResult, *, notes: bool = True) -> list[RenderableType]:
 
 
 def gate_notes(k: GateCheck) -> list[str]:
-    """The spike steps left out of the medians, the steps the bootstrap resampled where fewer than all, and the
-    runs' drift, each run apart."""
+    """The spike steps left out of the medians, a bootstrap of fewer steps than all, the runs' drift, each run."""
     notes = []
     if k.spikes is not None and (k.spikes[0].steps or k.spikes[1].steps):
         b, a = k.spikes
@@ -139,8 +138,8 @@ def gate_notes(k: GateCheck) -> list[str]:
         )
     if any(n == MAX_STEPS < steps for n, steps in zip(k.resampled, k.steps, strict=True)):
         notes.append(
-            f"  noise from at most {MAX_STEPS:,} evenly spaced steps of each run (BEFORE {k.steps[0]:,}, AFTER "
-            f"{k.steps[1]:,}): the bootstrap's bound; the medians are of every step"
+            f"  noise from at most {MAX_STEPS:,} evenly spaced steps of each run (BEFORE {k.steps[0]:,}, "
+            f"AFTER {k.steps[1]:,}): the bootstrap's bound; the medians are of every step"
         )
     if k.drift_allowance_pct > 0:
         notes.append(

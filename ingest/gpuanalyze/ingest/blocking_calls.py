@@ -30,8 +30,6 @@ from gpuanalyze.ingest.name_table import HostIntervals, NamedEvents, NameTable
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
-#: Events walked per chunk of the stack sweep.
-_CHUNK = 1 << 16
 #: Timestamps are microseconds written with limited precision: a call may start or end this much outside its op.
 _EPS_US = 1e-3
 _TID_LIMIT = 1 << 62
@@ -177,7 +175,9 @@ class CallSites:
             e_name = np.frombuffer(self.e_name, dtype=np.int32)
             roles = np.frombuffer(self.e_caller, dtype=np.int8)
             for role, out, outermost in ((OP, op, True), (CALLER, caller, False)):
-                sel = _near_calls(np.flatnonzero((roles == role) & np.isin(e_tid, c_tid)), e_s, e_e, e_tid, c_s, c_tid)
+                sel = _near_calls(
+                    np.flatnonzero((roles == role) & np.isin(e_tid, c_tid)), (e_s, e_e, e_tid), c_s, c_tid
+                )
                 if sel.size:
                     out[:] = _sweep(e_s[sel], e_e[sel], e_tid[sel], e_name[sel], c_s, c_e, c_tid, outermost)
         return BlockingCalls(
@@ -185,19 +185,16 @@ class CallSites:
         )
 
 
-def _near_calls(
-    idx: np.ndarray, e_s: np.ndarray, e_e: np.ndarray, e_tid: np.ndarray, c_s: np.ndarray, c_tid: np.ndarray
-) -> np.ndarray:
-    """The events of ``idx`` around the start of a call on their thread: only they can be around a call (where
-    events nest, the sweep's stack holds no other at a call's start; millions of ops hold a few hundred calls)."""
+def _near_calls(idx: np.ndarray, e: tuple[np.ndarray, ...], c_s: np.ndarray, c_tid: np.ndarray) -> np.ndarray:
+    """The events of ``idx`` (``e``: all events' start, end, thread) around the start of a call on their thread:
+    only they can be around a call (where events nest, the sweep's stack holds no other at a call's start)."""
     out = [idx[:0]]
     for t in np.unique(c_tid).tolist():
         starts = np.sort(c_s[c_tid == t])
-        for lo in range(0, idx.size, _CHUNK * 16):
-            part = idx[lo : lo + _CHUNK * 16]
-            part = part[e_tid[part] == t]
-            j = np.minimum(np.searchsorted(starts, e_s[part] - _EPS_US), starts.size - 1)
-            out.append(part[(starts[j] >= e_s[part] - _EPS_US) & (starts[j] <= e_e[part] + _EPS_US)])
+        for part in np.array_split(idx, idx.size // (1 << 20) + 1):  # a million events at a time
+            part = part[e[2][part] == t]
+            j = np.minimum(np.searchsorted(starts, e[0][part] - _EPS_US), starts.size - 1)
+            out.append(part[(starts[j] >= e[0][part] - _EPS_US) & (starts[j] <= e[1][part] + _EPS_US)])
     return np.sort(np.concatenate(out))
 
 
@@ -211,32 +208,31 @@ def _sweep(
     c_tid: np.ndarray,
     outermost: bool,
 ) -> np.ndarray:
-    """Name id of the outermost (or innermost) interval around each call on its thread; -1 where none. The sorted
-    events are walked _CHUNK at a time (Python values of a chunk, not of every event: bounded memory)."""
+    """Name id of the outermost (or innermost) interval around each call on its thread; -1 where none."""
     n, m = e_s.size, c_s.size
     tid = np.concatenate([e_tid, c_tid])
     start = np.concatenate([e_s, c_s])
     end = np.concatenate([e_e, c_e])
     is_call = np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)])
     # by thread, then start; intervals before calls that start with them, longer intervals first
-    order = np.lexsort((-end, is_call, start, tid))
-    del is_call
-    out = np.full(m, -1, np.int32)
-    stack: list[tuple[float, float, int]] = []
+    order = np.lexsort((-end, is_call, start, tid)).tolist()
+    tids, starts, ends, names = tid.tolist(), start.tolist(), end.tolist(), e_name.tolist()
+    out = [-1] * m
+    stack: list[int] = []
     thread = None
-    for lo in range(0, order.size, _CHUNK):
-        part = order[lo : lo + _CHUNK]
-        for i, t, s, e in zip(part.tolist(), tid[part].tolist(), start[part].tolist(), end[part].tolist(), strict=True):
-            if t != thread:
-                thread, stack = t, []
-            while stack and stack[-1][1] < s - _EPS_US:
-                stack.pop()
-            if i < n:
-                stack.append((s, e, i))
-                continue
-            probe = stack[:_PROBE] if outermost else stack[: -_PROBE - 1 : -1]
-            for ps, pe, j in probe:
-                if ps <= s + _EPS_US and pe >= e - _EPS_US:
-                    out[i - n] = e_name[j]
-                    break
-    return out
+    for i in order:
+        if tids[i] != thread:
+            thread, stack = tids[i], []
+        s = starts[i]
+        while stack and ends[stack[-1]] < s - _EPS_US:
+            stack.pop()
+        if i < n:
+            stack.append(i)
+            continue
+        e = ends[i]
+        probe = stack[:_PROBE] if outermost else stack[: -_PROBE - 1 : -1]
+        for j in probe:
+            if starts[j] <= s + _EPS_US and ends[j] >= e - _EPS_US:
+                out[i - n] = names[j]
+                break
+    return np.array(out, dtype=np.int32)

@@ -60,8 +60,7 @@ class Iterations:
     """The op that starts every iteration."""
     skipped_us: float
     """Host time before the first iteration (not analysed)."""
-    searched: int = 0
-    """Top-level ops the anchor was chosen among, where fewer than all (MAX_TOP_OPS); 0: all."""
+    searched: int = 0  # top-level ops the anchor was chosen among where fewer than all (MAX_TOP_OPS); 0: all
 
     def note(self) -> str:
         before = f"; {self.skipped_us / 1e3:,.1f} ms before the first is not analysed" if self.skipped_us > 0 else ""

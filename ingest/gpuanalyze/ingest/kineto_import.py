@@ -223,10 +223,8 @@ def _device_notes(k: KinetoTrace, no_device: str | None) -> tuple[list[str], dic
 
 
 def return_freed_memory() -> None:
-    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
-    does; nothing elsewhere): what parsing freed (its batches, the arrays' growth) or a rank's arrays freed after
-    their conversion otherwise stay resident (glibc serves them from its heap once its mmap threshold has risen)
-    while the conversion or the next rank adds its own."""
+    """Hand the C heap's freed pages back (glibc's ``malloc_trim``; elsewhere nothing): what parsing or a conversion
+    freed otherwise stays resident under what comes next (glibc serves numpy's arrays from its heap)."""
     try:  # the symbols this process already has loaded (find_library would run ldconfig)
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)

@@ -179,8 +179,7 @@ class NsysDb:
         return f"COALESCE({lookup}, {direct})"
 
     def id_or_text(self, expr: str) -> str:
-        """SQL for a name column read as stored (a StringIds id, or text cut to MAX_NAME_CHARS): nsys_rows.Strings
-        looks each distinct id up once, where ``string_sql`` looks one up per row."""
+        """SQL for a name column as stored (a StringIds id, or text cut to MAX_NAME_CHARS; nsys_rows.strings)."""
         return f"CASE WHEN typeof({expr}) = 'text' THEN substr({expr}, 1, {MAX_NAME_CHARS}) ELSE {expr} END"
 
 

@@ -61,17 +61,8 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_rows import (
-    Cached,
-    Interned,
-    RowSink,
-    Strings,
-    device_names,
-    nvtx_name,
-    range_facts,
-    timed,
-)
-from gpuanalyze.ingest.nsys_steps import Steps, describe, step_events, step_kind
+from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, device_names, range_facts, strings, timed
+from gpuanalyze.ingest.nsys_steps import Steps, describe, nvtx_cut, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -129,13 +120,12 @@ class NsysEvents:
         """pid -> its loop thread (globalTid)."""
         self._sync_only_ranks: list[int] = []
         self.steps: dict[int | None, Steps] = {}
-        self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
         self.nvtx_span = (float("inf"), float("-inf"))
         """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
         self.op_ranges: Counter[int | None] = Counter()
         """Per rank read, its NVTX ranges of ops (emit_nvtx)."""
-        self._strings = Strings(db)
+        self._strings = strings(db)
         self._call_names = Cached(lambda raw: _call_name(self._strings[raw]))
         self._device_names = device_names(db, self._strings)
         self._range_facts = Interned(lambda key: range_facts(key, step_range))
@@ -173,45 +163,29 @@ class NsysEvents:
             return True, None
         return (pid in self.sinks), pid if isinstance(pid, int) else None
 
-    def _add(self, pid: object, event: _Event) -> None:
+    def _add(self, pid: object, events: list[_Event]) -> None:
         ok, key = self._sink_key(pid)
-        if not ok:
-            return
-        buf = self.buffers[key]
-        buf.append(event)
-        if len(buf) >= 8192:
-            self._flush(key)
-
-    def _flush(self, key: int | None) -> None:
-        buf = self.buffers[key]
-        if buf:
-            self.sinks[key].consume(buf)
-            self.buffers[key] = []
-
-    def _flush_all(self) -> None:
-        for key in self.buffers:
-            self._flush(key)
+        if ok:
+            self.sinks[key].consume(events)
 
     def _col(self, table: str, name: str) -> str:
         return name if name in self.db.columns(table) else "NULL"
 
-    def _split(self, ids: tuple[Any, ...]) -> Iterator[tuple[RowSink, np.ndarray | None]]:
-        """Each sink of the group read with the positions of its rows in a batch (None: all of them); ``ids``: the
-        rows' globalPid or globalTid (every row is one of the group's ranks: the queries filter on them)."""
+    def _split(self, ids: tuple[Any, ...]) -> Iterator[tuple[int | None, RowSink, np.ndarray]]:
+        """(rank, sink, positions of its rows in a batch) of each rank read, from the rows' globalPid or globalTid."""
         if len(self.sinks) == 1:
-            yield next(iter(self.sinks.values())), None
+            yield *next(iter(self.sinks.items())), np.arange(len(ids))
             return
         pids = (np.array(ids, dtype=np.int64) >> 24) & 0xFFFFFF
         for key, sink in self.sinks.items():
-            sel = np.flatnonzero(pids == key)
-            if sel.size:
-                yield sink, sel
+            if (sel := np.flatnonzero(pids == key)).size:
+                yield key, sink, sel
 
     def _id_col(self, table: str, name: str) -> str:
         """An id column as SQL: its integer, -1 where missing or not an integer (KinetoSink._id)."""
-        if name not in self.db.columns(table):
-            return "-1"
-        return f"CASE WHEN typeof({name}) = 'integer' THEN {name} ELSE -1 END"
+        return (
+            f"CASE WHEN typeof({name}) = 'integer' THEN {name} ELSE -1 END" if name in self.db.columns(table) else "-1"
+        )
 
     def _device_rows(self, table: str, cat: str, name: str, extra: str) -> None:
         if not self.db.has(table, "start", "end"):
@@ -226,11 +200,8 @@ class NsysEvents:
             ids = np.array(cols[3:5], np.int64).reshape(2, -1)
             made = [names[k] for k in (cols[5] if cat == "kernel" else zip(*cols[6:], strict=True))]
             ts, dur = start / 1e3, (end - start) / 1e3
-            for sink, sel in self._split(cols[2]):
-                if sel is None:
-                    sink.device_rows(cat, ts, dur, made, [ids[0], ids[1]])
-                else:
-                    sink.device_rows(cat, ts[sel], dur[sel], [made[i] for i in sel.tolist()], [x[sel] for x in ids])
+            for _, sink, sel in self._split(cols[2]):
+                sink.device_rows(cat, ts[sel], dur[sel], [made[i] for i in sel.tolist()], ids[0][sel], ids[1][sel])
 
     def _kernels(self) -> None:
         cols = self.db.columns(KERNEL)
@@ -255,12 +226,9 @@ class NsysEvents:
             corrs = np.array(cols[3], np.int64)
             names = [self._call_names[n] for n in cols[4]]
             ts, dur = start / 1e3, (end - start) / 1e3
-            for sink, sel in self._split(cols[2]):
-                if sel is None:
-                    sink.runtime_rows(ts, dur, names, cols[2], corrs)
-                else:
-                    got = sel.tolist()
-                    sink.runtime_rows(ts[sel], dur[sel], [names[i] for i in got], [cols[2][i] for i in got], corrs[sel])
+            for _, sink, sel in self._split(cols[2]):
+                at = sel.tolist()
+                sink.runtime_rows(ts[sel], dur[sel], [names[i] for i in at], [cols[2][i] for i in at], corrs[sel])
             for tid, n in Counter(cols[2]).items():
                 p = (tid >> 24) & 0xFFFFFF if isinstance(tid, int) else None
                 if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
@@ -273,8 +241,7 @@ class NsysEvents:
         ranks = [p for p in self.syncs if p not in self.calls and (p in self.sinks or not self.ranked)]
         for rows in sync_calls(self.db, ranks):
             for p, start, end, call in rows:
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None))
-        self._flush_all()
+                self._add(p, [_Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None)])
         self._sync_only_ranks = ranks
 
     def _loop_threads(self) -> dict[int, int]:
@@ -330,8 +297,7 @@ class NsysEvents:
             for start, end, p, tid, kind in rows:
                 name = names.get(kind) if isinstance(kind, int) else None
                 if name is not None:
-                    self._add(p, _Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None))
-        self._flush_all()
+                    self._add(p, [_Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None)])
 
     def _nvtx_sql(self) -> tuple[str, str] | None:
         """(the SQL of a range's text and text id, the filter on ranges) of NVTX_EVENTS; None without the table."""
@@ -377,7 +343,7 @@ class NsysEvents:
         start, end = start_ns / 1e3, end_ns / 1e3
         self.nvtx_span = (min(self.nvtx_span[0], float(start.min())), max(self.nvtx_span[1], float(end.max())))
         facts = self._range_facts
-        ids = np.array([facts[nvtx_name(t)] for t in texts], dtype=np.int64)
+        ids = np.array([facts[nvtx_cut(t)] for t in texts], dtype=np.int64)
         distinct, first, counts = np.unique(ids, return_index=True, return_counts=True)
         for i in np.argsort(first).tolist():
             name = facts.facts[distinct[i]][0]
@@ -385,9 +351,7 @@ class NsysEvents:
                 self.nvtx_names[name] += int(counts[i])
         step, op, nvrtc = facts.table(2, bool)[ids], facts.table(1, bool)[ids], facts.table(4, bool)[ids]
         threads = [t if isinstance(t, int) else 0 for t in cols[2]]
-        for sink, sel in self._split(cols[2]):
-            key = next(k for k, v in self.sinks.items() if v is sink)
-            rows = np.arange(ids.size) if sel is None else sel
+        for key, sink, rows in self._split(cols[2]):
             for i in rows[step[rows]].tolist():
                 kind, number = facts.facts[ids[i]][3]
                 self.steps[key].by_kind[kind].append((number, float(start[i]), float(end[i]), threads[i]))
@@ -409,7 +373,6 @@ class NsysEvents:
         """Read ranks ``keys`` next ([None]: the whole capture, without GPU rows)."""
         self.sinks = {key: RowSink(self.path, self.limits, self._waits_of(key)) for key in keys}
         self.steps = {key: Steps() for key in keys}
-        self.buffers = {key: [] for key in keys}
         self.op_ranges = Counter()
         self.calls = {}
         pids = ", ".join(str(int(k)) for k in keys if k is not None)
@@ -436,10 +399,8 @@ class NsysEvents:
         alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
         if self.kind or alone:
             whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
-            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
-            self._flush(key)
+            self.sinks[key].consume(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
         sink = self.sinks.pop(key)
-        del self.buffers[key]
         if not self.ranked and not sink.r_ts and not self.nvtx_names:
             absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
             tables = f" (no {', '.join(absent)} table)" if absent else ""

@@ -29,14 +29,14 @@ from array import array
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuanalyze.ingest.kineto import MARK_LOADER, KinetoSink
 from gpuanalyze.ingest.nsys_db import NsysDb
-from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, may_block
-from gpuanalyze.ingest.stream import ReadLimits
+
+if TYPE_CHECKING:
+    from gpuanalyze.ingest.nsys_rows import RowSink
 
 SYNC, OSRT, THREADS = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "OSRT_API", "ThreadNames"
 _PID = "((globalPid >> 24) & 16777215)"
@@ -142,41 +142,6 @@ def sync_calls(db: NsysDb, pids: list[int]) -> Any:
         yield out
 
 
-class NsysSink(KinetoSink):
-    """A KinetoSink that also takes the export's synchronisation records and loop-thread OS waits."""
-
-    def __init__(self, path: str, limits: ReadLimits, waits: np.ndarray | None = None) -> None:
-        super().__init__(path, limits)
-        self.waits = np.empty(0, np.int64) if waits is None else waits
-        """Correlation ids of this process's synchronisation records, sorted."""
-        self.marked = 0
-        """Runtime calls made blocking by a synchronisation record (their names did not say so)."""
-
-    def _runtime(self, e: Any, name: str, t: tuple[float, float]) -> None:
-        super()._runtime(e, name, t)
-        corr = e.args.correlation if e.args is not None else None
-        if not self.waits.size or call_class(name) == BLOCKING or type(corr) is not int:
-            return
-        if _holds(self.waits, corr) and not NOT_HOST_WAIT.match(name):
-            i = len(self.r_ts) - 1
-            self.r_sync[i], self.r_class[i] = True, BLOCKING
-            if not may_block(name):
-                self.sites.add_call(i, name, e.tid)
-            self.marked += 1
-
-    def loader_waits(self, start_us: array, dur_us: array) -> None:
-        """Times the loop waited for input (OS calls): DataLoader marks, as ``__next__`` is in a Kineto trace."""
-        self.c_ts.extend(start_us)
-        self.c_dur.extend(dur_us)
-        self.c_mark.extend(array("b", [MARK_LOADER]) * len(start_us))
-        self._bounded()
-
-
-def _holds(ids: np.ndarray, value: int) -> bool:
-    i = int(np.searchsorted(ids, value)) if -(1 << 63) <= value < 1 << 63 else ids.size
-    return i < ids.size and int(ids[i]) == value
-
-
 @dataclass(slots=True)
 class OsWaits:
     """One loop thread's OS waits, by family."""
@@ -203,7 +168,7 @@ class OsWaits:
         return f"OS runtime calls (OSRT_API) on the loop thread {thread}: " + "; ".join(parts)
 
 
-def osrt_waits(db: NsysDb, loop: dict[int, int], sinks: Mapping[int, NsysSink]) -> dict[int, OsWaits]:
+def osrt_waits(db: NsysDb, loop: dict[int, int], sinks: Mapping[int, RowSink]) -> dict[int, OsWaits]:
     """Read the loop threads' OS calls (``loop``: pid -> globalTid); feed the I/O waits to each rank's sink
     (``sinks`` by pid; empty for a capture without GPU rows: nothing waited for input there, only a note)."""
     cols = db.columns(OSRT)

@@ -1,13 +1,7 @@
 """Nsight Systems rows kept a batch at a time, as columns: what ``KinetoSink.consume`` keeps of the same events one
-by one, with the per-name work (a call's class, a kernel's kind, a range's role) done once per distinct name and
-the per-row work in numpy. An export holds millions of rows of a few hundred names: an event struct per row cost
-3-4x what reading the rows from SQLite costs (benchmarks/nsys_import.py).
-
-Names are read as the export stores them, a ``StringIds`` id or a text value (cut to MAX_NAME_CHARS in SQL), and
-each distinct id is looked up once (``Strings``), instead of a lookup per row in SQL. The values are those of the
-event path, bit for bit: times in us as ``ns / 1e3``, a device or runtime call's duration as
-``(end - start) / 1e3``, an NVTX range's as ``end / 1e3 - start / 1e3``; the same bounds, the same order of
-interned names.
+by one (bit for bit: times in us as ``ns / 1e3``, the same bounds, names interned in the same order), with the
+per-name work (a call's class, a kernel's kind, a range's role) done once per distinct name, each ``StringIds`` id
+looked up once, and the per-row work in numpy: an event struct per row cost 3-4x reading the rows from SQLite.
 """
 
 from __future__ import annotations
@@ -20,12 +14,13 @@ import numpy as np
 
 from gpuanalyze.ingest.blocking_calls import _TID_LIMIT
 from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
-from gpuanalyze.ingest.kineto import MARK_LOADER, _cpu_role
+from gpuanalyze.ingest.kineto import MARK_LOADER, KinetoSink, _cpu_role
 from gpuanalyze.ingest.kineto_events import MAX_DUR_US, MAX_TS_US
 from gpuanalyze.ingest.nsys_db import NsysDb
-from gpuanalyze.ingest.nsys_host import NOT_HOST_WAIT, NsysSink
-from gpuanalyze.ingest.nsys_steps import _EMIT_NVTX, classify, emit_nvtx_name, is_op
+from gpuanalyze.ingest.nsys_host import NOT_HOST_WAIT
+from gpuanalyze.ingest.nsys_steps import classify, is_op
 from gpuanalyze.ingest.runtime_calls import BLOCKING, call_facts
+from gpuanalyze.ingest.stream import ReadLimits
 
 _NO_MARK = -9
 #: Built-in ENUM_CUDA_MEM_KIND (same numbering as the table of 2022.4 on).
@@ -33,16 +28,6 @@ MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 #: Built-in ENUM_CUDA_MEMCPY_OPER.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
 COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-#: Distinct keys remembered per cache (a hostile export names every row differently: past it, looked up each time).
-CACHED = 1 << 16
-
-
-def ints(values: Sequence[Any]) -> np.ndarray | None:
-    """A column of SQLite integers as int64 (None where a value is not an integer: NULL, text)."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def timed(rows: list[Any]) -> tuple[list[Any], list[tuple[Any, ...]], np.ndarray, np.ndarray]:
@@ -57,26 +42,14 @@ def timed(rows: list[Any]) -> tuple[list[Any], list[tuple[Any, ...]], np.ndarray
     return rows, cols, np.array(cols[0], np.int64), np.array(cols[1], np.int64)
 
 
-def nvtx_name(text: str) -> tuple[str, bool]:
-    """(name, whether emit_nvtx's suffix had ``seq``) of a range's text: nsys_steps.emit_nvtx_name's cut, found with
-    one search where the first ``", "`` starts a marker (every op range of emit_nvtx)."""
-    i = text.find(", ")
-    if i < 0:
-        return text, False
-    if text.startswith(_EMIT_NVTX, i):
-        return text[:i], text.find(_EMIT_NVTX[0], i) >= 0
-    name, _ = emit_nvtx_name(text)
-    return name, _EMIT_NVTX[0] in text[len(name) :]
-
-
 def _extend(target: array[Any], values: np.ndarray) -> None:
     target.frombytes(np.ascontiguousarray(values, dtype=target.typecode).tobytes())
 
 
 class Cached(dict[Any, Any]):
-    """What ``make`` derives from each key, remembered for at most ``limit`` keys."""
+    """What ``make`` derives from each key, remembered for ``limit`` keys (past them, made again: a hostile export)."""
 
-    def __init__(self, make: Callable[[Any], Any], limit: int = CACHED) -> None:
+    def __init__(self, make: Callable[[Any], Any], limit: int = 1 << 16) -> None:
         super().__init__()
         self.make, self.limit = make, limit
 
@@ -100,26 +73,23 @@ class Interned(dict[Any, int]):
         got = self[key] = len(self.facts) - 1
         return got
 
-    def table(self, i: int, dtype: Any) -> np.ndarray:
-        """Field ``i`` of every key's facts, by id."""
+    def table(self, i: int, dtype: Any) -> np.ndarray:  # field i of every key's facts, by id
         return np.array([f[i] for f in self.facts], dtype=dtype)
 
 
-class Strings(Cached):
+def strings(db: NsysDb) -> Cached:
     """The text of a name column's value: a StringIds id looked up once per distinct id, a text value as it is
     (cut in SQL: ``NsysDb.id_or_text``); None for anything else or an id StringIds does not hold."""
+    lookup = db.has("StringIds", "id", "value")
+    sql = f"SELECT substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id = ?"
 
-    def __init__(self, db: NsysDb) -> None:
-        super().__init__(self._text)
-        self.db, self.lookup = db, db.has("StringIds", "id", "value")
-
-    def _text(self, key: Any) -> str | None:
-        if isinstance(key, str):
-            return key
-        if type(key) is not int or not self.lookup:
-            return None
-        rows = self.db.small(f"SELECT substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id = ?", (key,), 1)
+    def text(key: Any) -> str | None:
+        if isinstance(key, str) or type(key) is not int or not lookup:
+            return key if isinstance(key, str) else None
+        rows = db.small(sql, (key,), 1)
         return rows[0][0] if rows and isinstance(rows[0][0], str) else None
+
+    return Cached(text)
 
 
 def range_facts(key: tuple[str, bool], step_range: str | None) -> tuple[Any, ...]:
@@ -131,17 +101,22 @@ def range_facts(key: tuple[str, bool], step_range: str | None) -> tuple[Any, ...
     return name, op, step is not None, step, "nvrtc" in name.lower(), _NO_MARK if mark is None else mark, site, startup
 
 
-def _call_facts(name: str) -> tuple[int, bool, bool, bool, bool]:
-    """runtime_calls.call_facts of a call, and whether it is one CUDA documents as not waiting on the host."""
-    return *call_facts(name), NOT_HOST_WAIT.match(name) is not None
+class RowSink(KinetoSink):
+    """A KinetoSink that takes columns of rows (module docstring), the export's synchronisation records (``waits``:
+    the sorted correlation ids of this process's) and its loop thread's OS waits."""
 
+    def __init__(self, path: str, limits: ReadLimits, waits: np.ndarray | None = None) -> None:
+        super().__init__(path, limits)
+        self.waits = np.empty(0, np.int64) if waits is None else waits
+        self.marked = 0  # runtime calls made blocking by a synchronisation record (their names did not say so)
+        self._calls = Interned(lambda name: (*call_facts(name), NOT_HOST_WAIT.match(name) is not None))
 
-class RowSink(NsysSink):
-    """An NsysSink that also takes columns of rows (module docstring)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._calls = Interned(_call_facts)
+    def loader_waits(self, start_us: array[float], dur_us: array[float]) -> None:
+        """Times the loop waited for input (OS calls): DataLoader marks, as ``__next__`` is in a Kineto trace."""
+        self.c_ts.extend(start_us)
+        self.c_dur.extend(dur_us)
+        self.c_mark.extend(array("b", [MARK_LOADER]) * len(start_us))
+        self._bounded()
 
     def _timed(self, ts: np.ndarray, dur: np.ndarray, used: np.ndarray | None = None) -> np.ndarray:
         """Which rows have times within the bounds KinetoSink keeps; those of the ``used`` rows (all by default)
@@ -153,21 +128,19 @@ class RowSink(NsysSink):
         return ok
 
     def _tids(self, tid: Sequence[Any]) -> np.ndarray:
-        got = ints(tid)
-        if got is not None and (got.size == 0 or int(np.abs(got).max()) < _TID_LIMIT):
+        got = np.array(tid)
+        if got.dtype == np.int64 and (got.size == 0 or int(np.abs(got).max()) < _TID_LIMIT):
             return got
         return np.array([self.sites.thread_id(t) for t in tid], dtype=np.int64)
 
-    def device_rows(self, cat: str, ts: np.ndarray, dur: np.ndarray, names: list[str], ids: list[np.ndarray]) -> None:
+    def device_rows(self, cat: str, ts: np.ndarray, dur: np.ndarray, names: list[str], *ids: np.ndarray) -> None:
         """Device activities; ``ids``: each row's stream and correlation id (-1 for none)."""
         ok = self._timed(ts, dur)
-        if not ok.all():
-            ts, dur, ids = ts[ok], dur[ok], [x[ok] for x in ids]
-            names = [n for n, keep in zip(names, ok.tolist(), strict=True) if keep]
+        names = names if ok.all() else [n for n, keep in zip(names, ok.tolist(), strict=True) if keep]
         kinds: dict[str, int] = {}
         kind = np.array([kinds[n] if n in kinds else kinds.setdefault(n, self._kind(n, cat)) for n in names], np.int32)
         targets: tuple[array[Any], ...] = (self.g_ts, self.g_dur, self.g_kind, self.g_stream, self.g_corr)
-        for target, values in zip(targets, (ts, dur, kind, *ids), strict=True):
+        for target, values in zip(targets, (ts[ok], dur[ok], kind, *(x[ok] for x in ids)), strict=True):
             _extend(target, values)
         self._bounded()
 
@@ -175,11 +148,9 @@ class RowSink(NsysSink):
         self, ts: np.ndarray, dur: np.ndarray, names: list[str], tid: Sequence[Any], corr: np.ndarray
     ) -> None:
         """Runtime calls (KinetoSink._runtime and NsysSink._runtime, a batch at a time)."""
-        ok = self._timed(ts, dur)
-        if not ok.all():
+        if not (ok := self._timed(ts, dur)).all():
             keep = np.flatnonzero(ok).tolist()
-            ts, dur, corr = ts[ok], dur[ok], corr[ok]
-            names, tid = [names[i] for i in keep], [tid[i] for i in keep]
+            ts, dur, corr, names, tid = ts[ok], dur[ok], corr[ok], [names[i] for i in keep], [tid[i] for i in keep]
         ids = np.array([self._calls[n] for n in names], dtype=np.int64)
         klass = self._calls.table(0, np.int8)[ids]
         self.enqueue_calls += int(self._calls.table(1, bool)[ids].sum())
@@ -221,8 +192,7 @@ class RowSink(NsysSink):
             _extend(own.e_name, interned[ids[kept]])
             _extend(own.e_caller, site[kept])
         for i in np.flatnonzero((mark == -1) & ok).tolist():  # a ProfilerStep (nsys_steps.classify takes them first)
-            t = (float(ts[i]), float(dur[i]))
-            self._step(facts.facts[ids[i]][0], t, self._threads.setdefault(tid[i], len(self._threads)))
+            self._step(facts.facts[ids[i]][0], (ts[i], dur[i]), self._threads.setdefault(tid[i], len(self._threads)))
         marked = np.flatnonzero((mark >= 0) & ok)
         for d in np.unique(ids[marked[mark[marked] == MARK_LOADER]]).tolist():
             self._loader_iter(facts.facts[d][0])
@@ -232,7 +202,7 @@ class RowSink(NsysSink):
         self._bounded()
 
 
-def device_names(db: NsysDb, strings: Strings) -> dict[str, Cached]:
+def device_names(db: NsysDb, names: Cached) -> dict[str, Cached]:
     """Per device category, what a row's name column (kernels) or its copy and memory kinds are named as in Kineto."""
     copies, kinds = dict(COPY_KINDS), dict(MEM_KINDS)
     if db.has("ENUM_CUDA_MEMCPY_OPER", "id", "name"):
@@ -253,7 +223,7 @@ def device_names(db: NsysDb, strings: Strings) -> dict[str, Cached]:
         return f"Memcpy {op} ({kind(key[1])} -> {kind(key[2])})"
 
     return {
-        "kernel": Cached(lambda raw: name if (name := strings[raw]) is not None else "(unnamed kernel)"),
+        "kernel": Cached(lambda raw: name if (name := names[raw]) is not None else "(unnamed kernel)"),
         "gpu_memcpy": Cached(copy),
         "gpu_memset": Cached(lambda key: f"Memset ({kind(key[0])})"),
     }

@@ -36,16 +36,20 @@ def emit_nvtx_name(text: str) -> tuple[str, bool]:
     """(the op's name without emit_nvtx's suffix, whether the range is an op: a CPU op in Kineto's terms) of an NVTX
     range's text. An op: its schema name, or an autograd sequence number (an autograd function, ``FlashAttnFunc``,
     ``MmBackward0``); anything else is an annotation (a record_function, a DataLoader fetch, a step)."""
-    cut = min((i for m in _EMIT_NVTX if (i := text.find(m)) >= 0), default=-1)
-    if cut < 0:
-        name, seq = text, False
-    else:
-        name, seq = text[:cut], _EMIT_NVTX[0] in text[cut:]
+    name, seq = nvtx_cut(text)
     return name, is_op(name, seq)
 
 
+def nvtx_cut(text: str) -> tuple[str, bool]:
+    """(the text without emit_nvtx's suffix, whether the suffix has a sequence number): cut at the earliest marker,
+    found with one search where the first ``", "`` starts one (every range emit_nvtx makes)."""
+    i = text.find(", ")
+    if i >= 0 and not text.startswith(_EMIT_NVTX, i):
+        i = min((j for m in _EMIT_NVTX if (j := text.find(m)) >= 0), default=-1)
+    return (text, False) if i < 0 else (text[:i], text.find(_EMIT_NVTX[0], i) >= 0)
+
+
 def is_op(name: str, seq: bool) -> bool:
-    """Whether a range named ``name`` (emit_nvtx's suffix cut off; ``seq``: it had a sequence number) is an op."""
     return seq or name.startswith(_OP_NAMES) or _OP_SCHEMA.fullmatch(name) is not None
 
 

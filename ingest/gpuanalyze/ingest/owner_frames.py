@@ -47,30 +47,19 @@ def _nested(
     m = start.size
     order = np.lexsort((-end, start))
     s, e, name = start[order], end[order], names[order]
-    del order  # each temporary goes once used: millions of frames make each one tens of MB
-    idx = np.arange(2 * m, dtype=np.int64) % max(m, 1)
-    step = np.ones(2 * m, np.int8)
-    step[m:] = -1
+    idx, step = np.arange(2 * m) % max(m, 1), np.repeat(np.array([1, -1], np.int8), m)
     t = np.concatenate([s, e])
     ev = np.lexsort((idx * step, step, t))
     t, frame, step = t[ev], idx[ev], step[ev]
-    del ev, idx
-    depth = np.cumsum(step, dtype=np.int64)
-    opens = np.flatnonzero(step > 0)
-    del step
+    del ev, idx, order  # each temporary goes once used: millions of frames make each one tens of MB
+    depth, opens = np.cumsum(step, dtype=np.int64), np.flatnonzero(step > 0)
     keys = depth[opens] * (2 * m + 1) + opens  # by depth, then position
     by_key = np.argsort(keys, kind="stable")
     keys, opens = keys[by_key], opens[by_key]
-    del by_key
-    query = depth * (2 * m + 1)
-    query += np.arange(2 * m)
-    j = np.searchsorted(keys, query, side="right") - 1
-    del query
-    first = np.maximum(j, 0)
-    at = frame[opens[first]]
-    del frame
-    ok = (j >= 0) & (keys[first] // (2 * m + 1) == depth) & (depth > 0) & (e[at] > t)
-    del j, first, keys, depth
+    j = np.searchsorted(keys, depth * (2 * m + 1) + np.arange(2 * m), side="right") - 1
+    at = frame[opens[np.maximum(j, 0)]]
+    ok = (j >= 0) & (keys[np.maximum(j, 0)] // (2 * m + 1) == depth) & (depth > 0) & (e[at] > t)
+    del j, keys, depth, frame, by_key
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
     sel = np.flatnonzero(ok)

@@ -28,42 +28,26 @@ _SYNCHRONIZE = re.compile(r"^(cuda|cu|hip)\w*Synchronize")
 _MEMCPY = re.compile(r"^(cuda|cu|hip)Memcpy")
 _CAPTURE_BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
 _CAPTURE_END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
-_CACHE: dict[str, int] = {}
 _CACHE_LIMIT = 4096
 
 
 def call_class(name: str) -> int:
-    """BLOCKING, CAPTURE_BEGIN, CAPTURE_END or OTHER for a runtime/driver call name (cached per name)."""
-    got = _CACHE.get(name)
-    if got is not None:
-        return got
+    """BLOCKING, CAPTURE_BEGIN, CAPTURE_END or OTHER for a runtime/driver call name."""
     short = name[:128]
     if _SYNCHRONIZE.match(short) or (_MEMCPY.match(short) and "Async" not in short):
-        got = BLOCKING
-    elif _CAPTURE_BEGIN.match(short):
-        got = CAPTURE_BEGIN
-    elif _CAPTURE_END.match(short):
-        got = CAPTURE_END
-    else:
-        got = OTHER
-    if len(_CACHE) < _CACHE_LIMIT:
-        _CACHE[name] = got
-    return got
+        return BLOCKING
+    if _CAPTURE_BEGIN.match(short):
+        return CAPTURE_BEGIN
+    return CAPTURE_END if _CAPTURE_END.match(short) else OTHER
 
 
 _ENQUEUE = re.compile(r"^(cuda|cu|hip)(\w*Launch\w*|Memcpy\w*|Memset\w*|GraphLaunch)")
-_ENQUEUE_CACHE: dict[str, bool] = {}
 
 
 def enqueues(name: str) -> bool:
     """A call that puts device work on a stream (a kernel launch, a copy, a memset, a graph launch): the device
     records one activity for each, so a trace with such calls and no device records lost its activity."""
-    got = _ENQUEUE_CACHE.get(name)
-    if got is None:
-        got = _ENQUEUE.match(name[:128]) is not None
-        if len(_ENQUEUE_CACHE) < _CACHE_LIMIT:
-            _ENQUEUE_CACHE[name] = got
-    return got
+    return _ENQUEUE.match(name[:128]) is not None
 
 
 def may_block(name: str) -> bool:
