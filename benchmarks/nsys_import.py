@@ -15,7 +15,8 @@ repeated --k times (default: as many copies as make --size). Each side runs in a
 
 Prints wall and CPU seconds (the child's ``process_time``), peak RSS (VmHWM) and the load average around each run
 (the machine is shared: CPU time is the steadier number), then the ratios of the medians. Goals (issue #41, 1 GB):
-time <= 2x the floor, peak RSS <= 600 MiB.
+time <= 2x the floor, peak RSS <= 600 MiB. Then the verdict and mean step time of the source and of its copies
+(``analyzer.analyze``): a longer capture of the same run must give the same answer.
 """
 
 from __future__ import annotations
@@ -94,6 +95,17 @@ def run(mode: str, path: Path) -> tuple[float, float, float, int]:
     return float(wall), float(cpu), float(rss), int(rows)
 
 
+def verdicts(source: Path, path: Path) -> None:
+    code = (
+        "import sys, logging; logging.disable(logging.WARNING); from analyzer.api import analyze; "
+        "r = analyze(sys.argv[1]); print(r.bottleneck, r.metrics.step_mean_ms, r.metrics.steps)"
+    )
+    for p in (source, path):
+        out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, cwd=ROOT, check=True)
+        verdict, mean, steps = out.stdout.split()
+        print(f"  {p.name}: verdict {verdict}, mean step {float(mean):.2f} ms, {int(steps):,} steps analysed")
+
+
 def compare(path: Path, repeats: int) -> None:
     results: dict[str, list[tuple[float, float, float, int]]] = {m: [] for m in MODES}
     for i in range(repeats):
@@ -142,6 +154,7 @@ def main() -> None:
             repeat_nsys(args.source, path, k) if k > 1 else shutil.copyfile(args.source, path)
         print(f"{path}: {path.stat().st_size / 1e6:,.0f} MB, {k} copies of {args.source.name} | load {load()}")
         compare(path, args.repeats)
+        verdicts(args.source, path)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -277,6 +277,8 @@ def import_kineto(
     mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
+    del src, kernels, launch, mask, computation  # the rows are made: what made them goes before the frame comes
+    return_freed_memory()
     try:
         run = msgspec.convert(
             {
