@@ -44,4 +44,4 @@ def test_the_gate_says_when_its_bootstrap_resampled_a_subset_of_the_steps(tmp_pa
         monkeypatch.setattr(module, "MAX_STEPS", 16)
     bounded = runner.invoke(app, ["compare", str(a), str(b), "--fail-if-slower", "5", "--width", "200"])
     assert bounded.exit_code == 0, bounded.output
-    assert "noise from at most 16 evenly spaced steps of each run (BEFORE 37, AFTER 37)" in bounded.output
+    assert "the noise from at most 16 evenly spaced steps of each run (the bootstrap's bound)" in bounded.output

@@ -137,10 +137,7 @@ def gate_notes(k: GateCheck) -> list[str]:
             f"time; AFTER {a.steps} step(s), mean {a.mean_ms:,.0f} ms, {a.share:.0%} of its time"
         )
     if any(n == MAX_STEPS < steps for n, steps in zip(k.resampled, k.steps, strict=True)):
-        notes.append(
-            f"  noise from at most {MAX_STEPS:,} evenly spaced steps of each run (BEFORE {k.steps[0]:,}, "
-            f"AFTER {k.steps[1]:,}): the bootstrap's bound; the medians are of every step"
-        )
+        notes.append(f"  the noise from at most {MAX_STEPS:,} evenly spaced steps of each run (the bootstrap's bound)")
     if k.drift_allowance_pct > 0:
         notes.append(
             f"  drift (first to last third): BEFORE {k.drift_pct[0]:+.1f}%, AFTER {k.drift_pct[1]:+.1f}%; "
