@@ -7,7 +7,10 @@ For each file: gpuanalyze's parse + import (ingest.kineto_import.load_kineto) an
 ``TraceAnalysis(trace_dir=...)`` parse, alternating, median of --repeats; MB/s of uncompressed
 JSON; the speed ratio; and gpuanalyze's peak traced memory (tracemalloc), in MB and as a multiple of
 the uncompressed JSON size (the streaming reader's buffers are fixed, ~16 MB, so small files show a
-large multiple; benchmarks/import_memory.py measures a 2 GB trace). Target: ratio >= 5.
+large multiple; benchmarks/import_memory.py measures a large trace). Beside them, the floor: the same file only
+inflated (zlib, in 8 MiB chunks), and inflated and parsed by a plain streaming JSON parser (ijson's C backend,
+``ijson.items(fh, "traceEvents.item")``, when installed), and gpuanalyze's time as a multiple of each.
+Target (issue #41): >= 10x HTA's parse.
 
     python benchmarks/import_speed.py --against REV [TRACE ...]   # this checkout against a git revision
 
@@ -29,6 +32,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 
 from gpuanalyze.ingest.kineto_import import load_kineto
@@ -50,6 +54,29 @@ def hta_parse(path: Path) -> float:
         t0 = time.perf_counter()
         TraceAnalysis(trace_dir=tmp)
         return time.perf_counter() - t0
+
+
+def inflated(path: Path) -> float:
+    """Seconds to read and inflate the file, nothing parsed."""
+    t0 = time.perf_counter()
+    with open(path, "rb") as fh:
+        d = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+        while chunk := fh.read(8 << 20):
+            d.decompress(chunk) if path.suffix == ".gz" else None
+    return time.perf_counter() - t0
+
+
+def streamed(path: Path) -> float | None:
+    """Seconds to inflate and parse the file with ijson's C backend (None without ijson)."""
+    try:
+        import ijson
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as fh:
+        for _ in ijson.items(fh, "traceEvents.item"):
+            pass
+    return time.perf_counter() - t0
 
 
 def peak_traced(path: Path) -> int:
@@ -136,9 +163,11 @@ def main() -> None:
         print("HTA is not installed (pip install holistictraceanalysis): printing gpuanalyze's numbers only")
     for path in files:
         size = len(gzip.decompress(path.read_bytes())) if path.suffix == ".gz" else path.stat().st_size
-        mine, theirs = [], []
+        mine, theirs, gunzip, plain = [], [], [], []
         for _ in range(args.repeats):
             mine.append(ours(path))
+            gunzip.append(inflated(path))
+            plain.append(streamed(path))
             if have_hta:
                 theirs.append(hta_parse(path))
         m = statistics.median(mine)
@@ -146,6 +175,11 @@ def main() -> None:
         if theirs:
             h = statistics.median(theirs)
             line += f" | HTA {h * 1e3:.0f} ms ({size / h / 1e6:.1f} MB/s) | speed-up {h / m:.1f}x"
+        g = statistics.median(gunzip)
+        line += f" | floor: inflate {g * 1e3:.0f} ms (ours {m / g:.1f}x)"
+        if None not in plain:
+            j = statistics.median(x for x in plain if x is not None)
+            line += f", inflate + ijson parse {j * 1e3:.0f} ms (ours {m / j:.2f}x)"
         peak = peak_traced(path)
         line += f" | peak traced memory {peak / 1e6:.0f} MB ({peak / size:.2f}x JSON) | load {os.getloadavg()[0]:.2f}"
         print(line)

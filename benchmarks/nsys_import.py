@@ -1,127 +1,163 @@
-"""Nsight Systems SQLite import: time and peak memory, side by side with plain sqlite3 queries as the floor.
+"""Nsight Systems SQLite import against its floor, plain sqlite3 reading the same tables, side by side in one run.
 
-    python benchmarks/nsys_import.py                        # the largest shared export and a synthetic one
-    python benchmarks/nsys_import.py --steps 2000 --kernels 2000   # 659 MB, 16 million rows (built once, reused)
+    python benchmarks/nsys_import.py                  # the shared 2-rank export repeated to ~1 GB (k_copies.py)
+    python benchmarks/nsys_import.py --k 100          # x100 (241 MB)
+    python benchmarks/nsys_import.py --source EXPORT.sqlite --k 1
 
-Imports run in fresh processes, alternating with the floor --repeats times:
+The export is built in a temporary directory (its size printed; deleted afterwards unless --keep) from --source
+repeated --k times (default: as many copies as make --size). Each side runs in a fresh process, alternating,
+--repeats times:
 
-- gpuanalyze: ``gpuanalyze.ingest.sources.load_nsys`` (every table read, Kineto events per rank, step rows);
-- floor: the same columns of the kernel, memcpy, runtime and NVTX tables (names joined from StringIds) read with
-  the standard library's sqlite3 and iterated, nothing kept: what an ``nsys stats``-style report reads.
+- gpuanalyze: ``gpuanalyze.ingest.sources.load_nsys`` (every table read, rows per rank and step);
+- floor: the standard library's sqlite3 iterating every row and column (``SELECT *``) of the kernel, runtime,
+  memcpy, memset, synchronization, NVTX and StringIds tables, nothing kept ("read in full");
+- floor, its columns: the same tables, only the columns the importer reads (names as ids): the tighter floor.
 
-The synthetic export is tests/nsys_fixtures.py's: 2 ranks; per step and rank an NVTX step range, a copy,
---kernels kernels with their launches and a cudaStreamSynchronize. Prints time, rows/s, peak RSS (VmHWM)
-and the ratios; the goal is peak RSS <= 600 MiB whatever the size.
+Prints wall and CPU seconds (the child's ``process_time``), peak RSS (VmHWM) and the load average around each run
+(the machine is shared: CPU time is the steadier number), then the ratios of the medians. Goals (issue #41, 1 GB):
+time <= 2x the floor, peak RSS <= 600 MiB. Then the verdict and mean step time of the source and of its copies
+(``analyzer.analyze``): a longer capture of the same run must give the same answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "nsys_traces"
-
+SOURCE = ROOT.parent / "shared" / "nsys_traces" / "nsysai_mfu_train_2gpu_before.sqlite"
+TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "NVTX_EVENTS",
+    "StringIds",
+)
+#: The columns the importer reads, per table (the tighter floor).
+COLUMNS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": "start, end, globalPid, streamId, correlationId, demangledName",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start, end, globalTid, correlationId, nameId",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "start, end, globalPid, streamId, correlationId, copyKind, srcKind, dstKind",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "start, end, globalPid, streamId, correlationId, memKind",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "globalPid, correlationId",
+    "NVTX_EVENTS": "start, end, globalTid, text, textId",
+    "StringIds": "id, value",
+}
 _CHILD = r"""
 import sys, time
 sys.path[:0] = [{root!r}, {root!r} + "/ingest", {root!r} + "/kernels"]
-from pathlib import Path
-t0 = time.perf_counter()
+wall, cpu = time.perf_counter(), time.process_time()
 if {mode!r} == "gpuanalyze":
+    import logging
+    logging.disable(logging.WARNING)
+    from pathlib import Path
     from gpuanalyze.ingest.sources import load_nsys
     rows = load_nsys(Path({path!r})).frame.height
 else:
     import sqlite3
     conn = sqlite3.connect("file:" + {path!r} + "?mode=ro&immutable=1", uri=True)
     tables = {{n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}}
-    name = "(SELECT value FROM StringIds WHERE id = {{}})"
-    device = "SELECT start, end, globalPid, streamId, correlationId, "
-    queries = {{
-        "CUPTI_ACTIVITY_KIND_KERNEL": device + name.format("demangledName"),
-        "CUPTI_ACTIVITY_KIND_MEMCPY": device + "copyKind, srcKind, dstKind",
-        "CUPTI_ACTIVITY_KIND_RUNTIME": "SELECT start, end, globalTid, correlationId, " + name.format("nameId"),
-        "NVTX_EVENTS": "SELECT start, end, globalTid, COALESCE(text, " + name.format("textId") + ")",
-    }}
     rows = 0
-    for table, sql in queries.items():
+    for table, columns in {queries!r}.items():
         if table in tables:
-            cur = conn.execute(sql + " FROM " + table)
+            cur = conn.execute(f"SELECT {{columns}} FROM {{table}}")
             while batch := cur.fetchmany(8192):
                 rows += len(batch)
-took = time.perf_counter() - t0
-hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(took, int(hwm.split()[1]) / 1024, rows)
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(time.perf_counter() - wall, time.process_time() - cpu, int(hwm.split()[1]) / 1024, rows)
 """
+MODES = {
+    "gpuanalyze": {},
+    "floor": dict.fromkeys(TABLES, "*"),
+    "floor, its columns": COLUMNS,
+}
 
 
-def run(mode: str, path: Path) -> tuple[float, float, int]:
-    code = _CHILD.format(root=str(ROOT), path=str(path), mode=mode)
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run(mode: str, path: Path) -> tuple[float, float, float, int]:
+    code = _CHILD.format(root=str(ROOT), path=str(path), mode=mode, queries=MODES[mode])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed on {path}:\n{out.stderr[-3000:]}")
-    took, rss, rows = out.stdout.split()
-    return float(took), float(rss), int(rows)
+    wall, cpu, rss, rows = out.stdout.split()
+    return float(wall), float(cpu), float(rss), int(rows)
 
 
-def rows_in(path: Path) -> int:
-    import sqlite3
-
-    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    wanted = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
-    return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in wanted if t in tables)
+def verdicts(source: Path, path: Path) -> None:
+    code = (
+        "import sys, logging; logging.disable(logging.WARNING); from analyzer.api import analyze; "
+        "r = analyze(sys.argv[1]); print(r.bottleneck, r.metrics.step_mean_ms, r.metrics.steps)"
+    )
+    for p in (source, path):
+        out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, cwd=ROOT, check=True)
+        verdict, mean, steps = out.stdout.split()
+        print(f"  {p.name}: verdict {verdict}, mean step {float(mean):.2f} ms, {int(steps):,} steps analysed")
 
 
 def compare(path: Path, repeats: int) -> None:
-    rows = rows_in(path)
-    print(f"{path.name}: {path.stat().st_size / 1e6:.1f} MB, {rows:,} activity and NVTX rows")
-    results: dict[str, list[tuple[float, float, int]]] = {"gpuanalyze": [], "floor": []}
+    results: dict[str, list[tuple[float, float, float, int]]] = {m: [] for m in MODES}
     for i in range(repeats):
-        for mode in ("gpuanalyze", "floor") if i % 2 == 0 else ("floor", "gpuanalyze"):
-            results[mode].append(run(mode, path))
-    for mode, res in results.items():
-        took = statistics.median(r[0] for r in res)
-        rss = max(r[1] for r in res)
-        print(f"  {mode:10s}: {took:7.2f} s, {rows / took / 1e6:6.2f} M rows/s, peak RSS {rss:6.0f} MiB")
-    t = {m: statistics.median(r[0] for r in v) for m, v in results.items()}
-    m = {m: max(r[1] for r in v) for m, v in results.items()}
-    ratio_t, ratio_m = t["gpuanalyze"] / t["floor"], m["gpuanalyze"] / m["floor"]
-    goal = "met" if m["gpuanalyze"] <= 600 else "NOT met"
-    print(f"  gpuanalyze / floor: time {ratio_t:.2f}x, peak RSS {ratio_m:.2f}x; peak RSS <= 600 MiB: {goal}")
-
-
-def build(out: Path, steps: int, kernels: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    from tests.nsys_fixtures import Export, build_export
-
-    tmp = out.with_suffix(".partial")
-    tmp.unlink(missing_ok=True)
-    build_export(tmp, Export(pids=(101, 102), steps=steps, kernels_per_step=kernels))
-    tmp.replace(out)
+        for mode in list(MODES) if i % 2 == 0 else list(MODES)[::-1]:
+            before = load()
+            r = run(mode, path)
+            results[mode].append(r)
+            print(
+                f"  {mode:18s}: wall {r[0]:6.2f} s, CPU {r[1]:6.2f} s, peak RSS {r[2]:5.0f} MiB "
+                f"| load before {before}, after {load()}"
+            )
+    med = {m: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for m, v in results.items()}
+    peak = {m: max(r[2] for r in v) for m, v in results.items()}
+    for floor in ("floor", "floor, its columns"):
+        print(
+            f"  gpuanalyze / {floor}: wall {med['gpuanalyze'][0] / med[floor][0]:.2f}x, CPU "
+            f"{med['gpuanalyze'][1] / med[floor][1]:.2f}x (medians of {repeats})"
+        )
+    goal = "met" if peak["gpuanalyze"] <= 600 else f"NOT met (by {peak['gpuanalyze'] - 600:.0f} MiB)"
+    ratio = med["gpuanalyze"][1] / med["floor"][1]
+    print(f"  goals: CPU <= 2x the floor: {'met' if ratio <= 2 else 'NOT met'}; peak RSS <= 600 MiB: {goal}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=200, help="steps per rank of the synthetic export")
-    parser.add_argument("--kernels", type=int, default=1000, help="kernels per step")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="the synthetic export's path (default: temp; reused)")
+    parser.add_argument("--source", type=Path, default=SOURCE)
+    parser.add_argument("--k", type=int, default=None, help="copies of the source (default: as many as make --size)")
+    parser.add_argument("--size", type=float, default=1e9, help="bytes the copies should reach (default 1e9)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the export at this path (reused if there)")
     args = parser.parse_args()
-    shared = sorted(SHARED.glob("*.sqlite"), key=lambda p: p.stat().st_size) if SHARED.is_dir() else []
-    if shared:
-        compare(shared[-1], args.repeats)
-    name = f"gpuanalyze-nsys-synthetic-{args.steps}x{args.kernels}.sqlite"
-    out = args.out or Path(tempfile.gettempdir()) / name
-    if not out.exists():
-        t0 = time.perf_counter()
-        build(out, args.steps, args.kernels)
-        print(f"built {out} in {time.perf_counter() - t0:.0f} s")
-    compare(out, args.repeats)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.k_copies import repeat_nsys
+
+    k = args.k or max(1, math.ceil(args.size / args.source.stat().st_size))
+    tmp = None
+    path = args.keep
+    if path is None:
+        tmp = Path(tempfile.mkdtemp(prefix="gpuanalyze-nsys-bench-"))
+        path = tmp / f"x{k}.sqlite"
+    try:
+        if not path.exists():
+            free = shutil.disk_usage(path.parent).free
+            if free < 1.5 * k * args.source.stat().st_size:
+                raise SystemExit(f"{path.parent}: {free / 1e9:.1f} GB free, too little for {k} copies")
+            repeat_nsys(args.source, path, k) if k > 1 else shutil.copyfile(args.source, path)
+        print(f"{path}: {path.stat().st_size / 1e6:,.0f} MB, {k} copies of {args.source.name} | load {load()}")
+        compare(path, args.repeats)
+        verdicts(args.source, path)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.planning.gate import change_words
+from analyzer.planning.gate import MAX_STEPS, change_words
 from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
 from analyzer.render.safe import text
@@ -128,7 +128,7 @@ def _gate_lines(g: GateResult, *, notes: bool = True) -> list[RenderableType]:
 
 
 def gate_notes(k: GateCheck) -> list[str]:
-    """The spike steps left out of the medians and the runs' drift, each run apart."""
+    """The spike steps left out of the medians, a bootstrap of fewer steps than all, the runs' drift, each run."""
     notes = []
     if k.spikes is not None and (k.spikes[0].steps or k.spikes[1].steps):
         b, a = k.spikes
@@ -136,6 +136,8 @@ def gate_notes(k: GateCheck) -> list[str]:
             f"  spikes (not in the medians): BEFORE {b.steps} step(s), mean {b.mean_ms:,.0f} ms, {b.share:.0%} of its "
             f"time; AFTER {a.steps} step(s), mean {a.mean_ms:,.0f} ms, {a.share:.0%} of its time"
         )
+    if any(n == MAX_STEPS < steps for n, steps in zip(k.resampled, k.steps, strict=True)):
+        notes.append(f"  the noise from at most {MAX_STEPS:,} evenly spaced steps of each run (the bootstrap's bound)")
     if k.drift_allowance_pct > 0:
         notes.append(
             f"  drift (first to last third): BEFORE {k.drift_pct[0]:+.1f}%, AFTER {k.drift_pct[1]:+.1f}%; "

@@ -10,26 +10,12 @@ they hold free: Arrow's ``release_unused`` and glibc's ``malloc_trim`` (elsewher
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from collections.abc import Callable
-
 import pyarrow as pa
 
-
-@functools.cache
-def _trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
-    try:  # the symbols this process already has loaded (find_library would run ldconfig)
-        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-    return fn
+from gpuanalyze.ingest.kineto_import import return_freed_memory
 
 
 def release() -> None:
     """Return the memory the allocators hold free to the operating system (milliseconds)."""
     pa.default_memory_pool().release_unused()
-    trim = _trim()
-    if trim is not None:
-        trim(0)
+    return_freed_memory()

@@ -175,12 +175,27 @@ class CallSites:
             e_name = np.frombuffer(self.e_name, dtype=np.int32)
             roles = np.frombuffer(self.e_caller, dtype=np.int8)
             for role, out, outermost in ((OP, op, True), (CALLER, caller, False)):
-                sel = np.flatnonzero((roles == role) & np.isin(e_tid, c_tid))
+                sel = _near_calls(
+                    np.flatnonzero((roles == role) & np.isin(e_tid, c_tid)), (e_s, e_e, e_tid), c_s, c_tid
+                )
                 if sel.size:
                     out[:] = _sweep(e_s[sel], e_e[sel], e_tid[sel], e_name[sel], c_s, c_e, c_tid, outermost)
         return BlockingCalls(
             idx, np.frombuffer(self.c_name, dtype=np.int32).copy(), op, caller, tuple(self._names.names)
         )
+
+
+def _near_calls(idx: np.ndarray, e: tuple[np.ndarray, ...], c_s: np.ndarray, c_tid: np.ndarray) -> np.ndarray:
+    """The events of ``idx`` (``e``: all events' start, end, thread) around the start of a call on their thread:
+    only they can be around a call (where events nest, the sweep's stack holds no other at a call's start)."""
+    out = [idx[:0]]
+    for t in np.unique(c_tid).tolist():
+        starts = np.sort(c_s[c_tid == t])
+        for part in np.array_split(idx, idx.size // (1 << 20) + 1):  # a million events at a time
+            part = part[e[2][part] == t]
+            j = np.minimum(np.searchsorted(starts, e[0][part] - _EPS_US), starts.size - 1)
+            out.append(part[(starts[j] >= e[0][part] - _EPS_US) & (starts[j] <= e[1][part] + _EPS_US)])
+    return np.sort(np.concatenate(out))
 
 
 def _sweep(

@@ -47,7 +47,8 @@ MAX_FOREIGN = 2
 FOREIGN_SHARE = 0.05
 #: Distinct occurrence counts tried as the iteration count (the most common ones among op names).
 MAX_CANDIDATES = 16
-#: Outermost ops beyond which no loop is looked for (the search is linear per candidate, in Python).
+#: Outermost ops the anchor is searched among (the search is linear per candidate, in Python); past them the anchor
+#: found in the first MAX_TOP_OPS is checked on every op (one candidate), and the note says so.
 MAX_TOP_OPS = 200_000
 
 
@@ -59,12 +60,14 @@ class Iterations:
     """The op that starts every iteration."""
     skipped_us: float
     """Host time before the first iteration (not analysed)."""
+    searched: int = 0  # top-level ops the anchor was chosen among where fewer than all (MAX_TOP_OPS); 0: all
 
     def note(self) -> str:
         before = f"; {self.skipped_us / 1e3:,.1f} ms before the first is not analysed" if self.skipped_us > 0 else ""
+        among = f" (chosen among the first {self.searched:,} top-level ops, checked on all)" if self.searched else ""
         return (
             f"no ProfilerStep#N annotations: {len(self.windows)} iterations found from the repeated top-level op "
-            f"'{self.anchor[:80]}' on the loop's thread, each analysed as a step{before}"
+            f"'{self.anchor[:80]}'{among} on the loop's thread, each analysed as a step{before}"
         )
 
 
@@ -141,17 +144,19 @@ def detect_iterations(ops: HostOps, exchanges: np.ndarray, end_us: float) -> Ite
     if top is None:
         return None
     start, _, names = top
-    if names.size > MAX_TOP_OPS:
-        return None
+    head = slice(0, MAX_TOP_OPS)
     best: tuple[int, np.ndarray, int] | None = None
-    for anchor in _candidates(names):
-        got = _score(names, start, exchanges, anchor)
+    for anchor in _candidates(names[head]):
+        got = _score(names[head], start[head], exchanges, anchor)
         if got is not None and (best is None or got[0] > best[0]):
             best = (got[0], got[1], anchor)
+    if best is not None and names.size > MAX_TOP_OPS:  # the anchor of the first ops, checked on them all
+        got = _score(names, start, exchanges, best[2])
+        best = None if got is None else (got[0], got[1], best[2])
     if best is None:
         return None
     _, at, anchor = best
     edges = [float(x) for x in start[at]] + [end_us]
     windows = [(i, lo, hi) for i, (lo, hi) in enumerate(pairwise(edges))]
     skipped = edges[0] - float(start[0])
-    return Iterations(windows, ops.names[anchor], skipped)
+    return Iterations(windows, ops.names[anchor], skipped, MAX_TOP_OPS if names.size > MAX_TOP_OPS else 0)

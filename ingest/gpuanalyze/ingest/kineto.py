@@ -54,7 +54,7 @@ from gpuanalyze.ingest.kineto_events import (
     decode_events,
 )
 from gpuanalyze.ingest.kineto_meta import device_props, dist_info, parse_literal
-from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, enqueues, may_block
+from gpuanalyze.ingest.runtime_calls import BLOCKING, call_facts
 from gpuanalyze.ingest.startup_work import COMPILE_SUFFIX, OVERHEAD_KINDS, StartupSink, StartupWork
 from gpuanalyze.ingest.step_memory import MemorySink, StepMemory
 from gpuanalyze.ingest.step_windows import resolve_windows
@@ -310,11 +310,12 @@ class KinetoSink:
 
     def _runtime(self, e: Any, name: str, t: tuple[float, float]) -> None:
         """A runtime/driver API call: its class by API family, its thread, whether it enqueues device work."""
-        klass = call_class(name)
-        self.enqueue_calls += enqueues(name)
-        if may_block(name):
+        klass, enqueue, named, startup = call_facts(name)
+        self.enqueue_calls += enqueue
+        if named:
             self.sites.add_call(len(self.r_ts), name, e.tid)
-        self.startup.call(name, t[0], t[1])
+        if startup:
+            self.startup.call(name, t[0], t[1])
         self.r_ts.append(t[0])
         self.r_dur.append(t[1])
         self.r_sync.append(klass == BLOCKING)

@@ -31,6 +31,7 @@ step's.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,6 +224,16 @@ def _device_notes(k: KinetoTrace, no_device: str | None) -> tuple[list[str], dic
     return ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"], {}
 
 
+def return_freed_memory() -> None:
+    """Hand the C heap's freed pages back (glibc's ``malloc_trim``; elsewhere nothing): what parsing or a conversion
+    freed otherwise stays resident under what comes next (glibc serves numpy's arrays from its heap)."""
+    try:  # the symbols this process already has loaded (find_library would run ldconfig)
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
+        return
+    trim(0)
+
+
 def import_kineto(
     k: KinetoTrace,
     *,
@@ -235,6 +246,7 @@ def import_kineto(
     names it in the run information, ``no_steps`` is the note for a trace without step annotations or
     iterations, ``no_device`` why a capture without device activity did not record the GPU: RunInfo's
     unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
+    return_freed_memory()
     launch = launch_times(k)
     windows, notes = windows_of(k, no_steps, launch[0])
     notes = k.notes + notes
@@ -267,6 +279,8 @@ def import_kineto(
     mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
+    del src, kernels, launch, mask, computation  # the rows are made: what made them goes before the frame comes
+    return_freed_memory()
     try:
         run = msgspec.convert(
             {

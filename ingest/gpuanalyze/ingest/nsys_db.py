@@ -178,6 +178,10 @@ class NsysDb:
         lookup = f"(SELECT {cut} FROM StringIds WHERE id = {expr} AND typeof({expr}) = 'integer')"
         return f"COALESCE({lookup}, {direct})"
 
+    def id_or_text(self, expr: str) -> str:
+        """SQL for a name column as stored (a StringIds id, or text cut to MAX_NAME_CHARS; nsys_rows.strings)."""
+        return f"CASE WHEN typeof({expr}) = 'text' THEN substr({expr}, 1, {MAX_NAME_CHARS}) ELSE {expr} END"
+
 
 def quote(name: str) -> str:
     """An SQL identifier, quoted (names come from the export's own catalogue)."""

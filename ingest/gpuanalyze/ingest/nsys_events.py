@@ -44,16 +44,16 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import msgspec
+import numpy as np
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.kineto import KinetoTrace
-from gpuanalyze.ingest.kineto_events import _Args, _Event
+from gpuanalyze.ingest.kineto_events import _Event
 from gpuanalyze.ingest.nsys_db import NsysDb
 from gpuanalyze.ingest.nsys_host import (
-    MAX_WAITS,
-    NsysSink,
     OsWaits,
     Threads,
     loader_note,
@@ -64,7 +64,8 @@ from gpuanalyze.ingest.nsys_host import (
     thread_names,
 )
 from gpuanalyze.ingest.nsys_meta import NsysMeta, gpu_for
-from gpuanalyze.ingest.nsys_steps import Steps, classify, describe, emit_nvtx_name, step_events, step_kind
+from gpuanalyze.ingest.nsys_rows import Cached, Interned, RowSink, device_names, range_facts, strings, timed
+from gpuanalyze.ingest.nsys_steps import Steps, describe, nvtx_cut, step_events, step_kind
 from gpuanalyze.ingest.stream import ReadLimits
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -86,31 +87,12 @@ NVTX_RANGES = (59, 60, 70, 71)
 _PID = "((globalPid >> 24) & 16777215)"
 _TID_PID = "((globalTid >> 24) & 16777215)"
 _TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
-#: Built-in ENUM_CUDA_MEM_KIND (same numbering as the table of 2022.4 on).
-MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static"}
-#: Built-in ENUM_CUDA_MEMCPY_OPER.
-COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH"}
-COPY_KINDS |= {10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 VERSION_SUFFIX = re.compile(r"_v\d+$")
 _MAX_COUNTED_NAMES = 4096
 #: Most processes with GPU activity read as ranks (one host's; a training job has one per GPU); beyond: refused.
 MAX_RANKS = 1024
 #: Ranks of at most this many GPU rows together are read in one pass over each table (~40 bytes an event held).
 GROUP_ROWS = 1 << 20
-
-
-def _copy_names(db: NsysDb) -> tuple[dict[int, str], dict[int, str]]:
-    copies, kinds = dict(COPY_KINDS), dict(MEM_KINDS)
-    if db.has("ENUM_CUDA_MEMCPY_OPER", "id", "name"):
-        for i, name in db.small("SELECT id, substr(name, 1, 64) FROM ENUM_CUDA_MEMCPY_OPER"):
-            code = str(name).removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_")
-            if isinstance(i, int) and len(code) == 4 and code[1:3] == "TO":
-                copies[i] = f"{code[0]}to{code[3]}"
-    if db.has("ENUM_CUDA_MEM_KIND", "id", "label"):
-        for i, label in db.small("SELECT id, substr(label, 1, 32) FROM ENUM_CUDA_MEM_KIND"):
-            if isinstance(i, int) and isinstance(label, str):
-                kinds[i] = label
-    return copies, kinds
 
 
 class NsysEvents:
@@ -126,8 +108,8 @@ class NsysEvents:
         self.ranked = bool(self.devices)
         self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
         self.groups = _groups(self.keys, rows)
-        self.syncs, self._syncs_cut = read_syncs(db)
-        self.sinks: dict[int | None, NsysSink] = {}
+        self.syncs = read_syncs(db)
+        self.sinks: dict[int | None, RowSink] = {}
         """The rank being read (one sink at a time)."""
         self._where = ""
         """The SQL filter on the rank's process id ({pid} is the table's process id expression)."""
@@ -142,18 +124,20 @@ class NsysEvents:
         """pid -> its loop thread (globalTid)."""
         self._sync_only_ranks: list[int] = []
         self.steps: dict[int | None, Steps] = {}
-        self.buffers: dict[int | None, list[_Event]] = {}
         self.nvtx_names: Counter[str] = Counter()
         self.nvtx_span = (float("inf"), float("-inf"))
         """First start and last end of the NVTX ranges read (us): the window of a capture that has nothing else."""
         self.op_ranges: Counter[int | None] = Counter()
         """Per rank read, its NVTX ranges of ops (emit_nvtx)."""
-        self._runtime_names: dict[str, str] = {}
+        self._strings = strings(db)
+        self._call_names = Cached(lambda raw: _call_name(self._strings[raw]))
+        self._device_names = device_names(db, self._strings)
+        self._range_facts = Interned(lambda key: range_facts(key, step_range))
 
-    def _waits_of(self, key: int | None) -> set[int]:
+    def _waits_of(self, key: int | None) -> np.ndarray | None:
         if key is not None:
-            return self.syncs.get(key, set())
-        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else set()
+            return self.syncs.get(key)
+        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else None
 
     def _gpu_processes(self) -> tuple[dict[int, int | None], Counter[int]]:
         """pid -> lowest CUDA device of its GPU rows, in rank order; and each pid's GPU rows."""
@@ -183,97 +167,84 @@ class NsysEvents:
             return True, None
         return (pid in self.sinks), pid if isinstance(pid, int) else None
 
-    def _add(self, pid: object, event: _Event) -> None:
+    def _add(self, pid: object, events: list[_Event]) -> None:
         ok, key = self._sink_key(pid)
-        if not ok:
-            return
-        buf = self.buffers[key]
-        buf.append(event)
-        if len(buf) >= 8192:
-            self._flush(key)
-
-    def _flush(self, key: int | None) -> None:
-        buf = self.buffers[key]
-        if buf:
-            self.sinks[key].consume(buf)
-            self.buffers[key] = []
-
-    def _flush_all(self) -> None:
-        for key in self.buffers:
-            self._flush(key)
+        if ok:
+            self.sinks[key].consume(events)
 
     def _col(self, table: str, name: str) -> str:
         return name if name in self.db.columns(table) else "NULL"
 
-    def _device_rows(self, table: str, cat: str, name_sql: str, extra: str) -> None:
+    def _split(self, ids: tuple[Any, ...]) -> Iterator[tuple[int | None, RowSink, np.ndarray]]:
+        """(rank, sink, positions of its rows in a batch) of each rank read, from the rows' globalPid or globalTid."""
+        if len(self.sinks) == 1:
+            yield *next(iter(self.sinks.items())), np.arange(len(ids))
+            return
+        pids = (np.array(ids, dtype=np.int64) >> 24) & 0xFFFFFF
+        for key, sink in self.sinks.items():
+            if (sel := np.flatnonzero(pids == key)).size:
+                yield key, sink, sel
+
+    def _id_col(self, table: str, name: str) -> str:
+        """An id column as SQL: its integer, -1 where missing or not an integer (KinetoSink._id)."""
+        return (
+            f"CASE WHEN typeof({name}) = 'integer' THEN {name} ELSE -1 END" if name in self.db.columns(table) else "-1"
+        )
+
+    def _device_rows(self, table: str, cat: str, name: str, extra: str) -> None:
         if not self.db.has(table, "start", "end"):
             return
-        pid = _PID if "globalPid" in self.db.columns(table) else "0"
-        corr, where = self._col(table, "correlationId"), self._where.format(pid=pid)
-        sql = f"SELECT start, end, {pid}, {corr}, {name_sql}{extra} FROM {table} WHERE {_TIMED}{where}"
-        for rows in self.db.batches(sql):
-            for row in rows:
-                start, end, p, c, name = row[:5]
-                if cat == "gpu_memcpy":
-                    name = self._copy_name(row[5], row[6], row[7])
-                elif cat == "gpu_memset":
-                    name = f"Memset ({self._kinds.get(row[5], 'Unknown') if isinstance(row[5], int) else 'Unknown'})"
-                elif not isinstance(name, str):
-                    name = "(unnamed kernel)"
-                self._add(p, _Event("X", cat, name, start / 1e3, (end - start) / 1e3, None, _Args(c)))
-        self._flush_all()
-
-    def _copy_name(self, kind: object, src: object, dst: object) -> str:
-        op = self._copies.get(kind, "Unknown") if isinstance(kind, int) else "Unknown"
-        a = self._kinds.get(src, "Unknown") if isinstance(src, int) else "Unknown"
-        b = self._kinds.get(dst, "Unknown") if isinstance(dst, int) else "Unknown"
-        return f"Memcpy {op} ({a} -> {b})"
+        gp, pid = ("globalPid", _PID) if "globalPid" in self.db.columns(table) else ("0", "0")
+        corr, where = self._id_col(table, "correlationId"), self._where.format(pid=pid)
+        sql = f"SELECT start, end, {gp}, {corr}, {name}{extra} FROM {table} WHERE 1{where}"
+        names = self._device_names[cat]
+        for batch in self.db.batches(sql):
+            _, cols, start, end = timed(batch)
+            corrs = np.array(cols[3], np.int64)
+            made = [names[k] for k in (cols[4] if cat == "kernel" else zip(*cols[5:], strict=True))]
+            ts, dur = start / 1e3, (end - start) / 1e3
+            for _, sink, sel in self._split(cols[2]):
+                sink.device_rows(cat, ts[sel], dur[sel], [made[i] for i in sel.tolist()], corrs[sel])
 
     def _kernels(self) -> None:
         cols = self.db.columns(KERNEL)
         col = next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None)
-        name_sql = self.db.string_sql(col) if col else "NULL"
-        self._device_rows(KERNEL, "kernel", name_sql, "")
+        self._device_rows(KERNEL, "kernel", self.db.id_or_text(col) if col else "NULL", "")
 
     def _copies_and_sets(self) -> None:
-        self._copies, self._kinds = _copy_names(self.db)
         m = [self._col(MEMCPY, c) for c in ("copyKind", "srcKind", "dstKind")]
         self._device_rows(MEMCPY, "gpu_memcpy", "NULL", ", " + ", ".join(m))
         self._device_rows(MEMSET, "gpu_memset", "NULL", ", " + self._col(MEMSET, "memKind"))
 
-    def _runtime_name(self, raw: str) -> str:
-        got = self._runtime_names.get(raw)
-        if got is None:
-            got = VERSION_SUFFIX.sub("", raw)
-            if len(self._runtime_names) < _MAX_COUNTED_NAMES:
-                self._runtime_names[raw] = got
-        return got
-
     def _runtime(self) -> None:
         if not self.db.has(RUNTIME, "start", "end", "globalTid"):
             return
-        name = self.db.string_sql("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
-        corr = self._col(RUNTIME, "correlationId")
+        name = self.db.id_or_text("nameId") if "nameId" in self.db.columns(RUNTIME) else "NULL"
+        corr = self._id_col(RUNTIME, "correlationId")
         where = self._where.format(pid=_TID_PID)
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {corr}, {name} FROM {RUNTIME} WHERE {_TIMED}{where}"
+        sql = f"SELECT start, end, globalTid, {corr}, {name} FROM {RUNTIME} WHERE 1{where}"
         calls = self.calls
-        for rows in self.db.batches(sql):
-            for start, end, p, tid, c, raw in rows:
-                call = self._runtime_name(raw) if isinstance(raw, str) else "(unnamed call)"
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, tid, _Args(c)))
+        for batch in self.db.batches(sql):
+            _, cols, start, end = timed(batch)
+            corrs = np.array(cols[3], np.int64)
+            names = [self._call_names[n] for n in cols[4]]
+            ts, dur = start / 1e3, (end - start) / 1e3
+            for _, sink, sel in self._split(cols[2]):
+                at = sel.tolist()
+                sink.runtime_rows(ts[sel], dur[sel], [names[i] for i in at], [cols[2][i] for i in at], corrs[sel])
+            for tid, n in Counter(cols[2]).items():
+                p = (tid >> 24) & 0xFFFFFF if isinstance(tid, int) else None
                 if isinstance(p, int) and isinstance(tid, int) and (got := calls.get(p)) is not None:
-                    got[tid] += 1
+                    got[tid] += n
                 elif isinstance(p, int) and isinstance(tid, int) and len(calls) < _MAX_COUNTED_NAMES:
-                    calls[p] = Counter({tid: 1})
-        self._flush_all()
+                    calls[p] = Counter({tid: n})
 
     def _sync_only(self) -> None:
         """The synchronisation records of the ranks without runtime calls, as the calls they stand for."""
         ranks = [p for p in self.syncs if p not in self.calls and (p in self.sinks or not self.ranked)]
         for rows in sync_calls(self.db, ranks):
             for p, start, end, call in rows:
-                self._add(p, _Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None))
-        self._flush_all()
+                self._add(p, [_Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None)])
         self._sync_only_ranks = ranks
 
     def _loop_threads(self) -> dict[int, int]:
@@ -287,7 +258,7 @@ class NsysEvents:
         pids = [p for p in self.sinks if p is not None] or list(loop)
         self.threads, self.capture_workers = thread_names(self.db, pids, loop)
 
-    def _rank_notes(self, key: int | None, sink: NsysSink) -> tuple[list[str], bool]:
+    def _rank_notes(self, key: int | None, sink: RowSink) -> tuple[list[str], bool]:
         """This rank's notes on its host side, and whether its DataLoader has worker processes."""
         pid = key if key is not None else next(iter(self.loop), None)
         threads = self.threads.get(pid) if pid is not None else None
@@ -314,11 +285,6 @@ class NsysEvents:
         note, workers = loader_note(threads, self.capture_workers, len(self.keys))
         if note:
             notes.append(note)
-        if self._syncs_cut:
-            notes.append(
-                f"more than {MAX_WAITS:,} synchronisation records: past them, blocking calls are read from their "
-                "names only"
-            )
         return notes, workers
 
     def _overhead(self) -> None:
@@ -334,8 +300,7 @@ class NsysEvents:
             for start, end, p, tid, kind in rows:
                 name = names.get(kind) if isinstance(kind, int) else None
                 if name is not None:
-                    self._add(p, _Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None))
-        self._flush_all()
+                    self._add(p, [_Event("X", "overhead", name, start / 1e3, (end - start) / 1e3, tid, None)])
 
     def _memory(self) -> None:
         """Each device-memory allocation (memoryOperationType 0) or free (1) of kind Device, Array or Device Static
@@ -354,21 +319,23 @@ class NsysEvents:
                     self.sinks[key].memory.add(device, start / 1e3, math.nan, held[key, device], math.nan)
 
     def _nvtx_sql(self) -> tuple[str, str] | None:
-        """(the SQL of a range's name, the filter on ranges) of NVTX_EVENTS; None without the table."""
+        """(the SQL of a range's text and text id, the filter on ranges) of NVTX_EVENTS; None without the table."""
         cols = self.db.columns(NVTX)
         if not {"start", "end", "globalTid"} <= cols:
             return None
-        texts = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in cols]
-        name = f"COALESCE({', '.join(texts)})" if texts else "NULL"
+        text = self.db.string_sql("text", ids=False) if "text" in cols else "NULL"
+        text_id = self.db.id_or_text("textId") if "textId" in cols else "NULL"
         kinds = f" AND eventType IN {self._range_types()}" if "eventType" in cols else ""
-        return name, f"{_TIMED}{kinds}"
+        return f"{text}, {text_id}", f"1{kinds}"
 
     def step_kind(self) -> str:
         """Decide, for every rank at once, which ranges are the steps (nsys_steps.step_kind); what they are."""
         got = self._nvtx_sql()
         ranks = ", ".join(str(int(k)) for k in self.keys if k is not None)
-        where = (got[1] + f" AND {_TID_PID} IN ({ranks})" if ranks else got[1]) if got else ""
-        self.kind = step_kind(self.db, self.path, got[0], where, self.step_range) if got else ""
+        where = (f"{_TIMED} AND {got[1]}" + (f" AND {_TID_PID} IN ({ranks})" if ranks else "")) if got else ""
+        cols = [self.db.string_sql(c, ids=c == "textId") for c in ("text", "textId") if c in self.db.columns(NVTX)]
+        name = f"COALESCE({', '.join(cols)})" if cols else "NULL"
+        self.kind = step_kind(self.db, self.path, name, where, self.step_range) if got else ""
         if self.step_range is not None and not got:
             raise TraceError(f"{self.path}: no NVTX range named {self.step_range!r} (the export has no NVTX ranges)")
         return describe(self.kind, self.step_range)
@@ -378,14 +345,41 @@ class NsysEvents:
         if got is None:
             return
         name, where = got
-        sql = f"SELECT start, end, {_TID_PID}, globalTid, {name} FROM {NVTX} WHERE {where}"
-        sql += self._where.format(pid=_TID_PID)
-        for rows in self.db.batches(sql):
-            for start, end, p, tid, text in rows:
-                if not isinstance(text, str):
-                    continue
-                self._range(p, tid, text, start / 1e3, end / 1e3)
-        self._flush_all()
+        sql = f"SELECT start, end, globalTid, {name} FROM {NVTX} WHERE {where}" + self._where.format(pid=_TID_PID)
+        strings = self._strings
+        for batch in self.db.batches(sql):
+            rows, cols, start, end = timed(batch)
+            texts = [t if t is not None else strings[i] for t, i in zip(cols[3], cols[4], strict=True)]
+            if None in texts:  # neither a text nor a known id: not read
+                rows = [r for r, t in zip(rows, texts, strict=True) if t is not None]
+                texts = [t for t in texts if t is not None]
+                rows, cols, start, end = timed(rows)
+            if rows:
+                self._ranges(cols, start, end, texts)
+
+    def _ranges(self, cols: list[tuple[Any, ...]], start_ns: np.ndarray, end_ns: np.ndarray, texts: list[str]) -> None:
+        """A batch of NVTX ranges: step ranges apart, the others as CPU ops or annotations (module docstring)."""
+        start, end = start_ns / 1e3, end_ns / 1e3
+        self.nvtx_span = (min(self.nvtx_span[0], float(start.min())), max(self.nvtx_span[1], float(end.max())))
+        facts = self._range_facts
+        ids = np.array([facts[nvtx_cut(t)] for t in texts], dtype=np.int64)
+        distinct, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        for i in np.argsort(first).tolist():
+            name = facts.facts[distinct[i]][0]
+            if len(self.nvtx_names) < _MAX_COUNTED_NAMES or name in self.nvtx_names:
+                self.nvtx_names[name] += int(counts[i])
+        step, op, nvrtc = facts.table(2, bool)[ids], facts.table(1, bool)[ids], facts.table(4, bool)[ids]
+        threads = [t if isinstance(t, int) else 0 for t in cols[2]]
+        for key, sink, rows in self._split(cols[2]):
+            for i in rows[step[rows]].tolist():
+                kind, number = facts.facts[ids[i]][3]
+                self.steps[key].by_kind[kind].append((number, float(start[i]), float(end[i]), threads[i]))
+            rows = rows[~step[rows]]
+            for i in rows[nvrtc[rows]].tolist():
+                sink.startup.add(facts.facts[ids[i]][0], float(start[i]), float(end[i] - start[i]))
+            self.op_ranges[key] += int(op[rows].sum())
+            tids = [threads[i] for i in rows.tolist()]
+            sink.cpu_rows(start[rows], end[rows] - start[rows], ids[rows], facts, tids)
 
     def _range_types(self) -> tuple[int, ...]:
         if not self.db.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
@@ -394,30 +388,10 @@ class NsysEvents:
         ids = [i for i, n in rows if isinstance(i, int) and str(n).endswith(("PushPopRange", "StartEndRange"))]
         return tuple(ids) if len(ids) > 1 else NVTX_RANGES
 
-    def _range(self, pid: object, tid: object, text: str, start: float, end: float) -> None:
-        self.nvtx_span = (min(self.nvtx_span[0], start), max(self.nvtx_span[1], end))
-        text, op = emit_nvtx_name(text)
-        if len(self.nvtx_names) < _MAX_COUNTED_NAMES or text in self.nvtx_names:
-            self.nvtx_names[text] += 1
-        ok, key = self._sink_key(pid)
-        if not ok:
-            return
-        thread = tid if isinstance(tid, int) else 0
-        step = classify(text, self.step_range)
-        if step is not None:
-            self.steps[key].by_kind[step[0]].append((step[1], start, end, thread))
-            return
-        if "nvrtc" in text.lower():
-            self.sinks[key].startup.add(text, start, end - start)
-        self.op_ranges[key] += op
-        cat = "cpu_op" if op else "user_annotation"
-        self._add(pid, _Event("X", cat, text, start, end - start, thread, None))
-
     def _begin(self, keys: list[int | None]) -> None:
         """Read ranks ``keys`` next ([None]: the whole capture, without GPU rows)."""
-        self.sinks = {key: NsysSink(self.path, self.limits, self._waits_of(key)) for key in keys}
+        self.sinks = {key: RowSink(self.path, self.limits, self._waits_of(key)) for key in keys}
         self.steps = {key: Steps() for key in keys}
-        self.buffers = {key: [] for key in keys}
         self.op_ranges = Counter()
         self.calls = {}
         pids = ", ".join(str(int(k)) for k in keys if k is not None)
@@ -445,10 +419,8 @@ class NsysEvents:
         alone = not self.kind and not self.ranked and not self.sinks[key].r_ts and bool(self.nvtx_names)
         if self.kind or alone:
             whole: list[tuple[int | None, float, float, int]] = [(None, *self.nvtx_span, 0)]
-            self.buffers[key].extend(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
-            self._flush(key)
+            self.sinks[key].consume(step_events(self.steps[key].by_kind[self.kind] if self.kind else whole))
         sink = self.sinks.pop(key)
-        del self.buffers[key]
         if not self.ranked and not sink.r_ts and not self.nvtx_names:
             absent = [t for t in (*GPU_TABLES, RUNTIME) if t not in self.db.tables]
             tables = f" (no {', '.join(absent)} table)" if absent else ""
@@ -465,7 +437,7 @@ class NsysEvents:
             k = dataclasses.replace(k, loader_workers=1)
         return k
 
-    def _meta(self, key: int | None, sink: NsysSink) -> dict[str, bytes]:
+    def _meta(self, key: int | None, sink: RowSink) -> dict[str, bytes]:
         """The Kineto metadata of rank ``key``: its place in the job and its GPU's properties, where known."""
         if any("nccl" in k.name.lower() for k in sink.kinds):
             self.backend = "nccl"
@@ -477,6 +449,11 @@ class NsysEvents:
         if gpu is not None:
             meta["deviceProperties"] = msgspec.json.encode([gpu.props()])
         return meta
+
+
+def _call_name(raw: object) -> str:
+    """A runtime call's name without nsys's version suffix."""
+    return VERSION_SUFFIX.sub("", raw) if isinstance(raw, str) else "(unnamed call)"
 
 
 def _groups(keys: list[int | None], rows: Counter[int]) -> list[list[int | None]]:

@@ -27,13 +27,16 @@ from __future__ import annotations
 import re
 from array import array
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuanalyze.ingest.kineto import MARK_LOADER, KinetoSink
+import numpy as np
+
 from gpuanalyze.ingest.nsys_db import NsysDb
-from gpuanalyze.ingest.runtime_calls import BLOCKING, call_class, may_block
-from gpuanalyze.ingest.stream import ReadLimits
+
+if TYPE_CHECKING:
+    from gpuanalyze.ingest.nsys_rows import RowSink
 
 SYNC, OSRT, THREADS = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "OSRT_API", "ThreadNames"
 _PID = "((globalPid >> 24) & 16777215)"
@@ -49,8 +52,6 @@ SYNC_CALLS = {
     "STREAM_SYNCHRONIZE": "cudaStreamSynchronize",
     "CONTEXT_SYNCHRONIZE": "cudaDeviceSynchronize",
 }
-#: Synchronisation records kept to mark runtime calls (beyond: the rest are read by name only, said in a note).
-MAX_WAITS = 1 << 18
 #: OS calls that wait for a file, pipe or socket (glibc names; ``64`` variants are the same calls).
 IO_WAITS = frozenset(
     [
@@ -103,20 +104,17 @@ PIN_THREAD, WORKER_THREAD = "pt_data_pin", "pt_data_worker"
 _MAX_THREADS = 1 << 16
 
 
-def read_syncs(db: NsysDb) -> tuple[dict[int, set[int]], bool]:
-    """pid -> correlation ids of its synchronisation records; whether more than MAX_WAITS were left out."""
-    out: dict[int, set[int]] = {}
+def read_syncs(db: NsysDb) -> dict[int, np.ndarray]:
+    """pid -> the correlation ids of its synchronisation records, sorted (8 bytes a record, every record kept)."""
     if not db.has(SYNC, "correlationId", "globalPid"):
-        return out, False
-    kept = 0
-    for rows in db.batches(f"SELECT {_PID}, correlationId FROM {SYNC}"):
-        for pid, corr in rows:
-            if isinstance(pid, int) and isinstance(corr, int):
-                out.setdefault(pid, set()).add(corr)
-                kept += 1
-                if kept >= MAX_WAITS:
-                    return out, True
-    return out, False
+        return {}
+    parts: dict[int, list[np.ndarray]] = {}
+    ints = "typeof(globalPid) = 'integer' AND typeof(correlationId) = 'integer'"
+    for rows in db.batches(f"SELECT {_PID}, correlationId FROM {SYNC} WHERE {ints}"):
+        pids, corrs = np.array(rows, dtype=np.int64).T
+        for pid in np.unique(pids).tolist():
+            parts.setdefault(pid, []).append(corrs[pids == pid])
+    return {pid: np.unique(np.concatenate(got)) for pid, got in parts.items()}
 
 
 def _sync_names(db: NsysDb) -> dict[int, str]:
@@ -142,36 +140,6 @@ def sync_calls(db: NsysDb, pids: list[int]) -> Any:
             if call is not None:
                 out.append((pid, start, end, call))
         yield out
-
-
-class NsysSink(KinetoSink):
-    """A KinetoSink that also takes the export's synchronisation records and loop-thread OS waits."""
-
-    def __init__(self, path: str, limits: ReadLimits, waits: set[int] | None = None) -> None:
-        super().__init__(path, limits)
-        self.waits = waits or set()
-        """Correlation ids of this process's synchronisation records."""
-        self.marked = 0
-        """Runtime calls made blocking by a synchronisation record (their names did not say so)."""
-
-    def _runtime(self, e: Any, name: str, t: tuple[float, float]) -> None:
-        super()._runtime(e, name, t)
-        if not self.waits or call_class(name) == BLOCKING:
-            return
-        corr = e.args.correlation if e.args is not None else None
-        if corr in self.waits and not NOT_HOST_WAIT.match(name):
-            i = len(self.r_ts) - 1
-            self.r_sync[i], self.r_class[i] = True, BLOCKING
-            if not may_block(name):
-                self.sites.add_call(i, name, e.tid)
-            self.marked += 1
-
-    def loader_waits(self, start_us: array, dur_us: array) -> None:
-        """Times the loop waited for input (OS calls): DataLoader marks, as ``__next__`` is in a Kineto trace."""
-        self.c_ts.extend(start_us)
-        self.c_dur.extend(dur_us)
-        self.c_mark.extend(array("b", [MARK_LOADER]) * len(start_us))
-        self._bounded()
 
 
 @dataclass(slots=True)
@@ -200,7 +168,7 @@ class OsWaits:
         return f"OS runtime calls (OSRT_API) on the loop thread {thread}: " + "; ".join(parts)
 
 
-def osrt_waits(db: NsysDb, loop: dict[int, int], sinks: dict[int, NsysSink]) -> dict[int, OsWaits]:
+def osrt_waits(db: NsysDb, loop: dict[int, int], sinks: Mapping[int, RowSink]) -> dict[int, OsWaits]:
     """Read the loop threads' OS calls (``loop``: pid -> globalTid); feed the I/O waits to each rank's sink
     (``sinks`` by pid; empty for a capture without GPU rows: nothing waited for input there, only a note)."""
     cols = db.columns(OSRT)

@@ -10,7 +10,6 @@ length, so a whole-process capture's set-up and teardown hold what was not recor
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ import polars as pl
 from analyzer.errors import TraceError
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto import KinetoTrace
-from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.kineto_import import import_kineto, return_freed_memory
 from gpuanalyze.ingest.nsys_db import NsysDb, is_sqlite_file
 from gpuanalyze.ingest.nsys_events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
 from gpuanalyze.ingest.nsys_meta import NsysMeta, read_meta
@@ -171,17 +170,6 @@ def _session(db: NsysDb, k: KinetoTrace) -> tuple[float, float] | None:
     return (0.0, rows[0][0] / 1e3) if max(float(a.end.max()) for a in arrays) <= rows[0][0] / 1e3 else None
 
 
-def _return_freed_memory() -> None:
-    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``, as analyzer/scale/memory.py
-    does; nothing elsewhere): a rank's arrays freed after its conversion otherwise stay resident (glibc serves
-    them from its heap once its mmap threshold has risen) while the next rank is read and converted."""
-    try:  # the symbols this process already has loaded (find_library would run ldconfig)
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
-        return
-    trim(0)
-
-
 def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> list[Trace]:
     """One Trace per rank of an Nsight Systems capture; raises TraceError with a one-line reason. The ranks are
     read and converted one at a time, so the peak is one rank's events and their conversion."""
@@ -209,7 +197,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 _on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device), meta.epoch_ns)
             )
             del k
-            _return_freed_memory()
+            return_freed_memory()
         backend = events.backend
     merged = tuple(merge_rank_notes([list(t.notes) for t in out]))  # said once, with the ranks where they differ
     return [

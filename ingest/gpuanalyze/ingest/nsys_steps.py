@@ -36,12 +36,21 @@ def emit_nvtx_name(text: str) -> tuple[str, bool]:
     """(the op's name without emit_nvtx's suffix, whether the range is an op: a CPU op in Kineto's terms) of an NVTX
     range's text. An op: its schema name, or an autograd sequence number (an autograd function, ``FlashAttnFunc``,
     ``MmBackward0``); anything else is an annotation (a record_function, a DataLoader fetch, a step)."""
-    cut = min((i for m in _EMIT_NVTX if (i := text.find(m)) >= 0), default=-1)
-    if cut < 0:
-        name, seq = text, False
-    else:
-        name, seq = text[:cut], _EMIT_NVTX[0] in text[cut:]
-    return name, seq or name.startswith(_OP_NAMES) or _OP_SCHEMA.fullmatch(name) is not None
+    name, seq = nvtx_cut(text)
+    return name, is_op(name, seq)
+
+
+def nvtx_cut(text: str) -> tuple[str, bool]:
+    """(the text without emit_nvtx's suffix, whether the suffix has a sequence number): cut at the earliest marker,
+    found with one search where the first ``", "`` starts one (every range emit_nvtx makes)."""
+    i = text.find(", ")
+    if i >= 0 and not text.startswith(_EMIT_NVTX, i):
+        i = min((j for m in _EMIT_NVTX if (j := text.find(m)) >= 0), default=-1)
+    return (text, False) if i < 0 else (text[:i], text.find(_EMIT_NVTX[0], i) >= 0)
+
+
+def is_op(name: str, seq: bool) -> bool:
+    return seq or name.startswith(_OP_NAMES) or _OP_SCHEMA.fullmatch(name) is not None
 
 
 @dataclass(slots=True)
@@ -81,9 +90,15 @@ def step_kind(db: NsysDb, path: str, name: str, where: str, step_range: str | No
     name, ``where`` the NVTX_EVENTS filter. A --step-range no range is named by is one TraceError."""
     prefixes = [PROFILER_STEP, OUR_STEP] + ([step_range] if step_range else [])
     like = " OR ".join(f"substr(n, 1, {len(p)}) = ?" for p in prefixes)
-    sql = f"SELECT n FROM (SELECT {name} AS n FROM NVTX_EVENTS WHERE {where}) WHERE {like}"
+    # the ranges whose stored text or StringIds value starts like a step's, before their names are made
+    raw = [like.replace("n,", f"{c},") for c in ("text", "textId") if c in db.columns("NVTX_EVENTS")]
+    if "textId" in db.columns("NVTX_EVENTS") and db.has("StringIds", "id", "value"):
+        raw.append(f"textId IN (SELECT id FROM StringIds WHERE {like.replace('n,', 'value,')})")
+    found_where = f"({' OR '.join(raw)}) AND {where}" if raw else where
+    sql = f"SELECT n FROM (SELECT {name} AS n FROM NVTX_EVENTS WHERE {found_where}) WHERE {like}"
+    params = tuple(prefixes) * (len(raw) + 1)
     found: set[str] = set()
-    for rows in db.batches(sql, tuple(prefixes)):
+    for rows in db.batches(sql, params):
         for (text,) in rows:
             got = classify(emit_nvtx_name(text)[0], step_range) if isinstance(text, str) else None
             if got is not None:

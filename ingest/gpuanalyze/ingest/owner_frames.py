@@ -30,9 +30,11 @@ def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return per[0][0], per[0][1], per[0][2]
     bounds = np.unique(np.concatenate([np.concatenate(p[:2]) for p in per]))
     began, name = np.full(bounds.size, -np.inf), np.full(bounds.size, -1, np.int64)
-    for a, b, n, first in per:
+    for a, b, n, first in (p for p in per if p[0].size):
         i = np.maximum(np.searchsorted(a, bounds, side="right") - 1, 0)
-        newer = (bounds >= a[i]) & (bounds < b[i]) & (first[i] > began) if a.size else np.zeros(bounds.size, bool)
+        newer = bounds >= a[i]  # in place: each gathered column is as long as the bounds
+        newer &= bounds < b[i]
+        newer &= first[i] > began
         began[newer], name[newer] = first[i[newer]], n[i[newer]]
     keep = np.flatnonzero(name[:-1] >= 0)
     return bounds[keep], bounds[keep + 1], name[keep]
@@ -47,17 +49,19 @@ def _nested(
     m = start.size
     order = np.lexsort((-end, start))
     s, e, name = start[order], end[order], names[order]
-    idx = np.concatenate([np.arange(m), np.arange(m)])
-    step = np.concatenate([np.ones(m, np.int64), -np.ones(m, np.int64)])
-    ev = np.lexsort((idx * step, step, np.concatenate([s, e])))
-    t, depth, frame = np.concatenate([s, e])[ev], np.cumsum(step[ev]), idx[ev]
-    opens = np.flatnonzero(step[ev] > 0)
+    idx, step = np.arange(2 * m, dtype=np.int32) % max(m, 1), np.repeat(np.array([1, -1], np.int8), m)
+    t = np.concatenate([s, e])
+    ev = np.lexsort((idx * step, step, t))
+    t, frame, step = t[ev], idx[ev], step[ev]
+    del ev, idx, order  # each temporary goes once used: millions of frames make each one tens of MB
+    depth, opens = np.cumsum(step, dtype=np.int64), np.flatnonzero(step > 0)
     keys = depth[opens] * (2 * m + 1) + opens  # by depth, then position
     by_key = np.argsort(keys, kind="stable")
     keys, opens = keys[by_key], opens[by_key]
     j = np.searchsorted(keys, depth * (2 * m + 1) + np.arange(2 * m), side="right") - 1
     at = frame[opens[np.maximum(j, 0)]]
     ok = (j >= 0) & (keys[np.maximum(j, 0)] // (2 * m + 1) == depth) & (depth > 0) & (e[at] > t)
+    del j, keys, depth, frame, by_key
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
     sel = np.flatnonzero(ok)
@@ -71,10 +75,9 @@ class OwnerFrames:
         self.names = frames.names
         s, e, name = innermost(frames)
         parts = [(*pairs((c.s, c.e), (s, e)), i) for i, c in enumerate(by_owner[o] for o in IDLE_OWNERS)]
-        start = np.concatenate([p[0] for p in parts])
-        order = np.argsort(start, kind="stable")  # the owners are disjoint: so are their pieces
-        self.start, self.end = start[order], np.concatenate([p[1] for p in parts])[order]
-        owner = np.concatenate([np.full(p[0].size, p[3], np.int64) for p in parts])[order]
+        order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")  # disjoint owners: disjoint pieces
+        self.start, self.end = (np.concatenate([p[j] for p in parts])[order] for j in (0, 1))
+        owner = np.repeat(np.arange(len(parts), dtype=np.int64), [p[0].size for p in parts])[order]
         self.key = owner * len(self.names) + name[np.concatenate([p[2] for p in parts])[order]]
 
     def window(self, lo: float, hi: float) -> tuple[OwnerFrame, ...]:

@@ -20,54 +20,54 @@ from __future__ import annotations
 
 import re
 
+from gpuanalyze.ingest.startup_work import call_kind
+
 OTHER, BLOCKING, CAPTURE_BEGIN, CAPTURE_END = 0, 1, 2, 3
 
 _SYNCHRONIZE = re.compile(r"^(cuda|cu|hip)\w*Synchronize")
 _MEMCPY = re.compile(r"^(cuda|cu|hip)Memcpy")
 _CAPTURE_BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
 _CAPTURE_END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
-_CACHE: dict[str, int] = {}
 _CACHE_LIMIT = 4096
 
 
 def call_class(name: str) -> int:
-    """BLOCKING, CAPTURE_BEGIN, CAPTURE_END or OTHER for a runtime/driver call name (cached per name)."""
-    got = _CACHE.get(name)
-    if got is not None:
-        return got
+    """BLOCKING, CAPTURE_BEGIN, CAPTURE_END or OTHER for a runtime/driver call name."""
     short = name[:128]
     if _SYNCHRONIZE.match(short) or (_MEMCPY.match(short) and "Async" not in short):
-        got = BLOCKING
-    elif _CAPTURE_BEGIN.match(short):
-        got = CAPTURE_BEGIN
-    elif _CAPTURE_END.match(short):
-        got = CAPTURE_END
-    else:
-        got = OTHER
-    if len(_CACHE) < _CACHE_LIMIT:
-        _CACHE[name] = got
-    return got
+        return BLOCKING
+    if _CAPTURE_BEGIN.match(short):
+        return CAPTURE_BEGIN
+    return CAPTURE_END if _CAPTURE_END.match(short) else OTHER
 
 
 _ENQUEUE = re.compile(r"^(cuda|cu|hip)(\w*Launch\w*|Memcpy\w*|Memset\w*|GraphLaunch)")
-_ENQUEUE_CACHE: dict[str, bool] = {}
 
 
 def enqueues(name: str) -> bool:
     """A call that puts device work on a stream (a kernel launch, a copy, a memset, a graph launch): the device
     records one activity for each, so a trace with such calls and no device records lost its activity."""
-    got = _ENQUEUE_CACHE.get(name)
-    if got is None:
-        got = _ENQUEUE.match(name[:128]) is not None
-        if len(_ENQUEUE_CACHE) < _CACHE_LIMIT:
-            _ENQUEUE_CACHE[name] = got
-    return got
+    return _ENQUEUE.match(name[:128]) is not None
 
 
 def may_block(name: str) -> bool:
     """A call whose op and caller are worth naming: blocking by family, or any memcpy (an ``*Async`` one blocks
     when its host memory is pageable)."""
     return call_class(name) == BLOCKING or _MEMCPY.match(name[:128]) is not None
+
+
+_FACTS: dict[str, tuple[int, bool, bool, bool]] = {}
+
+
+def call_facts(name: str) -> tuple[int, bool, bool, bool]:
+    """(call_class, enqueues, may_block, start-up work: startup_work.call_kind) of a call name, cached: a trace makes
+    millions of calls of a few dozen names."""
+    got = _FACTS.get(name)
+    if got is None:
+        got = (call_class(name), enqueues(name), may_block(name), call_kind(name) is not None)
+        if len(_FACTS) < _CACHE_LIMIT:
+            _FACTS[name] = got
+    return got
 
 
 #: CPU ops that read a device value back to the host (``tensor.item()``, ``.tolist()`` of a scalar, ``if t:``):

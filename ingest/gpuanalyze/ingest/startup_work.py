@@ -141,7 +141,6 @@ class StartupSink:
     def __init__(self) -> None:
         self.ts, self.end, self.name = array("d"), array("d"), array("i")
         self._names = NameTable(MAX_NAMES, OTHER_NAME)
-        self._calls: dict[str, bool] = {}
         self.first_init: float | None = None
         """Start of the earliest CUDA initialisation call (INIT_CALLS) seen."""
 
@@ -149,16 +148,10 @@ class StartupSink:
         return len(self.ts)
 
     def call(self, name: str, ts: float, dur: float) -> None:
-        """A runtime/driver call: kept if it is start-up work (the answer cached per name: a trace has few)."""
-        got = self._calls.get(name)
-        if got is None:
-            got = call_kind(name) is not None
-            if len(self._calls) < 4096:
-                self._calls[name] = got
-        if got:
-            self.add(name, ts, dur)
-            if (self.first_init is None or ts < self.first_init) and name.startswith(INIT_CALLS):
-                self.first_init = ts
+        """A runtime/driver call that is start-up work (``call_kind``: runtime_calls.call_facts says so once a name)."""
+        self.add(name, ts, dur)
+        if (self.first_init is None or ts < self.first_init) and name.startswith(INIT_CALLS):
+            self.first_init = ts
 
     def add(self, name: str, ts: float, dur: float) -> None:
         self.ts.append(ts)
