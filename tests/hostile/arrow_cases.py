@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.ipc_guard import DEFAULT_LIMITS
 from gpuanalyze.ingest.runinfo import RunInfo
 from tests.conftest import make_row
 from tests.kineto_fixtures import two_step_trace
@@ -74,6 +75,12 @@ def _stats_sized(size: int) -> str:
     """Kernel statistics of about ``size`` bytes of JSON (a top list of 1 KB names)."""
     top = [{"name": f"k{i}" + "n" * 990, "total_ms": 1.0, "count": 2} for i in range(size // 1020)]
     return json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": top})
+
+
+#: One row's kernel statistics (~4.2 KB) and how many rows of it decode to just under the guard's floor
+#: (each row's string and its 4-byte offset count: ipc_guard).
+SIZED = _stats_sized(4200)
+JUST_UNDER = int(0.95 * DEFAULT_LIMITS.min_allowance / (len(SIZED) + 4))
 
 
 def _stats_named(name: str) -> str:
@@ -160,7 +167,7 @@ def add_cases(d: Path, add: Add) -> None:
             f"arrow_{codec}_just_under_the_allowance.arrow",
             "memory",
             lambda p, c=codec: _write(
-                p, _plain(26_700, kernel_stats=pa.array([_stats_sized(4200)] * 26_700)), compression=c
+                p, _plain(JUST_UNDER, kernel_stats=pa.array([SIZED] * JUST_UNDER)), compression=c
             ),
         )
         add(

@@ -13,11 +13,11 @@ only then is the message handed to pyarrow:
 - a record batch's body must be in the file, its buffers inside its body, and what decoding it costs
   within ``IpcLimits``: one batch, its decoded bytes (a compressed buffer's declared size) and its rows
   once conformed (``ROW_COST`` bytes each), at most 512 MiB; all batches, what they leave held (those
-  rows, and every decoded byte but the format's fixed-width values, which the rows are), at most 112 MiB
-  (a bomb just under it costs 573 MiB in every command: tests/hostile) or 100x the record batch bodies
-  read (not the file: megabytes of metadata decode to nothing). An honest long run compresses past 100x
-  (8 ranks x 150k steps: ~100 MiB from a 1 MB rank file). Compressed buffers also inflate to at most
-  8 GiB in all (a 1M-step zstd trace with kernel statistics: ~1 GiB), whatever the file's size.
+  rows, and every decoded byte but the format's fixed-width values, which the rows are), at most 80 MiB
+  (a bomb just under it: 433-437 MiB for all commands in one process, tests/hostile) or 100x the
+  record batch bodies read (not the file: megabytes of metadata decode to nothing). An honest long run
+  compresses past 100x (8 ranks x 150k steps: ~100 MiB from a 1 MB rank file). Compressed buffers also
+  inflate to at most 8 GiB in all (a 1M-step zstd trace with kernel statistics: ~1 GiB), whatever the file's size.
 
 A violation is one TraceError line; a stream that ends inside a message is reported as truncated.
 """
@@ -54,8 +54,10 @@ class IpcLimits:
 
     ratio: float = 100.0
     """Most decoded bytes per byte of record batch body read (compressed bodies expand; plain ones do not)."""
-    min_allowance: int = 112 * MiB
-    """Bytes any file's decoding may leave held (from the 600 MiB goal for inputs under 10 MB)."""
+    min_allowance: int = 80 * MiB
+    """Bytes any file's decoding may leave held (from the 600 MiB goal for inputs under 10 MB: every command
+    on one input in one process peaked at about 173 MiB + 3.5x the decoded bytes, so 112 MiB reached the
+    goal on a loaded 2-core CI host; benchmarks: tests/hostile's just-under case)."""
     max_batch_bytes: int = 512 * MiB
     """Most decoded bytes of one record batch."""
     max_inflated: int = 8 << 30
