@@ -7,7 +7,7 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from analyzer import analyze
+from analyzer import ReadOptions, analyze
 from analyzer.analysis.ranks import rank_analysis
 from analyzer.cli import app
 from gpuanalyze.ingest.reader import load_trace
@@ -145,7 +145,7 @@ def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
     trace = dataclasses.replace(
         trace, run=msgspec.structs.replace(trace.run, model_params=10_000_000, param_dtype="float32")
     )
-    report = analyze(trace, ceilings=load_ceilings(ceilings))
+    report = analyze(trace, ReadOptions(ceilings=load_ceilings(ceilings)))
     finding = next(f for f in report.findings if f.bottleneck == "sync")
     ev_ = {e.metric: e for e in finding.evidence}
     # 40e6 B / 0.4 ms = 100 GB/s algbw; x 2(n-1)/n = 100 GB/s busbw at n = 2

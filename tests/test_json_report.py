@@ -4,7 +4,7 @@ import math
 import re
 
 from analyzer.analysis.findings import Confidence
-from analyzer.api import analyze
+from analyzer.api import ReadOptions, analyze
 from analyzer.planning.cost import CostInputs
 from analyzer.render.json_report import render_json, report_dict
 from gpuanalyze.ingest import schema as S
@@ -35,10 +35,9 @@ def test_every_key_is_documented(tmp_path):
         rows.append(row)
     single = analyze(
         write_trace(tmp_path / "k.arrow", rows, run={"gpu_name": "NVIDIA H100 80GB HBM3", "world_size": 1}),
-        cost=CostInputs(steps_per_run=1e4, price_per_gpu_hour=2.0),
-        flops_per_step=1e12,
+        ReadOptions(cost=CostInputs(steps_per_run=1e4, price_per_gpu_hour=2.0), flops_per_step=1e12),
     )
-    ranks = analyze(synthetic_trace(ranks=4, steps=40), cost=CostInputs(steps_per_run=1e4))
+    ranks = analyze(synthetic_trace(ranks=4, steps=40), ReadOptions(cost=CostInputs(steps_per_run=1e4)))
     missing = {path for report in (single, ranks) for path, key in keys(report_dict(report)) if key not in DOCUMENTED}
     assert not missing, sorted(missing)
 

@@ -66,10 +66,10 @@ def analyze_trace(path: str) -> dict[str, Any]:
     """Why one run is slow: the JSON report of `gpuanalyze TRACE --json` for ``path`` (a trace file or run
     directory): bottleneck, confidence, step time and its breakdown, who held the GPU idle, findings with
     evidence, recommendations and projected step time. Use it for 'why is this run slow, what do I change?'."""
-    from analyzer.api import analyze
+    from analyzer.api import ReadOptions, analyze
     from analyzer.render.json_report import report_dict
 
-    return report_dict(analyze(inside(path), machine_ceilings=True))
+    return report_dict(analyze(inside(path), ReadOptions(machine_ceilings=True)))
 
 
 def compare_runs(

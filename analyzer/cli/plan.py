@@ -12,21 +12,15 @@ from analyzer.cli.base import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
 
 
-@app.command("compare")
+@app.command("compare", cls=options.takes(options.cost))
 def compare_cmd(
+    ctx: typer.Context,
     runs: Annotated[
         list[Path],
         typer.Argument(
             help="Traces, or TOML files naming price and run length (hours_per_run, or trace + steps_per_run)."
         ),
     ],
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
     fail_if_slower: Annotated[
         float | None,
         typer.Option(
@@ -53,9 +47,7 @@ def compare_cmd(
     from analyzer.render.planning import compare_dict, render_compare
 
     try:
-        cost = options.cost_inputs(
-            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
-        )
+        cost = options.cost_inputs(ctx.meta[options.GIVEN])
         gate = GateOptions(fail_if_slower_pct=fail_if_slower, fail_if_throughput_drops_pct=fail_if_throughput_drops)
         defaults = cost or CostInputs()  # the price and run length of traces given directly
         # runs from other machines are compared here, so no measured ceilings (they belong to one machine)

@@ -89,12 +89,12 @@ def trial_of(target: str) -> str | None:
 
 def analyse_run(job: RunJob) -> RunRow | Skipped:
     """Analyse one run in this process (serially: the engine parallelises across runs); never raises."""
-    from analyzer.api import analyze
+    from analyzer.api import ReadOptions, analyze
 
     if trial_of(job.run.target) is not None:
         return Skipped(job.run.name, A_TRIAL)
     try:
-        report = analyze(job.run.target, engine="local", workers=1)
+        report = analyze(job.run.target, ReadOptions(workers=1))
         return row_of(job, report)
     except GpuAnalyzeError as exc:
         return Skipped(job.run.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
