@@ -128,3 +128,5 @@ cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelSt
 sync_sites  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/profiler.py)
 loader_epochs  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/loaders.py; shown in --json)
 mcp_cmd  # unused function (analyzer/cli/agents.py:14)
+cost_config  # unused variable (analyzer/cli/options.py: a parameter of the cost options' group, read by typer)
+_.rich_help_panel  # unused attribute (analyzer/cli/options.py: read by typer's help)
