@@ -106,11 +106,12 @@ def test_a_command_line_imports_only_its_own_command_module():
 
     code = (
         "import sys; from analyzer.cli import main\n"
-        "try:\n    main(['memory', '--params', '7e9', '--json'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main(['whatif', {str(SAMPLES / 'h200_data_loading.arrow')!r}, '--json'])\n"
+        "except SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('analyzer.cli.')), file=sys.stderr)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = out.stderr.strip().splitlines()[-1]
     assert "analyzer.cli.plan" in loaded
     assert "analyzer.cli.report" not in loaded and "analyzer.cli.watch" not in loaded
-    assert json.loads(out.stdout)["weights_gb"] == 14.0
+    assert json.loads(out.stdout)["source_gpu"] == "H200"

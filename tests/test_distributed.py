@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer import ReadOptions, analyze
-from analyzer.analysis.ranks import rank_analysis
 from analyzer.cli import app
 from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any, rank_siblings
@@ -67,7 +66,7 @@ def test_a_straggler_smaller_than_the_collective_is_still_named_with_its_phase(t
 
 
 def test_single_rank_has_no_rank_analysis(trace_factory):
-    assert rank_analysis(load_trace(trace_factory([make_row(i) for i in range(5)])).frame) is None
+    assert analyze(trace_factory([make_row(i) for i in range(5)])).metrics.distributed is None
 
 
 def test_rank_siblings_are_found_from_any_name(tmp_path):

@@ -84,7 +84,5 @@ def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | No
     if not tokens_per_step or not seq_len:
         raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")
     shape = shape_from_hf_config(config)
-    if shape.layers is None or shape.heads is None or shape.hidden is None:
-        raise GpuAnalyzeError(f"{config}: the PaLM formula needs the model shape (layers, heads, hidden size)")
     per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
     return per_token * tokens_per_step

@@ -62,7 +62,7 @@ def _unknown_command(word: str) -> bool:
 
 
 #: Words people type for a command that spelling alone does not lead to.
-_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare", "mem": "memory"}
+_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare"}
 
 
 def unknown_command_message(word: str) -> str:

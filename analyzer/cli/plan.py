@@ -1,4 +1,4 @@
-"""Planning commands: `compare` (cost per completed run), `whatif` (other GPUs), `memory` (training memory)."""
+"""Planning commands: `compare` (cost per completed run) and `whatif` (other GPUs)."""
 
 from __future__ import annotations
 
@@ -83,51 +83,3 @@ def whatif_cmd(
     except GpuAnalyzeError as exc:
         fail(str(exc))
     emit(render_whatif(result), whatif_dict(result), json_out, width)
-
-
-@app.command("memory")
-def memory_cmd(
-    params: Annotated[float | None, typer.Option(help="Parameter count, e.g. 7e9.")] = None,
-    config: Annotated[Path | None, typer.Option(help="A Hugging Face style config.json.")] = None,
-    precision: Annotated[str, typer.Option(help="fp32, bf16-mixed, fp16-mixed, bf16, fp8-mixed.")] = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(help="sgd, sgd-momentum, adam, adamw, adam-8bit.")] = "adamw",
-    batch: Annotated[int | None, typer.Option(help="Micro-batch per GPU.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample.")] = None,
-    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")] = False,
-    sharding: Annotated[str, typer.Option(help="none, zero1, zero2, zero3, fsdp.")] = "none",
-    gpus: Annotated[int, typer.Option(help="GPUs to shard over.")] = 1,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank (needs --config).")] = None,
-    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base weights (with --lora-rank).")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: options.Width = None,
-) -> None:
-    """Estimate training memory and which GPUs of the table it fits."""
-    from analyzer.planning.training_memory import MemoryInputs, ModelShape, estimate
-    from analyzer.render.planning import memory_dict, render_memory
-
-    try:
-        if config is not None and params is None:
-            from analyzer.planning.model_config import shape_from_hf_config
-
-            model = shape_from_hf_config(config)
-        elif params is not None and config is None:
-            model = ModelShape(params)
-        else:
-            raise GpuAnalyzeError("give exactly one of --params or --config")
-        result = estimate(
-            MemoryInputs(
-                model=model,
-                precision=precision,
-                optimizer=optimizer,
-                batch=batch,
-                seq_len=seq_len,
-                checkpointing=checkpointing,
-                sharding=sharding,
-                gpus=gpus,
-                lora_rank=lora_rank,
-                qlora=qlora,
-            )
-        )
-    except GpuAnalyzeError as exc:
-        fail(str(exc))
-    emit(render_memory(result), memory_dict(result), json_out, width)

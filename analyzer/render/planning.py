@@ -1,4 +1,4 @@
-"""Format comparisons, GPU what-ifs and memory estimates (tables and JSON-ready dicts)."""
+"""Format comparisons and GPU what-ifs (tables and JSON-ready dicts)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from analyzer.planning.gate import change_words
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, RunOption
     from analyzer.planning.gate import GateCheck, GateResult
     from analyzer.planning.projection_check import ProjectionCheck
-    from analyzer.planning.training_memory import MemoryEstimate
     from analyzer.planning.whatif import WhatIf
 
 
@@ -243,31 +241,3 @@ def render_whatif(w: WhatIf) -> RenderableType:
     )
     title = Text("What if this run were on another GPU (estimates; measured on ") + text(w.source_gpu) + Text(")")
     return Group(title, table, text(f"Basis: {w.basis}.", style="dim"))
-
-
-def memory_dict(e: MemoryEstimate) -> dict[str, Any]:
-    d = asdict(e)
-    d["assumptions"] = list(e.assumptions)
-    return d
-
-
-def render_memory(e: MemoryEstimate) -> RenderableType:
-    table = Table(title="Training memory per GPU (decimal GB)", title_justify="left")
-    table.add_column("part")
-    table.add_column("GB", justify="right")
-    for name, value in (
-        ("weights", e.weights_gb),
-        ("gradients", e.gradients_gb),
-        ("optimizer state (incl. fp32 master weights)", e.optimizer_gb),
-        ("activations", e.activations_gb),
-        ("total", e.total_gb),
-    ):
-        table.add_row(name, "not estimated" if value is None else f"{value:,.1f}")
-    fits = ", ".join(g for g, ok in e.fits.items() if ok) or "none of the table's GPUs"
-    no = ", ".join(g for g, ok in e.fits.items() if not ok) or "-"
-    return Group(
-        table,
-        text(f"fits: {fits}"),
-        text(f"does not fit: {no}"),
-        bullets(text(a, style="dim") for a in e.assumptions),
-    )
