@@ -130,10 +130,10 @@ def note(text: str, *, err: bool = False) -> None:
 
 
 def emit(renderable: Any, data: Any, json_out: bool, width: int | None = None) -> None:
-    """Print ``data`` as strict JSON (non-finite numbers become null), or the rich ``renderable``
-    laid out for ``width`` columns."""
+    """Print ``data`` (a declared output struct, render.output) as strict JSON, or the rich ``renderable`` laid out
+    for ``width`` columns."""
     if json_out:
-        from analyzer.render.json_report import dumps
+        from analyzer.render.output import dumps
 
         typer.echo(dumps(data))
     else:

@@ -44,7 +44,7 @@ def compare_cmd(
     from analyzer.planning.compare import compare
     from analyzer.planning.cost import CostInputs
     from analyzer.planning.gate import GateOptions
-    from analyzer.render.planning import compare_dict, render_compare
+    from analyzer.render.planning import compare_struct, render_compare
 
     try:
         cost = options.cost_inputs(ctx.meta[options.GIVEN])
@@ -58,7 +58,7 @@ def compare_cmd(
         result = compare([load_compared(Path(p), defaults, None) for p in runs], gate)
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_compare(result), compare_dict(result), json_out, width)
+    emit(render_compare(result), compare_struct(result), json_out, width)
     if result.gate is not None and result.gate.failed:
         raise typer.Exit(1)
 
@@ -74,7 +74,7 @@ def whatif_cmd(
     """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
     from analyzer.api import analyze
     from analyzer.planning.whatif import load_prices, what_if
-    from analyzer.render.planning import render_whatif, whatif_dict
+    from analyzer.render.planning import render_whatif, whatif_struct
 
     try:
         price_map = load_prices(prices) if prices else None
@@ -82,4 +82,4 @@ def whatif_cmd(
         result = what_if(report.metrics, report.run, prices=price_map, steps_per_run=steps_per_run)
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_whatif(result), whatif_dict(result), json_out, width)
+    emit(render_whatif(result), whatif_struct(result), json_out, width)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from analyzer.fleet.run_row import RunRow
 from analyzer.fleet.triage import RANKINGS, Fleet
+from analyzer.render.output import built
+from analyzer.render.output import commands as C
 
 if TYPE_CHECKING:
     import polars as pl
@@ -25,16 +27,15 @@ def csv_cell(value: str) -> str:
     return ("'" if value.startswith(FORMULA_START) else "") + clean(value)
 
 
-def fleet_dict(fleet: Fleet) -> dict[str, Any]:
-    """``{"root", "ranked_by", "ranking", "runs": [rows, ranked], "skipped": [{"run", "reason"}], "notes"}``."""
-    return {
-        "root": fleet.root,
-        "ranked_by": fleet.ranked_by,
-        "ranking": RANKINGS[fleet.ranked_by],
-        "runs": [{"rank": i, **dataclasses.asdict(r)} for i, r in enumerate(fleet.rows, 1)],
-        "skipped": [dataclasses.asdict(s) for s in fleet.skipped],
-        "notes": list(fleet.notes),
-    }
+def fleet_struct(fleet: Fleet) -> C.Fleet:
+    """The fleet's JSON: its runs ranked, those skipped and why (render.output.commands.Fleet)."""
+    return built(
+        C.Fleet,
+        fleet,
+        ranking=RANKINGS[fleet.ranked_by],
+        runs=[built(C.FleetRun, r, rank=i) for i, r in enumerate(fleet.rows, 1)],
+        skipped=[built(C.Skipped, s) for s in fleet.skipped],
+    )
 
 
 def fleet_frame(fleet: Fleet) -> pl.DataFrame:

@@ -43,7 +43,7 @@ class RunRow:
     top_fix: str | None
     """The top finding's cause (its summary is in `fix_summary`)."""
     fix_summary: str | None
-    projected_step_ms: float | None
+    projected_step_time_ms: float | None
     saved_ms_per_step: float
     saved_gpu_ms_per_step: float
     """Saved ms per step times the run's GPUs: the ranking without a run length."""
@@ -131,7 +131,7 @@ def row_of(job: RunJob, report: Report) -> RunRow:
         steps=m.steps,
         top_fix=None if top is None else top.cause,
         fix_summary=None if top is None else top.summary,
-        projected_step_ms=None if top is None else top.projection.step_ms,
+        projected_step_time_ms=None if top is None else top.projection.step_ms,
         saved_ms_per_step=saved_ms,
         saved_gpu_ms_per_step=saved_ms * gpus,
         gpu_hours_per_run=gpu_hours,
