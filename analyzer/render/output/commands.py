@@ -112,10 +112,9 @@ class WhatIf(Out):
     targets: list[GpuEstimate]
 
 
-class FleetRun(Out):
-    """One analysed run of a fleet (also a row of the CSV and Parquet tables)."""
+class FleetRow(Out):
+    """One analysed run of a fleet: a row of its table, CSV and Parquet file (every value a scalar)."""
 
-    rank: Annotated[int, doc("its place in the ranking")]
     run: str
     ranks: int
     gpu: str | None
@@ -135,6 +134,12 @@ class FleetRun(Out):
     idle_gpu_hours_per_run: float | None
     complete: bool
     state: Annotated[str, doc("how the run ended, as the report's end_status")]
+
+
+class FleetRun(FleetRow):
+    """One run of the fleet's ranking."""
+
+    rank: Annotated[int, doc("its place in the ranking")]
 
 
 class Skipped(Out):
