@@ -1,8 +1,8 @@
 """gpuanalyze: profiling-driven bottleneck analysis for GPU training.
 
 ``with analyzer.profile(model):`` records a training loop; ``analyzer.analyze(path)`` says what
-limits it. Analysing needs neither torch nor a GPU. Names are imported on first use, so
-``import analyzer`` (and ``gpuanalyze --version``) stays cheap.
+limits it (``analyzer.ReadOptions``: cost, ceilings, engine). Analysing needs neither torch nor a GPU.
+Names are imported on first use, so ``import analyzer`` (and ``gpuanalyze --version``) stays cheap.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from analyzer.version import __version__
 
 if TYPE_CHECKING:
     from analyzer.analysis.findings import Evidence, Finding
-    from analyzer.api import analyze, report
+    from analyzer.api import ReadOptions, analyze, report
     from analyzer.planning.outcome import Report
     from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
@@ -29,6 +29,7 @@ __all__ = [
     "GpuAnalyzeError",
     "GpuAnalyzeWarning",
     "ProfileOptions",
+    "ReadOptions",
     "Report",
     "Trace",
     "TraceError",
@@ -45,6 +46,7 @@ _LAZY = {
     "Report": "analyzer.api",
     "analyze": "analyzer.api",
     "ProfileOptions": "analyzer.record.profile_options",
+    "ReadOptions": "analyzer.api",
     "Trace": "gpuanalyze.ingest.reader",
     "load_trace": "gpuanalyze.ingest.reader",
     "report": "analyzer.api",

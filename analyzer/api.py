@@ -7,6 +7,7 @@ another stage to its right; ``analyzer.analyze`` and ``analyzer.report`` are the
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,64 +28,58 @@ if TYPE_CHECKING:
     from analyzer.render.html_report import HtmlReport
     from analyzer.scale.measure import Measured
 
-__all__ = ["analyze", "chart_data_for", "load_compared", "report", "report_parts"]
+__all__ = ["ReadOptions", "analyze", "chart_data_for", "load_compared", "report", "report_parts"]
 
 OVERSUBSCRIBED_NOTE = "recorded on an oversubscribed host: CPU-side projections have wider ranges and lower confidence"
 
 
-def analyze(
-    trace: str | Path | Trace,
-    *,
-    ceilings: Ceilings | None = None,
-    machine_ceilings: bool | Path = False,
-    cost: CostInputs | None = None,
-    flops_per_step: float | None = None,
-    engine: str = "local",
-    workers: int | None = None,
-    max_bytes: int | None = None,
-) -> Report:
-    """Analyse a trace (.arrow, Kineto .json[.gz], a directory of per-rank traces, or a loaded Trace).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReadOptions:
+    """How ``analyze``, ``report_parts`` and ``report`` read and judge a trace.
 
-    ``machine_ceilings`` (True: the ceilings `gpuanalyze bench` saved; a path: that file) applies
-    the ceilings measured on the machine the trace was recorded on, and notes why when none apply;
-    ``ceilings`` applies the given ones as they are. Findings quote achieved numbers against them.
-    ``cost`` (run length, price) adds cost per run and savings; ``flops_per_step`` adds model FLOPs
-    utilisation. Raises GpuAnalyzeError on bad input.
-
-    A directory of rank files (or a URL of one) is measured out of core on ``engine`` ('local': a
-    process pool of ``workers``, default the cores; 'ray': Ray tasks), docs/large-runs.md;
-    ``max_bytes`` caps the decompressed JSON read from a Kineto trace (default: a gzip ratio guard).
+    ``machine_ceilings`` (True: the ceilings `gpuanalyze bench` saved; a path: that file) applies the ceilings
+    measured on the machine the trace was recorded on, and notes why when none apply; ``ceilings`` applies the
+    given ones as they are (findings quote achieved numbers against them). ``cost`` (run length, price) adds cost
+    per run and savings; ``flops_per_step`` adds model FLOPs utilisation. A directory of rank files (or a URL of
+    one) is measured out of core on ``engine`` ('local': a process pool of ``workers``, default the cores; 'ray':
+    Ray tasks), docs/large-runs.md; ``max_bytes`` caps the decompressed JSON read from a Kineto trace (default: a
+    gzip ratio guard).
     """
-    loaded = _measured(trace, engine=engine, workers=workers, max_bytes=max_bytes, charts=False)
-    return _judged(
-        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
-    )
+
+    ceilings: Ceilings | None = None
+    machine_ceilings: bool | Path = False
+    cost: CostInputs | None = None
+    flops_per_step: float | None = None
+    engine: str = "local"
+    workers: int | None = None
+    max_bytes: int | None = None
 
 
-def _measured(
-    trace: str | Path | Trace, *, engine: str, workers: int | None, max_bytes: int | None, charts: bool
-) -> Measured:
-    """Load and measure: a trace in memory in this process, a file or directory (or URL) on ``engine``."""
+DEFAULT = ReadOptions()
+
+
+def analyze(trace: str | Path | Trace, options: ReadOptions = DEFAULT) -> Report:
+    """Analyse a trace (.arrow, Kineto .json[.gz], an Nsight Systems export, a directory of per-rank traces, or a
+    loaded Trace) as ``options`` say. Raises GpuAnalyzeError on bad input."""
+    return _judged(_measured(trace, options, charts=False), options)
+
+
+def _measured(trace: str | Path | Trace, options: ReadOptions, *, charts: bool) -> Measured:
+    """Load and measure: a trace in memory in this process, a file or directory (or URL) on ``options.engine``."""
     from analyzer.scale.measure import measure, measure_trace
     from gpuanalyze.ingest.stream import ReadLimits
 
     if isinstance(trace, Trace):
         return measure_trace(trace, charts=charts)
-    return measure(trace, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes), charts=charts)
+    limits = ReadLimits(max_bytes=options.max_bytes)
+    return measure(trace, engine=options.engine, workers=options.workers, limits=limits, charts=charts)
 
 
-def _judged(
-    loaded: Measured,
-    *,
-    ceilings: Ceilings | None,
-    machine_ceilings: bool | Path,
-    cost: CostInputs | None,
-    flops_per_step: float | None,
-) -> Report:
+def _judged(loaded: Measured, options: ReadOptions) -> Report:
     """The stages after loading (whose steady state and rules' metrics came with it): rules and verdict,
     cost, MFU."""
-    metrics = loaded.metrics
-    notes = loaded.notes
+    metrics, notes = loaded.metrics, loaded.notes
+    ceilings, machine_ceilings, cost = options.ceilings, options.machine_ceilings, options.cost
     if machine_ceilings is not False and ceilings is None:
         ceilings, note = ceilings_for(loaded.run, None if machine_ceilings is True else Path(machine_ceilings))
         notes = notes if note is None else (*notes, note)
@@ -127,69 +122,42 @@ def _judged(
         end=loaded.end,
         ceilings=ceilings.path if ceilings else None,
         cost=cost_,
-        mfu=mfu(flops_per_step, metrics, loaded.run, ceilings) if flops_per_step else None,
+        mfu=mfu(options.flops_per_step, metrics, loaded.run, ceilings) if options.flops_per_step else None,
         stability=judged.stability,
         steady=steady,
         host=host,
     )
 
 
-def report_parts(
-    trace: str | Path | Trace,
-    *,
-    ceilings: Ceilings | None = None,
-    machine_ceilings: bool | Path = False,
-    cost: CostInputs | None = None,
-    flops_per_step: float | None = None,
-    engine: str = "local",
-    workers: int | None = None,
-    max_bytes: int | None = None,
-) -> tuple[Report, ChartData]:
+def report_parts(trace: str | Path | Trace, options: ReadOptions = DEFAULT) -> tuple[Report, ChartData]:
     """The report of ``trace`` (as ``analyze``) and what its charts draw, made in the same passes: a
-    directory of ranks out of core on ``engine`` (the workers reduce each rank to chart sums too), a
+    directory of ranks out of core on ``options.engine`` (the workers reduce each rank to chart sums too), a
     trace in memory rank by rank in this process."""
     from analyzer.render.chart_data import chart_data_from
 
-    loaded = _measured(trace, engine=engine, workers=workers, max_bytes=max_bytes, charts=True)
-    result = _judged(
-        loaded, ceilings=ceilings, machine_ceilings=machine_ceilings, cost=cost, flops_per_step=flops_per_step
-    )
+    loaded = _measured(trace, options, charts=True)
+    result = _judged(loaded, options)
     assert loaded.charts is not None
     return result, chart_data_from(loaded.charts, result)
 
 
 def report(
     trace: str | Path | Trace,
+    options: ReadOptions = DEFAULT,
     *,
     out: str | Path | None = None,
     force: bool = False,
-    ceilings: Ceilings | None = None,
-    machine_ceilings: bool | Path = False,
-    cost: CostInputs | None = None,
-    flops_per_step: float | None = None,
     comparison: Comparison | None = None,
-    engine: str = "local",
-    workers: int | None = None,
-    max_bytes: int | None = None,
 ) -> HtmlReport:
     """Analyse ``trace`` and render the HTML report (``analyzer.report``); with ``out``, also save it.
 
-    A directory of ranks is analysed and drawn out of core on ``engine`` (as ``analyze``). In a
+    A directory of ranks is analysed and drawn out of core on ``options.engine`` (as ``analyze``). In a
     notebook the returned object shows the report inline. Needs the ``report`` extra (plotly).
     """
     from analyzer.render.html_report import HtmlReport, render_html, require_plotly
 
     require_plotly()
-    result, data = report_parts(
-        trace,
-        ceilings=ceilings,
-        machine_ceilings=machine_ceilings,
-        cost=cost,
-        flops_per_step=flops_per_step,
-        engine=engine,
-        workers=workers,
-        max_bytes=max_bytes,
-    )
+    result, data = report_parts(trace, options)
     page = HtmlReport(result, render_html(result, data, comparison=comparison))
     if out is not None:
         page.save(out, force=force)
@@ -238,11 +206,12 @@ def _analyze_for_compare(
         steps = step_series(rows)
         del rows
         release()  # the columns read for the series, before the analysis reads them again
-        result = analyze(trace, ceilings=ceilings, cost=cost)
+        result = analyze(trace, ReadOptions(ceilings=ceilings, cost=cost))
         release()  # what the rules and the bootstrap freed, before the next run is read
         return result, steps, tags
     loaded = load_any(trace)
-    return analyze(loaded, ceilings=ceilings, cost=cost), step_series(rows_of(loaded, COLUMNS)), loaded.tags
+    result = analyze(loaded, ReadOptions(ceilings=ceilings, cost=cost))
+    return result, step_series(rows_of(loaded, COLUMNS)), loaded.tags
 
 
 def _notebook_view(self: Report) -> str:

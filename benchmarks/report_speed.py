@@ -61,7 +61,7 @@ def main() -> None:
         trace = load_any(directory)
         times["load"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        report = analyze(trace, cost=None)
+        report = analyze(trace)
         times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         page = render_html(report, trace).encode()

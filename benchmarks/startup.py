@@ -2,7 +2,7 @@
 
     python benchmarks/startup.py [--runs 15]
 
-Goals: `gpuanalyze --version` and `gpuanalyze memory ...` within 1.5x of
+Goals: `gpuanalyze --version` within 1.5x of
 `python -c "import typer, rich.console"`; `gpuanalyze TRACE` on a small .arrow file within 2x of
 `python -c "import polars, pyarrow"`. Each command runs --runs times, interleaved so load changes
 hit all of them alike; the minimum of each is compared (the least disturbed run).
@@ -30,7 +30,6 @@ def main() -> None:
     commands = {
         "import typer, rich.console": [sys.executable, "-c", "import typer, rich.console"],
         "gpuanalyze --version": [cli, "--version"],
-        "gpuanalyze memory --params 7e9": [cli, "memory", "--params", "7e9"],
         "import polars, pyarrow": [sys.executable, "-c", "import polars, pyarrow"],
         "gpuanalyze TRACE (small .arrow)": [cli, str(SAMPLE)],
     }
@@ -48,7 +47,6 @@ def main() -> None:
     base_cli, base_data = best["import typer, rich.console"], best["import polars, pyarrow"]
     for name, base, goal in (
         ("gpuanalyze --version", base_cli, 1.5),
-        ("gpuanalyze memory --params 7e9", base_cli, 1.5),
         ("gpuanalyze TRACE (small .arrow)", base_data, 2.0),
     ):
         ratio = best[name] / base

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from analyzer.api import analyze
+from analyzer.api import ReadOptions, analyze
 from analyzer.planning.cost import CostInputs
 from analyzer.render.html_report import render_html
 from gpuanalyze.ingest.sources import load_any
@@ -47,7 +47,7 @@ def main() -> None:
         for shot, (sample, cost, keep) in SHOTS.items():
             trace = load_any(Path("sample_traces") / sample)  # relative: the page shows the path
             page_file = Path(tmp) / "report.html"
-            page_file.write_text(render_html(analyze(trace, cost=cost), trace))
+            page_file.write_text(render_html(analyze(trace, ReadOptions(cost=cost)), trace))
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(page_file.as_uri(), wait_until="load")
             page.wait_for_timeout(1000)

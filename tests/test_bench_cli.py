@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.machine.ceilings_store import this_host
 from tests.conftest import make_row
+from tests.test_output_schema import validate
 
 runner = CliRunner()
 
@@ -29,6 +30,7 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     result = runner.invoke(app, ["bench", "all", "--backend", "cpu", "--quick", "--json", "--out", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
+    validate(data, "Bench")  # the shipped JSON Schema (docs/json.md)
     assert data["backend"] == "cpu" and data["failed"] == []
     by = {}
     for r in data["results"]:

@@ -23,7 +23,7 @@ from analyzer.analysis.host_facts import host_facts
 from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import analysed_rows
 from analyzer.analysis.rules import Context, classify
-from analyzer.api import _analyze_for_compare, _measured, analyze
+from analyzer.api import ReadOptions, _analyze_for_compare, _measured, analyze
 from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
 from analyzer.render.json_report import report_dict
 from analyzer.scale.file_rows import rows_of
@@ -62,7 +62,7 @@ def test_the_stability_bootstrap_holds_no_matrix_of_every_resampled_step(trace_f
     """100,000 steps: 64 resamples of every step in one matrix are 51 MB of indices (and as much per
     gathered column); drawn in chunks, far less is held at once."""
     path = trace_factory([_loading(i) for i in range(60)])
-    loaded = _measured(path, engine="local", workers=1, max_bytes=None, charts=False)
+    loaded = _measured(path, ReadOptions(workers=1), charts=False)
     m = loaded.judged
     small = m.per_step
     n = 100_000

@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from analyzer import analyze
+from analyzer import ReadOptions, analyze
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.cost import CostInputs, load_cost_config, run_cost
@@ -79,7 +79,7 @@ def test_run_length_without_batch_size_is_explained(trace_factory):
 
 
 def test_mfu_against_the_datasheet():
-    report = analyze(SAMPLES / "h200_fp32_compute.arrow", flops_per_step=1.5e11)
+    report = analyze(SAMPLES / "h200_fp32_compute.arrow", ReadOptions(flops_per_step=1.5e11))
     u = report.mfu
     assert u.precision == "float32" and u.datasheet_tflops == 67
     assert u.achieved_tflops == pytest.approx(1.5e11 / (report.metrics.step_mean_ms / 1e3) / 1e12)

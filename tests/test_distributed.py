@@ -7,8 +7,7 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from analyzer import analyze
-from analyzer.analysis.ranks import rank_analysis
+from analyzer import ReadOptions, analyze
 from analyzer.cli import app
 from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any, rank_siblings
@@ -67,7 +66,7 @@ def test_a_straggler_smaller_than_the_collective_is_still_named_with_its_phase(t
 
 
 def test_single_rank_has_no_rank_analysis(trace_factory):
-    assert rank_analysis(load_trace(trace_factory([make_row(i) for i in range(5)])).frame) is None
+    assert analyze(trace_factory([make_row(i) for i in range(5)])).metrics.distributed is None
 
 
 def test_rank_siblings_are_found_from_any_name(tmp_path):
@@ -145,7 +144,7 @@ def test_achieved_allreduce_bandwidth_against_the_measured_ceiling(tmp_path):
     trace = dataclasses.replace(
         trace, run=msgspec.structs.replace(trace.run, model_params=10_000_000, param_dtype="float32")
     )
-    report = analyze(trace, ceilings=load_ceilings(ceilings))
+    report = analyze(trace, ReadOptions(ceilings=load_ceilings(ceilings)))
     finding = next(f for f in report.findings if f.bottleneck == "sync")
     ev_ = {e.metric: e for e in finding.evidence}
     # 40e6 B / 0.4 ms = 100 GB/s algbw; x 2(n-1)/n = 100 GB/s busbw at n = 2

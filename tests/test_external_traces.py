@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from analyzer.analysis.findings import BOTTLENECKS
 from analyzer.cli import app
 from tests.conftest import SHARED
+from tests.test_output_schema import validate
 
 TRACES = SHARED / "external_traces" / "hta"
 pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/external_traces is absent")
@@ -36,6 +37,7 @@ def test_every_external_trace_imports_and_analyses(rel):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["bottleneck"] in BOTTLENECKS
+    validate(data, "Report")  # the shipped JSON Schema (docs/json.md)
     if "cpu_only" in rel:
         assert data["gpu"] is None and any("CPU-only" in n for n in data["notes"])
     else:

@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from analyzer.cli import COMMANDS, app
+from analyzer.cli.base import verdicts_help
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -21,7 +22,7 @@ def _source_help(command: str | None) -> list[str]:
 
     group = typer.main.get_command(app)
     cmd = group if command is None else group.commands[command]  # type: ignore[attr-defined]
-    texts = [cmd.help or ""]
+    texts = [verdicts_help() if command is None else cmd.help or ""]  # the group shows verdicts_help()
     texts += [getattr(p, "help", None) or "" for p in cmd.params]
     if command is None:
         texts += [c.help or "" for c in group.commands.values()]  # type: ignore[attr-defined]

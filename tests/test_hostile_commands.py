@@ -202,7 +202,6 @@ def test_every_command_from_an_empty_home(tmp_path):
         ("export", "{}", "--chrome-trace", "{out}.json"),
         ("compare", "{}", "{}", "--fail-if-slower", "10"),
         ("whatif", str(SAMPLES / "h200_small_batch.arrow")),
-        ("memory", "--params", "7e9"),
         ("fleet", str(SAMPLES), "--workers", "1"),
         ("watch", "{}", "--interval", "0.05"),
         ("import", "{}", "-o", "{import_out}"),

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analyzer
-from analyzer.api import analyze
+from analyzer.api import ReadOptions, analyze
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.cost import CostInputs
@@ -124,7 +124,9 @@ def test_output_is_never_overwritten_without_force(tmp_path):
 
 def test_python_api_and_notebook_display(tmp_path):
     out = tmp_path / "r.html"
-    page = analyzer.report(SAMPLES / "cpu_ddp_straggler.rank0.arrow", out=out, cost=CostInputs(steps_per_run=1e4))
+    page = analyzer.report(
+        SAMPLES / "cpu_ddp_straggler.rank0.arrow", ReadOptions(cost=CostInputs(steps_per_run=1e4)), out=out
+    )
     assert out.read_text() == page.html and page.report.bottleneck == "sync"
     shown = page._repr_html_()
     assert shown.startswith("<iframe srcdoc=") and html.escape(page.html[:200], quote=True) in shown

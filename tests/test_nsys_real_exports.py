@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from analyzer.analysis.findings import BOTTLENECKS
 from analyzer.cli import app
 from tests.conftest import SHARED
+from tests.test_output_schema import validate
 
 NSYS = SHARED / "nsys_traces"
 pytestmark = pytest.mark.skipif(not NSYS.is_dir(), reason="../shared/nsys_traces is absent")
@@ -41,6 +42,7 @@ def _all():
 def test_every_export_imports(name):
     data = _json(name)  # every capture gets a report, those without GPU activity an unknown one
     assert data["bottleneck"] in BOTTLENECKS and data["run"]["source"] == f"nsys:{name}"
+    validate(data, "Report")  # the shipped JSON Schema (docs/json.md)
     if name in GPUS:
         gpu, capability = GPUS[name]
         assert data["run"]["gpu_name"] == gpu and data["run"]["compute_capabilities"] == [capability]

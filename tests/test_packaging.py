@@ -44,6 +44,7 @@ def test_the_wheel_installs_only_analyzer_and_gpuanalyze(wheel):
     with zipfile.ZipFile(wheel) as z:
         tops = {name.split("/", 1)[0] for name in z.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
         assert "analyzer/py.typed" in z.namelist() and "gpuanalyze/ingest/py.typed" in z.namelist()
+        assert "analyzer/render/output/schema.json" in z.namelist()  # the JSON Schema, docs/json.md
     assert tops == {"analyzer", "gpuanalyze"}
 
 

@@ -22,7 +22,7 @@ def _options() -> Comparison:
             gpus=8,
             price_per_gpu_hour=price,
             per_run_usd=hours * 8 * price,
-            step_time_ms=step,
+            step_time_mean_ms=step,
             samples_per_s=123456.0,
             breakdown_ms={k: v * (i + 1) for k, v in parts.items()},
             bottleneck="data_loading",

@@ -10,6 +10,7 @@ import io
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -17,7 +18,8 @@ from analyzer.api import load_compared
 from analyzer.planning.compare import Comparison, Loaded, compare
 from analyzer.planning.cost import CostInputs
 from analyzer.planning.projection_check import projection_checks
-from analyzer.render.planning import compare_dict, render_compare
+from analyzer.render.output import dumps
+from analyzer.render.planning import compare_struct, render_compare
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.sources import load_any
@@ -144,7 +146,7 @@ def test_the_range_says_whether_the_measurement_held(tmp_path, low, high, inside
     c = compare([before, after])
     (check,) = c.checks
     assert (check.projected_low_ms, check.projected_high_ms, check.inside) == (low, high, inside)
-    (item,) = compare_dict(c)["projection_checks"]
+    (item,) = msgspec.to_builtins(compare_struct(c))["projection_checks"]
     assert {k: item[k] for k in ("kind", "projected_low_ms", "projected_high_ms", "inside")} == {
         "kind": "host_syncs",
         "projected_low_ms": low,
@@ -170,7 +172,7 @@ def test_without_a_range_inside_is_null_and_the_text_says_n_a(tmp_path):
     )
     before = dataclasses.replace(before, report=dataclasses.replace(before.report, findings=unbounded))
     c = compare([before, load_compared(_trace(tmp_path / "b.arrow", wall=18.5, sync=0.5), CostInputs(), None)])
-    (item,) = json.loads(json.dumps(compare_dict(c)))["projection_checks"]
+    (item,) = json.loads(dumps(compare_struct(c)))["projection_checks"]
     assert item["inside"] is None and item["projected_low_ms"] is None
     assert "range n/a" in _text(c) and "no range to hold" in _text(c)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.api import analyze
+from analyzer.api import ReadOptions, analyze
 from analyzer.planning.cost import CostInputs
 from gpuanalyze.ingest.sources import load_any
 from tests.conftest import SAMPLES
@@ -59,7 +59,7 @@ def _pages(tmp: Path) -> dict[str, tuple[Path, set[str]]]:
         ("ranks256", big, None, {"steps", "distribution", "gpu", "heat-step", "heat-wait"}),
     ]
     for name, trace, cost, expected in cases:
-        page = render_html(analyze(trace, cost=cost), trace)
+        page = render_html(analyze(trace, ReadOptions(cost=cost)), trace)
         path = tmp / f"{name}.html"
         path.write_text(page)
         out[name] = (path, expected)

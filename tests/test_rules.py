@@ -3,7 +3,7 @@ the definition of a healthy run, on synthetic traces whose answer is known."""
 
 import pytest
 
-from analyzer import analyze
+from analyzer import ReadOptions, analyze
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import ranking_key
 from analyzer.planning.cost import CostInputs
@@ -280,7 +280,7 @@ def test_data_fix_is_bounded_by_the_measured_loader_ceiling(trace_factory, tmp_p
         )
     )
     rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)
-    f = _find(analyze(trace_factory(rows), ceilings=load_ceilings(path)), "data_loading")
+    f = _find(analyze(trace_factory(rows), ReadOptions(ceilings=load_ceilings(path))), "data_loading")
     assert f.projection.step_ms == pytest.approx(10.0)  # 32 samples at 3200/s
     assert any(e.metric == "achieved_samples_per_s" and e.passed for e in f.evidence)
 
@@ -301,7 +301,7 @@ def test_a_ceiling_the_run_already_beats_is_contrary_evidence_not_a_limit(trace_
         )
     )
     rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)  # 1600 samples/s > 100
-    f = _find(analyze(trace_factory(rows), ceilings=load_ceilings(path)), "data_loading")
+    f = _find(analyze(trace_factory(rows), ReadOptions(ceilings=load_ceilings(path))), "data_loading")
     assert f.projection.step_ms == pytest.approx(5.0)  # the beaten ceiling is no limit
     assert [e.metric for e in f.contrary] == ["achieved_samples_per_s"]
 
@@ -316,7 +316,7 @@ def test_findings_are_ranked_by_the_time_their_fix_saves(trace_factory):
 
 def test_savings_per_run_follow_the_projection(trace_factory):
     rows = _rows(wall=20.0, data=10.0, fwd=4.0, bwd=5.0, opt=1.0)
-    r = analyze(trace_factory(rows), cost=CostInputs(steps_per_run=1e6, price_per_gpu_hour=2.0))
+    r = analyze(trace_factory(rows), ReadOptions(cost=CostInputs(steps_per_run=1e6, price_per_gpu_hour=2.0)))
     f = r.findings[0]
     hours = 1e6 * f.projection.saved_ms / 3.6e6
     assert f.savings.hours_per_run == pytest.approx(hours) and f.savings.usd_per_run == pytest.approx(hours * 2.0)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import analyzer.analysis.quantiles as quantiles
 import analyzer.analysis.ranks as ranks
-from analyzer import analyze
+from analyzer import ReadOptions, analyze
 from analyzer.cli import app
 from analyzer.scale.measure import measure
 from analyzer.scale.tasks import FileJob, run_file
@@ -229,7 +229,7 @@ def test_64_ranks_by_2000_steps_on_the_process_pool(tmp_path):
     named = [(s.rank, s.phase) for s in got.metrics.distributed.stragglers]
     # rank 21 arrives last; rank 7, 1 ms earlier, is among the last on about half the steps
     assert named[0] == (21, "other") and set(named) <= {(21, "other"), (7, "forward")}
-    assert analyze(tmp_path, workers=2).bottleneck == analyze(load_any(tmp_path)).bottleneck == "sync"
+    assert analyze(tmp_path, ReadOptions(workers=2)).bottleneck == analyze(load_any(tmp_path)).bottleneck == "sync"
 
 
 @pytest.mark.slow
@@ -263,7 +263,7 @@ def _ray_checks(tmp_path):
     from analyzer.api import report_parts
     from tests.test_report_scale import assert_same_charts
 
-    ray_report, ray_charts = report_parts(runs, engine="ray", workers=2)  # the chart pass as Ray tasks
+    ray_report, ray_charts = report_parts(runs, ReadOptions(engine="ray", workers=2))  # the chart pass as Ray tasks
     local_report, local_charts = report_parts(runs)
     assert ray_report.bottleneck == local_report.bottleneck
     assert_same_charts(ray_charts, local_charts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.api import analyze
+from analyzer.api import ReadOptions, analyze
 from tests import mechanism_fixtures as F
 from tests.kineto_fixtures import write
 
@@ -55,7 +55,7 @@ def test_a_cpu_run_is_costed_and_headlined_in_cpu_words(tmp_path):
     run.mkdir()
     for rank in (0, 1):
         write(run / f"rank{rank}.json", F.straggler_rank(rank, slow_forward_ms=0.0, gpu=False))
-    r = analyze(run, cost=CostInputs(steps_per_run=1e5))
+    r = analyze(run, ReadOptions(cost=CostInputs(steps_per_run=1e5)))
     console = Console(width=200, record=True)
     console.print(render_terminal(r))
     out = console.export_text()

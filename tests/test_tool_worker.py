@@ -10,6 +10,7 @@ import shutil
 import socket
 
 import pytest
+from msgspec import to_builtins
 from typer.testing import CliRunner
 
 from analyzer.agents import tool_worker as W
@@ -126,8 +127,8 @@ def test_a_secret_on_a_traces_command_line_never_reaches_the_agent(root):
 
 def test_explain_finding_gives_the_verdicts_finding_with_its_thresholds_sources_and_range(monkeypatch):
     monkeypatch.setattr(W, "ROOTS", [str(SAMPLES)])
-    report = W.analyze_trace("h200_small_batch.arrow")
-    out = W.explain_finding("h200_small_batch.arrow")
+    report = to_builtins(W.analyze_trace("h200_small_batch.arrow"))
+    out = to_builtins(W.explain_finding("h200_small_batch.arrow"))
     assert out["bottleneck"] == report["bottleneck"] == out["finding"]["bottleneck"]
     assert out["finding"] == report["findings"][0] and out["other_findings"] == [
         f["bottleneck"] for f in report["findings"]
@@ -145,16 +146,16 @@ def test_list_traces_names_every_readable_run_with_a_path_the_other_tools_take(r
     shutil.copy(SAMPLES / "cpu_healthy.arrow", root / "sub")
     write(root / "sub" / "kineto.json", two_step_trace())
     (root / "notes.txt").write_text("not a trace")
-    listed = W.list_traces(".")
+    listed = to_builtins(W.list_traces("."))
     assert sorted(r["run"] for r in listed["runs"]) == ["run.arrow", "sub/cpu_healthy.arrow", "sub/kineto.json"]
     assert all(W.inside(r["path"]) for r in listed["runs"])
 
 
 def test_compare_runs_carries_the_gates_answer_and_refuses_run_option_files(root):
     write_trace(root / "slow.arrow", [make_row(i, wall=40.0, fwd=27.0) for i in range(12)])
-    out = W.compare_runs("run.arrow", "slow.arrow", fail_if_slower_pct=5)
+    out = to_builtins(W.compare_runs("run.arrow", "slow.arrow", fail_if_slower_pct=5))
     assert out["gate"]["failed"] is True and out["gate"]["exit_code"] == 1
-    assert W.compare_runs("run.arrow", "run.arrow")["gate"] is None
+    assert W.compare_runs("run.arrow", "run.arrow").gate is None
     (root / "a.toml").write_text('name = "a"\nhours_per_run = 1\n')
     with pytest.raises(GpuAnalyzeError, match="not TOML"):
         W.compare_runs("a.toml", "run.arrow")

@@ -20,10 +20,10 @@ COST = ["--steps-per-run", "100000", "--price-per-gpu-hour", "2.5"]
 
 
 def _report(**cost):
-    from analyzer.api import analyze
+    from analyzer.api import ReadOptions, analyze
     from analyzer.planning.cost import CostInputs
 
-    return analyze(SAMPLE, cost=CostInputs(**cost) if cost else None)
+    return analyze(SAMPLE, ReadOptions(cost=CostInputs(**cost) if cost else None))
 
 
 def test_flat_summary_holds_verdict_breakdown_projection_and_savings():

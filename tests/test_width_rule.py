@@ -24,7 +24,6 @@ def _commands(tmp_path):
         "analyze": [SAMPLE],
         "compare": ["compare", SAMPLE, SAMPLE],
         "whatif": ["whatif", H200],
-        "memory": ["memory", "--params", "7e9"],
         "fleet": ["fleet", str(runs), "--workers", "1"],  # the layout, not the process pool
         "watch": ["watch", SAMPLE],
         "env": ["env"],
@@ -45,7 +44,7 @@ def test_columns_is_read_and_clamped(monkeypatch, columns, expected):
     assert layout_width(66) == 66  # --width wins
 
 
-@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "memory", "fleet", "watch", "env"])
+@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch", "env"])
 def test_every_command_follows_columns_clamped(tmp_path, name):
     args = _commands(tmp_path)[name]
     narrow = runner.invoke(app, args, env={"COLUMNS": "5"})

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import GpuAnalyzeError
+from analyzer.render.output import built
+from analyzer.render.output.commands import Comparison, Explained, Fleet, TraceFound, TraceList
+from analyzer.render.output.trace_report import Report
 
 #: Names the analysis reads in a directory (a link with one of them is followed there; a link to a directory never).
 TRACE_SUFFIXES = (".arrow", ".json", ".json.gz", ".sqlite")
@@ -52,29 +55,29 @@ def _under(path: str | Path) -> bool:
     return any(Path(os.path.realpath(path)).is_relative_to(r) for r in ROOTS)
 
 
-def list_traces(directory: str = ".") -> dict[str, Any]:
+def list_traces(directory: str = ".") -> TraceList:
     """The runs gpuanalyze can read beneath ``directory`` (relative to the server's first root): Arrow traces,
     PyTorch profiler .json/.json.gz, Nsight Systems .sqlite exports, directories of per-rank files; each with
     the path to give the other tools. Use it first when you do not know where the traces are."""
     from analyzer.fleet.discover import find_runs
 
     runs, notes = find_runs(str(inside(directory)))
-    return {"runs": [{"path": r.target, "run": r.name, "files": r.files} for r in runs], "notes": notes}
+    return TraceList(runs=[built(TraceFound, r, path=r.target, run=r.name) for r in runs], notes=notes)
 
 
-def analyze_trace(path: str) -> dict[str, Any]:
+def analyze_trace(path: str) -> Report:
     """Why one run is slow: the JSON report of `gpuanalyze TRACE --json` for ``path`` (a trace file or run
     directory): bottleneck, confidence, step time and its breakdown, who held the GPU idle, findings with
     evidence, recommendations and projected step time. Use it for 'why is this run slow, what do I change?'."""
-    from analyzer.api import analyze
-    from analyzer.render.json_report import report_dict
+    from analyzer.api import ReadOptions, analyze
+    from analyzer.render.json_report import report_struct
 
-    return report_dict(analyze(inside(path), machine_ceilings=True))
+    return report_struct(analyze(inside(path), ReadOptions(machine_ceilings=True)))
 
 
 def compare_runs(
     before: str, after: str, fail_if_slower_pct: float | None = None, fail_if_throughput_drops_pct: float | None = None
-) -> dict[str, Any]:
+) -> Comparison:
     """Two runs, ``before`` then ``after`` (as `gpuanalyze compare --json`): step time and cost side by side,
     what differs, whether BEFORE's projections held and, given a tolerance in percent (e.g. 5), the regression
     gate's answer (gate.failed: AFTER worse beyond the runs' noise). Use it for 'did my change help or hurt?'."""
@@ -82,36 +85,34 @@ def compare_runs(
     from analyzer.planning.compare import compare
     from analyzer.planning.cost import CostInputs
     from analyzer.planning.gate import GateOptions
-    from analyzer.render.planning import compare_dict
+    from analyzer.render.planning import compare_struct
 
     runs = [inside(p) for p in (before, after)]
     if any(p.suffix == ".toml" for p in runs):
         raise GpuAnalyzeError("compare_runs takes two traces or run directories, not TOML run options")
     gate = GateOptions(fail_if_slower_pct=fail_if_slower_pct, fail_if_throughput_drops_pct=fail_if_throughput_drops_pct)
-    return compare_dict(compare([load_compared(p, CostInputs(), None) for p in runs], gate))
+    return compare_struct(compare([load_compared(p, CostInputs(), None) for p in runs], gate))
 
 
-def triage_fleet(directory: str) -> dict[str, Any]:
+def triage_fleet(directory: str) -> Fleet:
     """Every run beneath ``directory`` analysed and ranked by what its top fix saves (as `gpuanalyze fleet
     --json`); runs that cannot be read are listed as skipped. Use it to find which of many runs to fix first."""
     from analyzer.fleet.fleet_options import FleetOptions
-    from analyzer.fleet.fleet_output import fleet_dict
+    from analyzer.fleet.fleet_output import fleet_struct
     from analyzer.fleet.triage import triage
 
-    return fleet_dict(triage(str(inside(directory)), FleetOptions()))
+    return fleet_struct(triage(str(inside(directory)), FleetOptions()))
 
 
-def explain_finding(path: str, finding: str = "") -> dict[str, Any]:
+def explain_finding(path: str, finding: str = "") -> Explained:
     """One finding of the report of ``path`` in full (``finding``: its bottleneck name as the report gives it;
     default the verdict's): evidence (each measured value against its threshold and the threshold's source),
     recommendations, projected step time with its range and arithmetic. Use it to justify or act on a finding."""
     report = analyze_trace(path)
-    names, finding = [f["bottleneck"] for f in report["findings"]], finding or report["bottleneck"]
+    names, finding = [f.bottleneck for f in report.findings], finding or report.bottleneck
     if finding not in names:
         raise GpuAnalyzeError(f"no finding {finding!r} in {path}; its findings: {names}")
-    keep = ("trace", "bottleneck", "confidence", "confidence_reason", "step_time_ms", "share", "notes")
-    found = report["findings"][names.index(finding)]
-    return {**{k: report[k] for k in keep}, "finding": found, "other_findings": names}
+    return built(Explained, report, finding=report.findings[names.index(finding)], other_findings=names)
 
 
 TOOLS = (list_traces, analyze_trace, compare_runs, triage_fleet, explain_finding)
@@ -124,10 +125,14 @@ def capped(value: Any, cap: int | None) -> Any:
     return [capped(v, cap) for v in value[:cap]] if isinstance(value, list | tuple) else value
 
 
-def bounded(data: dict[str, Any], limit: int) -> str:
-    """``data`` as JSON of at most ``limit`` bytes: its lists cut shorter (and said so) until it fits."""
-    from analyzer.render.json_report import dumps
+def bounded(result: Any, limit: int) -> str:
+    """``result`` (a declared output struct) as JSON of at most ``limit`` bytes: its lists cut shorter (and said so)
+    until it fits."""
+    import msgspec
 
+    from analyzer.render.output import dumps
+
+    data = msgspec.to_builtins(result)
     for cap in (None, 1000, 100, 10, 1):
         note = {} if cap is None else {"truncated": f"over {limit:,} bytes: every list cut to its first {cap}"}
         if len((text := dumps({**capped(data, cap), **note})).encode()) <= limit:

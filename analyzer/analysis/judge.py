@@ -20,7 +20,7 @@ from analyzer.analysis.findings import Confidence, Finding
 from analyzer.analysis.fixes import BatchFix
 from analyzer.analysis.left_out import cause_part, owned_left_out_ms
 from analyzer.analysis.metrics import StepMetrics
-from analyzer.analysis.rules import Context, Verdict, classify, led
+from analyzer.analysis.rules import RULE_OF, Context, Verdict, classify, led
 from analyzer.analysis.rules.rule import confidence_level
 from analyzer.analysis.spikes import spike_finding
 from analyzer.analysis.stability import Stability, stability
@@ -37,29 +37,9 @@ class Judged:
     notes: tuple[str, ...]
 
 
-#: Where each bottleneck's fix runs: on the host's cores (``always``), there only on a CPU run whose steps are
-#: host work (``cpu_runs``), or on the device (``never``). An oversubscribed host widens the CPU-side ranges.
-FIX_ON_HOST: dict[str, str] = {
-    "data_loading": "always",
-    "host": "always",
-    "batch_size": "cpu_runs",
-    "sync": "cpu_runs",
-    "kernels": "cpu_runs",
-    "none": "never",
-    "unknown": "never",
-}
-
-
-#: Causes whose fix runs on the device whatever their class's (FIX_ON_HOST): copies kept on it or overlapped.
-FIX_ON_DEVICE: frozenset[tuple[str, str]] = frozenset({("data_loading", "copies")})
-
-
 def cpu_side(f: Finding, gpu: bool) -> bool:
-    """A finding whose fix is CPU work on the host's cores (loading, host time, CPU-run steps)."""
-    if (f.bottleneck, f.cause) in FIX_ON_DEVICE:
-        return False
-    where = FIX_ON_HOST[f.bottleneck]
-    return where == "always" or (where == "cpu_runs" and not gpu)
+    """A finding whose fix is CPU work on the host's cores (its rule's ``fix_runs_on``)."""
+    return RULE_OF[f.bottleneck].fix_on_host(f.cause, gpu)
 
 
 def judge(ctx: Context, full: StepMetrics, steady: SteadyState) -> Judged:

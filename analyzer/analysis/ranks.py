@@ -43,7 +43,7 @@ from analyzer.analysis.thresholds import (
     STRAGGLER_FRACTION,
 )
 from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column, frame_columns
+from gpuanalyze.ingest.columns import Column
 
 #: Columns whose per-rank medians are compared (null counts as 0).
 RANK_PHASES: tuple[str, ...] = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)
@@ -388,14 +388,10 @@ def phase_differences(
     return tuple(sorted(excess, key=lambda kv: -kv[1]))
 
 
-def rank_stats(rows: pl.DataFrame, rank: int) -> RankStats:
-    """The statistics of one rank's analysed rows (all of them one rank's)."""
-    return rank_stats_of(frame_columns(rows), rank, {})
-
-
 def rank_stats_of(rows: dict[str, Column], rank: int, medians: dict[str, tuple[int, float]]) -> RankStats:
-    """rank_stats of numpy columns (ingest.columns); ``medians``: (count, median) of the known values of any of
-    their columns, when the caller has them (a column without unknown values need not be sorted again)."""
+    """The statistics of one rank's analysed rows, as numpy columns (ingest.columns); ``medians``: (count, median)
+    of the known values of any of their columns, when the caller has them (a column without unknown values need not
+    be sorted again)."""
 
     def median(column: str, values: np.ndarray) -> float:
         have = medians.get(column)
@@ -420,27 +416,3 @@ def rank_stats_of(rows: dict[str, Column], rank: int, medians: dict[str, tuple[i
         ),
         {**{c: median(c, v) for c, v in phases.items()}, REST: sorted_median(np.sort(rest))},
     )
-
-
-def rank_analysis(frame: pl.DataFrame) -> RankAnalysis | None:
-    """RankAnalysis of analysed rows held in memory (every rank); None for single-rank traces."""
-    parts = frame.partition_by(S.RANK, as_dict=True)
-    if len(parts) < 2:
-        return None
-    store, starts = WorkStore(), WorkStore()
-    stats = {}
-    try:
-        for key, rows in parts.items():
-            rank = int(key[0])
-            rows = rows.sort(S.STEP)
-            stats[rank] = rank_stats(rows, rank)
-            wall = rows.get_column(S.WALL_MS).cast(pl.Float64).to_numpy()
-            sync = rows.get_column(S.SYNC_MS).fill_null(0.0).cast(pl.Float64).to_numpy()
-            store.add(rank, rows.get_column(S.STEP).to_numpy(), wall - sync)
-            starts.add(rank, rows.get_column(S.STEP).to_numpy(), start_ms(rows.get_column(S.START_UNIX_NS).to_numpy()))
-        steps = np.unique(frame.get_column(S.STEP).to_numpy())
-        median = polars_median(frame.get_column(S.WALL_MS).cast(pl.Float64).to_numpy())
-        return rank_analysis_from(stats, store, steps, median, starts)
-    finally:
-        store.close()
-        starts.close()

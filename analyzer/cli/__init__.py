@@ -2,7 +2,7 @@
 
 Each command lives in a sibling module that registers it on the Typer app. The console script
 imports only the module its command line needs (typer has no lazy sub-commands), so
-`gpuanalyze memory` does not pay for `report`'s or `watch`'s imports; `analyzer.cli.base`, as
+`gpuanalyze compare` does not pay for `report`'s or `watch`'s imports; `analyzer.cli.base`, as
 imported by library users and tests, has every command.
 """
 
@@ -22,7 +22,6 @@ COMMANDS = {
     "fleet": "fleet",
     "import": "trace",
     "mcp": "agents",
-    "memory": "plan",
     "report": "report",
     "run": "run",
     "watch": "watch",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from gpuanalyze.ingest.reader import Trace
 
 
-@app.command("analyze")
+@app.command("analyze", cls=options.takes(options.cost, options.read))
 def analyze_cmd(
+    ctx: typer.Context,
     trace: Annotated[
         str,
         typer.Argument(
@@ -26,15 +28,6 @@ def analyze_cmd(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
-    ceilings: options.Ceilings = None,
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
-    flops_per_step: options.FlopsPerStep = None,
     model_config: Annotated[
         Path | None,
         typer.Option(
@@ -43,9 +36,6 @@ def analyze_cmd(
     ] = None,
     tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
     width: options.Width = None,
-    engine: options.Engine = "local",
-    workers: options.Workers = None,
-    max_bytes: options.MaxBytes = None,
     step_range: options.StepRange = None,
     log: LogTo = None,
 ) -> None:
@@ -54,20 +44,11 @@ def analyze_cmd(
 
     try:
         trackers = log_targets(log)
-        cost = options.cost_inputs(
-            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
-        )
+        read = options.read_options(ctx.meta[options.GIVEN])
         if model_config is not None:
-            flops_per_step = _palm_flops(model_config, tokens_per_step, cost.tokens_per_sample if cost else None)
-        report = analyze(
-            trace if step_range is None else _nsys_steps(trace, step_range, options.max_bytes(max_bytes)),
-            machine_ceilings=ceilings or True,
-            cost=cost,
-            flops_per_step=flops_per_step,
-            engine=engine,
-            workers=workers,
-            max_bytes=options.max_bytes(max_bytes),
-        )
+            per_sample = read.cost.tokens_per_sample if read.cost else None
+            read = replace(read, flops_per_step=_palm_flops(model_config, tokens_per_step, per_sample))
+        report = analyze(trace if step_range is None else _nsys_steps(trace, step_range, read.max_bytes), read)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:
@@ -103,7 +84,5 @@ def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | No
     if not tokens_per_step or not seq_len:
         raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")
     shape = shape_from_hf_config(config)
-    if shape.layers is None or shape.heads is None or shape.hidden is None:
-        raise GpuAnalyzeError(f"{config}: the PaLM formula needs the model shape (layers, heads, hidden size)")
     per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
     return per_token * tokens_per_step

@@ -41,6 +41,10 @@ class _DefaultToAnalyze(TyperGroup):
                 if getattr(param, "help", None):  # options and arguments (typer's own click classes)
                     param.help = plain_help(param.help)  # type: ignore[attr-defined]
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.help = verdicts_help()
+        super().format_help(ctx, formatter)
+
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _GROUP_OPTIONS:
             if _unknown_command(args[0]):
@@ -58,7 +62,7 @@ def _unknown_command(word: str) -> bool:
 
 
 #: Words people type for a command that spelling alone does not lead to.
-_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare", "mem": "memory"}
+_MEANT = {"cost": "compare", "price": "compare", "diff": "compare", "gate": "compare"}
 
 
 def unknown_command_message(word: str) -> str:
@@ -73,19 +77,23 @@ def unknown_command_message(word: str) -> str:
     return f"no such command or file '{word}'{hint} Commands: {', '.join(names)}."
 
 
-#: The group's help: every verdict (analysis.findings.BOTTLENECKS; a test keeps them in step, this module
-#: stays free of the analysis' imports so that every command starts fast).
-VERDICTS_HELP = (
-    "Find why a GPU training run is slow. One verdict per run: data_loading, batch_size, kernels, sync or host "
-    "(what limits it), none (healthy) or unknown (the trace does not show where the time goes)."
-)
+def verdicts_help() -> str:
+    """The group's help: every verdict (analysis.findings.BOTTLENECKS, read only when the help is shown, so that
+    every command starts without it)."""
+    from analyzer.analysis.findings import BOTTLENECKS
+
+    *rules, last = (b for b in BOTTLENECKS if b not in ("none", "unknown"))
+    return (
+        f"Find why a GPU training run is slow. One verdict per run: {', '.join(rules)} or {last} (what limits it), "
+        "none (healthy) or unknown (the trace does not show where the time goes)."
+    )
+
 
 app = typer.Typer(
     cls=_DefaultToAnalyze,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help=VERDICTS_HELP,
 )
 
 
@@ -122,10 +130,10 @@ def note(text: str, *, err: bool = False) -> None:
 
 
 def emit(renderable: Any, data: Any, json_out: bool, width: int | None = None) -> None:
-    """Print ``data`` as strict JSON (non-finite numbers become null), or the rich ``renderable``
-    laid out for ``width`` columns."""
+    """Print ``data`` (a declared output struct, render.output) as strict JSON, or the rich ``renderable`` laid out
+    for ``width`` columns."""
     if json_out:
-        from analyzer.render.json_report import dumps
+        from analyzer.render.output import dumps
 
         typer.echo(dumps(data))
     else:
@@ -150,4 +158,4 @@ def _version(value: bool) -> None:
 def main_callback(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """The group's options; its help is VERDICTS_HELP."""
+    """The group's options; its help is verdicts_help()."""

@@ -69,10 +69,10 @@ def fleet_cmd(
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:
-        from analyzer.fleet.fleet_output import fleet_dict
-        from analyzer.render.json_report import dumps
+        from analyzer.fleet.fleet_output import fleet_struct
+        from analyzer.render.output import dumps
 
-        typer.echo(dumps(fleet_dict(fleet)))
+        typer.echo(dumps(fleet_struct(fleet)))
     else:
         from analyzer.fleet.fleet_view import render_fleet
         from analyzer.render.console import report_console

@@ -1,19 +1,26 @@
 """Options several commands share, declared once as Annotated types (Typer reads the option from the type).
 
-A command takes one by naming its type: ``width: options.Width = None``. The cost options are seven
-such parameters; ``cost_inputs`` turns their values into one ``CostInputs``.
+A command takes one by naming its type: ``width: options.Width = None``. Groups of them are declared once
+as the parameters of a function (``cost``: the seven cost options; ``read``: how a trace is read and judged)
+and a command takes a group with ``@app.command(..., cls=options.takes(options.cost, ...))``: typer builds the
+options from the group's parameters as it does a command's, and their values reach the command in
+``ctx.meta``, where ``cost_inputs`` and ``read_options`` turn them into one ``CostInputs`` and one ``ReadOptions``.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from analyzer.render.console import MAX_WIDTH, MIN_WIDTH
 
 if TYPE_CHECKING:
+    from analyzer.api import ReadOptions
     from analyzer.planning.cost import CostInputs
 
 Width = Annotated[
@@ -70,6 +77,66 @@ CostConfig = Annotated[Path | None, typer.Option(help="TOML file with the same c
 FlopsPerStep = Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")]
 
 
+def cost(
+    price_per_gpu_hour: PricePerGpuHour = None,
+    steps_per_run: StepsPerRun = None,
+    samples_per_run: SamplesPerRun = None,
+    tokens_per_run: TokensPerRun = None,
+    tokens_per_sample: TokensPerSample = None,
+    gpus: Gpus = None,
+    cost_config: CostConfig = None,
+) -> None:
+    """The cost options, which every command that prices a run takes (read by ``cost_inputs``)."""
+
+
+def read(
+    ceilings: Ceilings = None,
+    flops_per_step: FlopsPerStep = None,
+    engine: Engine = "local",
+    workers: Workers = None,
+    max_bytes: MaxBytes = None,
+) -> None:
+    """How `analyze` and `report` read and judge a trace, besides its cost (read by ``read_options``)."""
+
+
+#: Where a command's group options are kept in its context.
+GIVEN = "gpuanalyze.options"
+
+
+def takes(*groups: Callable[..., None]) -> type[TyperCommand]:
+    """A command class that adds the options of ``groups`` to the command, each group in a help panel of its own
+    ("Cost options"), and hands their values to it in ``ctx.meta[GIVEN]`` (converted as typer converts a
+    parameter's), not as parameters."""
+    from typer.main import get_click_param
+    from typer.utils import get_params_from_function
+
+    def declare() -> list[tuple[Any, Any]]:
+        """Fresh click parameters for one command object: the group's help escapes each one's help in place,
+        so parameters shared between command objects would be escaped again at every build."""
+        out = []
+        for g in groups:
+            for p in get_params_from_function(g).values():
+                param, convert = get_click_param(p)
+                param.rich_help_panel = f"{g.__name__.capitalize()} options"
+                out.append((param, convert))
+        return out
+
+    class Taking(TyperCommand):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.declared = declare()
+            self.params += [param for param, _ in self.declared]
+
+        def invoke(self, ctx: Any) -> Any:
+            given = ctx.meta[GIVEN] = {}
+            for param, convert in self.declared:
+                value = ctx.params.pop(param.name)
+                given[param.name] = convert(value) if convert else value
+            return super().invoke(ctx)
+
+    return Taking
+
+
 def max_bytes(text: str | None) -> int | None:
     """``--max-bytes``'s value in bytes (``8G``); None when not given."""
     from gpuanalyze.ingest.stream import parse_size
@@ -77,36 +144,30 @@ def max_bytes(text: str | None) -> int | None:
     return None if text is None else parse_size(text)
 
 
-def cost_inputs(
-    cost_config: Path | None,
-    price_per_gpu_hour: float | None = None,
-    steps_per_run: float | None = None,
-    samples_per_run: float | None = None,
-    tokens_per_run: float | None = None,
-    tokens_per_sample: float | None = None,
-    gpus: int | None = None,
-) -> CostInputs | None:
-    """CostInputs from the cost options: a TOML file and/or values (values win); None when neither gives anything.
-    A bad value raises GpuAnalyzeError (the command's one-line error)."""
+def cost_inputs(given: Mapping[str, Any]) -> CostInputs | None:
+    """CostInputs from the cost options' values (``ctx.meta[GIVEN]``): a TOML file and/or values (values win);
+    None when neither gives anything. A bad value raises GpuAnalyzeError (the command's one-line error)."""
     from analyzer.planning.cost import CostInputs, load_cost_config
 
-    values: dict[str, float | int | None] = {
-        "price_per_gpu_hour": price_per_gpu_hour,
-        "steps_per_run": steps_per_run,
-        "samples_per_run": samples_per_run,
-        "tokens_per_run": tokens_per_run,
-        "tokens_per_sample": tokens_per_sample,
-        "gpus": gpus,
+    values: dict[str, Any] = {
+        name: given.get(name) for name in inspect.signature(cost).parameters if name != "cost_config"
     }
-    if cost_config is not None:
-        return load_cost_config(cost_config, **values)
+    if given.get("cost_config") is not None:
+        return load_cost_config(given["cost_config"], **values)
     if all(v is None for v in values.values()):
         return None
-    return CostInputs(
-        price_per_gpu_hour=price_per_gpu_hour,
-        steps_per_run=steps_per_run,
-        samples_per_run=samples_per_run,
-        tokens_per_run=tokens_per_run,
-        tokens_per_sample=tokens_per_sample,
-        gpus=gpus,
+    return CostInputs(**values)
+
+
+def read_options(given: Mapping[str, Any]) -> ReadOptions:
+    """ReadOptions from the cost and read options' values: the machine's measured ceilings unless a file is given."""
+    from analyzer.api import ReadOptions
+
+    return ReadOptions(
+        machine_ceilings=given["ceilings"] or True,
+        cost=cost_inputs(given),
+        flops_per_step=given["flops_per_step"],
+        engine=given["engine"],
+        workers=given["workers"],
+        max_bytes=max_bytes(given["max_bytes"]),
     )

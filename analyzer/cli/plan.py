@@ -1,4 +1,4 @@
-"""Planning commands: `compare` (cost per completed run), `whatif` (other GPUs), `memory` (training memory)."""
+"""Planning commands: `compare` (cost per completed run) and `whatif` (other GPUs)."""
 
 from __future__ import annotations
 
@@ -12,21 +12,15 @@ from analyzer.cli.base import app, emit, fail
 from analyzer.errors import GpuAnalyzeError
 
 
-@app.command("compare")
+@app.command("compare", cls=options.takes(options.cost))
 def compare_cmd(
+    ctx: typer.Context,
     runs: Annotated[
         list[Path],
         typer.Argument(
             help="Traces, or TOML files naming price and run length (hours_per_run, or trace + steps_per_run)."
         ),
     ],
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
     fail_if_slower: Annotated[
         float | None,
         typer.Option(
@@ -50,12 +44,10 @@ def compare_cmd(
     from analyzer.planning.compare import compare
     from analyzer.planning.cost import CostInputs
     from analyzer.planning.gate import GateOptions
-    from analyzer.render.planning import compare_dict, render_compare
+    from analyzer.render.planning import compare_struct, render_compare
 
     try:
-        cost = options.cost_inputs(
-            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
-        )
+        cost = options.cost_inputs(ctx.meta[options.GIVEN])
         gate = GateOptions(fail_if_slower_pct=fail_if_slower, fail_if_throughput_drops_pct=fail_if_throughput_drops)
         defaults = cost or CostInputs()  # the price and run length of traces given directly
         # runs from other machines are compared here, so no measured ceilings (they belong to one machine)
@@ -66,7 +58,7 @@ def compare_cmd(
         result = compare([load_compared(Path(p), defaults, None) for p in runs], gate)
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_compare(result), compare_dict(result), json_out, width)
+    emit(render_compare(result), compare_struct(result), json_out, width)
     if result.gate is not None and result.gate.failed:
         raise typer.Exit(1)
 
@@ -82,7 +74,7 @@ def whatif_cmd(
     """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
     from analyzer.api import analyze
     from analyzer.planning.whatif import load_prices, what_if
-    from analyzer.render.planning import render_whatif, whatif_dict
+    from analyzer.render.planning import render_whatif, whatif_struct
 
     try:
         price_map = load_prices(prices) if prices else None
@@ -90,52 +82,4 @@ def whatif_cmd(
         result = what_if(report.metrics, report.run, prices=price_map, steps_per_run=steps_per_run)
     except GpuAnalyzeError as exc:
         fail(str(exc))
-    emit(render_whatif(result), whatif_dict(result), json_out, width)
-
-
-@app.command("memory")
-def memory_cmd(
-    params: Annotated[float | None, typer.Option(help="Parameter count, e.g. 7e9.")] = None,
-    config: Annotated[Path | None, typer.Option(help="A Hugging Face style config.json.")] = None,
-    precision: Annotated[str, typer.Option(help="fp32, bf16-mixed, fp16-mixed, bf16, fp8-mixed.")] = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(help="sgd, sgd-momentum, adam, adamw, adam-8bit.")] = "adamw",
-    batch: Annotated[int | None, typer.Option(help="Micro-batch per GPU.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sample.")] = None,
-    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")] = False,
-    sharding: Annotated[str, typer.Option(help="none, zero1, zero2, zero3, fsdp.")] = "none",
-    gpus: Annotated[int, typer.Option(help="GPUs to shard over.")] = 1,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank (needs --config).")] = None,
-    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base weights (with --lora-rank).")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: options.Width = None,
-) -> None:
-    """Estimate training memory and which GPUs of the table it fits."""
-    from analyzer.planning.training_memory import MemoryInputs, ModelShape, estimate
-    from analyzer.render.planning import memory_dict, render_memory
-
-    try:
-        if config is not None and params is None:
-            from analyzer.planning.model_config import shape_from_hf_config
-
-            model = shape_from_hf_config(config)
-        elif params is not None and config is None:
-            model = ModelShape(params)
-        else:
-            raise GpuAnalyzeError("give exactly one of --params or --config")
-        result = estimate(
-            MemoryInputs(
-                model=model,
-                precision=precision,
-                optimizer=optimizer,
-                batch=batch,
-                seq_len=seq_len,
-                checkpointing=checkpointing,
-                sharding=sharding,
-                gpus=gpus,
-                lora_rank=lora_rank,
-                qlora=qlora,
-            )
-        )
-    except GpuAnalyzeError as exc:
-        fail(str(exc))
-    emit(render_memory(result), memory_dict(result), json_out, width)
+    emit(render_whatif(result), whatif_struct(result), json_out, width)

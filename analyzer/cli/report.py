@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
 
 
-@app.command("report")
+@app.command("report", cls=options.takes(options.cost, options.read))
 def report_cmd(
+    ctx: typer.Context,
     trace: Annotated[
         str,
         typer.Argument(
@@ -27,15 +28,6 @@ def report_cmd(
     ],
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
-    ceilings: options.Ceilings = None,
-    price_per_gpu_hour: options.PricePerGpuHour = None,
-    steps_per_run: options.StepsPerRun = None,
-    samples_per_run: options.SamplesPerRun = None,
-    tokens_per_run: options.TokensPerRun = None,
-    tokens_per_sample: options.TokensPerSample = None,
-    gpus: options.Gpus = None,
-    cost_config: options.CostConfig = None,
-    flops_per_step: options.FlopsPerStep = None,
     compare: Annotated[
         list[Path] | None,
         typer.Option(
@@ -44,9 +36,6 @@ def report_cmd(
             "as `gpuanalyze compare` takes); repeat for several.",
         ),
     ] = None,
-    engine: options.Engine = "local",
-    workers: options.Workers = None,
-    max_bytes: options.MaxBytes = None,
 ) -> None:
     """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra.
 
@@ -58,23 +47,13 @@ def report_cmd(
 
     try:
         require_plotly()
-        cost = options.cost_inputs(
-            cost_config, price_per_gpu_hour, steps_per_run, samples_per_run, tokens_per_run, tokens_per_sample, gpus
-        )
+        read = options.read_options(ctx.meta[options.GIVEN])
         # before the analysis: refuse early, not after a long run
         check_target(out, force=force, inputs=[trace, *(compare or [])])
         from analyzer.api import report_parts
 
-        report, data = report_parts(
-            trace,
-            machine_ceilings=ceilings or True,
-            cost=cost,
-            flops_per_step=flops_per_step,
-            engine=engine,
-            workers=workers,
-            max_bytes=options.max_bytes(max_bytes),
-        )
-        comparison = _comparison(report, Path(trace), compare or [], cost) if compare else None
+        report, data = report_parts(trace, read)
+        comparison = _comparison(report, Path(trace), compare or [], read.cost) if compare else None
         page = render_html(report, data, comparison=comparison).encode()
         write_bytes(out, page, force=force)
     except GpuAnalyzeError as exc:

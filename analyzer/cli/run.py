@@ -160,9 +160,12 @@ def _try(
 
     result = trials.try_command(command, options, try_options, out, stdout_to_stderr=json_out, say=say)
     if json_out:
-        from analyzer.render.json_report import dumps
+        import msgspec
 
-        typer.echo(dumps(trial_output.as_dict(result)))
+        from analyzer.render.output import dumps
+        from analyzer.render.output.commands import Trials
+
+        typer.echo(dumps(msgspec.convert(trial_output.as_dict(result), Trials)))  # the declared keys, none other
     else:
         trial_output.print_table(result, width)
     code = result.baseline.returncode

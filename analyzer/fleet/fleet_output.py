@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, get_args, get_type_hints
 
 from analyzer.fleet.run_row import RunRow
 from analyzer.fleet.triage import RANKINGS, Fleet
+from analyzer.render.output import built
+from analyzer.render.output import commands as C
 
 if TYPE_CHECKING:
     import polars as pl
 
-COLUMNS = tuple(f.name for f in dataclasses.fields(RunRow))
+COLUMNS = RunRow.__struct_fields__
 #: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -25,33 +26,27 @@ def csv_cell(value: str) -> str:
     return ("'" if value.startswith(FORMULA_START) else "") + clean(value)
 
 
-def fleet_dict(fleet: Fleet) -> dict[str, Any]:
-    """``{"root", "ranked_by", "ranking", "runs": [rows, ranked], "skipped": [{"run", "reason"}], "notes"}``."""
-    return {
-        "root": fleet.root,
-        "ranked_by": fleet.ranked_by,
-        "ranking": RANKINGS[fleet.ranked_by],
-        "runs": [{"rank": i, **dataclasses.asdict(r)} for i, r in enumerate(fleet.rows, 1)],
-        "skipped": [dataclasses.asdict(s) for s in fleet.skipped],
-        "notes": list(fleet.notes),
-    }
+def fleet_struct(fleet: Fleet) -> C.Fleet:
+    """The fleet's JSON: its runs ranked, those skipped and why (render.output.commands.Fleet)."""
+    return built(
+        C.Fleet,
+        fleet,
+        ranking=RANKINGS[fleet.ranked_by],
+        runs=[built(C.FleetRun, r, rank=i) for i, r in enumerate(fleet.rows, 1)],
+        skipped=[built(C.Skipped, s) for s in fleet.skipped],
+    )
 
 
 def fleet_frame(fleet: Fleet) -> pl.DataFrame:
     """One row per analysed run, ranked (column ``rank`` first), with fixed column types."""
     import polars as pl
 
+    _POLARS = {bool: pl.Boolean, int: pl.Int64, float: pl.Float64}
     schema: dict[str, Any] = {"rank": pl.Int64}
-    for f in dataclasses.fields(RunRow):
-        kind = str(f.type)
-        schema[f.name] = (
-            pl.Boolean
-            if kind == "bool"
-            else pl.Int64
-            if kind == "int"
-            else pl.Float64
-            if "float" in kind
-            else pl.String
+    for name, kind in get_type_hints(RunRow).items():
+        kinds = get_args(kind) or (kind,)
+        schema[name] = (
+            pl.Boolean if bool in kinds else pl.Int64 if int in kinds else pl.Float64 if float in kinds else pl.String
         )
     data = {"rank": list(range(1, len(fleet.rows) + 1))}
     data |= {c: [getattr(r, c) for r in fleet.rows] for c in COLUMNS}

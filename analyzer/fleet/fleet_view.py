@@ -45,7 +45,7 @@ class _FleetTable:
             ("verdict", [r.bottleneck for r in rows]),
             ("conf.", [f"{r.confidence:.2f}" for r in rows]),
             ("step\nms", [f"{r.step_time_mean_ms:,.1f}" for r in rows]),
-            ("fixed\nms", [_num(r.projected_step_ms, ",.1f") for r in rows]),
+            ("fixed\nms", [_num(r.projected_step_time_ms, ",.1f") for r in rows]),
         ]
         self.rows = rows
         self.columns = [(h, cells) for h, cells in columns if any(c != "—" for c in cells)]

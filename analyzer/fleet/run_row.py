@@ -13,9 +13,13 @@ from typing import TYPE_CHECKING
 from analyzer.errors import GpuAnalyzeError
 from analyzer.fleet.discover import RunTarget
 from analyzer.fleet.fleet_options import RunLength
+from analyzer.render.output.commands import FleetRow as RunRow  # the declared output: one row, as written out
+from analyzer.render.output.commands import Skipped
 
 if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
+
+__all__ = ["A_TRIAL", "TRIAL_TAG", "RunJob", "RunRow", "Skipped", "analyse_run", "row_of", "trial_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,45 +28,6 @@ class RunJob:
 
     run: RunTarget
     length: RunLength
-
-
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    """One analysed run (every value a scalar: the table, CSV and Parquet columns)."""
-
-    run: str
-    ranks: int
-    gpu: str | None
-    bottleneck: str
-    """The verdict, as `gpuanalyze TRACE --json` names it (docs/json.md, "Other commands")."""
-    confidence: float
-    confidence_level: str
-    step_time_mean_ms: float
-    """Mean step time of the slowest rank over the analysed steps (what the projection and cost use)."""
-    steps: int
-    top_fix: str | None
-    """The top finding's cause (its summary is in `fix_summary`)."""
-    fix_summary: str | None
-    projected_step_ms: float | None
-    saved_ms_per_step: float
-    saved_gpu_ms_per_step: float
-    """Saved ms per step times the run's GPUs: the ranking without a run length."""
-    gpu_hours_per_run: float | None
-    saved_gpu_hours_per_run: float | None
-    saved_usd_per_run: float | None
-    idle_gpu_hours_per_run: float | None
-    """GPU-hours per run the GPUs are idle (1 - GPU busy share); None without GPU timings or run length."""
-    complete: bool
-    state: str
-    """How the run ended, as `gpuanalyze TRACE --json`'s ``run_state`` says: 'ok', 'live' (still being written)..."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A run that could not be analysed, and why (one line)."""
-
-    run: str
-    reason: str
 
 
 #: The tag `gpuanalyze run --try` writes into every trial's trace (analyzer.run.trials): a trial is not a run.
@@ -89,17 +54,17 @@ def trial_of(target: str) -> str | None:
 
 def analyse_run(job: RunJob) -> RunRow | Skipped:
     """Analyse one run in this process (serially: the engine parallelises across runs); never raises."""
-    from analyzer.api import analyze
+    from analyzer.api import ReadOptions, analyze
 
     if trial_of(job.run.target) is not None:
-        return Skipped(job.run.name, A_TRIAL)
+        return Skipped(run=job.run.name, reason=A_TRIAL)
     try:
-        report = analyze(job.run.target, engine="local", workers=1)
+        report = analyze(job.run.target, ReadOptions(workers=1))
         return row_of(job, report)
     except GpuAnalyzeError as exc:
-        return Skipped(job.run.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return Skipped(run=job.run.name, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except Exception as exc:  # noqa: BLE001 - one bad run must not end the triage of thousands
-        return Skipped(job.run.name, f"{type(exc).__name__}: {str(exc)[:200]}")
+        return Skipped(run=job.run.name, reason=f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
 def row_of(job: RunJob, report: Report) -> RunRow:
@@ -131,7 +96,7 @@ def row_of(job: RunJob, report: Report) -> RunRow:
         steps=m.steps,
         top_fix=None if top is None else top.cause,
         fix_summary=None if top is None else top.summary,
-        projected_step_ms=None if top is None else top.projection.step_ms,
+        projected_step_time_ms=None if top is None else top.projection.step_ms,
         saved_ms_per_step=saved_ms,
         saved_gpu_ms_per_step=saved_ms * gpus,
         gpu_hours_per_run=gpu_hours,

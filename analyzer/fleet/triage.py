@@ -55,7 +55,7 @@ WORKER_DIED = "the worker analysing it died (killed by the system, e.g. out of m
 
 
 def _lost(job: RunJob) -> Skipped:
-    return Skipped(job.run.name, WORKER_DIED)
+    return Skipped(run=job.run.name, reason=WORKER_DIED)
 
 
 def triage(

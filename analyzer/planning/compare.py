@@ -36,7 +36,7 @@ class RunOption:
     gpus: int
     price_per_gpu_hour: float | None
     per_run_usd: float | None
-    step_time_ms: float | None = None
+    step_time_mean_ms: float | None = None
     samples_per_s: float | None = None
     breakdown_ms: dict[str, float | None] | None = None
     bottleneck: str | None = None
@@ -55,7 +55,7 @@ class RunOption:
             gpus=c.gpus if c else report.run.world,
             price_per_gpu_hour=price_per_gpu_hour,
             per_run_usd=c.per_run_usd if c else None,
-            step_time_ms=m.step_mean_ms,
+            step_time_mean_ms=m.step_mean_ms,
             samples_per_s=m.samples_per_s,
             breakdown_ms={k: v for k, v in m.mean_ms.items() if k in S.PARTS},
             bottleneck=report.bottleneck,

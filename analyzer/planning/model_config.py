@@ -1,8 +1,9 @@
-"""A model's size and shape from a Hugging Face style config.json (for `memory --config` and the PaLM
-FLOPs of `--model-config`), validated field by field."""
+"""A model's size and shape from a Hugging Face style config.json (for the PaLM FLOPs of `--model-config`),
+validated field by field."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,6 @@ import msgspec
 
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.toml_config import read_small
-from analyzer.planning.training_memory import ModelShape
 
 _Dim = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
 
@@ -27,6 +27,14 @@ class HfConfig(msgspec.Struct, kw_only=True, frozen=True):
     hidden_act: str = ""
     model_type: str = ""
     tie_word_embeddings: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    params: float
+    layers: int
+    hidden: int
+    heads: int
 
 
 def shape_from_hf_config(path: str | Path) -> ModelShape:
@@ -51,4 +59,4 @@ def shape_from_hf_config(path: str | Path) -> ModelShape:
     attn = 2 * h * h + 2 * h * (h * kv_heads // heads)
     mlp = (3 if gated else 2) * h * inter
     embed = cfg.vocab_size * h * (1 if cfg.tie_word_embeddings else 2)
-    return ModelShape(float(layers * (attn + mlp) + embed), layers, h, heads, f"{path.name}")
+    return ModelShape(float(layers * (attn + mlp) + embed), layers, h, heads)

@@ -28,7 +28,7 @@ _MEMORY_BOUND = ("elementwise", "reduction", "memcpy", "memset")
 @dataclass(frozen=True, slots=True)
 class GpuWhatIf:
     gpu: str
-    step_time_ms: float
+    step_time_mean_ms: float
     speedup: float
     fits: bool | None
     """Peak memory of the run fits the GPU's memory (None when the trace has no peak memory)."""
@@ -95,7 +95,7 @@ def what_if(
         f"host and data time ({host:.2f} ms/step) unchanged; "
         "datasheet ratios, not measurements"
     )
-    return WhatIf(src.name, precision, basis, tuple(sorted(targets, key=lambda t: t.step_time_ms)))
+    return WhatIf(src.name, precision, basis, tuple(sorted(targets, key=lambda t: t.step_time_mean_ms)))
 
 
 def load_prices(path: Path) -> dict[str, float]:

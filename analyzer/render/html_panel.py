@@ -314,7 +314,7 @@ def cost_tables(report: Report, comparison: Comparison | None) -> str:
                     str(o.gpus),
                     f"{o.hours_per_run:,.2f}",
                     h(words.usd(o.per_run_usd)),
-                    "" if o.step_time_ms is None else f"{o.step_time_ms:.2f}",
+                    "" if o.step_time_mean_ms is None else f"{o.step_time_mean_ms:.2f}",
                     h(o.bottleneck or ""),
                 )
                 for o in comparison.options

@@ -1,24 +1,23 @@
-"""Format comparisons, GPU what-ifs and memory estimates (tables and JSON-ready dicts)."""
+"""Format comparisons and GPU what-ifs: tables, and the declared structs of their JSON."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from analyzer.planning.gate import MAX_STEPS, change_words
 from analyzer.planning.run_differences import different_jobs
 from analyzer.render.layout import Column, FitTable, bullets
+from analyzer.render.output import built
+from analyzer.render.output import commands as C
 from analyzer.render.safe import text
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, RunOption
     from analyzer.planning.gate import GateCheck, GateResult
     from analyzer.planning.projection_check import ProjectionCheck
-    from analyzer.planning.training_memory import MemoryEstimate
     from analyzer.planning.whatif import WhatIf
 
 
@@ -26,29 +25,23 @@ def _usd(x: float | None) -> str:
     return "n/a" if x is None else f"${x:,.2f}"
 
 
-def compare_dict(c: Comparison) -> dict[str, Any]:
-    return {
-        "options": [asdict(o) for o in c.options],
-        "cheapest": c.cheapest,
-        "saving_usd_per_run": c.saving_usd,
-        "projection_checks": [{**asdict(k), "error": k.error, "inside": k.inside} for k in c.checks],
-        "gate": None if c.gate is None else gate_dict(c.gate),
-        "differences": list(c.differences),
-        "idle_owners_moved": [
-            dict(owner=m.owner, before_ms_per_step=m.before_ms, after_ms_per_step=m.after_ms, delta_ms=m.delta_ms)
-            for m in c.owners_moved
-        ],
-    }
-
-
-def gate_dict(g: GateResult) -> dict[str, Any]:
-    return {
-        "failed": g.failed,
-        "exit_code": 1 if g.failed else 0,
-        "checks": [
-            {**asdict(k), "failed": k.failed, "verdict": gate_verdict(k), "notes": gate_notes(k)} for k in g.checks
-        ],
-    }
+def compare_struct(c: Comparison) -> C.Comparison:
+    gate = None
+    if c.gate is not None:
+        checks = [built(C.GateCheck, k, verdict=gate_verdict(k), notes=gate_notes(k)) for k in c.gate.checks]
+        gate = C.Gate(failed=c.gate.failed, exit_code=1 if c.gate.failed else 0, checks=checks)
+    moved = [
+        built(C.OwnerMove, m, before_ms_per_step=m.before_ms, after_ms_per_step=m.after_ms) for m in c.owners_moved
+    ]
+    return C.Comparison(
+        options=[built(C.RunOption, o) for o in c.options],
+        cheapest=c.cheapest,
+        saving_usd_per_run=c.saving_usd,
+        projection_checks=[built(C.ProjectionCheck, k) for k in c.checks],
+        gate=gate,
+        differences=list(c.differences),
+        idle_owners_moved=moved,
+    )
 
 
 def _col(header: str, values: list[str], *, drop: int | None, name: bool = False) -> Column:
@@ -75,7 +68,7 @@ def _cost_table(opts: tuple[RunOption, ...]) -> FitTable:
             _col("GPUs", [str(o.gpus) for o in opts], drop=2),
             _col("hours/run", [_num(o.hours_per_run, ",.2f") for o in opts], drop=None),
             _col("USD/run", [_usd(o.per_run_usd) for o in opts], drop=None),
-            _col("step ms", [_num(o.step_time_ms, ".2f", "") for o in opts], drop=4),
+            _col("step ms", [_num(o.step_time_mean_ms, ".2f", "") for o in opts], drop=4),
             _col("samples/s", [_num(o.samples_per_s, ",.0f", "") for o in opts], drop=1),
             _col("verdict", [o.bottleneck or "" for o in opts], drop=5, name=True),
         ],
@@ -219,14 +212,8 @@ def _differences_note(differences: tuple[str, ...]) -> RenderableType:
     return Group(text(f"What differs ({verdict}):", style="yellow"), bullets(text(d) for d in differences))
 
 
-def whatif_dict(w: WhatIf) -> dict[str, Any]:
-    return {
-        "source_gpu": w.source_gpu,
-        "precision": w.precision,
-        "basis": w.basis,
-        "estimate": True,
-        "targets": [asdict(t) for t in w.targets],
-    }
+def whatif_struct(w: WhatIf) -> C.WhatIf:
+    return built(C.WhatIf, w, estimate=True, targets=[built(C.GpuEstimate, t) for t in w.targets])
 
 
 def render_whatif(w: WhatIf) -> RenderableType:
@@ -235,7 +222,7 @@ def render_whatif(w: WhatIf) -> RenderableType:
         None,
         [
             Column(header="GPU", cells=[text(x.gpu) for x in t], justify="left", wrap=True, fold=True),
-            Column(header="step ms", cells=[Text(f"{x.step_time_ms:.2f}") for x in t]),
+            Column(header="step ms", cells=[Text(f"{x.step_time_mean_ms:.2f}") for x in t]),
             Column(header="speed-up", cells=[Text(f"{x.speedup:.2f}x") for x in t]),
             Column(
                 header="fits in memory", cells=[Text({True: "yes", False: "NO", None: "unknown"}[x.fits]) for x in t]
@@ -245,31 +232,3 @@ def render_whatif(w: WhatIf) -> RenderableType:
     )
     title = Text("What if this run were on another GPU (estimates; measured on ") + text(w.source_gpu) + Text(")")
     return Group(title, table, text(f"Basis: {w.basis}.", style="dim"))
-
-
-def memory_dict(e: MemoryEstimate) -> dict[str, Any]:
-    d = asdict(e)
-    d["assumptions"] = list(e.assumptions)
-    return d
-
-
-def render_memory(e: MemoryEstimate) -> RenderableType:
-    table = Table(title="Training memory per GPU (decimal GB)", title_justify="left")
-    table.add_column("part")
-    table.add_column("GB", justify="right")
-    for name, value in (
-        ("weights", e.weights_gb),
-        ("gradients", e.gradients_gb),
-        ("optimizer state (incl. fp32 master weights)", e.optimizer_gb),
-        ("activations", e.activations_gb),
-        ("total", e.total_gb),
-    ):
-        table.add_row(name, "not estimated" if value is None else f"{value:,.1f}")
-    fits = ", ".join(g for g, ok in e.fits.items() if ok) or "none of the table's GPUs"
-    no = ", ".join(g for g, ok in e.fits.items() if not ok) or "-"
-    return Group(
-        table,
-        text(f"fits: {fits}"),
-        text(f"does not fit: {no}"),
-        bullets(text(a, style="dim") for a in e.assumptions),
-    )

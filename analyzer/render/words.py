@@ -11,6 +11,7 @@ from typing import Literal
 from analyzer.analysis.findings import Confidence, Evidence, Finding, Projection, Savings
 from analyzer.analysis.memory_fit import Memory
 from analyzer.analysis.owners import ownership
+from analyzer.analysis.rules import RULE_OF
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
 from analyzer.planning.outcome import Report
@@ -25,20 +26,10 @@ PART_LABELS: dict[str, str] = {
     S.SYNC_MS: "sync",
     S.OTHER_MS: "other",
 }
-VERDICT: dict[str, str] = {
-    "data_loading": "DATA LOADING: each step waits for its input batch",
-    "batch_size": "BATCH SIZE: too little work per step keeps the GPU idle",
-    "kernels": "KERNELS: the GPU code itself sets the pace",
-    "sync": "SYNC: the host waits on the device or on other ranks",
-    "host": "HOST: host work that no phase accounts for (or before the GPU work starts) takes the step",
+#: The headlines of the verdicts that are no rule's (each rule has its own: ``Rule.headline``).
+NOT_A_RULE: dict[str, str] = {
     "none": "HEALTHY: no bottleneck by the definition in docs/thresholds.md",
     "unknown": "UNKNOWN: not healthy, but the trace does not show where the time goes",
-}
-#: The same verdicts for a run that used no accelerator (a CPU run: no GPU to keep busy).
-CPU_VERDICT: dict[str, str] = {
-    "batch_size": "BATCH SIZE: fixed per-step costs (optimizer, loop overhead) dominate each CPU step",
-    "kernels": "KERNELS: the compute itself sets the pace",
-    "sync": "SYNC: the process waits in blocking calls or on other ranks",
 }
 
 
@@ -48,10 +39,11 @@ def accelerated(report: Report) -> bool:
 
 
 def verdict_line(report: Report) -> str:
-    """The verdict's headline, in CPU words where no accelerator was used."""
-    if not accelerated(report):
-        return CPU_VERDICT.get(report.bottleneck, VERDICT[report.bottleneck])
-    return VERDICT[report.bottleneck]
+    """The verdict's headline, in its rule's CPU words where no accelerator was used."""
+    rule = RULE_OF.get(report.bottleneck)
+    if rule is None:
+        return NOT_A_RULE[report.bottleneck]
+    return (None if accelerated(report) else rule.cpu_headline) or rule.headline
 
 
 def device_hours(report: Report, hours: float, devices: int | None = None) -> str:

@@ -30,10 +30,11 @@ def print_terminal(report: Report, *, stderr: bool = False, width: int | None = 
 
 def json_text(reports: list[Report]) -> str:
     """One JSON object for one report, an array for several."""
-    from analyzer.render.json_report import dumps, report_dict
+    from analyzer.render.json_report import report_struct
+    from analyzer.render.output import dumps
 
-    data: Any = [report_dict(r) for r in reports]
-    return dumps(data[0] if len(data) == 1 else data)
+    structs = [report_struct(r) for r in reports]
+    return dumps(structs[0] if len(structs) == 1 else structs)
 
 
 def summary(report: Report) -> dict[str, Any]:

@@ -25,8 +25,10 @@ from analyzer.analysis.rules.warmup import warmup_why
 from gpuanalyze.ingest import schema as S
 
 RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
+#: Each rule by the bottleneck it names (``none`` and ``unknown`` are no rule's).
+RULE_OF: dict[str, Rule] = {r.bottleneck: r for r in RULES}
 
-__all__ = ["RULES", "Context", "Verdict", "classify", "health", "led"]
+__all__ = ["RULES", "RULE_OF", "Context", "Verdict", "classify", "health", "led"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ def _led_rule(ctx: Context, findings: list[Finding]) -> str | None:
     cls, owners = leading_class(ctx.owners), ctx.owners
     if cls is None or cls == "unknown" or owners is None or any(f.bottleneck == cls for f in findings):
         return None
-    rule = next(r for r in RULES if r.bottleneck == cls)
+    rule = RULE_OF[cls]
     why = rule.rejected(ctx) or "projects no fix that saves time"
     return f"not healthy: {cls}'s idle owners hold most of the GPU's idle ({owners.words()}), but its rule {why}"
 

@@ -27,7 +27,7 @@ from analyzer.analysis.rules.accumulation import (
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
 from analyzer.analysis.rules.measured import per_call_range, per_call_share
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, fixed_share_range, gpu_only
+from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest import schema as S
 
@@ -207,6 +207,9 @@ def inference_advice(k: float) -> list[str | tuple[str, bool]]:
 
 class BatchSize(Rule):
     bottleneck = "batch_size"
+    headline = "BATCH SIZE: too little work per step keeps the GPU idle"
+    cpu_headline = "BATCH SIZE: fixed per-step costs (optimizer, loop overhead) dominate each CPU step"
+    fix_runs_on = FixRunsOn.HOST_ON_CPU_RUNS
     high = T.Threshold(1 - T.GPU_UTIL_LOW.value, T.GPU_UTIL_LOW.source)
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "micro_batch_overhead": ("micro_batches_per_step", "per_micro_batch_share"),

@@ -20,7 +20,7 @@ from typing import ClassVar, TypeGuard
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import WorkerFix
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded, gpu_only
+from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded, gpu_only
 from analyzer.analysis.rules.workers import WorkerPlan, cores_free, free_word, loader_cpu_share, worker_plan
 from gpuanalyze.ingest import schema as S
 
@@ -97,6 +97,9 @@ def would_not_help(plan: WorkerPlan | None, wall: float) -> bool:
 
 class DataLoading(Rule):
     bottleneck = "data_loading"
+    headline = "DATA LOADING: each step waits for its input batch"
+    fix_runs_on = FixRunsOn.HOST
+    device_causes = frozenset({"copies"})
     high = T.DATA_WAIT_HIGH
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "input_pipeline": ("data_wait_share", "gpu_idle_share"),

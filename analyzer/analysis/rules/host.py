@@ -15,12 +15,14 @@ from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.owners import owned_consistency
 from analyzer.analysis.rerun import rerun_command
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
+from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
 from gpuanalyze.ingest import schema as S
 
 
 class Host(Rule):
     bottleneck = "host"
+    headline = "HOST: host work that no phase accounts for (or before the GPU work starts) takes the step"
+    fix_runs_on = FixRunsOn.HOST
     high = T.HOST_HIGH
 
     def detect(self, ctx: Context, *, relaxed: bool) -> Detection | None:

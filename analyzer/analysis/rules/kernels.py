@@ -16,7 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import PrecisionFix
 from analyzer.analysis.rules import cpu_precision
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
+from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
 from analyzer.machine.datasheet import lookup
 from analyzer.machine.tensor_cores import TensorCores, capability, tensor_cores
 from gpuanalyze.ingest import schema as S
@@ -63,6 +63,9 @@ def tensor_core_ratio(ctx: Context, dtype: str = "bfloat16") -> tuple[float, str
 
 class Kernels(Rule):
     bottleneck = "kernels"
+    headline = "KERNELS: the GPU code itself sets the pace"
+    cpu_headline = "KERNELS: the compute itself sets the pace"
+    fix_runs_on = FixRunsOn.HOST_ON_CPU_RUNS
     high = T.KERNELS_HIGH
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "fp32_math": ("fp32_gemm_conv_share",),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import ClassVar
 
 from analyzer.analysis import thresholds as T
@@ -179,8 +180,23 @@ def confidence_level(value: float) -> ConfidenceLevel:
     return "high" if value >= T.CONFIDENCE_HIGH else "medium" if value >= T.CONFIDENCE_MEDIUM else "low"
 
 
+class FixRunsOn(Enum):
+    """Where a bottleneck's fix runs: on the host's cores, or there only on a CPU run (whose steps are host work;
+    on an accelerator, on the device). An oversubscribed host widens the ranges of the fixes that run on its cores."""
+
+    HOST = "host"
+    HOST_ON_CPU_RUNS = "host_on_cpu_runs"
+
+
 class Rule(ABC):
     bottleneck: ClassVar[Bottleneck]
+    headline: ClassVar[str]
+    """The verdict's headline, as every renderer shows it."""
+    cpu_headline: ClassVar[str | None] = None
+    """The headline on a run that used no accelerator, where it needs other words."""
+    fix_runs_on: ClassVar[FixRunsOn]
+    device_causes: ClassVar[frozenset[str]] = frozenset()
+    """Causes whose fix runs on the device whatever ``fix_runs_on`` says (copies kept on it or overlapped)."""
     high: ClassVar[T.Threshold]
     defining: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Per cause, the evidence items that define it: when one is shown and fails, the cause does not stand."""
@@ -188,6 +204,12 @@ class Rule(ABC):
     """Per cause, the cause it falls back to when its defining test fails (that one's tests must then pass)."""
     record: ClassVar[str] = ""
     """What to record so a cause whose defining test failed can be decided."""
+
+    def fix_on_host(self, cause: str, gpu: bool) -> bool:
+        """The fix of ``cause`` is CPU work on the host's cores (loading, host time, a CPU run's steps)."""
+        if cause in self.device_causes:
+            return False
+        return self.fix_runs_on is FixRunsOn.HOST or (self.fix_runs_on is FixRunsOn.HOST_ON_CPU_RUNS and not gpu)
 
     def failed_test(self, evidence: tuple[Evidence, ...], cause: str) -> Evidence | None:
         """The first defining evidence item of ``cause`` that is shown and fails, if any."""

@@ -20,7 +20,7 @@ from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.metrics import RAW
 from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.rules.blocking import blocking_site, blocking_site_advice
-from analyzer.analysis.rules.rule import Context, Detection, Rule, bounded
+from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.ingest import schema as S
 
@@ -117,6 +117,9 @@ def _waiting_summary(ctx: Context, host: float, comm: float, share: float, *, fl
 
 class Sync(Rule):
     bottleneck = "sync"
+    headline = "SYNC: the host waits on the device or on other ranks"
+    cpu_headline = "SYNC: the process waits in blocking calls or on other ranks"
+    fix_runs_on = FixRunsOn.HOST_ON_CPU_RUNS
     high = T.SYNC_HIGH
     defining: ClassVar[dict[str, tuple[str, ...]]] = {
         "host_sync": ("sync_share", "gpu_idle_share"),
