@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -16,6 +17,23 @@ from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 SHARED = ROOT.parent / "shared"
+
+
+@functools.cache
+def shared_report(path: Path) -> Any:
+    """``analyze`` of a real trace under ../shared, once per test process: the truth table, memory and start-up
+    tests read the same files (a real trace's import is 1-8 s; its report is immutable)."""
+    from analyzer.api import analyze
+
+    return analyze(path)
+
+
+@functools.cache
+def shared_kineto(path: Path) -> Any:
+    """``load_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
+    from gpuanalyze.ingest.kineto_import import load_kineto
+
+    return load_kineto(path)
 
 
 def make_row(

@@ -21,7 +21,7 @@ from analyzer.render.json_report import report_dict
 from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.kineto_import import load_kineto
 from gpuanalyze.ingest.nsys_import import load_nsys_ranks
-from tests.conftest import SHARED, make_row
+from tests.conftest import SHARED, make_row, shared_kineto, shared_report
 from tests.kineto_fixtures import ev, write
 from tests.nsys_fixtures import MS, Export, build_export, global_pid
 
@@ -184,13 +184,13 @@ def test_every_shared_trace_with_memory_events_states_peak_persistent_and_whethe
     """Checked by hand against the raw events: per analysed step, allocated at its start (the first event's total
     less its bytes, else the last total before it), its peak, the reserved peak; over the steps as the report."""
     got = _device_memory(path)
-    r = analyze(path)
+    r = shared_report(path)
     m = r.metrics.memory
     if got is None:
         assert m is None
         return
     events, doc = got
-    t = load_kineto(path)
+    t = shared_kineto(path)
     windows = [(s / 1e3, s / 1e3 + w * 1e3) for s, w in zip(t.frame[S.START_UNIX_NS], t.frame[S.WALL_MS], strict=True)]
     starts, peaks, reserved = [], [], []
     for lo, hi in windows[r.metrics.warmup_steps :]:

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("torch")
+# Each case runs the scenario in a process of its own (16-22 s each at load 4): the slow tier's.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scenarios" / "watch_only.py"
@@ -57,7 +59,6 @@ def test_analyzer_profile_changes_nothing_the_run_does(tmp_path: Path, plain: di
     _same_as_plain(_run(tmp_path, mode), plain)
 
 
-@pytest.mark.slow
 def test_gpuanalyze_run_with_windows_changes_nothing_the_run_does(tmp_path: Path, plain: dict[str, Any]) -> None:
     launcher = [sys.executable, "-m", "analyzer.run", "--kernel-windows", "--out", str(tmp_path / "out"), "--"]
     got = _run(tmp_path, "plain", launcher=launcher, GPUANALYZE_WINDOW_FIRST="3")

@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.api import analyze
 from tests import mechanism_fixtures as F
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto
 from tests.kineto_fixtures import ev, write
 
 EXTERNAL = SHARED / "external_traces"
@@ -33,7 +33,7 @@ def _step_stats(path):
     from gpuanalyze.ingest import schema as S
     from gpuanalyze.ingest.kineto_import import load_kineto
 
-    frame = load_kineto(path).frame
+    frame = (shared_kineto if SHARED in path.parents else load_kineto)(path).frame  # a shared trace once
     return [
         (step, wall, S.decode_kernel_stats(text) if text is not None else None)
         for step, wall, text in frame.select(S.STEP, S.WALL_MS, S.KERNEL_STATS).iter_rows()
@@ -122,7 +122,6 @@ def test_frees_in_most_steps_are_churn_not_start_up(tmp_path):
 def test_real_traces_start_up_share_per_step():
     from analyzer.analysis.kernel_metrics import startup_owned_ms
     from analyzer.analysis.thresholds import WARMUP_STARTUP
-    from gpuanalyze.ingest.kineto_import import load_kineto
 
     start_up = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
     for path in sorted(EXTERNAL.rglob("*.json.gz")):
@@ -136,7 +135,7 @@ def test_real_traces_start_up_share_per_step():
             assert shares[0] >= WARMUP_STARTUP and all(s < WARMUP_STARTUP for s in shares[1:]), (rel, shares)
         elif "rtx2080ti" in rel:  # step-less, cut into iterations: the first pays the start-up work, unless the
             # capture's set-up (before its first device work) holds it, reported apart
-            first = shares[0] >= WARMUP_STARTUP or load_kineto(path).run.setup is not None
+            first = shares[0] >= WARMUP_STARTUP or shared_kineto(path).run.setup is not None
             assert first and all(s < WARMUP_STARTUP for s in shares[1:]), (rel, shares)
         else:  # steady steps are judged as before
             assert all(s < WARMUP_STARTUP for s in shares), (rel, shares)

@@ -23,7 +23,7 @@ from analyzer.analysis.owners import leading_class, ownership
 from analyzer.api import analyze
 from analyzer.planning.outcome import Report
 from tests import mechanism_fixtures as F
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_report
 from tests.kineto_fixtures import write
 from tests.scenarios.matrix import SCENARIOS
 
@@ -351,7 +351,7 @@ def _external_rows() -> list[Any]:
 def test_external_traces_get_the_engineers_verdict(row):
     """``verdict``: the engineer's reading (several where it names several); ``cause`` None: any of the class's."""
     rel, verdict, cause, level, why = row
-    report = analyze(EXTERNAL / rel)
+    report = shared_report(EXTERNAL / rel)
     assert report.bottleneck in verdict.split(), why
     if report.bottleneck == "unknown" or cause is not None:
         assert (report.findings[0].cause if report.findings else None) == cause, why
@@ -367,7 +367,7 @@ def test_a_short_capture_whose_top_owner_holds_most_of_the_idle_reads_medium_or_
     for rel, verdict, _, _, _ in EXTERNAL_TABLE:
         if rel in WAITS_ON_THE_TIMELINE:
             continue
-        report = analyze(EXTERNAL / rel)
+        report = shared_report(EXTERNAL / rel)
         owners = ownership(report.metrics.kernels)
         if report.bottleneck not in verdict.split() or report.bottleneck == "unknown" or owners is None:
             continue
@@ -428,7 +428,7 @@ def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
     """Numerator and denominator over the same steps (work after the last step left out)."""
     path = EXTERNAL / row[0]
     want = _sweep_utilisation(path)
-    report = analyze(path)
+    report = shared_report(path)
     if want is None or report.metrics.gpu_util is None or report.metrics.accounting.warmup:
         pytest.skip("no ProfilerStep windows with device events, or warm-up steps skipped")
     assert report.metrics.gpu_util == pytest.approx(want, abs=5e-3)
@@ -439,7 +439,7 @@ def test_truth_external_utilisation_matches_a_sweep_of_the_raw_events(row):
 def test_every_shared_nsys_export_gets_a_verdict_with_integrity(name):
     """Whatever the verdict (the engineers' readings are benchmarks/capture_verdicts.py's), what any verdict must
     satisfy: no projection above the current step, one step-time basis, evidence that holds."""
-    check_integrity(analyze(SHARED / "nsys_traces" / name))
+    check_integrity(shared_report(SHARED / "nsys_traces" / name))
 
 
 def test_the_table_covers_every_external_trace():
