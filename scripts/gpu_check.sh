@@ -3,7 +3,7 @@
 # numbers for comparison, and GPU sample traces. Writes into $OUT (default ./gpu_out).
 # Usage on a GPU machine from the repo root: bash scripts/gpu_check.sh
 #   PARTS="tests memory bench-cupy torch bench-numba traces overhead" selects steps (default: all);
-#   BENCH_CUPY=all|memory|copy|matmul|... selects the cupy benchmarks.
+#   BENCH_CUPY=all|matmul|launch|... selects the cupy benchmarks.
 set -u
 PARTS=${PARTS:-"tests memory bench-cupy torch bench-numba traces overhead"}
 BENCH_CUPY=${BENCH_CUPY:-all}

@@ -23,9 +23,6 @@ BACKENDS = ("cupy", "numba", "cpu")
 class Backend:
     name: str
     device: str
-    l2_bytes: int | None = None
-    memory_bytes: int | None = None
-    sm_count: int | None = None
 
 
 def cupy_unavailable() -> str | None:
@@ -75,20 +72,12 @@ def select(name: str) -> Backend:
         import cupy
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        return Backend(
-            "cupy",
-            props["name"].decode(),
-            int(props["l2CacheSize"]),
-            int(props["totalGlobalMem"]),
-            int(props["multiProcessorCount"]),
-        )
+        return Backend("cupy", props["name"].decode())
     if name == "numba":
         from numba import cuda
 
         dev = cuda.get_current_device()
-        ctx = cuda.current_context()
-        name_ = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        return Backend("numba", name_, None, int(ctx.get_memory_info().total), int(dev.MULTIPROCESSOR_COUNT))
+        return Backend("numba", dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name))
     return Backend("cpu", f"CPU: {platform.processor() or platform.machine()} x{os.cpu_count()}")
 
 

@@ -69,12 +69,6 @@ def rate_result(
     )
 
 
-def stream_bytes(variant: str, n: int, itemsize: int) -> int:
-    """Bytes moved as BabelStream counts them: copy/mul read 1 + write 1 array, add/triad 2 + 1, dot 2."""
-    arrays = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}[variant]
-    return arrays * n * itemsize
-
-
 def matmul_flops(m: int, n: int, k: int) -> int:
     return 2 * m * n * k
 
