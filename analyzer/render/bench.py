@@ -32,11 +32,10 @@ def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:
 
 _TITLE = {
     "matmul": "matmul",
-    "launch_overhead": "kernel launch overhead",
     "allreduce": "all-reduce",
     "dataloader": "synthetic data loader",
 }
-_UNIT = {"GB/s busbw": "busbw GB/s", "us/launch": "us/launch"}
+_UNIT = {"GB/s busbw": "busbw GB/s"}
 _DTYPE = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "float8": "fp8"}
 _OPTIONAL = ("min..max", "% peak")
 """Columns dropped, in this order, when the table would not fit otherwise."""

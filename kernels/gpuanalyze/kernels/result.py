@@ -22,7 +22,7 @@ class BenchResult:
     device: str
     variant: str
     value: float
-    """The median rate (or time, for launch overhead) over the timed repeats."""
+    """The median rate over the timed repeats."""
     unit: str
     repeats: int
     min: float

@@ -15,7 +15,6 @@ from analyzer.errors import GpuAnalyzeError, Skip
 from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs, this_host
 from gpuanalyze.kernels.allreduce import run_allreduce
 from gpuanalyze.kernels.backend import Backend, availability, select
-from gpuanalyze.kernels.launch_overhead import run_launch
 from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
 from gpuanalyze.kernels.result import BenchReport, BenchResult, SuiteOutcome
@@ -27,14 +26,13 @@ def _plain(fn: Callable[..., list[BenchResult]]) -> Callable[..., tuple[list[Ben
 
 SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
     "matmul": lambda backend, quick: run_matmul(backend, quick=quick),
-    "launch": _plain(run_launch),
     "allreduce": _plain(run_allreduce),
     "dataloader": _plain(run_loader),
 }
 CHOICES = (*SUITES, "all")
 #: Seconds each suite took on the cpu backend (quick, full) on this project's 2-core VM beside other work (load
 #: 8-10), 2026-12-06: each suite's function timed alone. GPU backends were not timed on this project's machines.
-CPU_SECONDS = dict(matmul=(5, 92), launch=(6, 6), allreduce=(27, 118), dataloader=(20, 15))
+CPU_SECONDS = dict(matmul=(5, 92), allreduce=(27, 118), dataloader=(20, 15))
 
 
 def _expected(names: list[str], backend: Backend, quick: bool) -> str:
