@@ -26,7 +26,6 @@ def _commands(tmp_path):
         "whatif": ["whatif", H200],
         "fleet": ["fleet", str(runs), "--workers", "1"],  # the layout, not the process pool
         "watch": ["watch", SAMPLE],
-        "env": ["env"],
     }
 
 
@@ -44,7 +43,7 @@ def test_columns_is_read_and_clamped(monkeypatch, columns, expected):
     assert layout_width(66) == 66  # --width wins
 
 
-@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch", "env"])
+@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch"])
 def test_every_command_follows_columns_clamped(tmp_path, name):
     args = _commands(tmp_path)[name]
     narrow = runner.invoke(app, args, env={"COLUMNS": "5"})

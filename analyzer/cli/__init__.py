@@ -17,7 +17,6 @@ COMMANDS = {
     "analyze": "analyze",
     "bench": "machine",
     "compare": "plan",
-    "env": "machine",
     "export": "export",
     "fleet": "fleet",
     "import": "trace",
