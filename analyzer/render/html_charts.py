@@ -22,7 +22,7 @@ from analyzer.render.safe import html as h
 from gpuanalyze.ingest import schema as S
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
+    pass
 
 PART_COLORS = {
     S.DATA_WAIT_MS: "#f28e2b",
@@ -353,21 +353,6 @@ def savings(report: Report) -> go.Figure | None:
     )
 
 
-def comparison(c: Comparison) -> go.Figure:
-    priced = all(o.per_run_usd is not None for o in c.options)
-    values = [(o.per_run_usd if priced else o.hours_per_run) or 0.0 for o in c.options]
-    unit = "USD" if priced else "hours"
-    fig = go.Figure(
-        go.Bar(
-            x=[h(o.name) for o in c.options],
-            y=values,
-            marker_color=["#59a14f" if o.name == c.cheapest else "#4e79a7" for o in c.options],
-            hovertemplate=f"%{{x}}: %{{y:,.2f}} {unit} per run<extra></extra>",
-        )
-    )
-    return _layout(fig, f"Cost per completed run ({unit}); cheapest in green", 320, yaxis_title=unit)
-
-
 def ceilings(report: Report) -> go.Figure | None:
     items = ceiling_items(report)
     if not items:
@@ -389,7 +374,7 @@ def ceilings(report: Report) -> go.Figure | None:
     )
 
 
-def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> dict[str, go.Figure]:
+def figures(report: Report, data: ChartData) -> dict[str, go.Figure]:
     """Every chart that applies to this report, by section id."""
     out: dict[str, go.Figure | None] = {
         "steps": step_time(data.steps, report),
@@ -404,8 +389,6 @@ def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> 
         if data.heatmap.wait is not None:
             out["heat-wait"] = heatmap(data.heatmap, data.heatmap.wait, "waiting on other ranks (sync)", "Magma")
     out["savings"] = savings(report)
-    if comparison_ is not None:
-        out["compare"] = comparison(comparison_)
     out["ceilings"] = ceilings(report)
     return {k: v for k, v in out.items() if v is not None}
 
