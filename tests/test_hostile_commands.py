@@ -201,7 +201,6 @@ def test_every_command_from_an_empty_home(tmp_path):
         ("report", "{}", "-o", "{out}.html"),
         ("export", "{}", "--chrome-trace", "{out}.json"),
         ("compare", "{}", "{}", "--fail-if-slower", "10"),
-        ("whatif", str(SAMPLES / "h200_small_batch.arrow")),
         ("fleet", str(SAMPLES), "--workers", "1"),
         ("watch", "{}", "--interval", "0.05"),
         ("import", "{}", "-o", "{import_out}"),

@@ -46,7 +46,6 @@ SAMPLE = str(SAMPLES / "cpu_data_loading.arrow")
         ["export", SAMPLE, "--chrome-trace", "{tmp}/out.json"],
         ["fleet", str(SAMPLES), "--workers", "1"],
         ["compare", SAMPLE, SAMPLE],
-        ["whatif", str(SAMPLES / "h200_small_batch.arrow")],
         ["run", "--print-env"],
     ],
     ids=lambda a: a[0] if not a[0].startswith("/") else "trace",
