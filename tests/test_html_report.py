@@ -87,7 +87,7 @@ def test_kernel_evidence_and_ceilings(tmp_path):
     result = runner.invoke(app, ["report", str(path), "-o", str(out), "--ceilings", str(ceilings)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert {"gpu", "kernels", "ceilings"} <= charts(page)
+    assert {"gpu", "kernels"} <= charts(page) and 'id="ceilings"' in page
     assert "sgemm_kernel" in page and "measured ceiling" in page
 
 

@@ -93,22 +93,23 @@ class Session:
             warn(f"gpuanalyze: not profiling this run ({type(exc).__name__}: {exc})")
             self.profiler = None
 
-    def step(self) -> None:
+    def _call(self, method: str) -> None:
+        """``method`` of the profiler while one records (a hook after a failed start does nothing)."""
         if self.profiler is not None:
-            self.profiler.step()
+            getattr(self.profiler, method)()
+
+    def step(self) -> None:
+        self._call("step")
 
     def forward_begin(self) -> None:
-        if self.profiler is not None:
-            self.profiler._forward_begin()
+        self._call("_forward_begin")
 
     def forward_end(self) -> None:
-        if self.profiler is not None:
-            self.profiler._forward_end()
+        self._call("_forward_end")
 
     def skip(self) -> None:
         """Drop what ran since the last step boundary (validation) from the next step."""
-        if self.profiler is not None:
-            self.profiler._skip_since_boundary()
+        self._call("_skip_since_boundary")
 
     def end(self, exc: BaseException | None = None) -> Path | None:
         """Close the trace; returns its path (None when nothing was recorded)."""

@@ -17,7 +17,6 @@ from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
-from analyzer.render.html_panel import ceiling_items
 from analyzer.render.safe import html as h
 from gpuanalyze.ingest import schema as S
 
@@ -353,27 +352,6 @@ def savings(report: Report) -> go.Figure | None:
     )
 
 
-def ceilings(report: Report) -> go.Figure | None:
-    items = ceiling_items(report)
-    if not items:
-        return None
-    fig = go.Figure(
-        go.Bar(
-            x=[100 * a / c if c else 0.0 for _, a, c, _, _ in items],
-            y=[h(label) for label, *_ in items],
-            orientation="h",
-            marker_color="#4e79a7",
-            customdata=[[a, c, h(unit)] for _, a, c, unit, _ in items],
-            hovertemplate="%{x:.0f}% of the ceiling: %{customdata[0]:.4g} of %{customdata[1]:.4g} "
-            "%{customdata[2]}<extra></extra>",
-        )
-    )
-    fig.add_vline(x=100, line={"dash": "dot", "color": "#222"})
-    return _layout(
-        fig, "Achieved, as % of the ceiling measured on this machine", 120 + 40 * len(items), xaxis_title="%"
-    )
-
-
 def figures(report: Report, data: ChartData) -> dict[str, go.Figure]:
     """Every chart that applies to this report, by section id."""
     out: dict[str, go.Figure | None] = {
@@ -389,7 +367,6 @@ def figures(report: Report, data: ChartData) -> dict[str, go.Figure]:
         if data.heatmap.wait is not None:
             out["heat-wait"] = heatmap(data.heatmap, data.heatmap.wait, "waiting on other ranks (sync)", "Magma")
     out["savings"] = savings(report)
-    out["ceilings"] = ceilings(report)
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -145,10 +145,9 @@ def render_html(report: Report, source: ChartData | Trace) -> str:
     cost = panel.cost_tables(report)
     if cost:
         sections.append(("cost", "Cost", cost + _chart(divs, "savings")))
-    if "ceilings" in divs:
-        sections.append(
-            ("ceilings", "Against this machine's ceilings", _chart(divs, "ceilings") + panel.ceiling_table(report))
-        )
+    ceilings = panel.ceiling_table(report)
+    if ceilings:
+        sections.append(("ceilings", "Against this machine's ceilings", ceilings))
     return _page(report, sections, f"<script>{charts.plotly_js()}</script>")
 
 
