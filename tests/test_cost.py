@@ -84,9 +84,3 @@ def test_mfu_against_the_datasheet():
     assert u.precision == "float32" and u.datasheet_tflops == 67
     assert u.achieved_tflops == pytest.approx(1.5e11 / (report.metrics.step_mean_ms / 1e3) / 1e12)
     assert u.mfu_datasheet == pytest.approx(u.achieved_tflops / 67)
-
-
-def test_palm_flops_formula():
-    from analyzer.planning.mfu import palm_flops_per_token
-
-    assert palm_flops_per_token(7e9, 32, 32, 128, 4096) == 6 * 7e9 + 12 * 32 * 32 * 128 * 4096

@@ -4,7 +4,6 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.planning.model_config import shape_from_hf_config
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -36,22 +35,3 @@ def test_compare_traces_with_run_length(tmp_path):
     assert data["cheapest"] == "cpu_healthy.arrow"
     plain = runner.invoke(app, ["compare", *traces])  # no run length: step times only, no cost ranking
     assert plain.exit_code == 0 and "run length" in plain.output
-
-
-def test_a_config_gives_the_models_size_and_shape(tmp_path):
-    cfg = tmp_path / "config.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "hidden_size": 4096,
-                "num_hidden_layers": 32,
-                "num_attention_heads": 32,
-                "intermediate_size": 11008,
-                "vocab_size": 32000,
-                "hidden_act": "silu",
-            }
-        )
-    )
-    shape = shape_from_hf_config(cfg)
-    assert 6.5e9 < shape.params < 7.0e9  # a LLaMA-7B shape
-    assert (shape.layers, shape.hidden, shape.heads) == (32, 4096, 32)

@@ -93,23 +93,22 @@ class Session:
             warn(f"gpuanalyze: not profiling this run ({type(exc).__name__}: {exc})")
             self.profiler = None
 
-    def _call(self, method: str) -> None:
-        """``method`` of the profiler while one records (a hook after a failed start does nothing)."""
-        if self.profiler is not None:
-            getattr(self.profiler, method)()
-
     def step(self) -> None:
-        self._call("step")
+        if self.profiler is not None:
+            self.profiler.step()
 
     def forward_begin(self) -> None:
-        self._call("_forward_begin")
+        if self.profiler is not None:
+            self.profiler._forward_begin()
 
     def forward_end(self) -> None:
-        self._call("_forward_end")
+        if self.profiler is not None:
+            self.profiler._forward_end()
 
     def skip(self) -> None:
         """Drop what ran since the last step boundary (validation) from the next step."""
-        self._call("_skip_since_boundary")
+        if self.profiler is not None:
+            self.profiler._skip_since_boundary()
 
     def end(self, exc: BaseException | None = None) -> Path | None:
         """Close the trace; returns its path (None when nothing was recorded)."""

@@ -253,7 +253,7 @@ class Cost(Out):
 
 
 class Mfu(Out):
-    """Model FLOPs utilisation (with --flops-per-step or --model-config)."""
+    """Model FLOPs utilisation (with --flops-per-step)."""
 
     flops_per_step: Annotated[float, doc("model FLOPs per step over all GPUs, as given")]
     achieved_tflops: Annotated[float, doc("per GPU")]
