@@ -228,8 +228,6 @@ class CostInputs(Out):
     price_per_gpu_hour: float | None
     steps_per_run: float | None
     samples_per_run: float | None
-    tokens_per_run: float | None
-    tokens_per_sample: float | None
     gpus: int | None
     storage_usd: float
     network_usd: float
