@@ -20,7 +20,6 @@ COMMANDS = {
     "export": "export",
     "fleet": "fleet",
     "import": "trace",
-    "mcp": "agents",
     "report": "report",
     "run": "run",
     "watch": "watch",
