@@ -99,7 +99,7 @@ class HostClock:
 
 
 class EventClock:
-    """A pair of device events on the current stream (CuPy, numba.cuda or torch), waited on at ``stop``."""
+    """A pair of device events on the current stream (CuPy or torch), waited on at ``stop``."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -109,10 +109,6 @@ class EventClock:
             import cupy
 
             self._a, self._b = cupy.cuda.Event(), cupy.cuda.Event()
-        elif self.kind == "numba":
-            from numba import cuda
-
-            self._a, self._b = cuda.event(), cuda.event()
         else:
             import torch
 
@@ -126,10 +122,6 @@ class EventClock:
             import cupy
 
             return float(cupy.cuda.get_elapsed_time(self._a, self._b)) / 1e3
-        if self.kind == "numba":
-            from numba import cuda
-
-            return float(cuda.event_elapsed_time(self._a, self._b)) / 1e3
         return float(self._a.elapsed_time(self._b)) / 1e3
 
 
@@ -163,7 +155,6 @@ def _event_timer(kind: str) -> Timer:
 
 TIMERS: dict[str, Timer] = {
     "cupy": _event_timer("cupy"),
-    "numba": _event_timer("numba"),
     "cpu": host_timer,
     "torch": _event_timer("torch"),
 }
