@@ -1,7 +1,6 @@
 """Which benchmark backends this machine has, and how each one times work.
 
-``cupy`` and ``numba`` need a real CUDA device; the Numba CUDA simulator (used by the tests)
-does not count as one. ``cpu`` is always available.
+``cupy`` needs a real CUDA device; ``cpu`` is always available.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Protocol
 
 from analyzer.errors import GpuAnalyzeError
 
-BACKENDS = ("cupy", "numba", "cpu")
+BACKENDS = ("cupy", "cpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,30 +38,15 @@ def cupy_unavailable() -> str | None:
     return None
 
 
-def numba_unavailable() -> str | None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "the Numba CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1); it is for tests, not measurements"
-    try:
-        from numba import cuda
-
-        import gpuanalyze.kernels.numba_compat  # noqa: F401
-
-        if not cuda.is_available():
-            return "numba.cuda finds no CUDA device or driver"
-    except Exception as exc:  # noqa: BLE001
-        return f"numba.cuda is unusable ({type(exc).__name__}: {str(exc)[:120]})"
-    return None
-
-
 def availability() -> dict[str, str | None]:
     """Backend name -> None if usable, else the reason it is not."""
-    return {"cupy": cupy_unavailable(), "numba": numba_unavailable(), "cpu": None}
+    return {"cupy": cupy_unavailable(), "cpu": None}
 
 
 def select(name: str) -> Backend:
     """Resolve 'auto' or a backend name; raise GpuAnalyzeError saying why one is unavailable."""
     if name not in (*BACKENDS, "auto"):
-        raise GpuAnalyzeError(f"unknown backend {name!r}; choose auto, cupy, numba or cpu")
+        raise GpuAnalyzeError(f"unknown backend {name!r}; choose auto, cupy or cpu")
     avail = availability()
     if name == "auto":
         name = next(b for b in BACKENDS if avail[b] is None)
@@ -73,11 +57,6 @@ def select(name: str) -> Backend:
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         return Backend("cupy", props["name"].decode())
-    if name == "numba":
-        from numba import cuda
-
-        dev = cuda.get_current_device()
-        return Backend("numba", dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name))
     return Backend("cpu", f"CPU: {platform.processor() or platform.machine()} x{os.cpu_count()}")
 
 

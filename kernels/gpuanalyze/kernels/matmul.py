@@ -2,7 +2,7 @@
 
 cupy: cuBLAS gemmEx in fp32, tf32, fp16, bf16 (fp8 needs cuBLASLt, which CuPy does not expose:
 measured through torch._scaled_mm when torch is present, and labelled so). cpu: numpy's BLAS in fp32 (and
-fp64). numba has no matmul of its own: a kernel of ours is not the machine's ceiling.
+fp64).
 """
 
 from __future__ import annotations
@@ -121,8 +121,6 @@ def _plan(backend: Backend, quick: bool) -> _Plan:
 
 def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], list[str]]:
     """(results, skipped-with-reason)."""
-    if backend.name == "numba":
-        raise Skip("the matmul ceiling is cuBLAS's: run it with --backend cupy")
     plan = _plan(backend, quick)
     results, skipped = _measured(backend, plan), []
     if backend.name == "cupy":

@@ -53,10 +53,6 @@ def fingerprint(backend: Backend) -> Fingerprint:
         gpu_count = int(cupy.cuda.runtime.getDeviceCount())
         v = int(cupy.cuda.runtime.runtimeGetVersion())
         cuda = f"{v // 1000}.{v % 1000 // 10}"
-    elif backend.name == "numba":
-        from numba import cuda as numba_cuda
-
-        gpu_count = len(numba_cuda.gpus)
     driver = None
     if backend.name != "cpu":
         from analyzer.machine.driver import driver_version
