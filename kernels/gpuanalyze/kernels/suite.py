@@ -31,8 +31,9 @@ SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
 }
 CHOICES = (*SUITES, "all")
 #: Seconds each suite took on the cpu backend (quick, full) on this project's 2-core VM beside other work (load
-#: 8-10), 2026-12-06: each suite's function timed alone. GPU backends were not timed on this project's machines.
-CPU_SECONDS = dict(matmul=(5, 92), allreduce=(27, 118), dataloader=(20, 15))
+#: 8-10), 2026-12-06: each suite's function timed alone (allreduce again without our ring, at load 2.6: 4.3 and
+#: 16.8 s). GPU backends were not timed on this project's machines.
+CPU_SECONDS = dict(matmul=(5, 92), allreduce=(5, 17), dataloader=(20, 15))
 
 
 def _expected(names: list[str], backend: Backend, quick: bool) -> str:
