@@ -122,6 +122,7 @@ cpu_op_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, r
 cpu_dispatch_ms  # unused variable (ingest/gpuanalyze/ingest/schema.py: KernelStats, read by name)
 sync_sites  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/profiler.py)
 loader_epochs  # unused variable (ingest/gpuanalyze/ingest/runinfo.py: EndInfo, set by name in analyzer/record/loaders.py; shown in --json)
+mcp_cmd  # unused function (analyzer/cli/agents.py:14)
 cost_config  # unused variable (analyzer/cli/options.py: a parameter of the cost options' group, read by typer)
 _.rich_help_panel  # unused attribute (analyzer/cli/options.py: read by typer's help)
 start_late_ms  # unused variable (analyzer/analysis/ranks.py: RankSummary, converted by name into the declared output)

@@ -114,3 +114,19 @@ def test_the_trials_json_is_the_declared_one(tmp_path):
     validate(json.loads(dumps(msgspec.convert(data, Trials))), "Trials")  # as `run --try --json` prints it
     with pytest.raises(msgspec.ValidationError, match="unknown field"):
         msgspec.convert({**data, "new_key": 1}, Trials)  # a key added inside is refused until declared
+
+
+def test_every_mcp_tool_result_validates(tmp_path, monkeypatch):
+    import analyzer.agents.tool_worker as W
+
+    shutil.copy(SAMPLES / "h200_small_batch.arrow", tmp_path)
+    shutil.copy(SAMPLES / "cpu_healthy.arrow", tmp_path)
+    monkeypatch.setattr(W, "ROOTS", [str(tmp_path.resolve())])
+    for result, name in (
+        (W.list_traces("."), "TraceList"),
+        (W.analyze_trace("h200_small_batch.arrow"), "Report"),
+        (W.explain_finding("h200_small_batch.arrow"), "Explained"),
+        (W.compare_runs("cpu_healthy.arrow", "h200_small_batch.arrow"), "Comparison"),
+        (W.triage_fleet("."), "Fleet"),
+    ):
+        validate(json.loads(W.bounded(result, 1 << 20)), name)

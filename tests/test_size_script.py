@@ -40,7 +40,7 @@ def test_every_option_of_every_command_is_counted():
     help_text = CliRunner().invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).output
     listed = set(re.findall(r"^\W+(--[a-z-]+)", help_text, re.M))  # each option's own row
     assert counts["compare"] == len(listed - {"--help"})
-    assert "bench" in counts and "--help" not in str(counts)
+    assert "mcp" in counts and "--help" not in str(counts)
 
 
 @pytest.mark.parametrize(("gate", "code"), [("warn", 0), ("enforce", 1)])

@@ -20,6 +20,7 @@ COMMANDS = {
     "export": "export",
     "fleet": "fleet",
     "import": "trace",
+    "mcp": "agents",
     "report": "report",
     "run": "run",
     "watch": "watch",

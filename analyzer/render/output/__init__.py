@@ -26,6 +26,8 @@ OUTPUTS: dict[str, type[msgspec.Struct]] = {
     "gpuanalyze fleet --json": C.Fleet,
     "gpuanalyze run --try --json": C.Trials,
     "gpuanalyze bench --json": C.Bench,
+    "MCP list_traces": C.TraceList,
+    "MCP explain_finding": C.Explained,
 }
 
 
@@ -43,7 +45,8 @@ def json_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "gpuanalyze JSON output",
-        "description": "Every command's --json; `run --json` prints a Report, or a list of them for several traces.",
+        "description": "Every command's --json and the MCP tools' results; `run --json` prints a Report, or a list "
+        "of them for several traces.",
         "anyOf": [*refs, {"type": "array", "items": report}],
         "$defs": defs,
     }

@@ -1,12 +1,12 @@
-"""The JSON of the other commands (`compare`, `fleet`, `run --try`, `bench`), declared field by field; the same
-quantity has the report's name (``step_time_mean_ms``)."""
+"""The JSON of the other commands (`compare`, `fleet`, `run --try`, `bench`) and of the MCP tools,
+declared field by field; the same quantity has the report's name (``step_time_mean_ms``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
 from analyzer.machine.ceilings_store import Fingerprint
-from analyzer.render.output.trace_report import Out, doc
+from analyzer.render.output.trace_report import Finding, Out, doc
 
 
 class RunOption(Out):
@@ -223,3 +223,30 @@ class Bench(Out):
     backends: dict[str, str | None]
     seconds: float
     created_unix_s: int
+
+
+class TraceFound(Out):
+    path: Annotated[str, doc("what to give the other tools")]
+    run: str
+    files: int
+
+
+class TraceList(Out):
+    """The MCP tool list_traces."""
+
+    runs: list[TraceFound]
+    notes: list[str]
+
+
+class Explained(Out):
+    """The MCP tool explain_finding: one finding of a report in full."""
+
+    trace: str
+    bottleneck: str
+    confidence: float
+    confidence_reason: str
+    step_time_mean_ms: float
+    share: dict[str, float | None]
+    notes: list[str]
+    finding: Finding
+    other_findings: list[str]

@@ -1,4 +1,4 @@
-"""The report's JSON (`gpuanalyze TRACE --json`, `run --json`), declared field by field.
+"""The report's JSON (`gpuanalyze TRACE --json`, `run --json`, the MCP analyze tool), declared field by field.
 
 These structs are the public names; json_report.py fills them from the analysis, reading each internal value by
 name, so an internal rename fails loudly instead of changing the output. ``run`` and ``end`` are the trace
