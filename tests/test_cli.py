@@ -73,7 +73,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, content):
 
 def test_version_and_help():
     assert runner.invoke(app, ["--version"]).output.strip() == f"gpuanalyze {__version__}"
-    for args in (["--help"], ["analyze", "--help"], ["bench", "--help"]):
+    for args in (["--help"], ["analyze", "--help"], ["env", "--help"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0 and "Usage" in result.output
 
@@ -85,6 +85,12 @@ def test_the_help_names_every_verdict_at_80_columns():
     assert result.exit_code == 0 and max(len(line) for line in result.output.splitlines()) <= 80
     words = set(result.output.replace(",", " ").replace("(", " ").split())
     assert set(BOTTLENECKS) <= words, set(BOTTLENECKS) - words
+
+
+def test_env_answers_without_a_gpu():
+    result = runner.invoke(app, ["env"])
+    assert result.exit_code == 0
+    assert "cuda.is_available()" in result.output
 
 
 def test_every_command_is_mapped_to_the_module_that_registers_it():

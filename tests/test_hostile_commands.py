@@ -171,9 +171,10 @@ def test_every_command_from_an_empty_home(tmp_path):
         ("fleet", str(SAMPLES), "--workers", "1"),
         ("watch", "{}", "--interval", "0.05"),
         ("import", "{}", "-o", "{import_out}"),
+        ("env",),
         ("run", "--print-env"),
         ("run", "--out", "{out}", "--", PY, "-c", "pass"),
-        ("bench", "matmul", "--backend", "cpu", "--quick"),
+        ("bench", "memory", "--backend", "cpu", "--quick"),
     )
     case = Case("empty_home", "home", runs, commands)
     results, _rss, stderr = _run(case, tmp_path, env)

@@ -17,6 +17,7 @@ COMMANDS = {
     "analyze": "analyze",
     "bench": "machine",
     "compare": "plan",
+    "env": "machine",
     "export": "export",
     "fleet": "fleet",
     "import": "trace",

@@ -1,4 +1,4 @@
-"""`gpuanalyze bench`: this machine's measured ceilings."""
+"""Commands about this machine: `env` (torch, CUDA, driver, GPUs) and `bench` (measured ceilings)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,18 @@ from typing import Annotated, NoReturn
 import typer
 
 from analyzer.cli import options
-from analyzer.cli.base import app, fail, note
+from analyzer.cli.base import app, console, fail, note
 from analyzer.errors import GpuAnalyzeError
 from analyzer.render.safe import clean
+
+
+@app.command("env")
+def env_cmd() -> None:
+    """Check torch, CUDA, the driver and the GPUs; never fails on a machine without a GPU."""
+    from analyzer.machine.env_check import check_env
+    from analyzer.render.env import render_env
+
+    console().print(render_env(check_env()))
 
 
 @app.command("bench")

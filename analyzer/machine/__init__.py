@@ -1,2 +1,2 @@
 """Facts about machines, used by both the analysis and the benchmarks: the GPU datasheet,
-measured ceilings and collective-bandwidth formulas."""
+measured ceilings, the environment check and collective-bandwidth formulas."""

@@ -1,5 +1,5 @@
-"""The NVIDIA driver version, from NVML: one fact about the machine that recording and the
-benchmark fingerprint both state."""
+"""The NVIDIA driver version, from NVML: one fact about the machine that recording, the
+environment check and the benchmark fingerprint all state."""
 
 from __future__ import annotations
 
