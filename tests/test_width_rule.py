@@ -42,11 +42,7 @@ def test_columns_is_read_and_clamped(monkeypatch, columns, expected):
     assert layout_width(66) == 66  # --width wins
 
 
-<<<<<<< HEAD
-@pytest.mark.parametrize("name", ["analyze", "compare", "fleet", "watch"])
-=======
-@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch", "env"])
->>>>>>> parent of fd52ba1 (env command gone: torch's own python -m torch.utils.collect_env reports the same (torch, CUDA build, driver, GPUs) and nothing reads it)
+@pytest.mark.parametrize("name", ["analyze", "compare", "fleet", "watch", "env"])
 def test_every_command_follows_columns_clamped(tmp_path, name):
     args = _commands(tmp_path)[name]
     narrow = runner.invoke(app, args, env={"COLUMNS": "5"})
