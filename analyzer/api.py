@@ -22,7 +22,7 @@ from analyzer.planning.outcome import Report
 from gpuanalyze.ingest.reader import Trace
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison, Loaded
+    from analyzer.planning.compare import Loaded
     from analyzer.planning.step_series import StepSeries
     from analyzer.render.chart_data import ChartData
     from analyzer.render.html_report import HtmlReport
@@ -147,7 +147,6 @@ def report(
     *,
     out: str | Path | None = None,
     force: bool = False,
-    comparison: Comparison | None = None,
 ) -> HtmlReport:
     """Analyse ``trace`` and render the HTML report (``analyzer.report``); with ``out``, also save it.
 
@@ -158,7 +157,7 @@ def report(
 
     require_plotly()
     result, data = report_parts(trace, options)
-    page = HtmlReport(result, render_html(result, data, comparison=comparison))
+    page = HtmlReport(result, render_html(result, data))
     if out is not None:
         page.save(out, force=force)
     return page

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one call: GPU tests, bench on cupy and numba, torch's own
+# Everything that needs a GPU, in one call: GPU tests, bench on cupy, torch's own
 # numbers for comparison, and GPU sample traces. Writes into $OUT (default ./gpu_out).
 # Usage on a GPU machine from the repo root: bash scripts/gpu_check.sh
-#   PARTS="tests memory bench-cupy torch bench-numba traces overhead" selects steps (default: all);
-#   BENCH_CUPY=all|memory|copy|matmul|... selects the cupy benchmarks.
+#   PARTS="tests memory bench-cupy torch traces overhead" selects steps (default: all);
+#   BENCH_CUPY=all|matmul|allreduce|dataloader selects the cupy benchmarks.
 set -u
-PARTS=${PARTS:-"tests memory bench-cupy torch bench-numba traces overhead"}
+PARTS=${PARTS:-"tests memory bench-cupy torch traces overhead"}
 BENCH_CUPY=${BENCH_CUPY:-all}
 want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-gpu_out}
@@ -60,14 +60,6 @@ fi
 
 if want torch; then step "torch reference"
 timeout 120 python3 benchmarks/torch_reference.py | tee "$OUT/torch-reference.json"
-fi
-
-if want bench-numba; then step "bench numba (quick)"
-timeout 200 python3 -m analyzer bench all --backend numba --quick --json --out "$OUT/bench-numba.json" --force > /dev/null
-python3 -c "
-import json; d=json.load(open('$OUT/bench-numba.json'))
-[print(r['benchmark'], r['variant'], r.get('dtype'), r.get('size_bytes'), round(r['value'],3), r['unit']) for r in d['results']]
-print('skipped', d['skipped']); print('failed', d['failed'])"
 fi
 
 if want traces; then step "GPU sample traces"

@@ -36,14 +36,11 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     for r in data["results"]:
         assert {"benchmark", "backend", "value", "unit", "variant", "repeats", "min", "median", "max"} <= r.keys()
         by.setdefault(r["benchmark"], []).append(r)
-    assert {"memory_bandwidth", "matmul", "launch_overhead", "allreduce", "dataloader"} <= by.keys()
-    copy = next(r for r in by["memory_bandwidth"] if r["variant"] == "copy")
-    assert copy["value"] > 0 and copy["dtype"] == "float32" and copy["size_bytes"] > 0
+    assert {"matmul", "allreduce", "dataloader"} <= by.keys()
     gloo2 = [r for r in by["allreduce"] if r["world_size"] == 2 and r["variant"].startswith("gloo")]
     assert gloo2 and all(r["busbw_gbps"] > 0 and r["busbw_gbps"] == pytest.approx(r["algbw_gbps"]) for r in gloo2)
     assert all(r["busbw_gbps"] == 0 for r in by["allreduce"] if r["world_size"] == 1)
     assert all(r["min"] <= r["value"] <= r["max"] for r in data["results"]), "min..max in the value's unit"
-    assert any("copy:" in s for s in data["skipped"])
     pipeline = next(r for r in by["dataloader"] if r["variant"] == "pipeline")
     assert pipeline["value"] > 0 and pipeline["capped_by"] in ("producer", "link", "consumer")
     assert json.loads(out.read_text())["results"] == data["results"]
@@ -52,8 +49,7 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     saved = json.loads(ceilings_path.read_text())["machines"]
     assert list(saved) == [f"{this_host()}/cpu/{data['device']}"]
     suites = next(iter(saved.values()))["suites"]
-    assert set(suites) == {"memory", "copy", "matmul", "launch", "allreduce", "dataloader"}
-    assert suites["copy"]["results"] == [] and suites["copy"]["skipped"]
+    assert set(suites) == {"matmul", "allreduce", "dataloader"}
     assert sum(len(s["results"]) for s in suites.values()) == len(data["results"])
 
 
@@ -62,7 +58,7 @@ def test_bench_unavailable_backend_is_one_line(ceilings_path, monkeypatch):
     from gpuanalyze.kernels import backend
 
     monkeypatch.setattr(backend, "cupy_unavailable", lambda: "CuPy sees no CUDA device")
-    result = runner.invoke(app, ["bench", "memory", "--backend", "cupy"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cupy"])
     assert result.exit_code == 2, result.output
     assert result.output.strip().count("\n") == 0
     assert "gpuanalyze: error: backend cupy is unavailable: CuPy sees no CUDA device" in result.output
@@ -71,10 +67,10 @@ def test_bench_unavailable_backend_is_one_line(ceilings_path, monkeypatch):
 
 def test_bench_out_in_a_missing_directory_fails_at_once_and_creates_nothing(ceilings_path, tmp_path):
     out = tmp_path / "missing" / "dir" / "x.json"
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out)])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--out", str(out)])
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "no such directory" in result.output
-    assert "launch" not in result.output  # refused before measuring
+    assert "TFLOP" not in result.output  # refused before measuring
     assert not (tmp_path / "missing").exists() and not ceilings_path.exists()
 
 
@@ -89,7 +85,7 @@ def test_bench_out_refuses_links_and_special_files_even_with_force(ceilings_path
         os.mkfifo(out)
     else:
         out.mkdir()
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
     assert result.exit_code == 2 and "gpuanalyze: error:" in result.output
     assert target.read_text() == "keep" and not ceilings_path.exists()
 
@@ -98,21 +94,21 @@ def test_bench_out_with_force_replaces_a_regular_file(ceilings_path, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "mine.json"
     out.write_text("old")
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--out", str(out), "--force"])
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["results"][0]["benchmark"] == "launch_overhead"
+    assert json.loads(out.read_text())["results"][0]["benchmark"] == "matmul"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
 def test_bench_refuses_a_ceilings_location_in_a_missing_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path / "nowhere" / "c.json"))
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick"])
     assert result.exit_code == 2 and "no such directory" in result.output
     assert not (tmp_path / "nowhere").exists()
 
 
 def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path):
-    """`bench launch` replaces only this machine's launch results; other suites and machines stay."""
+    """`bench matmul` replaces only this machine's matmul results; other suites and machines stay."""
     pytest.importorskip("torch")
     from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs
     from gpuanalyze.kernels.backend import select
@@ -125,26 +121,26 @@ def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path
         return SuiteRun(measured_unix_s=1, quick=True, fingerprint=fp, results=[
             msgspec.Raw(msgspec.json.encode({"benchmark": benchmark, "value": 1.0, "suite": "x"}))])  # fmt: skip
 
-    merge_runs(ceilings_path, {"matmul": run(mine, "matmul"), "launch": run(mine, "launch_overhead")}, mine)
-    merge_runs(ceilings_path, {"launch": run(other, "launch_overhead")}, other)
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    merge_runs(ceilings_path, {"matmul": run(mine, "matmul"), "dataloader": run(mine, "dataloader")}, mine)
+    merge_runs(ceilings_path, {"matmul": run(other, "matmul")}, other)
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert f"saved launch for {mine.describe()} (other results kept) in {ceilings_path}" in said
+    assert f"saved matmul for {mine.describe()} (other results kept) in {ceilings_path}" in said
     assert f"  {ceilings_path}" in result.output.splitlines()
     machines = json.loads(ceilings_path.read_text())["machines"]
     assert set(machines) == {mine.key, other.key}
-    assert set(machines[mine.key]["suites"]) == {"matmul", "launch"}
-    assert machines[mine.key]["suites"]["launch"]["results"][0]["value"] != 1.0  # replaced by the new run
-    assert machines[mine.key]["suites"]["matmul"]["results"][0]["value"] == 1.0  # kept
-    assert machines[other.key]["suites"]["launch"]["results"][0]["value"] == 1.0  # the other machine kept
+    assert set(machines[mine.key]["suites"]) == {"matmul", "dataloader"}
+    assert machines[mine.key]["suites"]["matmul"]["results"][0]["value"] != 1.0  # replaced by the new run
+    assert machines[mine.key]["suites"]["dataloader"]["results"][0]["value"] == 1.0  # kept
+    assert machines[other.key]["suites"]["matmul"]["results"][0]["value"] == 1.0  # the other machine kept
 
 
 def test_bench_json_keeps_stdout_json_and_says_where_on_stderr(ceilings_path):
     pytest.importorskip("torch")
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--json"])
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["results"][0]["suite"] == "launch"
+    assert json.loads(result.stdout)["results"][0]["suite"] == "matmul"
     assert result.stderr.splitlines()[-1] == f"  {ceilings_path}"
 
 
@@ -153,13 +149,13 @@ def test_bench_says_the_duration_to_expect_first_and_a_line_as_each_suite_ends(c
     from gpuanalyze.kernels.suite import CPU_SECONDS, SUITES
 
     assert set(CPU_SECONDS) == set(SUITES)  # every suite has its measured duration
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--json"], env={"COLUMNS": "80"})
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--json"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0].startswith("note: bench: launch on cpu (") and f"expect ~{CPU_SECONDS['launch'][0]} s" in " ".join(
+    assert lines[0].startswith("note: bench: matmul on cpu (") and f"expect ~{CPU_SECONDS['matmul'][0]} s" in " ".join(
         lines[:2]
     )
-    assert any(line.startswith("note: bench: [1/1] launch: 1 result(s) (") for line in lines)
+    assert any(line.startswith("note: bench: [1/1] matmul: 2 result(s) (") for line in lines)
     assert max(len(line) for line in lines if str(ceilings_path) not in line) <= 80  # a path is never folded
 
 
@@ -171,15 +167,15 @@ def test_bench_unknown_benchmark(ceilings_path):
 def test_bench_never_overwrites_out_without_force(ceilings_path, tmp_path):
     out = tmp_path / "mine.json"
     out.write_text("keep")
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick", "--out", str(out)])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick", "--out", str(out)])
     assert result.exit_code == 2 and out.read_text() == "keep"
 
 
-def test_bench_launch_renders_a_table(ceilings_path):
+def test_bench_matmul_renders_a_table(ceilings_path):
     pytest.importorskip("torch")
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick"])
     assert result.exit_code == 0, result.output
-    assert "launch" in result.output and "empty_kernel" in result.output
+    assert "matmul" in result.output and "fp32" in result.output
 
 
 def _ceilings(path, loader_rate, *, host="test-host", fingerprint=True, **more):

@@ -104,9 +104,10 @@ def test_a_command_line_imports_only_its_own_command_module():
     import subprocess
     import sys
 
+    runs = [str(SAMPLES / "h200_data_loading.arrow"), str(SAMPLES / "h200_small_batch.arrow")]
     code = (
         "import sys; from analyzer.cli import main\n"
-        f"try:\n    main(['whatif', {str(SAMPLES / 'h200_data_loading.arrow')!r}, '--json'])\n"
+        f"try:\n    main(['compare', *{runs!r}, '--json'])\n"
         "except SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('analyzer.cli.')), file=sys.stderr)"
     )
@@ -114,4 +115,4 @@ def test_a_command_line_imports_only_its_own_command_module():
     loaded = out.stderr.strip().splitlines()[-1]
     assert "analyzer.cli.plan" in loaded
     assert "analyzer.cli.report" not in loaded and "analyzer.cli.watch" not in loaded
-    assert json.loads(out.stdout)["source_gpu"] == "H200"
+    assert json.loads(out.stdout)["options"][0]["step_time_mean_ms"] > 0

@@ -125,7 +125,7 @@ def test_an_unknown_command_names_the_closest_and_lists_them(tmp_path, monkeypat
     assert result.exit_code == 2 and result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("gpuanalyze: error: no such command or file 'cost'; did you mean 'compare'?")
-    assert "whatif" in line and "analyze" in line
+    assert "fleet" in line and "analyze" in line
     assert "did you mean 'compare'" in runner.invoke(app, ["comapre"]).stderr
 
 
@@ -156,7 +156,7 @@ def test_the_console_script_exits_0_1_and_2(tmp_path):
     bad = gpuanalyze("compare", str(base), str(tmp_path / "missing.arrow"), "--fail-if-slower", "5")
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
     unknown = gpuanalyze("cost")
-    assert unknown.returncode == 2 and "did you mean 'compare'?" in unknown.stderr and "whatif" in unknown.stderr
+    assert unknown.returncode == 2 and "did you mean 'compare'?" in unknown.stderr and "fleet" in unknown.stderr
 
 
 def _series(values: np.ndarray) -> StepSeries:

@@ -19,13 +19,9 @@ def test_cost_per_run_arithmetic():
     assert (c.hours_per_run, c.gpu_hours, c.gpu_usd, c.per_run_usd) == (1.0, 8.0, 16.0, 21.0)
 
 
-def test_samples_and_tokens_become_steps():
+def test_samples_become_steps():
     c = run_cost(1000.0, CostInputs(samples_per_run=3600 * 32), batch_samples=32, world_size=1)
     assert c.steps_per_run == 3600 and c.hours_per_run == pytest.approx(1.0) and c.per_run_usd is None
-    c = run_cost(
-        1000.0, CostInputs(tokens_per_run=3600 * 32 * 2048, tokens_per_sample=2048), batch_samples=32, world_size=1
-    )
-    assert c.steps_per_run == 3600
 
 
 @pytest.mark.parametrize(
@@ -38,7 +34,6 @@ def test_samples_and_tokens_become_steps():
         ({"steps_per_run": 0}, "positive"),
         ({"samples_per_run": 1e300}, "from 0 to"),
         ({"steps_per_run": 10, "samples_per_run": 10}, "once"),
-        ({"tokens_per_run": 10}, "tokens_per_sample"),
         ({"gpus": 0}, "gpus"),
     ],
 )
@@ -84,9 +79,3 @@ def test_mfu_against_the_datasheet():
     assert u.precision == "float32" and u.datasheet_tflops == 67
     assert u.achieved_tflops == pytest.approx(1.5e11 / (report.metrics.step_mean_ms / 1e3) / 1e12)
     assert u.mfu_datasheet == pytest.approx(u.achieved_tflops / 67)
-
-
-def test_palm_flops_formula():
-    from analyzer.planning.mfu import palm_flops_per_token
-
-    assert palm_flops_per_token(7e9, 32, 32, 128, 4096) == 6 * 7e9 + 12 * 32 * 32 * 128 * 4096

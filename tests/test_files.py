@@ -83,8 +83,6 @@ def test_new_files_get_the_umask_permissions_and_replaced_files_keep_theirs(tmp_
         (["export", "{d}/a.arrow", "--chrome-trace", "{d}/a.arrow"], "a.arrow"),
         (["export", "{d}/t.rank0.arrow", "--chrome-trace", "{d}/t.rank1.arrow"], "t.rank1.arrow"),
         (["export", "{d}/runs", "--chrome-trace", "{d}/runs/r.arrow"], "runs/r.arrow"),
-        (["fleet", "{d}/runs", "--csv", "{d}/runs/r.arrow", "--workers", "1"], "runs/r.arrow"),
-        (["fleet", "{d}/runs", "--parquet", "{d}/runs/r.arrow", "--workers", "1"], "runs/r.arrow"),
         (["report", "{d}/a.arrow", "-o", "{d}/a.arrow"], "a.arrow"),
         (["report", "{d}/a.arrow", "-o", "{d}/hard.arrow"], "hard.arrow"),
     ],

@@ -1,7 +1,5 @@
 """Checks that need a real CUDA device; skipped cleanly without one (CI has none)."""
 
-import os
-
 import numpy as np
 import pytest
 
@@ -45,27 +43,10 @@ def test_gpu_losses_are_bit_identical(tmp_path):
     assert plain == profiled
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="simulator active")
-def test_numba_stream_kernels_on_the_device():
-    from gpuanalyze.kernels.babelstream import VARIANTS, make_impl, verify
-    from gpuanalyze.kernels.backend import select
-
-    backend = select("numba")
-    impl = make_impl(backend, 2**20)
-    for variant in VARIANTS:
-        verify(impl, variant, 2**20)
-
-
 def test_cupy_kernels_against_numpy():
     cupy = pytest.importorskip("cupy")
-    from gpuanalyze.kernels.babelstream import VARIANTS, make_impl, verify
-    from gpuanalyze.kernels.backend import select
     from gpuanalyze.kernels.matmul_cupy import TOLERANCE, CupyMatmul
 
-    backend = select("cupy")
-    impl = make_impl(backend, 2**20)
-    for variant in VARIANTS:
-        verify(impl, variant, 2**20)
     for dtype in ("float32", "tf32", "float16", "bfloat16"):
         mm = CupyMatmul(512, dtype)
         assert mm.max_rel_error() <= TOLERANCE[dtype]

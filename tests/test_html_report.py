@@ -51,19 +51,17 @@ def test_single_rank_cpu_trace():
     assert 'id="ranks"' not in page and 'id="cost"' not in page
 
 
-def test_ddp_straggler_with_cost_and_a_comparison(tmp_path):
-    server = tmp_path / "b200.toml"
-    server.write_text('name = "B200 (quote)"\nprice_per_gpu_hour = 6.0\nhours_per_run = 0.1\ngpus = 2\n')
+def test_ddp_straggler_with_cost(tmp_path):
     out = tmp_path / "r.html"
     args = ["report", str(SAMPLES / "cpu_ddp_straggler.rank0.arrow"), "-o", str(out)]
-    args += ["--steps-per-run", "10000", "--price-per-gpu-hour", "2.5", "--compare", str(server)]
+    args += ["--steps-per-run", "10000", "--price-per-gpu-hour", "2.5"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "verdict sync" in result.output
     page = out.read_text()
     assert_self_contained(page)
-    assert {"steps", "distribution", "heat-step", "heat-wait", "savings", "compare"} <= charts(page)
-    assert "straggler 1" in page and "B200 (quote)" in page and "cheapest per completed run" in page
+    assert {"steps", "distribution", "heat-step", "heat-wait", "savings"} <= charts(page)
+    assert "straggler 1" in page
     assert "saves" in page and "$" in page
 
 
@@ -89,7 +87,7 @@ def test_kernel_evidence_and_ceilings(tmp_path):
     result = runner.invoke(app, ["report", str(path), "-o", str(out), "--ceilings", str(ceilings)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert {"gpu", "kernels", "ceilings"} <= charts(page)
+    assert {"gpu", "kernels"} <= charts(page) and 'id="ceilings"' in page
     assert "sgemm_kernel" in page and "measured ceiling" in page
 
 

@@ -4,7 +4,6 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.planning.model_config import shape_from_hf_config
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -36,42 +35,3 @@ def test_compare_traces_with_run_length(tmp_path):
     assert data["cheapest"] == "cpu_healthy.arrow"
     plain = runner.invoke(app, ["compare", *traces])  # no run length: step times only, no cost ranking
     assert plain.exit_code == 0 and "run length" in plain.output
-
-
-def test_a_config_gives_the_models_size_and_shape(tmp_path):
-    cfg = tmp_path / "config.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "hidden_size": 4096,
-                "num_hidden_layers": 32,
-                "num_attention_heads": 32,
-                "intermediate_size": 11008,
-                "vocab_size": 32000,
-                "hidden_act": "silu",
-            }
-        )
-    )
-    shape = shape_from_hf_config(cfg)
-    assert 6.5e9 < shape.params < 7.0e9  # a LLaMA-7B shape
-    assert (shape.layers, shape.hidden, shape.heads) == (32, 4096, 32)
-
-
-def test_whatif_on_an_h200_trace(tmp_path):
-    prices = _toml(tmp_path / "prices.toml", '"H200" = 4.0\n"B200" = 6.0\n')
-    result = runner.invoke(
-        app,
-        ["whatif", str(SAMPLES / "h200_fp32_compute.arrow"), "--prices", prices, "--steps-per-run", "100000", "--json"],
-    )
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
-    by = {t["gpu"]: t for t in data["targets"]}
-    assert by["H200"]["speedup"] == pytest.approx(1.0) and by["B200"]["speedup"] > 1.0
-    assert by["A100 80GB SXM"]["speedup"] < 1.0 and by["H200"]["fits"] is True
-    assert by["H200"]["cost_per_run_usd"] > 0 and by["RTX 3090"]["cost_per_run_usd"] is None
-    assert data["estimate"] is True and "datasheet" in data["basis"]
-
-
-def test_whatif_needs_a_known_gpu():
-    result = runner.invoke(app, ["whatif", str(SAMPLES / "cpu_healthy.arrow")])
-    assert result.exit_code == 2 and "datasheet table" in result.output

@@ -1,15 +1,7 @@
 import pytest
 
 from analyzer.machine.bandwidth import allreduce_bandwidths, busbw_factor
-from gpuanalyze.kernels.result import matmul_flops, rate_result, stream_bytes
-
-
-def test_babelstream_byte_counts():
-    assert stream_bytes("copy", 1000, 4) == 8000
-    assert stream_bytes("scale", 1000, 4) == 8000
-    assert stream_bytes("add", 1000, 4) == 12000
-    assert stream_bytes("triad", 1000, 8) == 24000
-    assert stream_bytes("dot", 1000, 4) == 8000
+from gpuanalyze.kernels.result import matmul_flops, rate_result
 
 
 def test_matmul_flops():
@@ -28,13 +20,13 @@ def test_algbw_and_busbw():
 
 def test_rate_result_orders_min_median_max():
     r = rate_result(
-        benchmark="memory_bandwidth",
+        benchmark="matmul",
         backend="cpu",
         device="x",
-        variant="copy",
-        unit="GB/s",
+        variant="256x256x256",
+        unit="TFLOP/s",
         work=10.0,
         seconds=[1.0, 2.0, 0.5],
     )
     assert (r.min, r.median, r.max) == (5.0, 10.0, 20.0) and r.value == 10.0 and r.repeats == 3
-    assert r.to_dict()["benchmark"] == "memory_bandwidth"
+    assert r.to_dict()["benchmark"] == "matmul"

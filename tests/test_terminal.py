@@ -128,10 +128,10 @@ def test_width_is_honoured_and_paths_shortened_in_the_middle(tmp_path, trace_fac
 
 def test_width_option_on_planning_commands():
     trace = str(SAMPLES / "h200_data_loading.arrow")
-    result = runner.invoke(app, ["whatif", trace, "--width", "50"])
+    result = runner.invoke(app, ["compare", trace, trace, "--width", "50"])
     assert result.exit_code == 0
     assert max(cell_len(line) for line in result.output.splitlines()) <= 50
-    assert runner.invoke(app, ["whatif", trace, "--width", "5"]).exit_code == 2
+    assert runner.invoke(app, ["compare", trace, trace, "--width", "5"]).exit_code == 2
 
 
 def test_a_findings_severity_is_worded_apart_from_its_confidence():

@@ -12,7 +12,6 @@ from tests.conftest import SAMPLES, make_row, write_trace
 
 runner = CliRunner()
 SAMPLE = str(SAMPLES / "cpu_data_loading.arrow")
-H200 = str(SAMPLES / "h200_data_loading.arrow")
 
 
 def _commands(tmp_path):
@@ -23,7 +22,6 @@ def _commands(tmp_path):
     return {
         "analyze": [SAMPLE],
         "compare": ["compare", SAMPLE, SAMPLE],
-        "whatif": ["whatif", H200],
         "fleet": ["fleet", str(runs), "--workers", "1"],  # the layout, not the process pool
         "watch": ["watch", SAMPLE],
         "env": ["env"],
@@ -44,7 +42,7 @@ def test_columns_is_read_and_clamped(monkeypatch, columns, expected):
     assert layout_width(66) == 66  # --width wins
 
 
-@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch", "env"])
+@pytest.mark.parametrize("name", ["analyze", "compare", "fleet", "watch", "env"])
 def test_every_command_follows_columns_clamped(tmp_path, name):
     args = _commands(tmp_path)[name]
     narrow = runner.invoke(app, args, env={"COLUMNS": "5"})
@@ -55,7 +53,7 @@ def test_every_command_follows_columns_clamped(tmp_path, name):
     assert wide.exit_code == 0 and _widest(wide.output) <= MAX_WIDTH
 
 
-@pytest.mark.parametrize("name", ["analyze", "compare", "whatif", "fleet", "watch"])
+@pytest.mark.parametrize("name", ["analyze", "compare", "fleet", "watch"])
 def test_every_report_command_takes_width(tmp_path, name):
     args = _commands(tmp_path)[name]
     result = runner.invoke(app, [*args, "--width", "60"], env={"COLUMNS": "150"})

@@ -25,7 +25,6 @@ COMMANDS = {
     "report": "report",
     "run": "run",
     "watch": "watch",
-    "whatif": "plan",
 }
 _EVERY = tuple(sorted(set(COMMANDS.values())))
 

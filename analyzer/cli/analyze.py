@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,13 +27,6 @@ def analyze_cmd(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the report.")] = False,
-    model_config: Annotated[
-        Path | None,
-        typer.Option(
-            help="HF config.json: FLOPs per step by the PaLM formula (with --tokens-per-step and --tokens-per-sample)."
-        ),
-    ] = None,
-    tokens_per_step: Annotated[float | None, typer.Option(help="Tokens per optimizer step over all GPUs.")] = None,
     width: options.Width = None,
     step_range: options.StepRange = None,
     log: LogTo = None,
@@ -45,9 +37,6 @@ def analyze_cmd(
     try:
         trackers = log_targets(log)
         read = options.read_options(ctx.meta[options.GIVEN])
-        if model_config is not None:
-            per_sample = read.cost.tokens_per_sample if read.cost else None
-            read = replace(read, flops_per_step=_palm_flops(model_config, tokens_per_step, per_sample))
         report = analyze(trace if step_range is None else _nsys_steps(trace, step_range, read.max_bytes), read)
     except GpuAnalyzeError as exc:
         fail(str(exc))
@@ -75,14 +64,3 @@ def _nsys_steps(trace: str, step_range: str, max_bytes: int | None) -> Trace:
     if not is_nsys_path(Path(trace)):
         raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")
     return load_nsys(Path(trace), ReadLimits(max_bytes=max_bytes), step_range)
-
-
-def _palm_flops(config: Path, tokens_per_step: float | None, seq_len: float | None) -> float:
-    from analyzer.planning.mfu import palm_flops_per_token
-    from analyzer.planning.model_config import shape_from_hf_config
-
-    if not tokens_per_step or not seq_len:
-        raise GpuAnalyzeError("--model-config needs --tokens-per-step and --tokens-per-sample (the sequence length)")
-    shape = shape_from_hf_config(config)
-    per_token = palm_flops_per_token(shape.params, shape.layers, shape.heads, shape.hidden // shape.heads, int(seq_len))
-    return per_token * tokens_per_step

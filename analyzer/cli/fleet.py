@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,11 +28,6 @@ def fleet_cmd(
         float | None, typer.Option(help="Hours of a completed run at today's step time (every run).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
-    csv: Annotated[Path | None, typer.Option("--csv", help="Also write the ranked table as CSV here.")] = None,
-    parquet: Annotated[
-        Path | None, typer.Option("--parquet", help="Also write the ranked table as Parquet here (dashboards).")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite the --csv/--parquet files.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Rows of the table to print (0: all).")] = 25,
     width: options.Width = None,
     engine: options.Engine = "local",
@@ -41,7 +35,6 @@ def fleet_cmd(
 ) -> None:
     """Triage many runs: each one's verdict, confidence, step time and GPU, ranked by the dollars (or
     GPU-hours) per run its top fix saves. Runs that cannot be analysed are skipped with a note."""
-    from analyzer.files import check_target
     from analyzer.fleet.fleet_options import FleetOptions, RunLength
     from analyzer.fleet.triage import triage
 
@@ -53,19 +46,7 @@ def fleet_cmd(
             engine=engine,
             workers=workers,
         )
-        if csv is not None and parquet is not None and csv.resolve() == parquet.resolve():
-            raise GpuAnalyzeError(f"--csv and --parquet name the same file ({csv}); give each its own")
-        for path in (csv, parquet):  # refuse before hours of analysis, not after
-            if path is not None:
-                check_target(path, force=force, inputs=[root])
         fleet = triage(root, opts, progress=_progress if sys.stderr.isatty() else None)
-        if csv is not None or parquet is not None:
-            from analyzer.fleet.fleet_output import write_table
-
-            if csv is not None:
-                write_table(fleet, csv, "csv", force=force)
-            if parquet is not None:
-                write_table(fleet, parquet, "parquet", force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     if json_out:

@@ -24,8 +24,8 @@ def env_cmd() -> None:
 
 @app.command("bench")
 def bench_cmd(
-    which: Annotated[str, typer.Argument(help="memory, copy, matmul, launch, allreduce, dataloader or all.")] = "all",
-    backend: Annotated[str, typer.Option(help="auto, cupy, numba or cpu.")] = "auto",
+    which: Annotated[str, typer.Argument(help="matmul, allreduce, dataloader or all.")] = "all",
+    backend: Annotated[str, typer.Option(help="auto, cupy or cpu.")] = "auto",
     quick: Annotated[bool, typer.Option("--quick", help="Smaller sizes and fewer repeats.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON results here.")] = None,

@@ -70,8 +70,6 @@ Ceilings = Annotated[
 PricePerGpuHour = Annotated[float | None, typer.Option(help="USD per GPU-hour (yours; none is shipped).")]
 StepsPerRun = Annotated[float | None, typer.Option(help="Optimizer steps in a completed run.")]
 SamplesPerRun = Annotated[float | None, typer.Option(help="Samples in a completed run.")]
-TokensPerRun = Annotated[float | None, typer.Option(help="Tokens in a completed run (with --tokens-per-sample).")]
-TokensPerSample = Annotated[float | None, typer.Option(help="Tokens per sample (sequence length).")]
 Gpus = Annotated[int | None, typer.Option(help="GPUs of the run (default: the trace's world size).")]
 CostConfig = Annotated[Path | None, typer.Option(help="TOML file with the same cost keys (options override it).")]
 FlopsPerStep = Annotated[float | None, typer.Option(help="Model FLOPs per step (all GPUs), for MFU.")]
@@ -81,8 +79,6 @@ def cost(
     price_per_gpu_hour: PricePerGpuHour = None,
     steps_per_run: StepsPerRun = None,
     samples_per_run: SamplesPerRun = None,
-    tokens_per_run: TokensPerRun = None,
-    tokens_per_sample: TokensPerSample = None,
     gpus: Gpus = None,
     cost_config: CostConfig = None,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Planning commands: `compare` (cost per completed run) and `whatif` (other GPUs)."""
+"""`gpuanalyze compare`: cost per completed run, projections checked, the regression gate."""
 
 from __future__ import annotations
 
@@ -61,25 +61,3 @@ def compare_cmd(
     emit(render_compare(result), compare_struct(result), json_out, width)
     if result.gate is not None and result.gate.failed:
         raise typer.Exit(1)
-
-
-@app.command("whatif")
-def whatif_cmd(
-    trace: Annotated[Path, typer.Argument(help="A trace recorded on a GPU of the datasheet table.")],
-    prices: Annotated[Path | None, typer.Option(help="TOML: GPU name = USD per GPU-hour (your prices).")] = None,
-    steps_per_run: Annotated[float | None, typer.Option(help="Run length, for cost per run.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    width: options.Width = None,
-) -> None:
-    """Estimate this run's step time, memory fit and cost on the other GPUs of the table."""
-    from analyzer.api import analyze
-    from analyzer.planning.whatif import load_prices, what_if
-    from analyzer.render.planning import render_whatif, whatif_struct
-
-    try:
-        price_map = load_prices(prices) if prices else None
-        report = analyze(trace)
-        result = what_if(report.metrics, report.run, prices=price_map, steps_per_run=steps_per_run)
-    except GpuAnalyzeError as exc:
-        fail(str(exc))
-    emit(render_whatif(result), whatif_struct(result), json_out, width)

@@ -12,9 +12,7 @@ from analyzer.cli.base import app, fail
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
-    from analyzer.planning.cost import CostInputs
-    from analyzer.planning.outcome import Report
+    pass
 
 
 @app.command("report", cls=options.takes(options.cost, options.read))
@@ -28,14 +26,6 @@ def report_cmd(
     ],
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
-    compare: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--compare",
-            help="Another run or server to compare cost per completed run with (a trace or a TOML option file, "
-            "as `gpuanalyze compare` takes); repeat for several.",
-        ),
-    ] = None,
 ) -> None:
     """Write a self-contained HTML report (charts included; opens offline). Needs the `report` extra.
 
@@ -49,26 +39,12 @@ def report_cmd(
         require_plotly()
         read = options.read_options(ctx.meta[options.GIVEN])
         # before the analysis: refuse early, not after a long run
-        check_target(out, force=force, inputs=[trace, *(compare or [])])
+        check_target(out, force=force, inputs=[trace])
         from analyzer.api import report_parts
 
         report, data = report_parts(trace, read)
-        comparison = _comparison(report, Path(trace), compare or [], read.cost) if compare else None
-        page = render_html(report, data, comparison=comparison).encode()
+        page = render_html(report, data).encode()
         write_bytes(out, page, force=force)
     except GpuAnalyzeError as exc:
         fail(str(exc))
     typer.echo(clean(f"{out}: {len(page) / 1e6:.1f} MB, verdict {report.bottleneck} (open it in a browser)"))
-
-
-def _comparison(report: Report, trace: Path, others: list[Path], cost: CostInputs | None) -> Comparison:
-    """This run (from its report: not analysed twice) against the other runs or servers given."""
-    from analyzer.api import load_compared
-    from analyzer.planning.compare import Loaded, RunOption, compare
-    from analyzer.planning.run_label import run_label
-
-    c = report.cost
-    if c is None or cost is None:
-        raise GpuAnalyzeError("--compare needs this run's length (--steps-per-run or --samples-per-run)")
-    this = RunOption.from_report(run_label(trace), report, cost.price_per_gpu_hour)
-    return compare([Loaded(this, report, path=trace), *[load_compared(Path(p), cost, None) for p in others]])

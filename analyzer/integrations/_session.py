@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -93,22 +93,23 @@ class Session:
             warn(f"gpuanalyze: not profiling this run ({type(exc).__name__}: {exc})")
             self.profiler = None
 
-    def step(self) -> None:
+    def _on(self, hook: Callable[[Profiler], object]) -> None:
+        """``hook`` on the profiler while one records (after a failed start every hook does nothing)."""
         if self.profiler is not None:
-            self.profiler.step()
+            hook(self.profiler)
+
+    def step(self) -> None:
+        self._on(lambda p: p.step())
 
     def forward_begin(self) -> None:
-        if self.profiler is not None:
-            self.profiler._forward_begin()
+        self._on(lambda p: p._forward_begin())
 
     def forward_end(self) -> None:
-        if self.profiler is not None:
-            self.profiler._forward_end()
+        self._on(lambda p: p._forward_end())
 
     def skip(self) -> None:
         """Drop what ran since the last step boundary (validation) from the next step."""
-        if self.profiler is not None:
-            self.profiler._skip_since_boundary()
+        self._on(lambda p: p._skip_since_boundary())
 
     def end(self, exc: BaseException | None = None) -> Path | None:
         """Close the trace; returns its path (None when nothing was recorded)."""

@@ -14,7 +14,7 @@ from analyzer.analysis.findings import Savings
 from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.toml_config import read_toml
 
-#: Largest number any cost input may be (steps, samples, tokens, USD): beyond it an input is a typo.
+#: Largest number any cost input may be (steps, samples, USD): beyond it an input is a typo.
 MAX_VALUE = 1e18
 
 
@@ -28,10 +28,6 @@ class CostInputs:
     """Optimizer steps in a completed run."""
     samples_per_run: float | None = None
     """Samples in a completed run (converted to steps with the trace's batch size)."""
-    tokens_per_run: float | None = None
-    """Tokens in a completed run (needs tokens_per_sample)."""
-    tokens_per_sample: float | None = None
-    """Tokens per sample (sequence length), to convert tokens to samples."""
     gpus: int | None = None
     """GPUs the run uses (default: the trace's world size)."""
     storage_usd: float = 0.0
@@ -53,12 +49,10 @@ class CostInputs:
                 raise GpuAnalyzeError(f"{f.name} must be a number from 0 to {MAX_VALUE:.0e}, not {value!r}")
         if self.gpus is not None and (int(self.gpus) != self.gpus or self.gpus < 1):
             raise GpuAnalyzeError("gpus must be a positive whole number")
-        if self.tokens_per_run is not None and not self.tokens_per_sample:
-            raise GpuAnalyzeError("tokens_per_run needs tokens_per_sample (the sequence length) to convert to samples")
-        for name in ("steps_per_run", "samples_per_run", "tokens_per_run", "tokens_per_sample"):
+        for name in ("steps_per_run", "samples_per_run"):
             if getattr(self, name) == 0:
                 raise GpuAnalyzeError(f"{name} must be positive: a run of zero length has nothing to cost")
-        given = [n for n in ("steps_per_run", "samples_per_run", "tokens_per_run") if getattr(self, n) is not None]
+        given = [n for n in ("steps_per_run", "samples_per_run") if getattr(self, n) is not None]
         if len(given) > 1:
             raise GpuAnalyzeError(f"give the run length once, not as {' and '.join(given)}")
 
@@ -68,7 +62,7 @@ class CostInputs:
 
     @property
     def has_length(self) -> bool:
-        return any(v is not None for v in (self.steps_per_run, self.samples_per_run, self.tokens_per_run))
+        return self.steps_per_run is not None or self.samples_per_run is not None
 
 
 def load_cost_config(path: str | Path, **overrides: Any) -> CostInputs:
@@ -109,15 +103,10 @@ def steps_for(inputs: CostInputs, batch_samples: float | None) -> float:
     if inputs.steps_per_run is not None:
         return float(inputs.steps_per_run)
     samples = inputs.samples_per_run
-    if samples is None and inputs.tokens_per_run is not None:
-        assert inputs.tokens_per_sample  # CostInputs requires it with tokens_per_run
-        samples = inputs.tokens_per_run / inputs.tokens_per_sample
     if samples is None:
-        raise GpuAnalyzeError("give the run length: steps_per_run, samples_per_run or tokens_per_run")
+        raise GpuAnalyzeError("give the run length: steps_per_run or samples_per_run")
     if not batch_samples:
-        raise GpuAnalyzeError(
-            "the trace has no batch size, so samples or tokens per run cannot become steps; give steps_per_run"
-        )
+        raise GpuAnalyzeError("the trace has no batch size, so samples per run cannot become steps; give steps_per_run")
     return samples / batch_samples
 
 

@@ -26,11 +26,6 @@ class Mfu:
     source: str
 
 
-def palm_flops_per_token(params: float, layers: int, heads: int, head_dim: int, seq_len: int) -> float:
-    """PaLM (Chowdhery et al. 2022, appendix B): 6N + 12 L H Q T training FLOPs per token."""
-    return 6 * params + 12 * layers * heads * head_dim * seq_len
-
-
 def mfu(flops_per_step: float, m: StepMetrics, run: RunInfo, ceilings: Ceilings | None) -> Mfu:
     """``flops_per_step`` counts the whole model step over all GPUs (e.g. PaLM per token x tokens per step).
 

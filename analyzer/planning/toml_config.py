@@ -1,5 +1,5 @@
-"""Reading the user's small input files (cost inputs, servers to compare, GPU prices as TOML; model
-configs as JSON): one loader, one set of errors, a size limit and regular files only."""
+"""Reading the user's small TOML input files (cost inputs, servers to compare): one loader, one set of errors, a
+size limit and regular files only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from analyzer.errors import GpuAnalyzeError
 
-#: A cost, price or model-config file is a few lines; anything larger is not one.
+#: A cost or server file is a few lines; anything larger is not one.
 MAX_CONFIG_BYTES = 1 << 20
 
 

@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.machine.datasheet import PCIE_X16_GBPS, GpuSpec, lookup
+from analyzer.machine.datasheet import GpuSpec, lookup
 from analyzer.render.safe import clean
 from gpuanalyze.kernels.result import BenchReport, BenchResult
 
@@ -25,25 +25,17 @@ def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:
     """The datasheet number this result should be compared with, in the result's unit."""
     if spec is None or r.backend == "cpu":
         return None
-    if r.benchmark == "memory_bandwidth":
-        return spec.memory_bw_gbps
     if r.benchmark == "matmul" and r.dtype:
         return spec.peak_tflops(r.dtype)
-    if r.benchmark in ("h2d", "d2h"):
-        return PCIE_X16_GBPS.get(spec.pcie_gen)
     return None
 
 
 _TITLE = {
-    "memory_bandwidth": "memory bandwidth (BabelStream)",
-    "h2d": "host -> device copies",
-    "d2h": "device -> host copies",
     "matmul": "matmul",
-    "launch_overhead": "kernel launch overhead",
     "allreduce": "all-reduce",
     "dataloader": "synthetic data loader",
 }
-_UNIT = {"GB/s busbw": "busbw GB/s", "us/launch": "us/launch"}
+_UNIT = {"GB/s busbw": "busbw GB/s"}
 _DTYPE = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "float8": "fp8"}
 _OPTIONAL = ("min..max", "% peak")
 """Columns dropped, in this order, when the table would not fit otherwise."""

@@ -17,12 +17,11 @@ from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
-from analyzer.render.html_panel import ceiling_items
 from analyzer.render.safe import html as h
 from gpuanalyze.ingest import schema as S
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
+    pass
 
 PART_COLORS = {
     S.DATA_WAIT_MS: "#f28e2b",
@@ -353,43 +352,7 @@ def savings(report: Report) -> go.Figure | None:
     )
 
 
-def comparison(c: Comparison) -> go.Figure:
-    priced = all(o.per_run_usd is not None for o in c.options)
-    values = [(o.per_run_usd if priced else o.hours_per_run) or 0.0 for o in c.options]
-    unit = "USD" if priced else "hours"
-    fig = go.Figure(
-        go.Bar(
-            x=[h(o.name) for o in c.options],
-            y=values,
-            marker_color=["#59a14f" if o.name == c.cheapest else "#4e79a7" for o in c.options],
-            hovertemplate=f"%{{x}}: %{{y:,.2f}} {unit} per run<extra></extra>",
-        )
-    )
-    return _layout(fig, f"Cost per completed run ({unit}); cheapest in green", 320, yaxis_title=unit)
-
-
-def ceilings(report: Report) -> go.Figure | None:
-    items = ceiling_items(report)
-    if not items:
-        return None
-    fig = go.Figure(
-        go.Bar(
-            x=[100 * a / c if c else 0.0 for _, a, c, _, _ in items],
-            y=[h(label) for label, *_ in items],
-            orientation="h",
-            marker_color="#4e79a7",
-            customdata=[[a, c, h(unit)] for _, a, c, unit, _ in items],
-            hovertemplate="%{x:.0f}% of the ceiling: %{customdata[0]:.4g} of %{customdata[1]:.4g} "
-            "%{customdata[2]}<extra></extra>",
-        )
-    )
-    fig.add_vline(x=100, line={"dash": "dot", "color": "#222"})
-    return _layout(
-        fig, "Achieved, as % of the ceiling measured on this machine", 120 + 40 * len(items), xaxis_title="%"
-    )
-
-
-def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> dict[str, go.Figure]:
+def figures(report: Report, data: ChartData) -> dict[str, go.Figure]:
     """Every chart that applies to this report, by section id."""
     out: dict[str, go.Figure | None] = {
         "steps": step_time(data.steps, report),
@@ -404,9 +367,6 @@ def figures(report: Report, data: ChartData, comparison_: Comparison | None) -> 
         if data.heatmap.wait is not None:
             out["heat-wait"] = heatmap(data.heatmap, data.heatmap.wait, "waiting on other ranks (sync)", "Magma")
     out["savings"] = savings(report)
-    if comparison_ is not None:
-        out["compare"] = comparison(comparison_)
-    out["ceilings"] = ceilings(report)
     return {k: v for k, v in out.items() if v is not None}
 
 

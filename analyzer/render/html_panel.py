@@ -19,7 +19,7 @@ from analyzer.render.safe import shorten
 from gpuanalyze.ingest import schema as S
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
+    pass
 
 #: Evidence metrics that compare an achieved number with a ceiling measured by `gpuanalyze bench`.
 CEILING_METRICS = {
@@ -273,7 +273,7 @@ def rank_table(report: Report) -> str:
     return out
 
 
-def cost_tables(report: Report, comparison: Comparison | None) -> str:
+def cost_tables(report: Report) -> str:
     out = ""
     c = report.cost
     if c is not None:
@@ -303,28 +303,6 @@ def cost_tables(report: Report, comparison: Comparison | None) -> str:
                     if f.savings is not None
                 ),
                 "num",
-            )
-    if comparison is not None:
-        out += "<h4>Servers and runs compared (cost per completed run)</h4>" + table(
-            ("run / server", "USD/GPU-h", "GPUs", "hours/run", "USD/run", "step ms", "verdict"),
-            (
-                (
-                    h(o.name) + (" (cheapest)" if o.name == comparison.cheapest else ""),
-                    "n/a" if o.price_per_gpu_hour is None else f"{o.price_per_gpu_hour:.2f}",
-                    str(o.gpus),
-                    f"{o.hours_per_run:,.2f}",
-                    h(words.usd(o.per_run_usd)),
-                    "" if o.step_time_mean_ms is None else f"{o.step_time_mean_ms:.2f}",
-                    h(o.bottleneck or ""),
-                )
-                for o in comparison.options
-            ),
-            "num",
-        )
-        if comparison.cheapest is not None:
-            out += (
-                f"<p><strong>{h(comparison.cheapest)}</strong> is cheapest per completed run, by "
-                f"{h(words.usd(comparison.saving_usd))} per run.</p>"
             )
     return out
 

@@ -23,7 +23,6 @@ from analyzer.render.safe import html as h
 from analyzer.version import __version__
 
 if TYPE_CHECKING:
-    from analyzer.planning.compare import Comparison
     from analyzer.render.chart_data import ChartData
     from gpuanalyze.ingest.reader import Trace
 
@@ -115,7 +114,7 @@ def _chart(divs: dict[str, str], key: str) -> str:
     return f'<div class="chart" data-chart="{key}">{divs[key]}</div>' if key in divs else ""
 
 
-def render_html(report: Report, source: ChartData | Trace, *, comparison: Comparison | None = None) -> str:
+def render_html(report: Report, source: ChartData | Trace) -> str:
     """The whole report page for ``report``, drawn from the chart data made with its analysis
     (``analyzer.api.report_parts``), or from the trace in memory it was analysed from."""
     require_plotly()
@@ -123,7 +122,7 @@ def render_html(report: Report, source: ChartData | Trace, *, comparison: Compar
     from analyzer.render.chart_data import ChartData, chart_data
 
     data = source if isinstance(source, ChartData) else chart_data(source, report)
-    divs = {k: charts.div(fig, k) for k, fig in charts.figures(report, data, comparison).items()}
+    divs = {k: charts.div(fig, k) for k, fig in charts.figures(report, data).items()}
     sections = [
         ("run", "The run", panel.run_facts(report) + panel.breakdown_table(report)),
         (
@@ -143,13 +142,12 @@ def render_html(report: Report, source: ChartData | Trace, *, comparison: Compar
         sections.append(
             ("ranks", "Ranks", _chart(divs, "heat-step") + _chart(divs, "heat-wait") + panel.rank_table(report))
         )
-    cost = panel.cost_tables(report, comparison)
+    cost = panel.cost_tables(report)
     if cost:
-        sections.append(("cost", "Cost", cost + _chart(divs, "savings") + _chart(divs, "compare")))
-    if "ceilings" in divs:
-        sections.append(
-            ("ceilings", "Against this machine's ceilings", _chart(divs, "ceilings") + panel.ceiling_table(report))
-        )
+        sections.append(("cost", "Cost", cost + _chart(divs, "savings")))
+    ceilings = panel.ceiling_table(report)
+    if ceilings:
+        sections.append(("ceilings", "Against this machine's ceilings", ceilings))
     return _page(report, sections, f"<script>{charts.plotly_js()}</script>")
 
 
@@ -161,7 +159,7 @@ def render_panel_only(report: Report, why: str) -> str:
     ]
     if report.metrics.distributed is not None:
         sections.append(("ranks", "Ranks", panel.rank_table(report)))
-    cost = panel.cost_tables(report, None)
+    cost = panel.cost_tables(report)
     if cost:
         sections.append(("cost", "Cost", cost))
     return _page(report, sections)

@@ -1,4 +1,4 @@
-"""Format comparisons and GPU what-ifs: tables, and the declared structs of their JSON."""
+"""Format comparisons: tables, and the declared structs of their JSON."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, RunOption
     from analyzer.planning.gate import GateCheck, GateResult
     from analyzer.planning.projection_check import ProjectionCheck
-    from analyzer.planning.whatif import WhatIf
 
 
 def _usd(x: float | None) -> str:
@@ -210,25 +209,3 @@ def _differences_note(differences: tuple[str, ...]) -> RenderableType:
         else "compare them as before and after only if that is what changed"
     )
     return Group(text(f"What differs ({verdict}):", style="yellow"), bullets(text(d) for d in differences))
-
-
-def whatif_struct(w: WhatIf) -> C.WhatIf:
-    return built(C.WhatIf, w, estimate=True, targets=[built(C.GpuEstimate, t) for t in w.targets])
-
-
-def render_whatif(w: WhatIf) -> RenderableType:
-    t = w.targets
-    table = FitTable(
-        None,
-        [
-            Column(header="GPU", cells=[text(x.gpu) for x in t], justify="left", wrap=True, fold=True),
-            Column(header="step ms", cells=[Text(f"{x.step_time_mean_ms:.2f}") for x in t]),
-            Column(header="speed-up", cells=[Text(f"{x.speedup:.2f}x") for x in t]),
-            Column(
-                header="fits in memory", cells=[Text({True: "yes", False: "NO", None: "unknown"}[x.fits]) for x in t]
-            ),
-            Column(header="cost per run", cells=[Text(_usd(x.cost_per_run_usd)) for x in t], drop=1),
-        ],
-    )
-    title = Text("What if this run were on another GPU (estimates; measured on ") + text(w.source_gpu) + Text(")")
-    return Group(title, table, text(f"Basis: {w.basis}.", style="dim"))

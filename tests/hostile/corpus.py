@@ -346,18 +346,6 @@ def build(d: Path) -> list[Case]:
         d / "good_for_configs.arrow", _rows(**{S.GPU_BUSY_MS: 5.0}), run={"gpu_name": "NVIDIA H100 80GB HBM3"}
     )
     for name, text in (
-        ("price_string", 'H200 = "cheap"\n'),
-        ("price_negative", "H200 = -3\n"),
-        ("price_nan", "H200 = nan\n"),
-        ("price_deep", "H200 = " + "[" * 5000 + "]" * 5000 + "\n"),
-    ):
-        add(
-            f"prices_{name}.toml",
-            "traceback",
-            lambda p, t=text: (p.write_text(t), p)[1],
-            ("whatif", str(trace), "--prices", "{}"),
-        )
-    for name, text in (
         ("hours_string", 'name = "a"\nhours_per_run = "ten"\nprice_per_gpu_hour = 1\n'),
         ("hours_negative", 'name = "a"\nhours_per_run = -4\nprice_per_gpu_hour = 1\n'),
         ("hours_nan", 'name = "a"\nhours_per_run = nan\nprice_per_gpu_hour = 1\n'),

@@ -23,7 +23,6 @@ SCHEMA_PATH = Path(__file__).with_name("schema.json")
 OUTPUTS: dict[str, type[msgspec.Struct]] = {
     "gpuanalyze TRACE --json": R.Report,
     "gpuanalyze compare --json": C.Comparison,
-    "gpuanalyze whatif --json": C.WhatIf,
     "gpuanalyze fleet --json": C.Fleet,
     "gpuanalyze run --try --json": C.Trials,
     "gpuanalyze bench --json": C.Bench,

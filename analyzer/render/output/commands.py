@@ -1,4 +1,4 @@
-"""The JSON of the other commands (`compare`, `whatif`, `fleet`, `run --try`, `bench`) and of the MCP tools,
+"""The JSON of the other commands (`compare`, `fleet`, `run --try`, `bench`) and of the MCP tools,
 declared field by field; the same quantity has the report's name (``step_time_mean_ms``)."""
 
 from __future__ import annotations
@@ -92,24 +92,6 @@ class Comparison(Out):
     gate: Annotated[Gate | None, doc("with --fail-if-slower or --fail-if-throughput-drops")]
     differences: Annotated[list[str], doc("what differs between the runs, one item a line")]
     idle_owners_moved: Annotated[list[OwnerMove], doc("the GPU's idle owners that moved, largest first")]
-
-
-class GpuEstimate(Out):
-    gpu: str
-    step_time_mean_ms: float
-    speedup: float
-    fits: Annotated[bool | None, doc("the run's peak memory fits the GPU (null: no peak memory in the trace)")]
-    cost_per_run_usd: float | None
-
-
-class WhatIf(Out):
-    """`gpuanalyze whatif --json`: estimates from datasheet ratios."""
-
-    source_gpu: str
-    precision: str
-    basis: Annotated[str, doc("what the estimate rests on, in words")]
-    estimate: Literal[True]
-    targets: list[GpuEstimate]
 
 
 class FleetRow(Out):

@@ -228,8 +228,6 @@ class CostInputs(Out):
     price_per_gpu_hour: float | None
     steps_per_run: float | None
     samples_per_run: float | None
-    tokens_per_run: float | None
-    tokens_per_sample: float | None
     gpus: int | None
     storage_usd: float
     network_usd: float
@@ -253,7 +251,7 @@ class Cost(Out):
 
 
 class Mfu(Out):
-    """Model FLOPs utilisation (with --flops-per-step or --model-config)."""
+    """Model FLOPs utilisation (with --flops-per-step)."""
 
     flops_per_step: Annotated[float, doc("model FLOPs per step over all GPUs, as given")]
     achieved_tflops: Annotated[float, doc("per GPU")]

@@ -1,4 +1,4 @@
-"""All-reduce bandwidth: the library collective (NCCL on GPUs, gloo on CPU) and our own ring.
+"""All-reduce bandwidth: the library collective (NCCL on GPUs, gloo on CPU), the one the busbw ceiling is of.
 
 Runs one process per rank (torch.distributed over 127.0.0.1) for each world size from 1 to
 the local device count (CPU: 1 and 2). For each message size: out-of-place and in-place,
@@ -21,7 +21,6 @@ from analyzer.errors import Skip, VerificationError
 from analyzer.machine.bandwidth import allreduce_bandwidths
 from gpuanalyze.kernels.backend import Backend, EventClock, HostClock, repeat
 from gpuanalyze.kernels.result import BenchResult
-from gpuanalyze.kernels.ring import ring_allreduce
 
 KIB, MIB = 2**10, 2**20
 SIZES = (64 * KIB, 1 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
@@ -48,25 +47,20 @@ def _worker(rank: int, world: int, port: int, device: str, sizes: list[int], rep
         n = size // 4
         check = torch.full((n,), float(rank + 1), device=dev)
         dist.all_reduce(check)
-        ring = _ring(rank, world, dev, n)
-        ring_check = torch.full((n,), float(rank + 1), device=dev)
-        ring(ring_check)
-        want = world * (world + 1) / 2
-        ok = bool((check == want).all()) and bool((ring_check == want).all())
-        for impl in (backend, "ring"):
-            for mode in ("out_of_place", "in_place"):
-                op = _operation(impl, mode, ring, torch.ones(n, device=dev), torch.empty(n, device=dev))
-                times = _time(op, reps, dev, dist)
-                tt = torch.tensor(times, dtype=torch.float64, device=dev)
-                dist.all_reduce(tt, op=dist.ReduceOp.MAX)
-                rows.append({"size": size, "impl": impl, "mode": mode, "seconds": tt.cpu().tolist(), "ok": ok})
+        ok = bool((check == world * (world + 1) / 2).all())
+        for mode in ("out_of_place", "in_place"):
+            op = _operation(mode, torch.ones(n, device=dev), torch.empty(n, device=dev))
+            times = _time(op, reps, dev, dist)
+            tt = torch.tensor(times, dtype=torch.float64, device=dev)
+            dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+            rows.append({"size": size, "impl": backend, "mode": mode, "seconds": tt.cpu().tolist(), "ok": ok})
     if rank == 0:
         Path(out).write_text(json.dumps(rows))
     dist.destroy_process_group()
 
 
-def _operation(impl: str, mode: str, ring: Any, src: Any, dst: Any) -> Any:
-    """The timed call: library or ring all-reduce, in place on ``src`` or out of place into ``dst``."""
+def _operation(mode: str, src: Any, dst: Any) -> Any:
+    """The timed call: the library all-reduce, in place on ``src`` or out of place into ``dst``."""
     import torch.distributed as dist
 
     target = src if mode == "in_place" else dst
@@ -74,10 +68,7 @@ def _operation(impl: str, mode: str, ring: Any, src: Any, dst: Any) -> Any:
     def op() -> None:
         if mode == "out_of_place":
             dst.copy_(src)
-        if impl == "ring":
-            ring(target)
-        else:
-            dist.all_reduce(target)
+        dist.all_reduce(target)
 
     return op
 
@@ -86,28 +77,6 @@ def _time(op: Any, reps: int, dev: Any, dist: Any) -> list[float]:
     """Each repeat starts after a barrier; CUDA events on GPUs, the host clock on CPU (gloo is synchronous)."""
     clock = EventClock("torch") if dev.type == "cuda" else HostClock()
     return repeat(op, 3, reps, clock, before=dist.barrier)
-
-
-def _ring(rank: int, world: int, dev: Any, n: int) -> Any:
-    """Our ring all-reduce for n-element buffers, set up once (scratch, add kernel) outside the timing."""
-    import torch
-    import torch.distributed as dist
-
-    def exchange(send: Any, recv: Any) -> None:
-        reqs = [dist.isend(send.contiguous(), (rank + 1) % world), dist.irecv(recv, (rank - 1) % world)]
-        for r in reqs:
-            r.wait()
-
-    if dev.type == "cuda":
-        from gpuanalyze.kernels.ring_add import cuda_add as add
-    else:
-        import numpy as np
-
-        def add(a: Any, b: Any) -> None:
-            np.add(a.numpy(), b.numpy(), out=a.numpy())
-
-    scratch = torch.empty(n // world + 1, device=dev)
-    return lambda buf: ring_allreduce(buf, rank, world, exchange, add, scratch)
 
 
 def world_sizes(backend: Backend) -> list[int]:
@@ -142,13 +111,12 @@ def run_allreduce(backend: Backend, *, quick: bool) -> list[BenchResult]:
             algbw, busbw = allreduce_bandwidths(row["size"], med, world)
             # min/median/max in the unit of the value (busbw), like every other result
             rates = sorted(allreduce_bandwidths(row["size"], s, world)[1] for s in row["seconds"])
-            lib = row["impl"] != "ring"
             results.append(
                 BenchResult(
                     benchmark="allreduce",
                     backend=backend.name,
                     device=backend.device,
-                    variant=f"{row['impl'] if lib else 'ring (ours)'} {row['mode'].replace('_', '-')}",
+                    variant=f"{row['impl']} {row['mode'].replace('_', '-')}",
                     value=busbw,
                     unit="GB/s busbw",
                     repeats=len(row["seconds"]),

@@ -1,7 +1,6 @@
 """Which benchmark backends this machine has, and how each one times work.
 
-``cupy`` and ``numba`` need a real CUDA device; the Numba CUDA simulator (used by the tests)
-does not count as one. ``cpu`` is always available.
+``cupy`` needs a real CUDA device; ``cpu`` is always available.
 """
 
 from __future__ import annotations
@@ -16,16 +15,13 @@ from typing import Protocol
 
 from analyzer.errors import GpuAnalyzeError
 
-BACKENDS = ("cupy", "numba", "cpu")
+BACKENDS = ("cupy", "cpu")
 
 
 @dataclass(frozen=True, slots=True)
 class Backend:
     name: str
     device: str
-    l2_bytes: int | None = None
-    memory_bytes: int | None = None
-    sm_count: int | None = None
 
 
 def cupy_unavailable() -> str | None:
@@ -42,30 +38,15 @@ def cupy_unavailable() -> str | None:
     return None
 
 
-def numba_unavailable() -> str | None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "the Numba CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1); it is for tests, not measurements"
-    try:
-        from numba import cuda
-
-        import gpuanalyze.kernels.numba_compat  # noqa: F401
-
-        if not cuda.is_available():
-            return "numba.cuda finds no CUDA device or driver"
-    except Exception as exc:  # noqa: BLE001
-        return f"numba.cuda is unusable ({type(exc).__name__}: {str(exc)[:120]})"
-    return None
-
-
 def availability() -> dict[str, str | None]:
     """Backend name -> None if usable, else the reason it is not."""
-    return {"cupy": cupy_unavailable(), "numba": numba_unavailable(), "cpu": None}
+    return {"cupy": cupy_unavailable(), "cpu": None}
 
 
 def select(name: str) -> Backend:
     """Resolve 'auto' or a backend name; raise GpuAnalyzeError saying why one is unavailable."""
     if name not in (*BACKENDS, "auto"):
-        raise GpuAnalyzeError(f"unknown backend {name!r}; choose auto, cupy, numba or cpu")
+        raise GpuAnalyzeError(f"unknown backend {name!r}; choose auto, cupy or cpu")
     avail = availability()
     if name == "auto":
         name = next(b for b in BACKENDS if avail[b] is None)
@@ -75,20 +56,7 @@ def select(name: str) -> Backend:
         import cupy
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        return Backend(
-            "cupy",
-            props["name"].decode(),
-            int(props["l2CacheSize"]),
-            int(props["totalGlobalMem"]),
-            int(props["multiProcessorCount"]),
-        )
-    if name == "numba":
-        from numba import cuda
-
-        dev = cuda.get_current_device()
-        ctx = cuda.current_context()
-        name_ = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        return Backend("numba", name_, None, int(ctx.get_memory_info().total), int(dev.MULTIPROCESSOR_COUNT))
+        return Backend("cupy", props["name"].decode())
     return Backend("cpu", f"CPU: {platform.processor() or platform.machine()} x{os.cpu_count()}")
 
 
@@ -110,7 +78,7 @@ class HostClock:
 
 
 class EventClock:
-    """A pair of device events on the current stream (CuPy, numba.cuda or torch), waited on at ``stop``."""
+    """A pair of device events on the current stream (CuPy or torch), waited on at ``stop``."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -120,10 +88,6 @@ class EventClock:
             import cupy
 
             self._a, self._b = cupy.cuda.Event(), cupy.cuda.Event()
-        elif self.kind == "numba":
-            from numba import cuda
-
-            self._a, self._b = cuda.event(), cuda.event()
         else:
             import torch
 
@@ -137,10 +101,6 @@ class EventClock:
             import cupy
 
             return float(cupy.cuda.get_elapsed_time(self._a, self._b)) / 1e3
-        if self.kind == "numba":
-            from numba import cuda
-
-            return float(cuda.event_elapsed_time(self._a, self._b)) / 1e3
         return float(self._a.elapsed_time(self._b)) / 1e3
 
 
@@ -174,7 +134,6 @@ def _event_timer(kind: str) -> Timer:
 
 TIMERS: dict[str, Timer] = {
     "cupy": _event_timer("cupy"),
-    "numba": _event_timer("numba"),
     "cpu": host_timer,
     "torch": _event_timer("torch"),
 }

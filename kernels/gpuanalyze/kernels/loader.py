@@ -110,10 +110,6 @@ def _rate(samples: int, seconds: float) -> float:
 
 def run_loader(backend: Backend, *, quick: bool, config: LoaderConfig | None = None) -> list[BenchResult]:
     cfg = config or LoaderConfig(batches=20 if quick else 60)
-    if backend.name == "numba":
-        from analyzer.errors import Skip
-
-        raise Skip("the synthetic loader's device stages use CuPy; run it with --backend cupy or cpu")
     sample_size = int(np.prod(cfg.sample_shape))
     shape = (cfg.slot_count, cfg.batch, *cfg.sample_shape)
     workers = Workers(timeout_s=cfg.timeout_s, shm=shm_dir())

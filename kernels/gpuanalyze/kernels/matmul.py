@@ -1,8 +1,8 @@
 """Matmul throughput per precision: 2*M*N*K FLOPs over event-timed runs, median of >= 50 after >= 10 warm-ups.
 
 cupy: cuBLAS gemmEx in fp32, tf32, fp16, bf16 (fp8 needs cuBLASLt, which CuPy does not expose:
-measured through torch._scaled_mm when torch is present, and labelled so). numba: our tiled
-fp32 SIMT kernel. cpu: numpy's BLAS in fp32 (and fp64).
+measured through torch._scaled_mm when torch is present, and labelled so). cpu: numpy's BLAS in fp32 (and
+fp64).
 """
 
 from __future__ import annotations
@@ -107,11 +107,6 @@ def _plan(backend: Backend, quick: bool) -> _Plan:
         n = 4096 if quick else 8192
         tolerance = {dtype: TOLERANCE[dtype] for dtype in CUPY_DTYPES}
         return _Plan(n, lambda dtype: CupyMatmul(n, dtype), tolerance, TIMERS["cupy"], "cuBLAS gemmEx")
-    if backend.name == "numba":
-        from gpuanalyze.kernels.matmul_numba import NumbaMatmul
-
-        n = 2048 if quick else 4096
-        return _Plan(n, lambda _: NumbaMatmul(n), {"float32": 1e-4}, TIMERS["numba"], "numba tiled SIMT kernel")
     n = 1024 if quick else 2048
     return _Plan(
         n,
@@ -133,8 +128,6 @@ def run_matmul(backend: Backend, *, quick: bool) -> tuple[list[BenchResult], lis
             results.append(_torch_fp8(backend, plan.n))
         except Skip as exc:
             skipped.append(f"matmul float8: {exc}")
-    elif backend.name == "numba":
-        skipped.append("matmul tf32/float16/bfloat16/float8: the numba backend has only its own fp32 SIMT kernel")
     return results, skipped
 
 

@@ -22,7 +22,7 @@ class BenchResult:
     device: str
     variant: str
     value: float
-    """The median rate (or time, for launch overhead) over the timed repeats."""
+    """The median rate over the timed repeats."""
     unit: str
     repeats: int
     min: float
@@ -67,12 +67,6 @@ def rate_result(
         max=rates[-1],
         **extra,
     )
-
-
-def stream_bytes(variant: str, n: int, itemsize: int) -> int:
-    """Bytes moved as BabelStream counts them: copy/mul read 1 + write 1 array, add/triad 2 + 1, dot 2."""
-    arrays = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}[variant]
-    return arrays * n * itemsize
 
 
 def matmul_flops(m: int, n: int, k: int) -> int:

@@ -14,13 +14,10 @@ import msgspec
 from analyzer.errors import GpuAnalyzeError, Skip
 from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs, this_host
 from gpuanalyze.kernels.allreduce import run_allreduce
-from gpuanalyze.kernels.babelstream import run_memory
 from gpuanalyze.kernels.backend import Backend, availability, select
-from gpuanalyze.kernels.launch_overhead import run_launch
 from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
 from gpuanalyze.kernels.result import BenchReport, BenchResult, SuiteOutcome
-from gpuanalyze.kernels.transfer import run_transfer
 
 
 def _plain(fn: Callable[..., list[BenchResult]]) -> Callable[..., tuple[list[BenchResult], list[str]]]:
@@ -28,19 +25,15 @@ def _plain(fn: Callable[..., list[BenchResult]]) -> Callable[..., tuple[list[Ben
 
 
 SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
-    "memory": _plain(run_memory),
-    "copy": _plain(run_transfer),
     "matmul": lambda backend, quick: run_matmul(backend, quick=quick),
-    "launch": _plain(run_launch),
     "allreduce": _plain(run_allreduce),
     "dataloader": _plain(run_loader),
 }
 CHOICES = (*SUITES, "all")
 #: Seconds each suite took on the cpu backend (quick, full) on this project's 2-core VM beside other work (load
-#: 8-10), 2026-12-06: each suite's function timed alone. GPU backends were not timed on this project's machines.
-CPU_SECONDS = dict(
-    memory=(15, 27), copy=(0, 0), matmul=(5, 92), launch=(6, 6), allreduce=(27, 118), dataloader=(20, 15)
-)
+#: 8-10), 2026-12-06: each suite's function timed alone (allreduce again without our ring, at load 2.6: 4.3 and
+#: 16.8 s). GPU backends were not timed on this project's machines.
+CPU_SECONDS = dict(matmul=(5, 92), allreduce=(5, 17), dataloader=(20, 15))
 
 
 def _expected(names: list[str], backend: Backend, quick: bool) -> str:
@@ -61,10 +54,6 @@ def fingerprint(backend: Backend) -> Fingerprint:
         gpu_count = int(cupy.cuda.runtime.getDeviceCount())
         v = int(cupy.cuda.runtime.runtimeGetVersion())
         cuda = f"{v // 1000}.{v % 1000 // 10}"
-    elif backend.name == "numba":
-        from numba import cuda as numba_cuda
-
-        gpu_count = len(numba_cuda.gpus)
     driver = None
     if backend.name != "cpu":
         from analyzer.machine.driver import driver_version
