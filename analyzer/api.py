@@ -19,7 +19,7 @@ from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
 from analyzer.planning.mfu import mfu
 from analyzer.planning.outcome import Report
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace.reader import Trace
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison, Loaded
@@ -67,7 +67,7 @@ def analyze(trace: str | Path | Trace, options: ReadOptions = DEFAULT) -> Report
 def _measured(trace: str | Path | Trace, options: ReadOptions, *, charts: bool) -> Measured:
     """Load and measure: a trace in memory in this process, a file or directory (or URL) on ``options.engine``."""
     from analyzer.scale.measure import measure, measure_trace
-    from gpuanalyze.ingest.stream import ReadLimits
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     if isinstance(trace, Trace):
         return measure_trace(trace, charts=charts)

@@ -176,7 +176,7 @@ def nvtx_cost(rounds: int, steps: int, workdir: Path) -> None:
 def tiny_child(pairs: int) -> None:
     """``--tiny-child``: the tiny loop unprofiled and profiled, ``pairs`` times in turn; prints the
     timings and the files the recorder came from as JSON (for ``--against``)."""
-    import gpuanalyze.ingest.writer
+    import gpuanalyze.ingest.trace.writer
 
     tiny = LoopConfig(steps=400, batch=8, features=16)
     runs: dict[str, list[Timing]] = {"plain": [], "gpuanalyze": []}
@@ -184,7 +184,7 @@ def tiny_child(pairs: int) -> None:
         for r in range(pairs):
             for mode in ("plain", "gpuanalyze") if r % 2 == 0 else ("gpuanalyze", "plain"):
                 runs[mode].append(run_timed(mode, tiny, Path(tmp), skip=10)[1])
-    print(json.dumps({"files": [analyzer.__file__, gpuanalyze.ingest.writer.__file__], **runs}))
+    print(json.dumps({"files": [analyzer.__file__, gpuanalyze.ingest.trace.writer.__file__], **runs}))
 
 
 def against(other: Path, rounds: int, pairs: int) -> None:

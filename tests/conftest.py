@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -64,7 +64,7 @@ def as_run(run: RunInfo | dict[str, Any] | None) -> RunInfo:
 def rows_on_disk(path: Path) -> int:
     """Rows a trace that is still being written has on disk so far (0 while it cannot be read)."""
     from analyzer.errors import GpuAnalyzeError
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     try:
         return load_trace(path).frame.height

@@ -12,7 +12,7 @@ from analyzer.scale import storage
 from analyzer.scale.import_cache import cache_root
 from analyzer.scale.measure import measure
 from analyzer.scale.tasks import PROVENANCE, recorded_provenance
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.kineto_fixtures import two_step_trace, write
 
 runner = CliRunner()

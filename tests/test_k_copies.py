@@ -13,7 +13,7 @@ import pytest
 
 from analyzer.api import analyze
 from benchmarks.k_copies import repeat_kineto, repeat_nsys
-from gpuanalyze.ingest import iterations
+from gpuanalyze.ingest.timeline import iterations
 from tests.conftest import SHARED
 from tests.kineto_fixtures import loader_bound_trace, write
 from tests.nsys_fixtures import Export, build_export

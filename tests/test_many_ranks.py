@@ -7,7 +7,7 @@ import analyzer.scale.measure as measure
 import analyzer.scale.tasks as tasks
 from analyzer.scale import storage
 from analyzer.scale.tasks import run_file
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from tests.kineto_fixtures import two_step_trace, write
 
 

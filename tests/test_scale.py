@@ -16,8 +16,8 @@ from analyzer import ReadOptions, analyze
 from analyzer.cli import app
 from analyzer.scale.measure import measure
 from analyzer.scale.tasks import FileJob, run_file
-from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
 from tests.metrics_oracle import oracle
@@ -196,8 +196,8 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
 
 
 def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
-    import gpuanalyze.ingest.columns as columns_module
     import gpuanalyze.ingest.sources as sources_module
+    import gpuanalyze.ingest.trace.columns as columns_module
 
     path = write_trace(tmp_path / "t.arrow", [make_row(i) for i in range(5)])
 

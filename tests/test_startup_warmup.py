@@ -30,8 +30,8 @@ def test_a_single_step_whose_idle_no_host_call_covers_is_untraced_host_work_what
 
 
 def _step_stats(path):
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.kineto_import import load_kineto
+    from gpuanalyze.ingest.kineto.parse import load_kineto
+    from gpuanalyze.ingest.trace import schema as S
 
     frame = load_kineto(path).frame
     return [
@@ -94,7 +94,8 @@ def test_steady_steps_after_start_up_or_many_start_up_steps_are_judged(tmp_path)
 
 
 def test_an_imported_warm_up_trace_written_as_arrow_is_still_warm_up(tmp_path):
-    from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+    from gpuanalyze.ingest.kineto.parse import load_kineto
+    from gpuanalyze.ingest.trace.writer import write_trace_file
 
     trace = load_kineto(write(tmp_path / "t.json", F.startup_trace(["compile", "compile"])))
     write_trace_file(trace, tmp_path / "t.arrow", force=False)
@@ -122,7 +123,7 @@ def test_frees_in_most_steps_are_churn_not_start_up(tmp_path):
 def test_real_traces_start_up_share_per_step():
     from analyzer.analysis.kernel_metrics import startup_owned_ms
     from analyzer.analysis.thresholds import WARMUP_STARTUP
-    from gpuanalyze.ingest.kineto_import import load_kineto
+    from gpuanalyze.ingest.kineto.parse import load_kineto
 
     start_up = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
     for path in sorted(EXTERNAL.rglob("*.json.gz")):

@@ -11,12 +11,13 @@ import zlib
 import pytest
 from typer.testing import CliRunner
 
-import gpuanalyze.ingest.stream as stream
+import gpuanalyze.ingest.kineto.stream as stream
 from analyzer.cli import app
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kineto import parse_kineto, parse_literal
-from gpuanalyze.ingest.kineto_import import import_kineto, load_kineto
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.kineto.parse import load_kineto, parse_kineto
+from gpuanalyze.ingest.timeline.capture_meta import parse_literal
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from tests.conftest import ROOT, SHARED
 from tests.kineto_fixtures import ev, two_step_trace, write
 from tests.kineto_oracle import parse_kineto_in_memory
@@ -303,7 +304,8 @@ def test_compression_bombs_stay_small(tmp_path):
         )
         assert _peak_rss_mb(code) < 400
     code = (
-        "from gpuanalyze.ingest.kineto import parse_kineto; from gpuanalyze.ingest.stream import ReadLimits\n"
+        "from gpuanalyze.ingest.kineto.parse import parse_kineto\n"
+        "from gpuanalyze.ingest.trace.byte_source import ReadLimits\n"
         "from analyzer.errors import TraceError\n"
         f"try:\n    parse_kineto({str(minimal)!r}, ReadLimits(max_bytes=1 << 30))\nexcept TraceError as e:\n"
         "    assert 'no profiler events' in str(e)\n"

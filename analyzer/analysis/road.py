@@ -20,9 +20,9 @@ from analyzer.analysis.partial import Rows, Without, bracket_answers_of, partial
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.steady import SteadyState, steady_state
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import frame_columns
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import frame_columns
+from gpuanalyze.ingest.trace.reader import Trace
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,10 +44,11 @@ def import_cmd(
         if storage.is_dir(trace):
             _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
             return
-        from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
-        from gpuanalyze.ingest.nsys_import import is_nsys_path
+        from gpuanalyze.ingest.kineto.parse import load_kineto
+        from gpuanalyze.ingest.nsys.load import is_nsys_path
         from gpuanalyze.ingest.sources import load_nsys
-        from gpuanalyze.ingest.stream import ReadLimits
+        from gpuanalyze.ingest.trace.byte_source import ReadLimits
+        from gpuanalyze.ingest.trace.writer import write_trace_file
 
         if storage.is_url(trace) or storage.is_url(out):
             raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")
@@ -67,7 +68,7 @@ def import_cmd(
 
 def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, engine: str, workers: int | None) -> None:
     from analyzer.scale.measure import import_dir
-    from gpuanalyze.ingest.stream import ReadLimits
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     results, notes = import_dir(
         source, out, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes), force=force

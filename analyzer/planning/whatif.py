@@ -20,7 +20,7 @@ from analyzer.machine.datasheet import GPUS, PCIE_X16_GBPS, GpuSpec, compute_pre
 from analyzer.planning.cost import gpu_hours_usd, run_hours
 from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.toml_config import read_toml
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 _MEMORY_BOUND = ("elementwise", "reduction", "memcpy", "memset")
 

@@ -10,7 +10,7 @@ import msgspec
 from analyzer.record.batch import batch_bytes_of, batch_size_of
 from analyzer.record.patches import FetcherCall
 from analyzer.record.steps import StepTimes
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 
 
 class LoaderWatch:

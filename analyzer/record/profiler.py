@@ -40,9 +40,9 @@ from analyzer.record.sync_sites import SyncSites
 from analyzer.record.trace_open import open_trace
 from analyzer.record.trace_output import TraceOutput
 from analyzer.record.windows import KernelWindows
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
-from gpuanalyze.ingest.writer import TraceWriter
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter
 
 _clock = time.perf_counter_ns
 _getframe = sys._getframe

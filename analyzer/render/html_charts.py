@@ -19,7 +19,7 @@ from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
 from analyzer.render.html_panel import ceiling_items
 from analyzer.render.safe import html as h
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 if TYPE_CHECKING:
     from analyzer.planning.compare import Comparison

@@ -19,9 +19,9 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
 from analyzer.scale.engine import LocalEngine, RayEngine
 from analyzer.scale.tasks import by_step
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import raw_columns
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import raw_columns
+from gpuanalyze.ingest.trace.reader import load_trace
 
 
 @dataclass(frozen=True, slots=True)

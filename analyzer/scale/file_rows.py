@@ -21,13 +21,13 @@ from analyzer.analysis.partial import Rows
 from analyzer.analysis.road import trace_rows
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import storage
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column, TraceColumns, load_columns
-from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
-from gpuanalyze.ingest.ipc_guard import IpcReader
-from gpuanalyze.ingest.nsys_import import is_nsys_path
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.nsys.load import is_nsys_path
 from gpuanalyze.ingest.sources import is_json_trace, load_any, rank_siblings
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column, TraceColumns, load_columns
+from gpuanalyze.ingest.trace.host_sample import HostSample, decode_host_sample
+from gpuanalyze.ingest.trace.ipc_guard import IpcReader
+from gpuanalyze.ingest.trace.reader import Trace
 
 
 def rank_rows(cols: TraceColumns, names: Collection[str] = ()) -> dict[int, Rows]:

@@ -31,13 +31,13 @@ from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
 from analyzer.scale.file_rows import file_columns, file_samples, rank_rows
 from analyzer.scale.import_cache import cache_dir
 from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import HostSample
-from gpuanalyze.ingest.nsys_import import nsys_dir_hint
-from gpuanalyze.ingest.reader import Trace
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.nsys.load import nsys_dir_hint
 from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
+from gpuanalyze.ingest.trace.host_sample import HostSample
+from gpuanalyze.ingest.trace.reader import Trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 
 #: Below this much input, work runs in this process: starting worker processes would cost more.
 PARALLEL_MIN_BYTES = 64 << 20

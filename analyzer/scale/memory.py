@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from gpuanalyze.ingest.kineto_import import return_freed_memory
+from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
 
 
 def release() -> None:

@@ -6,7 +6,7 @@ GpuAnalyzeError comes back as the result's ``error`` (the driver decides whether
 with a note or to stop), so one bad rank file cannot take a whole fleet analysis down.
 
 "Up to date" (reuse of an import): the output exists and its metadata records the same source file
-name, size, modification time (ns), importer version (kineto_import.IMPORTER_VERSION) and trace
+name, size, modification time (ns), importer version (step_rows.IMPORTER_VERSION) and trace
 format version as now; anything else is imported again.
 """
 
@@ -39,15 +39,16 @@ from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
 from analyzer.scale import memory, storage
 from analyzer.scale.file_rows import rank_rows
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
-from gpuanalyze.ingest.kineto import parse_kineto_stream
-from gpuanalyze.ingest.kineto_import import IMPORTER_VERSION, import_kineto, trace_writer
-from gpuanalyze.ingest.read_ahead import read_ahead
-from gpuanalyze.ingest.reader import Trace, load_trace
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.stream import ReadLimits
-from gpuanalyze.ingest.trace_info import TraceInfo, info_fields
+from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
+from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
+from gpuanalyze.ingest.trace.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
+from gpuanalyze.ingest.trace.read_ahead import read_ahead
+from gpuanalyze.ingest.trace.reader import Trace, load_trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.trace_info import TraceInfo, info_fields
+from gpuanalyze.ingest.trace.writer import trace_writer
 
 #: Tag (in the trace's tags metadata) recording where an imported file came from.
 PROVENANCE = "gpuanalyze.import"
@@ -151,7 +152,7 @@ def _import(job: FileJob) -> tuple[Trace, bool, bool]:
         with storage.local_copy(job.source) as local, open(local, "rb") as fh:
             kt = parse_kineto_stream(fh, job.source, job.size or None, limits)
     else:
-        from gpuanalyze.ingest.kineto import parse_kineto
+        from gpuanalyze.ingest.kineto.parse import parse_kineto
 
         kt = parse_kineto(job.source, limits)
     trace = import_kineto(kt, tags={PROVENANCE: prov})
