@@ -69,7 +69,7 @@ _.allow_tf32  # unused attribute (analyzer/run/trial_child.py:109)
 _.allow_tf32  # unused attribute (analyzer/run/trial_child.py:110)
 output  # unused variable (analyzer/run/trial_child.py:131)
 _.showwarning  # unused attribute (analyzer/run/trial_child.py): a trial writes its warnings to its log
-exc_type  # unused variable (analyzer/scale/engine.py:136)
+exc_type  # unused variable (analyzer/measure/engine.py:136)
 workers_rss_bytes  # unused variable (ingest/gpuanalyze/ingest/trace/host_sample.py:43)
 involuntary_switches_per_s  # unused variable (ingest/gpuanalyze/ingest/trace/host_sample.py:45)
 gpu_mem_used_bytes  # unused variable (ingest/gpuanalyze/ingest/trace/host_sample.py:49)

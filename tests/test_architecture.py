@@ -60,6 +60,6 @@ def test_ci_fails_on_complex_functions_and_torch_below_record() -> None:
     assert config["include_external_packages"] is True
     (forbidden,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
     assert forbidden["forbidden_modules"] == ["torch"]
-    below = {"gpuanalyze.ingest", "analyzer.analysis", "analyzer.scale", "analyzer.planning", "analyzer.render"}
+    below = {"gpuanalyze.ingest", "analyzer.analysis", "analyzer.measure", "analyzer.planning", "analyzer.render"}
     assert below <= set(forbidden["source_modules"])
     assert "allow_indirect_imports" not in forbidden

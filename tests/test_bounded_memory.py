@@ -24,9 +24,9 @@ from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import analysed_rows
 from analyzer.analysis.rules import Context, classify
 from analyzer.api import ReadOptions, _analyze_for_compare, _measured, analyze
+from analyzer.measure.file_rows import rows_of
 from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
 from analyzer.render.json_report import report_dict
-from analyzer.scale.file_rows import rows_of
 from gpuanalyze.ingest.nsys.events import MAX_RANKS
 from gpuanalyze.ingest.sources import load_any
 from gpuanalyze.ingest.trace import schema as S

@@ -95,7 +95,7 @@ def test_a_directory_of_long_rank_captures_gives_the_local_answer_on_ray(tmp_pat
     """Four ranks' Kineto traces, each 200 copies of a 12-step loader-bound run, imported by Ray tasks (one file a
     worker at a time: each worker holds one rank's events): the local engine's metrics, run and notes."""
     ray = pytest.importorskip("ray")
-    from analyzer.scale.measure import measure
+    from analyzer.measure.inputs import measure
 
     monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
     ranks = tmp_path / "ranks"

@@ -14,8 +14,8 @@ import analyzer.analysis.quantiles as quantiles
 import analyzer.analysis.ranks as ranks
 from analyzer import ReadOptions, analyze
 from analyzer.cli import app
-from analyzer.scale.measure import measure
-from analyzer.scale.tasks import FileJob, run_file
+from analyzer.measure.inputs import measure
+from analyzer.measure.rank_tasks import FileJob, run_file
 from gpuanalyze.ingest.sources import load_any
 from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
@@ -172,7 +172,7 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
     (tmp_path / "zero.json.gz").symlink_to("/dev/zero")
     locked = tmp_path / "trace.rank2.arrow"
     if os.geteuid() == 0:  # root reads mode-000 files: make the reader see what a user would
-        import analyzer.scale.tasks as tasks
+        import analyzer.measure.rank_tasks as tasks
 
         def denied(real):
             def load(path):

@@ -37,7 +37,7 @@ def import_cmd(
     """Convert PyTorch profiler traces or an Nsight Systems capture to gpuanalyze traces (never writes over its
     input or, without --force, over any file; a directory is imported in parallel and up-to-date outputs are
     reused)."""
-    from analyzer.scale import storage
+    from analyzer.measure import storage
 
     try:
         limit = options.max_bytes(max_bytes)
@@ -67,7 +67,7 @@ def import_cmd(
 
 
 def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, engine: str, workers: int | None) -> None:
-    from analyzer.scale.measure import import_dir
+    from analyzer.measure.inputs import import_dir
     from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     results, notes = import_dir(

@@ -20,7 +20,7 @@ import pyarrow as pa
 from analyzer.analysis.partial import Rows
 from analyzer.analysis.road import trace_rows
 from analyzer.errors import GpuAnalyzeError
-from analyzer.scale import storage
+from analyzer.measure import storage
 from gpuanalyze.ingest.nsys.load import is_nsys_path
 from gpuanalyze.ingest.sources import is_json_trace, load_any, rank_siblings
 from gpuanalyze.ingest.trace import schema as S

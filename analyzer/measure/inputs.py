@@ -25,12 +25,12 @@ from analyzer.analysis.road import measured, rows_road, trace_road
 from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, MixedRunsError, TraceError
-from analyzer.scale import memory, storage
-from analyzer.scale.charts import ChartJob, chart_pass
-from analyzer.scale.engine import LocalEngine, RayEngine, make_engine
-from analyzer.scale.file_rows import file_columns, file_samples, rank_rows
-from analyzer.scale.import_cache import cache_dir
-from analyzer.scale.tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
+from analyzer.measure import free_memory, storage
+from analyzer.measure.chart_pass import ChartJob, chart_pass
+from analyzer.measure.engine import LocalEngine, RayEngine, make_engine
+from analyzer.measure.file_rows import file_columns, file_samples, rank_rows
+from analyzer.measure.import_cache import cache_dir
+from analyzer.measure.rank_tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest.nsys.load import nsys_dir_hint
 from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
 from gpuanalyze.ingest.trace import schema as S
@@ -114,7 +114,7 @@ def measure(
     try:
         return _measure(str(path), _How(engine, workers, limits or ReadLimits(), charts))
     finally:
-        memory.release()
+        free_memory.release()
 
 
 def _measure(p: str, how: _How) -> Measured:
@@ -460,7 +460,7 @@ def _kineto_files(source: str) -> tuple[list[storage.Entry], list[str]]:
 
 def _refuse_foreign_outputs(jobs: list[FileJob]) -> None:
     """Refuse, before writing anything, to overwrite an output that is not an import of its source."""
-    from analyzer.scale.tasks import provenance, recorded_provenance
+    from analyzer.measure.rank_tasks import provenance, recorded_provenance
 
     stale = []
     for j in jobs:

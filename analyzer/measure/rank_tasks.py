@@ -37,8 +37,8 @@ from analyzer.analysis.partial import (
 )
 from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
-from analyzer.scale import memory, storage
-from analyzer.scale.file_rows import rank_rows
+from analyzer.measure import free_memory, storage
+from analyzer.measure.file_rows import rank_rows
 from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
 from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto
 from gpuanalyze.ingest.trace import schema as S
@@ -240,7 +240,7 @@ def run_files(group: FileGroup) -> GroupResult:
             results.append(dataclasses.replace(res, partials=()))
             if job.size >= RELEASE_BYTES:
                 del res
-                memory.release()  # the file's decoded batches and columns, before the next file's
+                free_memory.release()  # the file's decoded batches and columns, before the next file's
     return GroupResult(tuple(results), reduced)
 
 
@@ -372,7 +372,7 @@ def answer_file(job: BracketJob) -> list[Answers]:
     try:
         return _answer_file(job)
     finally:
-        memory.release()
+        free_memory.release()
 
 
 def _answer_file(job: BracketJob) -> list[Answers]:

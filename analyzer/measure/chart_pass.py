@@ -16,9 +16,9 @@ import numpy as np
 
 from analyzer.analysis.chart_sums import CHART_COLUMNS, ChartGrid, ChartSums, RankChart, rank_chart, rank_chart_of
 from analyzer.errors import GpuAnalyzeError
-from analyzer.scale import storage
-from analyzer.scale.engine import LocalEngine, RayEngine
-from analyzer.scale.tasks import by_step
+from analyzer.measure import storage
+from analyzer.measure.engine import LocalEngine, RayEngine
+from analyzer.measure.rank_tasks import by_step
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.columns import raw_columns
 from gpuanalyze.ingest.trace.reader import load_trace

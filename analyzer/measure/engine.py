@@ -1,7 +1,7 @@
 """Where per-rank work runs: in this process, in a local process pool, or as Ray tasks.
 
 An engine maps a top-level function over items and yields the results in the items' order. The
-functions it runs are the per-rank import and reduction tasks of ``analyzer.scale.tasks``: they
+functions it runs are the per-rank import and reduction tasks of ``analyzer.measure.rank_tasks``: they
 read and write only through paths every worker can reach and return small results, so the
 driver combines without holding any rank's rows.
 """

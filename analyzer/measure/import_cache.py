@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from analyzer.scale import storage
+from analyzer.measure import storage
 
 __all__ = ["cache_dir", "cache_root"]
 
