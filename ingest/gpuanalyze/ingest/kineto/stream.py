@@ -27,27 +27,7 @@ from typing import Any
 import msgspec
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.trace.byte_source import (
-    INFLATE_CHUNK,
-    READ_CHUNK,
-    ByteChunks,
-    MiB,
-    ReadLimits,
-    open_regular,
-    parse_size,
-    shown_size,
-)
-
-__all__ = [
-    "INFLATE_CHUNK",
-    "READ_CHUNK",
-    "ByteChunks",
-    "EventStream",
-    "MiB",
-    "ReadLimits",
-    "open_regular",
-    "parse_size",
-]
+from gpuanalyze.ingest.trace.byte_source import MiB, ReadLimits, shown_size
 
 #: Target size of one decoded batch of events.
 BATCH_BYTES = 4 * MiB
