@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from analyzer.record.batch import batch_bytes_of, batch_size_of
-from analyzer.record.patches import FetcherCall
+from analyzer.record.patch_fetcher import DatasetCall
 from analyzer.record.steps import StepTimes
 from gpuanalyze.ingest.trace.runinfo import EndInfo
 
@@ -46,8 +46,8 @@ class LoaderWatch:
         """``iter()`` calls on the training loader: epochs started."""
         self.fetch_samples: int | None = None
         """Samples of the first batch seen."""
-        self.dataset_call = FetcherCall()
-        """The last call of torch's dataset fetcher (record.patches writes it)."""
+        self.dataset_call = DatasetCall()
+        """The last call of torch's dataset fetcher (record.patch_fetcher writes it)."""
         self.fetch_ns = 0
         """Wall time of the training fetches whose Dataset ran in this process."""
         self.dataset_ns = 0
