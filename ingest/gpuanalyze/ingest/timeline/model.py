@@ -1,7 +1,5 @@
-"""Parse PyTorch profiler (Kineto / Chrome trace) JSON into compact numpy arrays, streaming.
-
-The file is read by ``stream.EventStream`` (chunked decompression, events decoded in batches); each
-batch goes through ``TimelineSink``, which keeps only what the importer uses, as flat arrays:
+"""The timeline both importers fill: Chrome-trace events (a Kineto file's, decoded in batches by kineto/parse.py,
+or an Nsight Systems export's rows, nsys/rows.py) go through ``TimelineSink``, which keeps only what the pass uses:
 device activity (kernels, memcpy, memset on CUDA, ROCm, MTIA, HPU, XPU and other Kineto
 backends), runtime/driver calls, the CPU annotations that mark step phases, ProfilerStep
 windows, start-up work (compile phases, allocation and module-loading calls: startup_work.py) and the

@@ -1,4 +1,4 @@
-"""Convert a parsed Kineto trace into gpuanalyze trace rows: one per ProfilerStep window.
+"""Convert a timeline (a Kineto trace or an Nsight Systems export) into gpuanalyze trace rows: one per step window.
 
 Per step (times in the step's host window [start, end) of its ProfilerStep annotation):
 
