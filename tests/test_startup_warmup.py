@@ -95,7 +95,7 @@ def test_steady_steps_after_start_up_or_many_start_up_steps_are_judged(tmp_path)
 
 def test_an_imported_warm_up_trace_written_as_arrow_is_still_warm_up(tmp_path):
     from gpuanalyze.ingest.kineto.parse import load_kineto
-    from gpuanalyze.ingest.trace.writer import write_trace_file
+    from gpuanalyze.ingest.timeline.step_rows import write_trace_file
 
     trace = load_kineto(write(tmp_path / "t.json", F.startup_trace(["compile", "compile"])))
     write_trace_file(trace, tmp_path / "t.arrow", force=False)

@@ -47,8 +47,8 @@ def import_cmd(
         from gpuanalyze.ingest.kineto.parse import load_kineto
         from gpuanalyze.ingest.nsys.load import is_nsys_path
         from gpuanalyze.ingest.sources import load_nsys
+        from gpuanalyze.ingest.timeline.step_rows import write_trace_file
         from gpuanalyze.ingest.trace.byte_source import ReadLimits
-        from gpuanalyze.ingest.trace.writer import write_trace_file
 
         if storage.is_url(trace) or storage.is_url(out):
             raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")

@@ -40,7 +40,7 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.measure import free_memory, storage
 from analyzer.measure.file_rows import rank_rows
 from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
-from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto
+from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, trace_writer
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
@@ -48,7 +48,6 @@ from gpuanalyze.ingest.trace.read_ahead import read_ahead
 from gpuanalyze.ingest.trace.reader import Trace, load_trace
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.trace.trace_info import TraceInfo, info_fields
-from gpuanalyze.ingest.trace.writer import trace_writer
 
 #: Tag (in the trace's tags metadata) recording where an imported file came from.
 PROVENANCE = "gpuanalyze.import"

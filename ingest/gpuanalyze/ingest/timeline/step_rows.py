@@ -32,9 +32,10 @@ step's.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -51,8 +52,8 @@ from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.reader import Trace, frame_of
 from gpuanalyze.ingest.trace.row_rules import clean_rows, normalise_frame
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.trace.writer import IMPORTED
 
+IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
 IMPORTER_VERSION = "11"
@@ -320,3 +321,26 @@ def _after_last_step(k: Timeline, busy: Clipper, last_end: float) -> list[str]:
         f"{tail:.2f} ms of device work ran after the last step's window (work queued by the steps, drained after "
         "them): reported apart, not in GPU utilisation"
     ]
+
+
+def trace_writer(trace: Trace) -> Callable[[BinaryIO], None]:
+    """Writes ``trace`` as a gpuanalyze .arrow stream (with the 'imported' end marker) to a binary file."""
+    schema = S.arrow_schema(trace.run, trace.tags)
+    table = trace.frame.to_arrow().select(list(S.COLUMNS)).cast(schema)
+
+    def write(fh: BinaryIO) -> None:
+        with pa.ipc.new_stream(fh, schema) as writer:
+            writer.write_table(table)
+            S.write_end_marker(writer, schema, trace.end or IMPORTED)
+
+    return write
+
+
+def write_trace_file(trace: Trace, out: Path, *, force: bool) -> None:
+    """Write an in-memory Trace as a gpuanalyze .arrow file through analyzer.files.write_file (never
+    over an existing file unless forced, never through links or special files, never its own input)."""
+    from analyzer.files import write_file
+
+    if out.exists() and Path(trace.path).exists() and out.resolve() == Path(trace.path).resolve():
+        raise TraceError(f"{out} is the input file; choose another output path")
+    write_file(out, trace_writer(trace), force=force)

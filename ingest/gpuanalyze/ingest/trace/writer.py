@@ -24,17 +24,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 import pyarrow as pa
 
-from analyzer.errors import GpuAnalyzeError, TraceError
+from analyzer.errors import GpuAnalyzeError
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
-
-if TYPE_CHECKING:  # the reader imports this module
-    from gpuanalyze.ingest.trace.reader import Trace
 
 try:
     import fcntl
@@ -267,30 +264,3 @@ def is_being_written(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-#: The end marker of a trace imported from a profiler capture (no recorder wrote it).
-IMPORTED = EndInfo(status="imported")
-
-
-def trace_writer(trace: Trace) -> Callable[[BinaryIO], None]:
-    """Writes ``trace`` as a gpuanalyze .arrow stream (with the 'imported' end marker) to a binary file."""
-    schema = S.arrow_schema(trace.run, trace.tags)
-    table = trace.frame.to_arrow().select(list(S.COLUMNS)).cast(schema)
-
-    def write(fh: BinaryIO) -> None:
-        with pa.ipc.new_stream(fh, schema) as writer:
-            writer.write_table(table)
-            S.write_end_marker(writer, schema, trace.end or IMPORTED)
-
-    return write
-
-
-def write_trace_file(trace: Trace, out: Path, *, force: bool) -> None:
-    """Write an in-memory Trace as a gpuanalyze .arrow file through analyzer.files.write_file (never
-    over an existing file unless forced, never through links or special files, never its own input)."""
-    from analyzer.files import write_file
-
-    if out.exists() and Path(trace.path).exists() and out.resolve() == Path(trace.path).resolve():
-        raise TraceError(f"{out} is the input file; choose another output path")
-    write_file(out, trace_writer(trace), force=force)
