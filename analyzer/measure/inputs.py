@@ -110,7 +110,7 @@ def measure(
 ) -> Measured:
     """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run;
     ``charts``: also what the report's charts draw (one more pass over the rank files). What the
-    passes freed is given back to the system at the end (scale.memory: the next run starts low)."""
+    passes freed is given back to the system at the end (free_memory: the next run starts low)."""
     try:
         return _measure(str(path), _How(engine, workers, limits or ReadLimits(), charts))
     finally:

@@ -200,7 +200,7 @@ def run_file(job: FileJob) -> FileResult:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
 
 
-#: File size from which the reduction gives what reading the file freed back (scale.memory) when it
+#: File size from which the reduction gives what reading the file freed back (free_memory) when it
 #: ends: a long file's decoded batches and columns are 0.1-0.3 GiB; thousands of tiny files skip it.
 RELEASE_BYTES = 4 << 20
 
@@ -367,7 +367,7 @@ class BracketJob:
 
 def answer_file(job: BracketJob) -> list[Answers]:
     """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file. Only
-    files too long for exact sketches get here: what reading it freed is given back (scale.memory)."""
+    files too long for exact sketches get here: what reading it freed is given back (free_memory)."""
     try:
         return _answer_file(job)
     finally:

@@ -12,14 +12,13 @@ from analyzer.record.timed_call import Patch
 def compile_patches(compiled: Callable[[Any, Any], None]) -> list[Patch]:
     import torch
 
-    return [(torch, "compile", lambda original: _compile_wrapper(original, compiled))]
+    def wrap(original: Any) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if args and result is not args[0]:
+                compiled(args[0], result)
+            return result
 
+        return wrapper
 
-def _compile_wrapper(original: Any, compiled: Callable[[Any, Any], None]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        if args and result is not args[0]:
-            compiled(args[0], result)
-        return result
-
-    return wrapper
+    return [(torch, "compile", wrap)]
