@@ -24,26 +24,21 @@ the names of its threads, fed to the same evidence a Kineto trace gives (blockin
 
 from __future__ import annotations
 
-import re
 from array import array
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gpuanalyze.ingest.nsys.db import NsysDb
-
-if TYPE_CHECKING:
-    from gpuanalyze.ingest.nsys.rows import RowSink
+from gpuanalyze.ingest.nsys.rows import RowSink
 
 SYNC, OSRT, THREADS = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "OSRT_API", "ThreadNames"
 _PID = "((globalPid >> 24) & 16777215)"
 _TID_PID = "((globalTid >> 24) & 16777215)"
 _TIMED = "typeof(start) = 'integer' AND typeof(end) = 'integer'"
-#: Calls CUDA documents as not waiting on the host, though CUPTI records a synchronisation for them.
-NOT_HOST_WAIT = re.compile(r"^(cuda|cu|hip)(StreamWaitEvent|EventQuery|StreamQuery)")
 #: CUPTI's CUpti_ActivitySynchronizationType (exports without ENUM_CUPTI_SYNC_TYPE).
 SYNC_TYPES = {1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT", 3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
 #: The runtime call a synchronisation record stands for where the process has no runtime calls.

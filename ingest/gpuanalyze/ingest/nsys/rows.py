@@ -6,6 +6,7 @@ looked up once, and the per-row work in numpy: an event struct per row cost 3-4x
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from gpuanalyze.ingest.nsys.db import NsysDb
-from gpuanalyze.ingest.nsys.host_work import NOT_HOST_WAIT
 from gpuanalyze.ingest.nsys.step_ranges import classify, is_op
 from gpuanalyze.ingest.timeline.blocking_calls import TID_LIMIT
 from gpuanalyze.ingest.timeline.kernel_names import MAX_NAME_CHARS
@@ -23,6 +23,8 @@ from gpuanalyze.ingest.timeline.trace_events import MARK_LOADER, MAX_DUR_US, MAX
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
 _NO_MARK = -9
+#: Calls CUDA documents as not waiting on the host, though CUPTI records a synchronisation for them.
+NOT_HOST_WAIT = re.compile(r"^(cuda|cu|hip)(StreamWaitEvent|EventQuery|StreamQuery)")
 #: Built-in ENUM_CUDA_MEM_KIND (same numbering as the table of 2022.4 on).
 MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static"}
 #: Built-in ENUM_CUDA_MEMCPY_OPER.
