@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import tomllib
 
 from tests.conftest import ROOT
@@ -63,3 +64,17 @@ def test_ci_fails_on_complex_functions_and_torch_below_record() -> None:
     below = {"gpuanalyze.ingest", "analyzer.analysis", "analyzer.measure", "analyzer.planning", "analyzer.render"}
     assert below <= set(forbidden["source_modules"])
     assert "allow_indirect_imports" not in forbidden
+
+
+def test_ingest_modules_import_no_private_name_of_another() -> None:
+    """The event types the importers share are public (timeline/trace_events.py, timeline/model.py): no module of
+    ingest reaches into another's underscore names."""
+    found = {
+        f"{path.relative_to(ROOT)}: {alias.name}"
+        for path in (ROOT / "ingest").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuanalyze.ingest")
+        for alias in node.names
+        if alias.name.startswith("_")
+    }
+    assert found == set()
