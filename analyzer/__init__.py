@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from analyzer.planning.outcome import Report
     from analyzer.record.profile_options import ProfileOptions
     from analyzer.record.profiler import Profiler
-    from gpuanalyze.ingest.reader import Trace, load_trace
+    from gpuanalyze.ingest.trace.reader import Trace, load_trace
 
 __all__ = [
     "Evidence",
@@ -47,8 +47,8 @@ _LAZY = {
     "analyze": "analyzer.api",
     "ProfileOptions": "analyzer.record.profile_options",
     "ReadOptions": "analyzer.api",
-    "Trace": "gpuanalyze.ingest.reader",
-    "load_trace": "gpuanalyze.ingest.reader",
+    "Trace": "gpuanalyze.ingest.trace.reader",
+    "load_trace": "gpuanalyze.ingest.trace.reader",
     "report": "analyzer.api",
 }
 

@@ -19,14 +19,14 @@ from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.planning.cost import CostInputs, run_cost, savings
 from analyzer.planning.mfu import mfu
 from analyzer.planning.outcome import Report
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace.reader import Trace
 
 if TYPE_CHECKING:
+    from analyzer.measure.inputs import Measured
     from analyzer.planning.compare import Loaded
     from analyzer.planning.step_series import StepSeries
     from analyzer.render.chart_data import ChartData
     from analyzer.render.html_report import HtmlReport
-    from analyzer.scale.measure import Measured
 
 __all__ = ["ReadOptions", "analyze", "chart_data_for", "load_compared", "report", "report_parts"]
 
@@ -66,8 +66,8 @@ def analyze(trace: str | Path | Trace, options: ReadOptions = DEFAULT) -> Report
 
 def _measured(trace: str | Path | Trace, options: ReadOptions, *, charts: bool) -> Measured:
     """Load and measure: a trace in memory in this process, a file or directory (or URL) on ``options.engine``."""
-    from analyzer.scale.measure import measure, measure_trace
-    from gpuanalyze.ingest.stream import ReadLimits
+    from analyzer.measure.inputs import measure, measure_trace
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     if isinstance(trace, Trace):
         return measure_trace(trace, charts=charts)
@@ -167,8 +167,8 @@ def chart_data_for(report: Report) -> ChartData:
     """What the charts of ``report`` draw, from its trace read again at ``report.path`` (a notebook's
     view, a tracker's artifact); refused when the trace no longer holds the steps it was analysed from."""
     from analyzer.errors import TraceError
+    from analyzer.measure.inputs import measure
     from analyzer.render.chart_data import chart_data_from
-    from analyzer.scale.measure import measure
 
     again = measure(report.path, charts=True)
     if again.metrics.accounting != report.metrics.accounting:
@@ -195,9 +195,9 @@ def _analyze_for_compare(
     is made), then the report as ``analyze`` makes it (from the columns again, in bounded memory):
     nothing of the run is held twice. Anything else (a directory, a Kineto or Nsight file) is loaded
     once, in memory, and both come from that."""
+    from analyzer.measure.file_rows import arrow_input, rows_of, trace_rank_rows
+    from analyzer.measure.free_memory import release
     from analyzer.planning.step_series import COLUMNS, step_series
-    from analyzer.scale.file_rows import arrow_input, rows_of, trace_rank_rows
-    from analyzer.scale.memory import release
     from gpuanalyze.ingest.sources import load_any
 
     if arrow_input(trace):

@@ -1,4 +1,4 @@
-"""What timing the fetch's parts costs per DataLoader fetch (record/patches.py: torch's dataset fetcher and its
+"""What timing the fetch's parts costs per DataLoader fetch (record/patch_fetcher.py: torch's dataset fetcher and its
 collate, timed on every fetch of every profiled run), measured side by side in one run: a single-process
 DataLoader over an in-memory TensorDataset (batch 8 of 16 floats: the cheapest fetch, where the cost shows most),
 plain, with the fetch wrappers the profiler always installed (``__next__``, ``__iter__``) and with the dataset
@@ -15,7 +15,8 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from analyzer.record.patches import FetcherCall, Patches
+from analyzer.record.patch_fetcher import DatasetCall
+from analyzer.record.patches import Patches
 
 
 def _per_fetch_us(data: TensorDataset, n: int = 5000) -> float:
@@ -33,7 +34,7 @@ def main() -> None:
     best = {"plain": float("inf"), "fetch wrappers": float("inf"), "+ dataset fetcher timed": float("inf")}
     for _ in range(5):
         best["plain"] = min(best["plain"], _per_fetch_us(data))
-        for name, cell in (("fetch wrappers", None), ("+ dataset fetcher timed", FetcherCall())):
+        for name, cell in (("fetch wrappers", None), ("+ dataset fetcher timed", DatasetCall())):
             patches = Patches()
             patches.install(lambda *a: None, lambda kind: None, cell)
             try:

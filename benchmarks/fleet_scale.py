@@ -63,7 +63,7 @@ def main() -> None:
 
     from analyzer.fleet.fleet_options import FleetOptions, RunLength
     from analyzer.fleet.triage import triage
-    from analyzer.scale.engine import cores
+    from analyzer.measure.engine import cores
 
     took = generate(args.dir, args.runs, args.steps)
     if took:

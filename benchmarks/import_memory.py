@@ -8,7 +8,7 @@ MI300X xDiT SD3.5, 62 MB of JSON) with benchmarks/k_copies.py (timestamps shifte
 correlation/flow/external ids and step numbers renumbered), K the copies that make --size bytes of JSON. Then
 imports it (parse + per-step rows) in fresh processes, alternating --repeats times:
 
-- streaming: ``gpuanalyze.ingest.kineto.parse_kineto`` (chunked decompression, batches of events);
+- streaming: ``gpuanalyze.ingest.timeline.model.parse_kineto`` (chunked decompression, batches of events);
 - in memory: ``tests/kineto_oracle.parse_kineto_in_memory`` (the whole file read and decoded at
   once, as gpuanalyze did before; the same event handling after that).
 
@@ -59,11 +59,11 @@ def build(source: Path, out: Path, size: int, gz: bool) -> int:
 _CHILD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
 t0 = time.perf_counter()
 if {mode!r} == "streaming":
-    from gpuanalyze.ingest.kineto import parse_kineto
-    from gpuanalyze.ingest.stream import ReadLimits
+    from gpuanalyze.ingest.kineto.parse import parse_kineto
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
     trace = import_kineto(parse_kineto({path!r}, ReadLimits(max_bytes=1 << 40)))
 else:
     from tests.kineto_oracle import parse_kineto_in_memory

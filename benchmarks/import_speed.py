@@ -35,7 +35,7 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
-from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.kineto.parse import load_kineto
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "external_traces" / "hta"
 
@@ -93,7 +93,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = """
 import sys, time, logging
 logging.disable(logging.WARNING)
-from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.kineto.parse import load_kineto
 runs = []
 for _ in range(int(sys.argv[2])):
     w, c = time.perf_counter(), time.process_time()

@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuanalyze.ingest.byte_source import ByteChunks, ReadLimits, open_regular  # noqa: E402
-from gpuanalyze.ingest.kineto_events import decode_events  # noqa: E402
-from gpuanalyze.ingest.stream import EventStream  # noqa: E402
+from gpuanalyze.ingest.kineto.stream import EventStream  # noqa: E402
+from gpuanalyze.ingest.timeline.trace_events import decode_events  # noqa: E402
+from gpuanalyze.ingest.trace.byte_source import ByteChunks, ReadLimits, open_regular  # noqa: E402
 
 
 def ours(path: Path) -> int:

@@ -118,9 +118,9 @@ def hta_idle(path: Path) -> dict[str, Any]:
 def owners_whole(path: Path) -> dict[str, float]:
     """Our idle owners (ingest/idle_owners.py) over HTA's span, first kernel start to last kernel end, in ms; the
     device's idle time (no stream busy), not a per-stream sum."""
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.kernel_stats import StepKernels
-    from gpuanalyze.ingest.kineto import parse_kineto
+    from gpuanalyze.ingest.kineto.parse import parse_kineto
+    from gpuanalyze.ingest.timeline.kernel_stats import StepKernels
+    from gpuanalyze.ingest.trace import schema as S
 
     k = parse_kineto(path)
     owners = StepKernels(k).owners
@@ -146,14 +146,14 @@ def _union(start: Any, end: Any) -> float:
 
 
 def anatomy(path: Path) -> dict[str, Any]:
-    """Where our ``gpu_utilization`` comes from, recomputed from the parsed trace (gpuanalyze.ingest.kineto):
+    """Where our ``gpu_utilization`` comes from, recomputed from the parsed trace (gpuanalyze.ingest.timeline.model):
     busy = union of the device events (kernels, memcpy, memset) clipped to a step's host window, summed over
     steps, over the sum of the windows. Also: the same with kernels only (what TB counts),
     and how far the work launched in the steps runs past the last step's end (what TB's window includes)."""
     import numpy as np
 
-    from gpuanalyze.ingest.kineto import parse_kineto
-    from gpuanalyze.ingest.kineto_import import windows_of
+    from gpuanalyze.ingest.kineto.parse import parse_kineto
+    from gpuanalyze.ingest.timeline.capture_windows import windows_of
 
     k = parse_kineto(path)
     s, e = k.gpu.start, k.gpu.end

@@ -33,6 +33,7 @@ nothing to measure and it says so; the phase wrappers' own host cost per call, N
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -176,7 +177,7 @@ def nvtx_cost(rounds: int, steps: int, workdir: Path) -> None:
 def tiny_child(pairs: int) -> None:
     """``--tiny-child``: the tiny loop unprofiled and profiled, ``pairs`` times in turn; prints the
     timings and the files the recorder came from as JSON (for ``--against``)."""
-    import gpuanalyze.ingest.writer
+    import gpuanalyze.ingest.trace.writer
 
     tiny = LoopConfig(steps=400, batch=8, features=16)
     runs: dict[str, list[Timing]] = {"plain": [], "gpuanalyze": []}
@@ -184,7 +185,7 @@ def tiny_child(pairs: int) -> None:
         for r in range(pairs):
             for mode in ("plain", "gpuanalyze") if r % 2 == 0 else ("gpuanalyze", "plain"):
                 runs[mode].append(run_timed(mode, tiny, Path(tmp), skip=10)[1])
-    print(json.dumps({"files": [analyzer.__file__, gpuanalyze.ingest.writer.__file__], **runs}))
+    print(json.dumps({"files": [analyzer.__file__, gpuanalyze.ingest.trace.writer.__file__], **runs}))
 
 
 def against(other: Path, rounds: int, pairs: int) -> None:
@@ -217,7 +218,9 @@ def against(other: Path, rounds: int, pairs: int) -> None:
 
 def hot_path_us(rounds: int, steps: int = 2000) -> float:
     """Training-thread CPU microseconds per step of the recorder's own code, hooks called directly."""
+    from analyzer.record.patch_loader import data_wrapper
     from analyzer.record.patches import Patches
+    from analyzer.record.timed_call import timed_wrapper
 
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -236,8 +239,10 @@ def hot_path_us(rounds: int, steps: int = 2000) -> float:
         for r in range(rounds):
             with analyzer.profile(model, out=str(Path(tmp) / f"h{r}.arrow")) as prof:
                 patches = Patches()
-                patches._wrap(Source, "fetch", "fetch", prof._on_patched_call, [prof._before_call])
-                patches._wrap(Source, "backward", "backward", prof._on_patched_call, [])  # as on CPU
+                report, before = prof._on_patched_call, [prof._before_call]
+                fetch = functools.partial(data_wrapper, kind="fetch", report=report, before=before)
+                backward = functools.partial(timed_wrapper, kind="backward", report=report, before=[])  # as on CPU
+                patches.apply([(Source, "fetch", fetch), (Source, "backward", backward)])
                 src = Source()
                 name = "Linear"
                 t0 = time.thread_time_ns()

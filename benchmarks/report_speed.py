@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic ru
 from analyzer.api import analyze
 from analyzer.files import write_bytes
 from analyzer.render.html_report import render_html
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from tests.report_helpers import synthetic_table
 
 

@@ -104,7 +104,7 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 import polars as pl
 from analyzer.analysis.metrics import warmup_steps
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 files = {files!r}
 t0 = time.perf_counter()
 skip = warmup_steps({steps!r})
@@ -198,7 +198,7 @@ def tree_rss_mib(pid: int) -> float:
 
 
 def S_PARTS() -> tuple[str, ...]:  # noqa: N802 - the schema's PARTS, imported late (sys.path)
-    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.trace import schema as S
 
     return S.PARTS
 

@@ -31,7 +31,7 @@ if want memory; then step "memory per step (the allocator's counters at step bou
 timeout 120 python3 - "$OUT" <<'PY'
 import sys, torch, analyzer
 from analyzer.api import analyze
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace.reader import load_trace
 m = torch.nn.Linear(1024, 1024).cuda(); opt = torch.optim.SGD(m.parameters(), lr=0.1); kept = []
 with analyzer.profile(m, optimizer=opt, out=f"{sys.argv[1]}/memory.arrow", system_interval_s=None) as p:
     for _ in range(20):

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -31,7 +31,7 @@ def shared_report(path: Path) -> Any:
 @functools.cache
 def shared_kineto(path: Path) -> Any:
     """``load_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
-    from gpuanalyze.ingest.kineto_import import load_kineto
+    from gpuanalyze.ingest.kineto.parse import load_kineto
 
     return load_kineto(path)
 
@@ -82,7 +82,7 @@ def as_run(run: RunInfo | dict[str, Any] | None) -> RunInfo:
 def rows_on_disk(path: Path) -> int:
     """Rows a trace that is still being written has on disk so far (0 while it cannot be read)."""
     from analyzer.errors import GpuAnalyzeError
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     try:
         return load_trace(path).frame.height

@@ -1,7 +1,7 @@
 """The in-memory Kineto parse the streaming importer replaced, kept as the test oracle.
 
 It reads the whole file, decodes the whole document at once (as gpuanalyze did before the
-streaming reader) and feeds the events to the same KinetoSink: comparing the two isolates what
+streaming reader) and feeds the events to the same TimelineSink: comparing the two isolates what
 streaming changes (chunking, batch boundaries, metadata handling). benchmarks/import_memory.py
 also uses it as the baseline for speed and memory.
 """
@@ -15,27 +15,28 @@ from typing import Any
 import msgspec
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kineto import KinetoSink, KinetoTrace, _Event, _LooseEvent
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.timeline.model import Timeline, TimelineSink
+from gpuanalyze.ingest.timeline.trace_events import Event, LooseEvent
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
 
 class _Doc(msgspec.Struct):
-    traceEvents: list[_Event] = []  # noqa: N815 - the JSON key
+    traceEvents: list[Event] = []  # noqa: N815 - the JSON key
     deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
     distributedInfo: msgspec.Raw = msgspec.Raw()  # noqa: N815
 
 
 class _LooseDoc(msgspec.Struct):
-    traceEvents: list[_LooseEvent] = []  # noqa: N815
+    traceEvents: list[LooseEvent] = []  # noqa: N815
     deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
     distributedInfo: msgspec.Raw = msgspec.Raw()  # noqa: N815
 
 
-_DECODER = msgspec.json.Decoder(_Doc | list[_Event])
-_LOOSE_DECODER = msgspec.json.Decoder(_LooseDoc | list[_LooseEvent])
+_DECODER = msgspec.json.Decoder(_Doc | list[Event])
+_LOOSE_DECODER = msgspec.json.Decoder(_LooseDoc | list[LooseEvent])
 
 
-def parse_kineto_in_memory(path: str | Path) -> KinetoTrace:
+def parse_kineto_in_memory(path: str | Path) -> Timeline:
     path = Path(path)
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
@@ -55,6 +56,6 @@ def parse_kineto_in_memory(path: str | Path) -> KinetoTrace:
                 meta[key] = value
     if not events:
         raise TraceError(f"{path}: the trace has no events")
-    sink = KinetoSink(str(path), ReadLimits())
+    sink = TimelineSink(str(path), ReadLimits())
     sink.consume(events)
     return sink.finish(meta, [])

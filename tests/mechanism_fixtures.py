@@ -260,7 +260,7 @@ def owned_rows(
     ``wall`` ms whose GPU idles ``sum(owners)`` ms, each owner holding its ms of it; the busy rest is ``copies`` ms
     filled only by host<->device copies, ``comm`` ms only by communication kernels and the remainder by compute, a
     share ``fp32`` of it SIMT fp32 GEMMs (else tensor-core GEMMs). ``frames``: (owner, user frame, ms) per step."""
-    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.trace import schema as S
     from tests.conftest import make_row
 
     idle = sum(owners.values())

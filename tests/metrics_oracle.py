@@ -16,8 +16,8 @@ from analyzer.analysis.thresholds import (
     START_SPREAD_MAX_STEPS,
     STRAGGLER_FRACTION,
 )
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace
 
 PHASES = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)
 WAITS = (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)

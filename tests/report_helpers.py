@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace, frame_of
-from gpuanalyze.ingest.row_rules import normalise_frame
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace, frame_of
+from gpuanalyze.ingest.trace.row_rules import normalise_frame
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 
 #: Terminal attacks: OSC 52 (write the clipboard), OSC 0 (window title), CSI 2J (clear), a C1 CSI,
 #: a bidi override, Rich markup (a closing tag that crashes, a link, a style) and HTML.

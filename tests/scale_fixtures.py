@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo, encode
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo, encode
 
 _PHASE_COLUMN = {
     "data": S.DATA_WAIT_MS,

@@ -9,7 +9,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.fixes import MicroBatchFix
 from analyzer.planning.settling_trial import settling_trial
 from analyzer.run.candidates import setting_of
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 
@@ -57,7 +57,7 @@ def test_workers_hand_over_every_micro_batch(trace_factory):
     from analyzer.analysis.road import trace_road
     from analyzer.analysis.rules import Context
     from analyzer.analysis.rules.workers import handover_ms, worker_plan
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     def ctx(fetches_per_step):
         t = load_trace(_accumulating(trace_factory, micro=2, fetches_per_step=fetches_per_step))

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import ipc_guard
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.ipc_guard import IpcLimits, IpcReader
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import ipc_guard
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.ipc_guard import IpcLimits, IpcReader
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import make_row
 
 STATS = json.dumps({"gpu_span_ms": 1.0, "gpu_busy_ms": 0.5, "kernel_count": 3, "top_kernels": []})
@@ -104,7 +104,7 @@ def test_honest_compressed_traces_read(tmp_path, codec):
 
 def test_the_limits_are_per_batch_and_in_total(tmp_path):
     path = _write(tmp_path / "ok.arrow", _plain(2000, kernel_stats=pa.array([STATS] * 2000)), "zstd")
-    from gpuanalyze.ingest.ipc_guard import IpcReader
+    from gpuanalyze.ingest.trace.ipc_guard import IpcReader
 
     with open(path, "rb") as fh:
         reader = IpcReader(path, fh, IpcLimits(min_allowance=1024, ratio=1.0))

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from analyzer.api import analyze
-from gpuanalyze.ingest.kineto import parse_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
 from tests import mechanism_fixtures as F
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write
@@ -32,7 +32,7 @@ def test_pageable_device_to_host_copies_are_host_sync(tmp_path):
 
 
 def _blocking(path):
-    from gpuanalyze.ingest.kernel_stats import StepKernels
+    from gpuanalyze.ingest.timeline.kernel_stats import StepKernels
 
     k = parse_kineto(path)
     return k, StepKernels(k)
@@ -59,7 +59,7 @@ def test_blocking_calls_without_cpu_ops_have_no_names(tmp_path):
 def test_hostile_nesting_and_threads_stay_linear_and_bounded(tmp_path):
     import time
 
-    from gpuanalyze.ingest.stream import ReadLimits
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     def doc(n: int) -> dict:
         events = [ev("user_annotation", "ProfilerStep#0", 0, 10 * n + 10)]

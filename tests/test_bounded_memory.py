@@ -24,13 +24,13 @@ from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import analysed_rows
 from analyzer.analysis.rules import Context, classify
 from analyzer.api import ReadOptions, _analyze_for_compare, _measured, analyze
+from analyzer.measure.file_rows import rows_of
 from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
 from analyzer.render.json_report import report_dict
-from analyzer.scale.file_rows import rows_of
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.nsys_events import MAX_RANKS
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.nsys.events import MAX_RANKS
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from tests.conftest import make_row, write_trace
 from tests.nsys_fixtures import Export, build_export
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.capture_windows import API_CALLS, UNTRACED
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import import_kineto
-from gpuanalyze.ingest.nsys_import import load_nsys_ranks
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+from gpuanalyze.ingest.timeline.capture_windows import API_CALLS, UNTRACED
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace
 from tests.capture_fixtures import kineto, launch, whole_process
 from tests.kineto_fixtures import ev, write
 

@@ -17,7 +17,7 @@ from analyzer.machine import ceilings as C
 from analyzer.machine import ceilings_store as CS
 from analyzer.machine.ceilings import Ceilings, ceilings_for
 from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 H200_A = Fingerprint(backend="cupy", device="NVIDIA H200", host="node-a", gpu_count=8, driver="550.54", cuda="12.4")
 H200_B = Fingerprint(backend="cupy", device="NVIDIA H200", host="node-b", gpu_count=8)

@@ -6,8 +6,8 @@ import pytest
 
 from analyzer.api import analyze
 from analyzer.render import chart_data as cd
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row
 from tests.report_helpers import kernel_stats, synthetic_trace
 

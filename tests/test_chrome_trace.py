@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.cli.export import rank_path
 from analyzer.render.chrome_trace import base_time_ns, write_chrome_trace
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import SAMPLES, make_row
 from tests.report_helpers import synthetic_trace
 

@@ -18,10 +18,10 @@ from analyzer.analysis.partial import bracket_answers_of, partial_of
 from analyzer.analysis.quantiles import sorted_median
 from analyzer.analysis.ranks import WorkStore, block_matrix, polars_median
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import NUMERIC, frame_columns, load_columns, raw_columns
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import NUMERIC, frame_columns, load_columns, raw_columns
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from tests.conftest import make_row, write_trace
 from tests.scale_fixtures import write_ranks
 

@@ -16,7 +16,7 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.planning.gate import GateOptions, regression_gate
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row, write_trace
 
 runner = CliRunner()

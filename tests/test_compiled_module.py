@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import analyzer
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 
 torch = pytest.importorskip("torch")
 

@@ -10,9 +10,9 @@ from analyzer.api import analyze, load_compared
 from analyzer.planning.compare import compare
 from analyzer.planning.cost import CostInputs
 from analyzer.planning.gate import GateOptions
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import encode_host_sample
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.host_sample import encode_host_sample
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import ev, write
 from tests.test_host_facts import sample

@@ -4,8 +4,8 @@ outside the optimizer, and the per-call dispatch part of it (ingest/cpu_ops.py).
 import numpy as np
 import pytest
 
-from gpuanalyze.ingest.blocking_calls import HostOps
-from gpuanalyze.ingest.cpu_ops import cpu_op_fields
+from gpuanalyze.ingest.timeline.blocking_calls import HostOps
+from gpuanalyze.ingest.timeline.cpu_ops import cpu_op_fields
 
 
 def _ops(events: list[tuple[str, float, float]], tid: int = 1) -> HostOps:

@@ -9,10 +9,10 @@ import msgspec
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest import reader
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import reader
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row, write_trace
 
 runner = CliRunner()
@@ -33,7 +33,7 @@ def test_a_writer_that_meets_a_full_disk_closes_the_trace_as_disk_full(tmp_path,
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr("gpuanalyze.ingest.writer.os.fsync", no_space)
+    monkeypatch.setattr("gpuanalyze.ingest.trace.writer.os.fsync", no_space)
     for i in range(30, 40):
         writer.add(make_row(i, wall=20.0, data=15.0))
     writer.flush()  # the batch reaches the page cache, fsync fails: the disk is full

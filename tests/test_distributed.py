@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from analyzer import ReadOptions, analyze
 from analyzer.cli import app
-from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any, rank_siblings
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row, write_trace
 
 runner = CliRunner()

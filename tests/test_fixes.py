@@ -11,7 +11,7 @@ from analyzer.analysis.fixes import BatchFix, MicroBatchFix, PrecisionFix, Worke
 from analyzer.analysis.rules import workers
 from analyzer.record.loaders import LoaderWatch
 from analyzer.run.candidates import setting_of
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 
@@ -74,7 +74,7 @@ def test_a_resampled_context_does_not_reuse_the_plans_of_another(trace_factory):
     from analyzer.analysis.host_facts import HostFacts
     from analyzer.analysis.road import trace_road
     from analyzer.analysis.rules import Context
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     t = load_trace(_loading_trace(trace_factory))
     ctx = Context(m=trace_road(t).metrics, run=t.run, end=t.end, ceilings=None, host=HostFacts(4, 4))

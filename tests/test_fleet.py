@@ -258,8 +258,8 @@ def test_a_fleet_whose_every_run_is_skipped_is_an_error_with_the_first_reason(tm
 
 
 def test_fleet_at_80_columns_gives_each_run_one_line_and_leaves_out_trials_and_marks_a_live_run(tmp_path):
-    from gpuanalyze.ingest.runinfo import EndInfo
-    from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+    from gpuanalyze.ingest.trace.runinfo import EndInfo
+    from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
     from tests.conftest import as_run
 
     root = tmp_path / "runs"

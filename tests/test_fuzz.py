@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import GpuAnalyzeError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kineto_import import load_kineto
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.kineto.parse import load_kineto
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace
 

@@ -7,8 +7,8 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 import analyzer  # noqa: E402
-from gpuanalyze.ingest import schema as S  # noqa: E402
-from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from gpuanalyze.ingest.trace import schema as S  # noqa: E402
+from gpuanalyze.ingest.trace.reader import load_trace  # noqa: E402
 from tests.scenarios.loops import make_loop, scenario, train  # noqa: E402
 
 

@@ -13,9 +13,9 @@ from analyzer.analysis.host_facts import host_facts
 from analyzer.api import OVERSUBSCRIBED_NOTE, analyze
 from analyzer.render.json_report import render_json
 from analyzer.render.terminal import host_line, render_terminal
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import HostSample, encode_host_sample
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.host_sample import HostSample, encode_host_sample
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import make_row, write_trace
 
 

@@ -16,9 +16,9 @@ from analyzer.analysis.road import trace_road
 from analyzer.analysis.rules import Context
 from analyzer.analysis.rules.workers import worker_plan
 from analyzer.analysis.steady import steady_state
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 END0 = EndInfo(status="ok", steps=60, loader_workers=0)

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from analyzer.analysis.owners import owned_consistency
 from analyzer.api import analyze
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import import_kineto
-from gpuanalyze.ingest.nsys_import import load_nsys_ranks
-from gpuanalyze.ingest.runtime_calls import BLOCKING, OTHER, call_class
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+from gpuanalyze.ingest.timeline.runtime_calls import BLOCKING, OTHER, call_class
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.trace import schema as S
 from tests.capture_fixtures import DEVICE, HTOD, PAGEABLE, Nsys, launch
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write

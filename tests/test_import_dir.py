@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from analyzer.scale import storage
-from analyzer.scale.import_cache import cache_root
-from analyzer.scale.measure import measure
-from analyzer.scale.tasks import PROVENANCE, recorded_provenance
-from gpuanalyze.ingest.reader import load_trace
+from analyzer.measure import storage
+from analyzer.measure.import_cache import cache_root
+from analyzer.measure.inputs import measure
+from analyzer.measure.rank_tasks import PROVENANCE, recorded_provenance
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.kineto_fixtures import two_step_trace, write
 
 runner = CliRunner()

@@ -14,8 +14,8 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
-from gpuanalyze.ingest import schema as S  # noqa: E402
-from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from gpuanalyze.ingest.trace import schema as S  # noqa: E402
+from gpuanalyze.ingest.trace.reader import load_trace  # noqa: E402
 from tests.scenarios.loops import one_thread  # noqa: E402
 
 

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuanalyze.ingest.intervals import Clipper, merge
+from gpuanalyze.ingest.timeline.intervals import Clipper, merge
 
 _times = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)), max_size=30)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from analyzer.api import analyze
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write
 
@@ -109,7 +109,7 @@ def test_real_step_less_traces_find_the_loop_their_kernels_repeat():
         pytest.skip("../shared is not here")
     trace = import_kineto(parse_kineto(path))
     assert trace.frame.height == 30
-    from gpuanalyze.ingest import schema as S
+    from gpuanalyze.ingest.trace import schema as S
 
     stats = [S.decode_kernel_stats(x) for x in trace.frame.get_column(S.KERNEL_STATS).to_list()]
     assert all(st is not None and st.kernel_count > 0 for st in stats)  # every iteration runs the model

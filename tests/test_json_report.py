@@ -6,7 +6,7 @@ from analyzer.analysis.findings import Confidence
 from analyzer.api import ReadOptions, analyze
 from analyzer.planning.cost import CostInputs
 from analyzer.render.json_report import render_json, report_dict
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import ROOT, make_row, write_trace
 from tests.report_helpers import kernel_stats, synthetic_trace
 from tests.test_output_schema import validate

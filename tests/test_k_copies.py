@@ -13,7 +13,7 @@ import pytest
 
 from analyzer.api import analyze
 from benchmarks.k_copies import repeat_kineto, repeat_nsys
-from gpuanalyze.ingest import iterations
+from gpuanalyze.ingest.timeline import iterations
 from tests.conftest import SHARED
 from tests.kineto_fixtures import loader_bound_trace, write
 from tests.nsys_fixtures import Export, build_export
@@ -95,7 +95,7 @@ def test_a_directory_of_long_rank_captures_gives_the_local_answer_on_ray(tmp_pat
     """Four ranks' Kineto traces, each 200 copies of a 12-step loader-bound run, imported by Ray tasks (one file a
     worker at a time: each worker holds one rank's events): the local engine's metrics, run and notes."""
     ray = pytest.importorskip("ray")
-    from analyzer.scale.measure import measure
+    from analyzer.measure.inputs import measure
 
     monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
     ranks = tmp_path / "ranks"

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("torch")
 
 from analyzer import analyze
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import ROOT, rows_on_disk
 
 CHILD = textwrap.dedent("""

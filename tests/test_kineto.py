@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import merge, union_length
-from gpuanalyze.ingest.kernel_names import hta_kernel_type, kernel_category, short_name
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import load_kineto
+from gpuanalyze.ingest.kineto.parse import load_kineto, parse_kineto
+from gpuanalyze.ingest.timeline.intervals import merge, union_length
+from gpuanalyze.ingest.timeline.kernel_names import hta_kernel_type, kernel_category, short_name
+from gpuanalyze.ingest.trace import schema as S
 from tests.kineto_fixtures import ev, two_step_trace, write
 
 

@@ -10,11 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.intervals import merge
-from gpuanalyze.ingest.kernel_stats import StepKernels
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import hta_gpu_mask, import_kineto, load_kineto, windows_of
+from gpuanalyze.ingest.kineto.parse import load_kineto, parse_kineto
+from gpuanalyze.ingest.timeline.capture_windows import windows_of
+from gpuanalyze.ingest.timeline.intervals import merge
+from gpuanalyze.ingest.timeline.kernel_stats import StepKernels
+from gpuanalyze.ingest.timeline.step_rows import hta_gpu_mask, import_kineto
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, two_step_trace, write
 

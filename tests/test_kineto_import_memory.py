@@ -1,4 +1,4 @@
-"""The conversion of a capture to step rows (kineto_import.import_kineto) holds a bounded number of bytes per
+"""The conversion of a capture to step rows (step_rows.import_kineto) holds a bounded number of bytes per
 event on top of the events themselves: one sort of the device events serves the busy timeline, its idle gaps and
 their owners, and the gaps' temporaries go as soon as they are used (benchmarks/nsys_import.py measures the peak
 RSS of a 16-million-row export)."""
@@ -19,11 +19,11 @@ _CHILD = """
 import sys, tempfile, tracemalloc
 from pathlib import Path
 from tests.nsys_fixtures import Export, build_export
-from gpuanalyze.ingest.kineto_import import import_kineto
-from gpuanalyze.ingest.nsys_db import NsysDb
-from gpuanalyze.ingest.nsys_events import NsysEvents
-from gpuanalyze.ingest.nsys_meta import read_meta
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.nsys.db import NsysDb
+from gpuanalyze.ingest.nsys.events import NsysEvents
+from gpuanalyze.ingest.nsys.meta import read_meta
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "capture.sqlite"

@@ -5,7 +5,7 @@ kind stays."""
 import pytest
 
 from analyzer import analyze
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 

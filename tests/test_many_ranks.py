@@ -3,11 +3,11 @@ benchmarks/many_ranks.py's: 3,000 files took 96 s, now under 30 s on the 2-core 
 
 from __future__ import annotations
 
-import analyzer.scale.measure as measure
-import analyzer.scale.tasks as tasks
-from analyzer.scale import storage
-from analyzer.scale.tasks import run_file
-from gpuanalyze.ingest.stream import ReadLimits
+import analyzer.measure.inputs as measure
+import analyzer.measure.rank_tasks as tasks
+from analyzer.measure import storage
+from analyzer.measure.rank_tasks import run_file
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from tests.kineto_fixtures import two_step_trace, write
 
 
@@ -23,7 +23,7 @@ def test_equal_short_ranks_are_reduced_in_one_pass(tmp_path, monkeypatch):
         calls.append(job.source)
         return run_file(job)
 
-    monkeypatch.setattr(tasks, "run_file", counted)  # what each task (tasks.run_files) runs per file
+    monkeypatch.setattr(tasks, "run_file", counted)  # what each task (rank_tasks.run_files) runs per file
     monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
     got = measure.measure(str(d))
     assert len(calls) == n  # a second pass with the shorter warm-up read every file again

@@ -6,8 +6,8 @@ import pytest
 
 from analyzer import analyze
 from analyzer.analysis import thresholds as T
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 SAMPLED = range(20, 23)

@@ -18,9 +18,9 @@ from analyzer.analysis.fixes import MicroBatchFix
 from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.render.json_report import report_dict
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kineto_import import load_kineto
-from gpuanalyze.ingest.nsys_import import load_nsys_ranks
+from gpuanalyze.ingest.kineto.parse import load_kineto
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import SHARED, make_row, shared_kineto, shared_report
 from tests.kineto_fixtures import ev, write
 from tests.nsys_fixtures import MS, Export, build_export, global_pid

@@ -7,10 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import load_columns
-from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import read_run_info
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import load_columns
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row, write_trace
 
 HOSTILE_RUN = {

@@ -3,8 +3,8 @@ import pytest
 from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.road import trace_road
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row
 
 

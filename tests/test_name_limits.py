@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS, kernel_category, short_name
-from gpuanalyze.ingest.kineto import parse_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.timeline.kernel_names import MAX_NAME_CHARS, kernel_category, short_name
 from tests import kineto_fixtures as kf
 
 

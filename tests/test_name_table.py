@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
-from gpuanalyze.ingest.name_table import NameTable
+from gpuanalyze.ingest.timeline.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.timeline.name_table import NameTable
 
 
 def test_a_name_seen_again_gets_its_first_id():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 
-from gpuanalyze.ingest.nsys_db import NsysDb
+from gpuanalyze.ingest.nsys.db import NsysDb
 from gpuanalyze.ingest.sources import load_nsys
 from tests.nsys_fixtures import Export, build_export
 

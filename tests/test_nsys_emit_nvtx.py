@@ -4,9 +4,9 @@ for."""
 
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.nsys_steps import emit_nvtx_name
+from gpuanalyze.ingest.nsys.step_ranges import emit_nvtx_name
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.nsys_fixtures import Export, build_export
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

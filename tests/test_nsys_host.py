@@ -3,9 +3,9 @@ thread names and the CUDA device table, read into the same evidence a Kineto tra
 
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.nsys_import import load_nsys_ranks
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.nsys_fixtures import Export, build_export
 
 
@@ -68,8 +68,8 @@ def test_the_cuda_device_table_maps_each_ranks_device_to_its_gpu(tmp_path):
 
 
 def test_without_a_gpu_table_the_cuda_device_table_gives_the_sms(tmp_path):
-    from gpuanalyze.ingest.nsys_db import NsysDb
-    from gpuanalyze.ingest.nsys_meta import gpu_for, read_meta
+    from gpuanalyze.ingest.nsys.db import NsysDb
+    from gpuanalyze.ingest.nsys.meta import gpu_for, read_meta
 
     path = build_export(tmp_path / "r.sqlite", Export(host=True, gpu_table=False))
     with NsysDb(path) as db:
@@ -86,7 +86,7 @@ def test_notes_of_several_ranks_are_said_once(tmp_path):
 
 
 def test_worker_threads_of_other_processes_name_the_loader_of_a_single_rank_only():
-    from gpuanalyze.ingest.nsys_host import Threads, loader_note
+    from gpuanalyze.ingest.nsys.host_work import Threads, loader_note
 
     none = Threads()
     assert loader_note(none, capture_workers=2, world=1)[1] is True  # the workers are the one rank's

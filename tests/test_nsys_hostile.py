@@ -8,9 +8,9 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kernel_names import MAX_NAME_CHARS
 from gpuanalyze.ingest.sources import load_any, load_nsys
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.timeline.kernel_names import MAX_NAME_CHARS
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from tests.nsys_fixtures import Export, build_export
 
 runner = CliRunner()
@@ -93,7 +93,7 @@ def test_a_huge_string_is_cut_in_sql(tmp_path):
 
 
 def test_a_value_beyond_sqlites_heap_limit_is_one_error(tmp_path, monkeypatch):
-    from gpuanalyze.ingest import nsys_db
+    from gpuanalyze.ingest.nsys import db as nsys_db
 
     monkeypatch.setattr(nsys_db, "SQLITE_HEAP_LIMIT", 8 << 20)
     path = build_export(tmp_path / "r.sqlite", Export(kernel_name="k" * (24 << 20)))

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.nsys_import import WINDOW_NOTE, is_nsys_path, load_nsys_ranks
+from gpuanalyze.ingest.nsys.load import WINDOW_NOTE, is_nsys_path, load_nsys_ranks
 from gpuanalyze.ingest.sources import load_any, load_nsys
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
 from tests.nsys_fixtures import Export, build_export, global_pid
 
@@ -293,11 +293,11 @@ def test_an_export_layout_without_the_columns_read_is_refused_in_one_line(tmp_pa
 
 
 def test_large_ranks_are_read_one_at_a_time_and_small_ones_together(tmp_path, monkeypatch):
-    import gpuanalyze.ingest.nsys_events as nsys_events
-    from gpuanalyze.ingest.nsys_db import NsysDb
-    from gpuanalyze.ingest.nsys_events import NsysEvents
-    from gpuanalyze.ingest.nsys_meta import read_meta
-    from gpuanalyze.ingest.stream import ReadLimits
+    import gpuanalyze.ingest.nsys.events as nsys_events
+    from gpuanalyze.ingest.nsys.db import NsysDb
+    from gpuanalyze.ingest.nsys.events import NsysEvents
+    from gpuanalyze.ingest.nsys.meta import read_meta
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     path = build_export(tmp_path / "r.sqlite", Export(pids=(10, 11)))
     for group_rows, read_with_rank_0 in ((6, {10}), (12, {10, 11})):  # each rank has 6 GPU rows

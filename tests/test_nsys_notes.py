@@ -1,6 +1,6 @@
 """The notes of a capture's ranks are said once, naming the ranks a note or a clause is true of."""
 
-from gpuanalyze.ingest.nsys_notes import merge_rank_notes
+from gpuanalyze.ingest.nsys.notes import merge_rank_notes
 
 
 def test_a_note_every_rank_has_is_said_once_without_ranks():

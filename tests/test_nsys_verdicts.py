@@ -7,10 +7,10 @@ import sqlite3
 import pytest
 
 from analyzer.api import analyze
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.capture_windows import API_CALLS, UNTRACED
-from gpuanalyze.ingest.nsys_import import load_nsys_ranks
-from gpuanalyze.ingest.startup_work import INIT_TO_FIRST_WORK, StartupSink
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+from gpuanalyze.ingest.timeline.capture_windows import API_CALLS, UNTRACED
+from gpuanalyze.ingest.timeline.startup_work import INIT_TO_FIRST_WORK, StartupSink
+from gpuanalyze.ingest.trace import schema as S
 from tests.nsys_fixtures import MS, Export, build_export, global_pid
 
 PID = 100

@@ -9,9 +9,9 @@ from analyzer.cli import app
 from analyzer.record import nvtx_marks
 from analyzer.record.cuda_timer import CudaPhaseTimer
 from analyzer.run.env_vars import options_from_env
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.nsys_steps import OUR_STEP
+from gpuanalyze.ingest.nsys.step_ranges import OUR_STEP
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.nsys_fixtures import Export, build_export
 
 runner = CliRunner()

@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import analyzer
 from analyzer.record.nvtx_phases import DATA, H2D, SYNC, NvtxPhases
-from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.nsys_fixtures import Export, build_export
 
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from analyzer.analysis.owners import OWNER_CLASS
 from analyzer.api import analyze
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests import mechanism_fixtures as F
 from tests.conftest import write_trace
 from tests.kineto_fixtures import write

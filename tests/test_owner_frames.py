@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.blocking_calls import CALLER, is_user_frame, role_of
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.kineto_import import import_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.timeline.blocking_calls import CALLER, is_user_frame, role_of
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.trace import schema as S
 from tests.capture_fixtures import kineto, launch
 from tests.conftest import SHARED
 from tests.kineto_fixtures import ev, write

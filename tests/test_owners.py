@@ -6,7 +6,7 @@ import pytest
 from analyzer.analysis.kernel_metrics import KernelMetrics, StepOwners
 from analyzer.analysis.owners import owned_consistency
 from analyzer.api import analyze
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import SHARED
 
 LAUNCH = S.IDLE_OWNERS.index("launch")

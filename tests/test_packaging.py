@@ -73,7 +73,7 @@ def test_hugging_face_kernels_and_gpuanalyze_live_side_by_side(wheel, tmp_path):
         timeout=600,
     )
     check = (
-        "import kernels, analyzer, gpuanalyze.ingest.reader, gpuanalyze.kernels.suite; "
+        "import kernels, analyzer, gpuanalyze.ingest.trace.reader, gpuanalyze.kernels.suite; "
         "assert hasattr(kernels, 'get_kernel'), kernels.__file__; "
         "assert 'site-packages' in analyzer.__file__, analyzer.__file__; print('ok')"
     )

@@ -2,7 +2,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analyzer.record.patches import FetcherCall, Patches  # noqa: E402
+from analyzer.record.patch_fetcher import DatasetCall  # noqa: E402
+from analyzer.record.patches import Patches  # noqa: E402
 
 
 def test_sync_wrappers_report_and_restore():
@@ -67,7 +68,7 @@ def test_the_dataset_fetcher_is_timed_with_its_collate_and_restored():
     from torch.utils.data._utils import fetch
 
     original = fetch._MapDatasetFetcher.fetch
-    cell = FetcherCall()
+    cell = DatasetCall()
     calls = []
 
     def collate(batch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from analyzer.api import analyze
-from gpuanalyze.ingest.kineto import parse_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
 from tests import mechanism_fixtures as F
 from tests.conftest import SHARED
 from tests.kineto_fixtures import write

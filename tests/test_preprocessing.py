@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from analyzer.api import analyze
-from gpuanalyze.ingest.kineto import parse_kineto
+from gpuanalyze.ingest.kineto.parse import parse_kineto
 from tests import mechanism_fixtures as F
 from tests.conftest import SHARED
 from tests.kineto_fixtures import write
@@ -35,7 +35,7 @@ def test_host_time_long_before_the_first_kernel_of_a_step_less_trace_is_set_up(t
     """30 s of host time before the first GPU work of a trace without steps: the process starting (imports, building
     the dataset), reported as set-up and never judged as step work (issue 36, item 1: it was read as input
     preprocessing, "move it into DataLoader workers")."""
-    from gpuanalyze.ingest.kineto_import import import_kineto
+    from gpuanalyze.ingest.timeline.step_rows import import_kineto
 
     doc = F.single_step_trace()
     doc["traceEvents"] = doc["traceEvents"][1:]  # no ProfilerStep
@@ -59,8 +59,8 @@ def test_work_running_after_its_steps_host_window_still_belongs_to_its_step():
     step's host window; each event launched in a step is counted in that step's kernel statistics."""
     import msgspec
 
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.kineto_import import import_kineto
+    from gpuanalyze.ingest.timeline.step_rows import import_kineto
+    from gpuanalyze.ingest.trace import schema as S
 
     k = parse_kineto(EXTERNAL / "tracelens/mi300_resnet_act_checkpoint.json.gz")
     rows = import_kineto(k).frame.get_column(S.KERNEL_STATS).to_list()

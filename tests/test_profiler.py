@@ -15,8 +15,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 import analyzer  # noqa: E402
 from analyzer.errors import GpuAnalyzeWarning  # noqa: E402
 from analyzer.record.steps import StepTimes  # noqa: E402
-from gpuanalyze.ingest import schema as S  # noqa: E402
-from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from gpuanalyze.ingest.trace import schema as S  # noqa: E402
+from gpuanalyze.ingest.trace.reader import load_trace  # noqa: E402
 from tests.scenarios.loops import LoopConfig, make_loop, train  # noqa: E402
 
 
@@ -363,12 +363,12 @@ def test_torch_profiler_failing_to_start_switches_profiling_off(tmp_path, monkey
 def test_disk_full_switches_profiling_off(tmp_path, monkeypatch):
     import errno
 
-    import gpuanalyze.ingest.writer
+    import gpuanalyze.ingest.trace.writer
 
     def no_space(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(gpuanalyze.ingest.writer.os, "fsync", no_space)
+    monkeypatch.setattr(gpuanalyze.ingest.trace.writer.os, "fsync", no_space)
     cfg = small()
     plain = train(*make_loop(cfg))
     model, opt, loader = make_loop(cfg)
@@ -524,7 +524,7 @@ def test_an_exception_with_a_broken_str_propagates_and_the_next_profile_records(
 def test_the_trace_name_is_chosen_and_created_in_one_step(tmp_path, monkeypatch):
     """Another process creating the same name between our choice and our open: we move on to the
     next name, and the warning names the file this process writes."""
-    from gpuanalyze.ingest.writer import TraceWriter
+    from gpuanalyze.ingest.trace.writer import TraceWriter
 
     out = tmp_path / "t.arrow"
     original = TraceWriter.open

@@ -11,7 +11,7 @@ from analyzer.api import load_compared
 from analyzer.cli import app
 from analyzer.planning.compare import compare
 from analyzer.planning.cost import CostInputs
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 runner = CliRunner()

@@ -6,7 +6,7 @@ import pytest
 from analyzer.api import load_compared
 from analyzer.planning.compare import compare
 from analyzer.planning.cost import CostInputs
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 

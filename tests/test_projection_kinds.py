@@ -20,9 +20,9 @@ from analyzer.planning.cost import CostInputs
 from analyzer.planning.projection_check import projection_checks
 from analyzer.render.output import dumps
 from analyzer.render.planning import compare_struct, render_compare
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import SHARED, make_row, write_trace
 from tests.kineto_fixtures import ev, write
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from analyzer import analyze
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
 
 T0 = 1_700_000_000_000_000_000

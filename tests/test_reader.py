@@ -5,9 +5,9 @@ import pyarrow as pa
 import pytest
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import make_row, write_trace
 
 
@@ -198,7 +198,7 @@ def test_a_system_column_of_the_wrong_type_is_dropped_with_a_note(tmp_path, args
 def test_clean_rows_agrees_with_normalise_frame(change):
     import polars as pl
 
-    from gpuanalyze.ingest.row_rules import clean_rows, normalise_frame
+    from gpuanalyze.ingest.trace.row_rules import clean_rows, normalise_frame
 
     rows = [{**S.empty_row(), **make_row(i)} for i in range(3)]
     rows[1].update(change)

@@ -10,8 +10,8 @@ import torch
 
 import analyzer
 from analyzer.api import analyze
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 
 MB = 1 << 20
 

@@ -1,6 +1,6 @@
-"""One redaction for every command line shown or stored (gpuanalyze.ingest.redact): the rule itself, and each output
-(terminal, --json, HTML, tracker payload, an imported trace) on an Nsight Systems capture, a Kineto trace and one of
-our traces that hold secrets."""
+"""One redaction for every command line shown or stored (gpuanalyze.ingest.trace.redact): the rule itself, and each
+output (terminal, --json, HTML, tracker payload, an imported trace) on an Nsight Systems capture, a Kineto trace and
+one of our traces that hold secrets."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.redact import REDACTED, redact_argv, redact_command
-from gpuanalyze.ingest.runinfo import RunInfo, read_run
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.redact import REDACTED, redact_argv, redact_command
+from gpuanalyze.ingest.trace.runinfo import RunInfo, read_run
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
 from tests.nsys_fixtures import Export, build_export

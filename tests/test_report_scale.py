@@ -13,8 +13,8 @@ from analyzer.api import chart_data_for, report_parts
 from analyzer.cli import app
 from analyzer.errors import TraceError
 from analyzer.render.chart_data import ChartData
-from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
 from tests.scale_fixtures import write_ranks
 

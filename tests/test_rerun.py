@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from analyzer.analysis.rerun import ARGV_CHARS, UNKNOWN_COMMAND, rerun_command
 from analyzer.cli import app
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import SAMPLES, write_trace
 
 

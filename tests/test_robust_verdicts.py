@@ -7,7 +7,7 @@ import pytest
 
 from analyzer import analyze
 from analyzer.analysis import thresholds as T
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.row_rules import (
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.row_rules import (
     DURATIONS,
     RULES,
     WALL,

@@ -7,7 +7,7 @@ from analyzer import ReadOptions, analyze
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import ranking_key
 from analyzer.planning.cost import CostInputs
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 GB = 10**9
@@ -24,8 +24,8 @@ def _rows(n=40, **kw):
 def _read(rows):
     """``rows`` with readings of a quiet host on every row (the system sampler read it): without readings a verdict
     is at most medium (issue #37)."""
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.host_sample import encode_host_sample
+    from gpuanalyze.ingest.trace import schema as S
+    from gpuanalyze.ingest.trace.host_sample import encode_host_sample
     from tests.test_host_facts import sample
 
     for i, row in enumerate(rows):

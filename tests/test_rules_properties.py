@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from analyzer import analyze
 from analyzer.analysis.metrics import WAITS
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 SETTINGS = settings(

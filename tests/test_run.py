@@ -223,7 +223,7 @@ def test_a_script_runs_unchanged_and_is_analysed(tmp_path):
     """python -m analyzer.run -- python -W error train.py: same losses, exit status passed through,
     one row per optimizer step, the user's own sitecustomize still runs, secrets not stored."""
     pytest.importorskip("torch")
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     script = _script(tmp_path, "train.py", TRAIN)
     user = tmp_path / "usersite"
@@ -262,7 +262,7 @@ def test_a_script_runs_unchanged_and_is_analysed(tmp_path):
 def test_the_variables_alone_profile_an_unchanged_command(tmp_path):
     """What a scheduler does: the printed variables in the environment, the job's own command."""
     pytest.importorskip("torch")
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     out = tmp_path / "traces"  # not there yet: the first profiled process creates it
     printed = runner.invoke(app, ["run", "--print-env", "--out", str(out), "--tag", "job=7"]).output
@@ -280,7 +280,7 @@ def test_the_variables_alone_profile_an_unchanged_command(tmp_path):
 @pytest.mark.slow
 def test_torchrun_ranks_each_write_a_trace(tmp_path):
     pytest.importorskip("torch")
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     script = _script(tmp_path, "ddp.py", DDP)
     out = tmp_path / "out"
@@ -308,7 +308,7 @@ def test_signals_reach_the_command_and_its_fate_is_passed_on(tmp_path, signum, s
     """Sent to the launcher (no terminal): passed to the command; the launcher then ends the same way,
     after reporting what was recorded."""
     pytest.importorskip("torch")
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
 
     script = _script(tmp_path, "forever.py", FOREVER)
     out = tmp_path / "out"

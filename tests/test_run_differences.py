@@ -94,7 +94,7 @@ def test_compare_recognises_autocast_from_the_kernels(tmp_path):
 def test_compare_recognises_autocast_from_what_the_recorder_saw(tmp_path):
     """A CPU run records no dtypes and its parameters stay float32 under autocast: the recorder's EndInfo.autocast
     says it (planning/run_differences.precision_change)."""
-    from gpuanalyze.ingest.runinfo import EndInfo
+    from gpuanalyze.ingest.trace.runinfo import EndInfo
 
     rows = [make_row(i, wall=20.0, fwd=10.0) for i in range(30)]
     a = write_trace(tmp_path / "a.arrow", rows, end=EndInfo(status="ok", steps=30))

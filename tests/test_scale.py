@@ -14,10 +14,10 @@ import analyzer.analysis.quantiles as quantiles
 import analyzer.analysis.ranks as ranks
 from analyzer import ReadOptions, analyze
 from analyzer.cli import app
-from analyzer.scale.measure import measure
-from analyzer.scale.tasks import FileJob, run_file
-from gpuanalyze.ingest import schema as S
+from analyzer.measure.inputs import measure
+from analyzer.measure.rank_tasks import FileJob, run_file
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import make_row, write_trace
 from tests.kineto_fixtures import two_step_trace, write
 from tests.metrics_oracle import oracle
@@ -172,7 +172,7 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
     (tmp_path / "zero.json.gz").symlink_to("/dev/zero")
     locked = tmp_path / "trace.rank2.arrow"
     if os.geteuid() == 0:  # root reads mode-000 files: make the reader see what a user would
-        import analyzer.scale.tasks as tasks
+        import analyzer.measure.rank_tasks as tasks
 
         def denied(real):
             def load(path):
@@ -196,8 +196,8 @@ def test_unreadable_and_foreign_files_in_a_directory_are_skipped_with_a_note(tmp
 
 
 def test_an_unreadable_trace_file_is_one_line(tmp_path, monkeypatch):
-    import gpuanalyze.ingest.columns as columns_module
     import gpuanalyze.ingest.sources as sources_module
+    import gpuanalyze.ingest.trace.columns as columns_module
 
     path = write_trace(tmp_path / "t.arrow", [make_row(i) for i in range(5)])
 

@@ -229,7 +229,7 @@ def test_background_load_processes_are_gone_after_the_block_even_on_error():
 
 @pytest.mark.slow
 def test_ddp_ranks_with_their_own_shard_sizes(tmp_path):
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
     from tests.scenarios.ddp import run_ddp
 
     run_ddp(tmp_path / "trace.arrow", batches=(4, 6), width=(8, 16), steps=4)

@@ -1,7 +1,7 @@
 import pyarrow as pa
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 
 def test_parts_are_columns_and_end_in_ms():
@@ -28,7 +28,7 @@ def test_required_columns_are_not_nullable():
 def test_per_model_forward_times_are_an_optional_minor_addition(tmp_path):
     import pyarrow as pa
 
-    from gpuanalyze.ingest.reader import load_trace
+    from gpuanalyze.ingest.trace.reader import load_trace
     from tests.conftest import make_row, write_trace
 
     assert S.FORMAT_VERSION.startswith("1.") and S.MODEL_FORWARD_MS in S.ADDED_IN_MINOR

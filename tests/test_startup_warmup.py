@@ -30,8 +30,8 @@ def test_a_single_step_whose_idle_no_host_call_covers_is_untraced_host_work_what
 
 
 def _step_stats(path):
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.kineto_import import load_kineto
+    from gpuanalyze.ingest.kineto.parse import load_kineto
+    from gpuanalyze.ingest.trace import schema as S
 
     frame = (shared_kineto if SHARED in path.parents else load_kineto)(path).frame  # a shared trace once
     return [
@@ -94,7 +94,8 @@ def test_steady_steps_after_start_up_or_many_start_up_steps_are_judged(tmp_path)
 
 
 def test_an_imported_warm_up_trace_written_as_arrow_is_still_warm_up(tmp_path):
-    from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
+    from gpuanalyze.ingest.kineto.parse import load_kineto
+    from gpuanalyze.ingest.timeline.step_rows import write_trace_file
 
     trace = load_kineto(write(tmp_path / "t.json", F.startup_trace(["compile", "compile"])))
     write_trace_file(trace, tmp_path / "t.arrow", force=False)

@@ -3,9 +3,9 @@ sort, linear work after it), counted in a note; other threads' steps may overlap
 
 from __future__ import annotations
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kineto_import import load_kineto
-from gpuanalyze.ingest.step_windows import MAX_OPEN, OVERLAP_US, resolve_windows
+from gpuanalyze.ingest.kineto.parse import load_kineto
+from gpuanalyze.ingest.timeline.step_windows import MAX_OPEN, OVERLAP_US, resolve_windows
+from gpuanalyze.ingest.trace import schema as S
 from tests.kineto_fixtures import ev, write
 
 

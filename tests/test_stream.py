@@ -11,12 +11,14 @@ import zlib
 import pytest
 from typer.testing import CliRunner
 
-import gpuanalyze.ingest.stream as stream
+import gpuanalyze.ingest.kineto.stream as stream
+import gpuanalyze.ingest.trace.byte_source as byte_source
 from analyzer.cli import app
 from analyzer.errors import TraceError
-from gpuanalyze.ingest.kineto import parse_kineto, parse_literal
-from gpuanalyze.ingest.kineto_import import import_kineto, load_kineto
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.kineto.parse import load_kineto, parse_kineto
+from gpuanalyze.ingest.timeline.capture_meta import parse_literal
+from gpuanalyze.ingest.timeline.step_rows import import_kineto
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from tests.conftest import ROOT, SHARED
 from tests.kineto_fixtures import ev, two_step_trace, write
 from tests.kineto_oracle import parse_kineto_in_memory
@@ -32,8 +34,8 @@ def _external():
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """Chunks and batches of a few KB: every file is cut into many batches, events span chunks."""
-    monkeypatch.setattr(stream, "READ_CHUNK", 997)
-    monkeypatch.setattr(stream, "INFLATE_CHUNK", 1531)
+    monkeypatch.setattr(byte_source, "READ_CHUNK", 997)
+    monkeypatch.setattr(byte_source, "INFLATE_CHUNK", 1531)
     monkeypatch.setattr(stream, "BATCH_BYTES", 4096)
 
 
@@ -58,8 +60,8 @@ def test_streaming_equals_whole_document_on_small_real_traces(rel, tiny_chunks):
 @pytest.mark.parametrize("rel", _external())
 def test_streaming_equals_whole_document_on_every_external_trace(rel, chunks, monkeypatch):
     if chunks == "tiny":
-        monkeypatch.setattr(stream, "READ_CHUNK", 4093)
-        monkeypatch.setattr(stream, "INFLATE_CHUNK", 8191)
+        monkeypatch.setattr(byte_source, "READ_CHUNK", 4093)
+        monkeypatch.setattr(byte_source, "INFLATE_CHUNK", 8191)
         monkeypatch.setattr(stream, "BATCH_BYTES", 65536)
     _same(TRACES / rel)
 
@@ -133,7 +135,7 @@ def test_a_mistyped_event_costs_that_event_and_a_note(tmp_path, monkeypatch, chu
     """A list as ``correlation`` (or a name that is an object) rejected the whole file: now that event is skipped,
     counted in a note, and the rest reads as the trace without it."""
     if chunked:
-        monkeypatch.setattr(stream, "READ_CHUNK", 997)
+        monkeypatch.setattr(byte_source, "READ_CHUNK", 997)
         monkeypatch.setattr(stream, "BATCH_BYTES", 4096)
     doc = two_step_trace()
     doc["traceEvents"] += [ev("cpu_op", f"op{i}", 1900 + i, 1) for i in range(200)]
@@ -303,7 +305,8 @@ def test_compression_bombs_stay_small(tmp_path):
         )
         assert _peak_rss_mb(code) < 400
     code = (
-        "from gpuanalyze.ingest.kineto import parse_kineto; from gpuanalyze.ingest.stream import ReadLimits\n"
+        "from gpuanalyze.ingest.kineto.parse import parse_kineto\n"
+        "from gpuanalyze.ingest.trace.byte_source import ReadLimits\n"
         "from analyzer.errors import TraceError\n"
         f"try:\n    parse_kineto({str(minimal)!r}, ReadLimits(max_bytes=1 << 30))\nexcept TraceError as e:\n"
         "    assert 'no profiler events' in str(e)\n"

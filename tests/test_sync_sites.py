@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import analyzer  # noqa: E402
 from analyzer.record.sync_sites import SyncSites  # noqa: E402
-from gpuanalyze.ingest.reader import load_trace  # noqa: E402
+from gpuanalyze.ingest.trace.reader import load_trace  # noqa: E402
 
 
 def _line(offset: int = 0) -> int:

@@ -16,9 +16,9 @@ import analyzer
 from analyzer.analysis.host_facts import host_facts, samples_of
 from analyzer.errors import GpuAnalyzeWarning
 from analyzer.record.system_sampler import SystemSampler
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import decode_host_sample
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.host_sample import decode_host_sample
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.scenarios.loops import LoopConfig, make_loop, train
 
 

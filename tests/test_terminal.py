@@ -10,7 +10,7 @@ from analyzer.analysis.findings import Projection
 from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.render.terminal import render_terminal
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import SAMPLES, make_row
 
 runner = CliRunner()

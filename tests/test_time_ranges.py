@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.run.live import snapshot
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import make_row, write_trace
 
 runner = CliRunner()

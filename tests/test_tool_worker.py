@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from analyzer.agents import tool_worker as W
 from analyzer.cli import app
 from analyzer.errors import GpuAnalyzeError
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 from tests.conftest import SAMPLES, make_row, write_trace
 from tests.hostile import corpus as hostile
 from tests.kineto_fixtures import two_step_trace, write
@@ -114,8 +114,8 @@ def test_analyze_trace_is_the_cli_json(root):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("gpuanalyze.ingest.redact") is None,
-    reason="the one redaction of every command line read from a trace (gpuanalyze.ingest.redact) is on main",
+    importlib.util.find_spec("gpuanalyze.ingest.trace.redact") is None,
+    reason="the one redaction of every command line read from a trace (gpuanalyze.ingest.trace.redact) is on main",
 )
 def test_a_secret_on_a_traces_command_line_never_reaches_the_agent(root):
     secret = "hf_" + "a1" * 15

@@ -29,8 +29,8 @@ from analyzer.run.trial_measure import Measured, beats
 from analyzer.run.trial_output import as_dict, print_table, recommendation
 from analyzer.run.trials import TrialRun, TryResult, _batch_notes
 from analyzer.run.try_options import TryOptions
-from gpuanalyze.ingest.reader import load_trace
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace.reader import load_trace
 
 runner = CliRunner()
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.run.live import snapshot, trace_files
-from gpuanalyze.ingest.runinfo import EndInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace.runinfo import EndInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 from tests.conftest import ROOT, as_run, make_row, write_trace
 
 runner = CliRunner()

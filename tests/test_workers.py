@@ -4,7 +4,7 @@ so a fetch that is mostly the sampler gains nothing from workers (rules/workers.
 
 from analyzer import analyze
 from analyzer.analysis.fixes import WorkerFix
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 from tests.conftest import make_row
 
 

@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import GpuAnalyzeError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import load_trace
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import load_trace
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row
 
 
@@ -129,8 +129,8 @@ def test_options_are_validated():
 
 
 def test_a_live_writer_is_told_apart_from_a_dead_one(tmp_path):
-    from gpuanalyze.ingest.reader import ENDED_NOTE, LIVE_NOTE
-    from gpuanalyze.ingest.writer import is_being_written
+    from gpuanalyze.ingest.trace.reader import ENDED_NOTE, LIVE_NOTE
+    from gpuanalyze.ingest.trace.writer import is_being_written
 
     path = tmp_path / "t.arrow"
     w = _writer(path, flush_interval_s=0.2)
@@ -152,13 +152,14 @@ def test_a_killed_writer_releases_its_lock(tmp_path):
     import subprocess
     import sys
 
-    from gpuanalyze.ingest.writer import is_being_written
+    from gpuanalyze.ingest.trace.writer import is_being_written
     from tests.conftest import ROOT
 
     path = tmp_path / "t.arrow"
     code = (
-        "import sys, time; from gpuanalyze.ingest.writer import TraceWriter; from gpuanalyze.ingest.runinfo import "
-        "RunInfo; w = TraceWriter(path=__import__('pathlib').Path(sys.argv[1]), run=RunInfo()); w.open(); "
+        "import sys, time; from gpuanalyze.ingest.trace.writer import TraceWriter; "
+        "from gpuanalyze.ingest.trace.runinfo import RunInfo; "
+        "w = TraceWriter(path=__import__('pathlib').Path(sys.argv[1]), run=RunInfo()); w.open(); "
         "print('open', flush=True); time.sleep(60)"
     )
     child = subprocess.Popen(

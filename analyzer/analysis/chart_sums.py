@@ -21,8 +21,8 @@ import polars as pl
 
 from analyzer.analysis.partial import Rows, analysed_columns, used_rows
 from analyzer.analysis.quantiles import combine_linear, order_stats
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column, frame_columns
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column, frame_columns
 
 MAX_POINTS = 1500
 """Most bins of the step-time and GPU-busy series."""

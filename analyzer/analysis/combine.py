@@ -30,7 +30,7 @@ from analyzer.analysis.quantiles import (
     select,
 )
 from analyzer.analysis.ranks import RankAnalysis, WorkStore, rank_analysis_from, store_budget
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 WALL, PARTS, SAMPLES, S_BUSY = S.WALL_MS, S.PARTS, S.BATCH_SAMPLES, S.GPU_BUSY_MS
 

@@ -19,7 +19,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Confidence
 from analyzer.analysis.host_facts import DEFAULT_CORES, HostFacts
 from analyzer.analysis.rules.rule import confidence_level
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 
 @dataclass(frozen=True, slots=True)

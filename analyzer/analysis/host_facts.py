@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import polars as pl
 
 from analyzer.analysis import thresholds as T
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.host_sample import HostSample, decode_host_sample
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.host_sample import HostSample, decode_host_sample
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 
 @dataclass(frozen=True, slots=True)

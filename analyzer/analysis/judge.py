@@ -25,7 +25,7 @@ from analyzer.analysis.rules.rule import confidence_level
 from analyzer.analysis.spikes import spike_finding
 from analyzer.analysis.stability import Stability, stability
 from analyzer.analysis.steady import SteadyState
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 
 @dataclass(frozen=True, slots=True)

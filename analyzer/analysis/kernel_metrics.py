@@ -15,9 +15,9 @@ import numpy as np
 
 from analyzer.analysis.quantiles import Sketch, sketch
 from analyzer.analysis.thresholds import FEW_STEPS, WARMUP_STARTUP
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
-from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo
+from gpuanalyze.ingest.timeline.kernel_stats import TOP_BLOCKING, hta_percentages, top_kernels
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import GpuSummary, RunInfo
 
 #: Distinct kernel names a rank reports for the top-kernel ranking (the rest are dropped, smallest first).
 MAX_NAMES_PER_RANK = 65536

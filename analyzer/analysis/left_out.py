@@ -14,7 +14,7 @@ import numpy as np
 from analyzer.analysis.findings import Finding
 from analyzer.analysis.metrics import STEP_RANKS, STEP_WALL, StepMetrics
 from analyzer.analysis.steady import SteadyState
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 #: The per-step part (a column of StepMetrics.per_step, a share of the step) each cause's fix removes.
 CAUSE_PART: dict[tuple[str, str | None], str] = {

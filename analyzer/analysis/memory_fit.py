@@ -20,8 +20,8 @@ import numpy as np
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Evidence
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from analyzer.analysis.memory_fit import Memory, run_memory
 from analyzer.analysis.partial import DATA_WAIT_WITH_CPU
 from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.thresholds import WARMUP_FRACTION, WARMUP_MAX_STEPS
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 #: Host waits whose effective share is capped by GPU idle time.
 WAITS: tuple[str, ...] = (S.DATA_WAIT_MS, S.SYNC_MS, S.OTHER_MS)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.kernel_metrics import KernelMetrics
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 #: The bottleneck (and cause) each owner is the defining test of; None: no class, the trace says what it is.
 OWNER_CLASS: dict[str, tuple[str, str] | None] = {

@@ -20,8 +20,8 @@ from analyzer.analysis.kernel_metrics import KernelPartial, kernel_partial, step
 from analyzer.analysis.memory_fit import RankMemory, rank_memory
 from analyzer.analysis.quantiles import Answer, Bracket, Sketch, in_bracket, sketch_sorted, sorted_median
 from analyzer.analysis.ranks import RankStats, rank_stats_of, start_ms
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column, frame_columns
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column, frame_columns
 
 #: Columns whose quantiles StepMetrics reports (wall: median and p90; parts and batch: median).
 #: Key of ``RankPartial.sums``: data wait of the rows that recorded their data CPU time.

@@ -42,8 +42,8 @@ from analyzer.analysis.thresholds import (
     START_SPREAD_MAX_STEPS,
     STRAGGLER_FRACTION,
 )
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column
 
 #: Columns whose per-rank medians are compared (null counts as 0).
 RANK_PHASES: tuple[str, ...] = (S.DATA_WAIT_MS, S.FORWARD_MS, S.BACKWARD_MS, S.OPTIMIZER_MS)

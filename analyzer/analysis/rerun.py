@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 #: What advice says where the trace records no command it could re-run.
 UNKNOWN_COMMAND = "<your command>"

@@ -4,7 +4,7 @@ Pass 1 reduces every rank to a partial and combines them (combine.py); the stead
 is found from pass 1's per-step sums; when it leaves steps out, every rank is reduced again without
 them and combined: those are the rules' metrics. A trace held in memory is one group of this road
 (its ranks reduced in this process, combined as a worker's group is), a directory of rank files is
-many groups reduced by workers (analyzer.scale.measure): a file and a directory of the same run give
+many groups reduced by workers (analyzer.measure.inputs): a file and a directory of the same run give
 the rules the same inputs.
 """
 
@@ -20,9 +20,9 @@ from analyzer.analysis.partial import Rows, Without, bracket_answers_of, partial
 from analyzer.analysis.quantiles import Bracket
 from analyzer.analysis.steady import SteadyState, steady_state
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import frame_columns
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import frame_columns
+from gpuanalyze.ingest.trace.reader import Trace
 
 
 @dataclass(frozen=True, slots=True)

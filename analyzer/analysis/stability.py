@@ -21,7 +21,7 @@ import numpy as np
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.metrics import RAW, STEP_RANKS, STEP_WALL, UNEXPLAINED_IDLE, StepMetrics
 from analyzer.analysis.rules import Context, Verdict
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 Key = tuple[str, str]
 """A finding's (bottleneck, cause)."""

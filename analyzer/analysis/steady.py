@@ -14,7 +14,7 @@ import numpy as np
 
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.metrics import STEP_RANKS, STEP_WALL, StepMetrics
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 #: 1.4826 x the median absolute deviation estimates a normal distribution's standard deviation.
 MAD_TO_SD = 1.4826

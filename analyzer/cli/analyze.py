@@ -13,7 +13,7 @@ from analyzer.cli.log_option import LogTo, log_reports, log_targets
 from analyzer.errors import GpuAnalyzeError
 
 if TYPE_CHECKING:
-    from gpuanalyze.ingest.reader import Trace
+    from gpuanalyze.ingest.trace.reader import Trace
 
 
 @app.command("analyze", cls=options.takes(options.cost, options.read))
@@ -57,9 +57,9 @@ def analyze_cmd(
 
 def _nsys_steps(trace: str, step_range: str, max_bytes: int | None) -> Trace:
     """An Nsight Systems capture loaded with its steps from the NVTX ranges named ``step_range``."""
-    from gpuanalyze.ingest.nsys_import import is_nsys_path
+    from gpuanalyze.ingest.nsys.load import is_nsys_path
     from gpuanalyze.ingest.sources import load_nsys
-    from gpuanalyze.ingest.stream import ReadLimits
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     if not is_nsys_path(Path(trace)):
         raise GpuAnalyzeError("--step-range is for Nsight Systems captures (.sqlite, .nsys-rep)")

@@ -49,8 +49,8 @@ def export_cmd(
     from analyzer.files import check_target, write_file
     from analyzer.render.chrome_trace import write_chrome_trace
     from analyzer.render.safe import clean
-    from gpuanalyze.ingest import schema as S
     from gpuanalyze.ingest.sources import load_any
+    from gpuanalyze.ingest.trace import schema as S
 
     compress = chrome_trace.name.lower().endswith(".gz")
     try:

@@ -135,7 +135,7 @@ def takes(*groups: Callable[..., None]) -> type[TyperCommand]:
 
 def max_bytes(text: str | None) -> int | None:
     """``--max-bytes``'s value in bytes (``8G``); None when not given."""
-    from gpuanalyze.ingest.stream import parse_size
+    from gpuanalyze.ingest.trace.byte_source import parse_size
 
     return None if text is None else parse_size(text)
 

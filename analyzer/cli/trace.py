@@ -37,17 +37,18 @@ def import_cmd(
     """Convert PyTorch profiler traces or an Nsight Systems capture to gpuanalyze traces (never writes over its
     input or, without --force, over any file; a directory is imported in parallel and up-to-date outputs are
     reused)."""
-    from analyzer.scale import storage
+    from analyzer.measure import storage
 
     try:
         limit = options.max_bytes(max_bytes)
         if storage.is_dir(trace):
             _import_dir(trace, out, force=force, max_bytes=limit, engine=engine, workers=workers)
             return
-        from gpuanalyze.ingest.kineto_import import load_kineto, write_trace_file
-        from gpuanalyze.ingest.nsys_import import is_nsys_path
+        from gpuanalyze.ingest.kineto.parse import load_kineto
+        from gpuanalyze.ingest.nsys.load import is_nsys_path
         from gpuanalyze.ingest.sources import load_nsys
-        from gpuanalyze.ingest.stream import ReadLimits
+        from gpuanalyze.ingest.timeline.step_rows import write_trace_file
+        from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
         if storage.is_url(trace) or storage.is_url(out):
             raise GpuAnalyzeError("URLs are read and written for directories (gpuanalyze import DIR -o OUTDIR)")
@@ -66,8 +67,8 @@ def import_cmd(
 
 
 def _import_dir(source: str, out: str, *, force: bool, max_bytes: int | None, engine: str, workers: int | None) -> None:
-    from analyzer.scale.measure import import_dir
-    from gpuanalyze.ingest.stream import ReadLimits
+    from analyzer.measure.inputs import import_dir
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
 
     results, notes = import_dir(
         source, out, engine=engine, workers=workers, limits=ReadLimits(max_bytes=max_bytes), force=force

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyzer.errors import GpuAnalyzeError
-from analyzer.scale import storage
+from analyzer.measure import storage
 
 _RANK = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
 _SUFFIXES = (".json.gz", ".json", ".arrow", ".sqlite")

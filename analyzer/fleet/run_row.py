@@ -38,9 +38,9 @@ A_TRIAL = "a trial of `gpuanalyze run --try`"
 
 def trial_of(target: str) -> str | None:
     """The setting of the `run --try` trial whose trace ``target`` is (its tags only are read), else None."""
-    from gpuanalyze.ingest import schema as S
-    from gpuanalyze.ingest.ipc_guard import IpcReader
-    from gpuanalyze.ingest.runinfo import read_tags
+    from gpuanalyze.ingest.trace import schema as S
+    from gpuanalyze.ingest.trace.ipc_guard import IpcReader
+    from gpuanalyze.ingest.trace.runinfo import read_tags
 
     path = Path(target)
     first = min(path.glob("*.arrow"), default=path) if path.is_dir() else path

@@ -67,7 +67,7 @@ def triage(
 ) -> Fleet:
     """Every run beneath ``root`` analysed on ``options.engine`` (``task`` per run), ranked; a run whose
     worker dies is skipped with a note. Raises GpuAnalyzeError when there is none."""
-    from analyzer.scale.engine import LocalEngine, make_engine
+    from analyzer.measure.engine import LocalEngine, make_engine
 
     targets, notes = find_runs(root)
     jobs = [RunJob(t, options.length) for t in targets]

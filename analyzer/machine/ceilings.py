@@ -22,7 +22,7 @@ from analyzer.machine.ceilings_store import (
 )
 
 if TYPE_CHECKING:
-    from gpuanalyze.ingest.runinfo import RunInfo
+    from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 KINDS = ("loader", "busbw", "matmul:<dtype>")
 

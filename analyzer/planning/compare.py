@@ -23,7 +23,7 @@ from analyzer.planning.run_differences import changes, different_jobs, gate_refu
 from analyzer.planning.run_label import run_label, unique_labels
 from analyzer.planning.step_series import StepSeries
 from analyzer.planning.toml_config import read_toml
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 __all__ = ["Comparison", "Loaded", "ProjectionCheck", "RunOption", "compare", "load_option"]
 

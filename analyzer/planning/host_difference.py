@@ -10,8 +10,8 @@ from analyzer.analysis.host_facts import HostFacts
 from analyzer.planning.gate import GateResult, change_words
 from analyzer.planning.outcome import Report
 from analyzer.planning.run_differences import different_jobs
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 #: Free-core ratio (BEFORE / AFTER, either way) from which the hosts are said to differ.
 FREE_CORES_RATIO = 1.25

@@ -10,7 +10,7 @@ from analyzer.analysis.metrics import StepMetrics
 from analyzer.errors import GpuAnalyzeError
 from analyzer.machine.ceilings import Ceilings
 from analyzer.machine.datasheet import compute_precision, lookup
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from analyzer.analysis.stability import Stability
 from analyzer.analysis.steady import SteadyState
 from analyzer.planning.cost import RunCost
 from analyzer.planning.mfu import Mfu
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 
 
 @dataclass(frozen=True, slots=True)

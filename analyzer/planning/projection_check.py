@@ -44,7 +44,7 @@ from analyzer.analysis.steady import SteadyState
 from analyzer.planning.outcome import Report
 from analyzer.planning.run_differences import fell, precision_change
 from analyzer.planning.step_series import StepSeries
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 CheckKind = Literal[
     "workers",

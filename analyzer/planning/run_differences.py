@@ -16,7 +16,7 @@ from analyzer.analysis import thresholds as T
 from analyzer.analysis.owners import OWNER_WORDS, ownership
 from analyzer.planning.mfu import tensor_core_share
 from analyzer.planning.outcome import Report
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 #: What, differing, makes two traces two jobs rather than one job's before and after.
 JOB_DEFINING = ("model", "parameters", "script", "world size", "ranks")

@@ -14,8 +14,8 @@ import polars as pl
 
 from analyzer.analysis.metrics import warmup_steps
 from analyzer.analysis.partial import Rows, analysed_columns
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.columns import Column
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.columns import Column
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,57 +3,44 @@
 from __future__ import annotations
 
 import weakref
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import msgspec
 
 from analyzer.record.batch import batch_bytes_of, batch_size_of
-from analyzer.record.patches import FetcherCall
+from analyzer.record.patch_fetcher import DatasetCall
 from analyzer.record.steps import StepTimes
-from gpuanalyze.ingest.runinfo import EndInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo
 
 
+@dataclass(slots=True, eq=False)
 class LoaderWatch:
     """The profile's DataLoader (None: every one), the iterators it made, and its batches' facts."""
 
-    __slots__ = (
-        "_iters",
-        "batch_bytes",
-        "collate_ns",
-        "dataset_call",
-        "dataset_ns",
-        "epochs",
-        "fetch_ns",
-        "fetch_samples",
-        "fetches",
-        "loader",
-        "samples_from_loader",
-        "workers",
-    )
-
-    def __init__(self, loader: Any, *, samples_from_loader: bool) -> None:
-        self.loader = loader
-        self.samples_from_loader = samples_from_loader
-        """Count the batches' samples (a framework that counts them itself says no)."""
-        self._iters: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.workers: int | None = None
-        """The most worker processes of any loader iterated."""
-        self.batch_bytes: int | None = None
-        """Bytes of the first batch seen."""
-        self.fetches = 0
-        """Training batches fetched (one per micro-batch under gradient accumulation)."""
-        self.epochs = 0
-        """``iter()`` calls on the training loader: epochs started."""
-        self.fetch_samples: int | None = None
-        """Samples of the first batch seen."""
-        self.dataset_call = FetcherCall()
-        """The last call of torch's dataset fetcher (record.patches writes it)."""
-        self.fetch_ns = 0
-        """Wall time of the training fetches whose Dataset ran in this process."""
-        self.dataset_ns = 0
-        """Of fetch_ns, the time in the dataset fetcher outside the collate (the ``__getitem__`` calls)."""
-        self.collate_ns = 0
-        """Of fetch_ns, the time in the collate."""
+    loader: Any
+    _: KW_ONLY
+    samples_from_loader: bool
+    """Count the batches' samples (a framework that counts them itself says no)."""
+    workers: int | None = None
+    """The most worker processes of any loader iterated."""
+    batch_bytes: int | None = None
+    """Bytes of the first batch seen."""
+    fetches: int = 0
+    """Training batches fetched (one per micro-batch under gradient accumulation)."""
+    epochs: int = 0
+    """``iter()`` calls on the training loader: epochs started."""
+    fetch_samples: int | None = None
+    """Samples of the first batch seen."""
+    dataset_call: DatasetCall = field(default_factory=DatasetCall)
+    """The last call of torch's dataset fetcher (record.patch_fetcher writes it)."""
+    fetch_ns: int = 0
+    """Wall time of the training fetches whose Dataset ran in this process."""
+    dataset_ns: int = 0
+    """Of fetch_ns, the time in the dataset fetcher outside the collate (the ``__getitem__`` calls)."""
+    collate_ns: int = 0
+    """Of fetch_ns, the time in the collate."""
+    _iters: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
     def saw_iter(self, owner: Any, result: Any) -> None:
         """``iter(owner)`` made ``result``: where a DataLoader is seen, record its workers (the most of

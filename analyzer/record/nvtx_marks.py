@@ -1,6 +1,6 @@
 """NVTX ranges for gpuanalyze's steps and phases (``analyzer.profile(nvtx=True)``, ``gpuanalyze run --nvtx``), so
 that an Nsight Systems capture of the run (``nsys profile -t cuda,nvtx gpuanalyze run --nvtx -- python train.py``)
-shows them, and ``gpuanalyze`` reads them back from its export (ingest/nsys_events.py): one range
+shows them, and ``gpuanalyze`` reads them back from its export (ingest/nsys/events.py): one range
 ``gpuanalyze:step#<N>`` per step and ``gpuanalyze:forward``, ``gpuanalyze:backward``, ``gpuanalyze:optimizer``
 (schema.EXPORT_PHASE_NAMES) around each phase that the CUDA phase timer times.
 
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from analyzer.record.cuda_timer import CudaPhaseTimer, Interval
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
-#: The NVTX range of a step, as ingest/nsys_events.py reads it.
+#: The NVTX range of a step, as ingest/nsys/events.py reads it.
 STEP_RANGE = "gpuanalyze:step#{}"
 
 

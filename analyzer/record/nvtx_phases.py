@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 DATA, H2D, SYNC = (S.EXPORT_PHASE_NAMES[p] for p in (S.DATA_WAIT_MS, S.H2D_MS, S.SYNC_MS))
 _NO_RANGE = object()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analyzer.errors import GpuAnalyzeError
-from gpuanalyze.ingest.writer import WriterOptions
+from gpuanalyze.ingest.trace.writer import WriterOptions
 
 
 @dataclass(kw_only=True, slots=True)

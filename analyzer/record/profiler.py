@@ -1,12 +1,11 @@
 """``analyzer.profile``: a context manager that times every step of a PyTorch training loop.
 
-This module holds the hooks and their wiring. Which events end a step (optimizer steps,
-``prof.step()``, forwards; gradient accumulation) is the torch-free state machine in
-``boundaries``; the trace file's lifecycle (created at the first step boundary, when
-``torch.distributed`` knows the rank; rows held during kernel windows; the end marker) is
-``trace_output``. Every hook is guarded (``guard``; inline in those that run at every step): an
-internal failure warns once, removes all hooks and lets the training loop run on. Hooks only
-observe; they never change tensors. Rows are built on the writer's thread (``closed_row``).
+This module holds the hooks and their wiring (the class-level wrappers: ``patches``). Which events end a step
+(optimizer steps, ``prof.step()``, forwards; gradient accumulation) is the torch-free state machine in
+``boundaries``; the trace file's lifecycle (created at the first step boundary, when ``torch.distributed`` knows
+the rank; rows held during kernel windows; the end marker) is ``trace_output``. Every hook is guarded (``guard``;
+inline in those that run at every step): an internal failure warns once, removes all hooks and lets the training
+loop run on. Hooks only observe; they never change tensors. Rows are built on the writer's thread (``closed_row``).
 """
 
 from __future__ import annotations
@@ -33,16 +32,17 @@ from analyzer.record.module_hooks import ModuleHooks
 from analyzer.record.notify import warn
 from analyzer.record.nvtx_marks import phase_timer
 from analyzer.record.nvtx_phases import NvtxPhases, nvtx_phases
-from analyzer.record.patches import DATA_KINDS, Patches
+from analyzer.record.patch_loader import DATA_KINDS
+from analyzer.record.patches import Patches
 from analyzer.record.profile_options import ProfileOptions
 from analyzer.record.steps import StepTimes
 from analyzer.record.sync_sites import SyncSites
 from analyzer.record.trace_open import open_trace
 from analyzer.record.trace_output import TraceOutput
 from analyzer.record.windows import KernelWindows
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo
-from gpuanalyze.ingest.writer import TraceWriter
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter
 
 _clock = time.perf_counter_ns
 _getframe = sys._getframe

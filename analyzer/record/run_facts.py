@@ -1,6 +1,6 @@
 """Run information stored in the trace metadata: host, devices, versions, distributed setup.
 
-The command line is stored redacted (gpuanalyze.ingest.redact: ``--hf-token ***``).
+The command line is stored redacted (gpuanalyze.ingest.trace.redact: ``--hf-token ***``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import msgspec
 from analyzer.machine.driver import driver_version
 from analyzer.record.host_readers import bf16_flags
 from analyzer.record.system_sampler import cpu_quota_cores
-from gpuanalyze.ingest.redact import redact_argv
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace.redact import redact_argv
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 
 #: Environment variable that gives every process of one run the same run id (`gpuanalyze run` sets it).
 RUN_ID_ENV = "GPUANALYZE_RUN_ID"

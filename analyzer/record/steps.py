@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.record.memory_reader import Memory
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 _NS_PER_MS = 1e6
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from types import FrameType
 
-from gpuanalyze.ingest.runinfo import CallSite
+from gpuanalyze.ingest.trace.runinfo import CallSite
 
 #: Call sites stored in the end marker (most blocked time first); the rest are summed into none.
 KEPT = 64

@@ -23,7 +23,7 @@ from typing import Any
 
 from analyzer.record import host_readers as R
 from analyzer.record.notify import warn
-from gpuanalyze.ingest.host_sample import HostSample, encode_host_sample
+from gpuanalyze.ingest.trace.host_sample import HostSample, encode_host_sample
 
 PROC = Path("/proc")
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -16,10 +16,10 @@ from analyzer.record.notify import warn
 from analyzer.record.paths import create_new, rank_path
 from analyzer.record.steps import StepTimes, closed_row
 from analyzer.record.system_sampler import SystemSampler
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.schema import KernelStats
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.schema import KernelStats
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 
 
 class TraceOutput:

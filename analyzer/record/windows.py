@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuanalyze.ingest.kernel_stats import StepKernels
-from gpuanalyze.ingest.kineto import parse_kineto
-from gpuanalyze.ingest.schema import KernelStats
+from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.timeline.kernel_stats import StepKernels
+from gpuanalyze.ingest.trace.schema import KernelStats
 
 
 class KernelWindows:

@@ -26,8 +26,8 @@ from analyzer.analysis.chart_sums import (
     trace_chart_sums,
 )
 from analyzer.planning.outcome import Report
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace
 
 __all__ = [
     "HIST_BINS",

@@ -26,8 +26,8 @@ import polars as pl
 from analyzer.analysis.aggregate import number
 from analyzer.render.words import PART_LABELS
 from analyzer.version import __version__
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace
 
 #: Order of the phases inside a step's slice (durations are recorded, positions are not).
 LAYOUT: tuple[str, ...] = (

@@ -18,7 +18,7 @@ from analyzer.planning.outcome import Report
 from analyzer.render import words
 from analyzer.render.chart_data import ChartData, Distribution, Heatmap, StepSeries
 from analyzer.render.safe import html as h
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 if TYPE_CHECKING:
     pass

@@ -16,7 +16,7 @@ from analyzer.render import words
 from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h
 from analyzer.render.safe import shorten
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 if TYPE_CHECKING:
     pass

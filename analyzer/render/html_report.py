@@ -24,7 +24,7 @@ from analyzer.version import __version__
 
 if TYPE_CHECKING:
     from analyzer.render.chart_data import ChartData
-    from gpuanalyze.ingest.reader import Trace
+    from gpuanalyze.ingest.trace.reader import Trace
 
 MISSING_EXTRA = "the HTML report draws its charts with plotly, which is not installed: pip install 'gpuanalyze[report]'"
 CSP = (

@@ -16,7 +16,7 @@ from analyzer.planning.settling_trial import trial_of, wide
 from analyzer.render.output import built, dumps
 from analyzer.render.output import trace_report as J
 from analyzer.render.words import run_state
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 
 def report_struct(report: Report) -> J.Report:

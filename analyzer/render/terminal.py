@@ -20,8 +20,8 @@ from analyzer.planning.settling_trial import measure_line
 from analyzer.render import words
 from analyzer.render.layout import bullets, labelled
 from analyzer.render.safe import clean, shorten, text
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.kernel_names import short_name
+from gpuanalyze.ingest.timeline.kernel_names import short_name
+from gpuanalyze.ingest.trace import schema as S
 
 _STATE_STYLE = {"ok": "", "imported": "", "live": "yellow"}
 

@@ -15,7 +15,7 @@ from analyzer.analysis.rules import RULE_OF
 from analyzer.analysis.thresholds import WIDE_RANGE
 from analyzer.planning.cost import RunCost
 from analyzer.planning.outcome import Report
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 PART_LABELS: dict[str, str] = {
     S.DATA_WAIT_MS: "data wait",

@@ -2,7 +2,7 @@
 
 A directory is watched as its newest run (the traces of one run share a run id); a file as
 itself and its sibling rank files. Whether the run is still going comes from the writers'
-locks (gpuanalyze.ingest.writer.is_being_written), not from the file's age. ``Watch`` holds the
+locks (gpuanalyze.ingest.trace.writer.is_being_written), not from the file's age. ``Watch`` holds the
 files it opened (held.py): a path replaced or removed mid-watch is said, and the file first opened
 is still the one shown.
 """
@@ -17,10 +17,10 @@ import polars as pl
 
 from analyzer.errors import GpuAnalyzeError, TraceError
 from analyzer.run.held import HeldFiles
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.reader import Trace
 from gpuanalyze.ingest.sources import load_any, load_files, rank_siblings, read_run_info
-from gpuanalyze.ingest.writer import is_being_written
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.reader import Trace
+from gpuanalyze.ingest.trace.writer import is_being_written
 
 #: Steps in the rolling window of the phase table.
 ROLLING_STEPS = 20

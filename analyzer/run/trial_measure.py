@@ -18,8 +18,8 @@ from pathlib import Path
 import polars as pl
 
 from analyzer.errors import TraceError
-from gpuanalyze.ingest import schema as S
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace import schema as S
 
 #: A candidate beats the baseline when its mean is lower by more than this many standard errors
 #: of the difference of the two means ...

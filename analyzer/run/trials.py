@@ -274,8 +274,8 @@ def analyze_baseline(path: Path, warmup: int) -> tuple[Report | None, str | None
     import polars as pl
 
     from analyzer.api import analyze
-    from gpuanalyze.ingest import schema as S
     from gpuanalyze.ingest.sources import load_any
+    from gpuanalyze.ingest.trace import schema as S
 
     try:
         trace = load_any(path)

@@ -3,7 +3,7 @@
 Trackers read the process's command line into their run records (W&B stores ``sys.argv`` as the
 run's ``args`` and its program; MLflow ``sys.argv[0]`` as the source name), and online they upload
 them. While a tracker is called, ``sys.argv`` is the one the trace stores: redacted by the trace's
-own rule (``gpuanalyze.ingest.redact.redact_argv``: ``--hf-token ***``), one definition for both.
+own rule (``gpuanalyze.ingest.trace.redact.redact_argv``: ``--hf-token ***``), one definition for both.
 
 An unreachable MLflow server is retried 7 times with a doubling back-off by default (about 250 s
 before the error): unless the user set them, a call here gets a short timeout and one retry.
@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from gpuanalyze.ingest.redact import redact_argv
+from gpuanalyze.ingest.trace.redact import redact_argv
 
 #: MLflow's HTTP settings for a call from gpuanalyze, each used only when the user has not set it.
 MLFLOW_HTTP_DEFAULTS = {

@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.ipc_guard import DEFAULT_LIMITS
-from gpuanalyze.ingest.runinfo import RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.ipc_guard import DEFAULT_LIMITS
+from gpuanalyze.ingest.trace.runinfo import RunInfo
 from tests.conftest import make_row
 from tests.kineto_fixtures import two_step_trace
 from tests.nsys_fixtures import Export, build_export

@@ -21,9 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
-from gpuanalyze.ingest.writer import TraceWriter, WriterOptions
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 from tests.conftest import make_row
 from tests.hostile.arrow_cases import add_cases
 from tests.kineto_fixtures import ev, two_step_trace

@@ -22,7 +22,7 @@ from analyzer.analysis.rules.kernels import FP32_CATEGORIES, Kernels
 from analyzer.analysis.rules.rule import TIMELINE_CAUSES, Context, Rule, confidence_level, step_scale
 from analyzer.analysis.rules.sync import Sync, blocked_share, exposed_comm_share
 from analyzer.analysis.rules.warmup import warmup_why
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 RULES: tuple[Rule, ...] = (DataLoading(), BatchSize(), Kernels(), Sync(), Host())
 #: Each rule by the bottleneck it names (``none`` and ``unknown`` are no rule's).

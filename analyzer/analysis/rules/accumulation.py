@@ -21,7 +21,7 @@ from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
 from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 
 def micro_batches(ctx: Context) -> int | None:

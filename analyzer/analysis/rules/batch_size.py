@@ -29,7 +29,7 @@ from analyzer.analysis.rules.host import preprocessing_share
 from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded, fixed_share_range, gpu_only
 from analyzer.analysis.rules.workers import worker_plan
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 
 def batch_multiplier(ctx: Context) -> tuple[int, str]:

@@ -27,7 +27,7 @@ from analyzer.analysis.fixes import PrecisionFix
 from analyzer.analysis.rerun import rerun_command
 from analyzer.analysis.rules.measured import Measured, matmul_share, window_ms
 from analyzer.analysis.rules.rule import Context, Detection, bounded
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 CAUSE = "cpu_fp32_math"
 

@@ -22,7 +22,7 @@ from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import WorkerFix
 from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded, gpu_only
 from analyzer.analysis.rules.workers import WorkerPlan, cores_free, free_word, loader_cpu_share, worker_plan
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 __all__ = ["DataLoading", "WorkerPlan", "fetch_is_a_step_cost", "other_step_costs", "worker_gain", "worker_plan"]
 

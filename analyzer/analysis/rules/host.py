@@ -16,7 +16,7 @@ from analyzer.analysis.kernel_metrics import KernelMetrics
 from analyzer.analysis.owners import owned_consistency
 from analyzer.analysis.rerun import rerun_command
 from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 
 class Host(Rule):

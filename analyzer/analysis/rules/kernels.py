@@ -19,7 +19,7 @@ from analyzer.analysis.rules import cpu_precision
 from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
 from analyzer.machine.datasheet import lookup
 from analyzer.machine.tensor_cores import TensorCores, capability, tensor_cores
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 FP32_CATEGORIES = ("gemm_simt_fp32", "conv")
 MEMORY_BOUND_CATEGORIES = ("elementwise", "reduction")

@@ -32,8 +32,8 @@ from analyzer.analysis.metrics import StepMetrics
 from analyzer.analysis.owners import OWNER_CLASS, IdleOwnership, owned_consistency, ownership
 from analyzer.analysis.ranks import PHASE_NAMES
 from analyzer.machine.ceilings import Ceilings
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.runinfo import EndInfo, RunInfo
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from analyzer.analysis.ranks import RankAnalysis
 from analyzer.analysis.rules.blocking import blocking_site, blocking_site_advice
 from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded
 from analyzer.machine.bandwidth import allreduce_bandwidths
-from gpuanalyze.ingest import schema as S
+from gpuanalyze.ingest.trace import schema as S
 
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 

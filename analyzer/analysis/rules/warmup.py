@@ -15,8 +15,8 @@ from analyzer.analysis.kernel_metrics import KernelMetrics, StartupStep, StepOwn
 from analyzer.analysis.owners import OWNER_WORDS
 from analyzer.analysis.rules.data_loading import copy_shares
 from analyzer.analysis.rules.rule import Context
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.startup_work import kind_of
+from gpuanalyze.ingest.timeline.startup_work import kind_of
+from gpuanalyze.ingest.trace import schema as S
 
 #: Steps, and start-up names per step, the verdict quotes.
 QUOTED_STEPS = 3

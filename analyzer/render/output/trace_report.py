@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from analyzer.analysis.findings import Bottleneck, ConfidenceLevel, Severity
-from gpuanalyze.ingest.runinfo import EndInfo, GpuSummary, RunInfo
+from gpuanalyze.ingest.trace.runinfo import EndInfo, GpuSummary, RunInfo
 
 
 def doc(text: str) -> msgspec.Meta:

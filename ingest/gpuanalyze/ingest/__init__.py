@@ -1,4 +1,4 @@
 """The trace format and everything that reads or writes it: schema, writer, readers, importers.
 
-Import the module you need (``gpuanalyze.ingest.reader`` ...); this package imports nothing.
+Import the module you need (``gpuanalyze.ingest.trace.reader`` ...); this package imports nothing.
 """

@@ -14,13 +14,13 @@ import msgspec
 import polars as pl
 
 from analyzer.errors import MixedRunsError, TraceError
-from gpuanalyze.ingest import schema as S
-from gpuanalyze.ingest.ipc_guard import IpcReader
-from gpuanalyze.ingest.kineto_import import load_kineto
-from gpuanalyze.ingest.nsys_import import is_nsys_path, load_nsys_ranks
-from gpuanalyze.ingest.reader import Trace, load_trace
-from gpuanalyze.ingest.runinfo import GpuSummary, RunInfo, read_run
-from gpuanalyze.ingest.stream import ReadLimits
+from gpuanalyze.ingest.kineto.parse import load_kineto
+from gpuanalyze.ingest.nsys.load import is_nsys_path, load_nsys_ranks
+from gpuanalyze.ingest.trace import schema as S
+from gpuanalyze.ingest.trace.byte_source import ReadLimits
+from gpuanalyze.ingest.trace.ipc_guard import IpcReader
+from gpuanalyze.ingest.trace.reader import Trace, load_trace
+from gpuanalyze.ingest.trace.runinfo import GpuSummary, RunInfo, read_run
 
 
 def is_json_trace(path: Path) -> bool:
@@ -135,7 +135,7 @@ def load_files(path: Path, files: list[Path]) -> Trace:
 
 
 def load_nsys(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> Trace:
-    """An Nsight Systems capture as one Trace, its ranks merged (nsys_import.py)."""
+    """An Nsight Systems capture as one Trace, its ranks merged (nsys/load.py)."""
     return _merge(path, load_nsys_ranks(path, limits, step_range))
 
 

@@ -1,1 +1,0 @@
-"""Analysis at scale: per-rank work on a process pool or Ray, bounded-memory combination, the import cache."""

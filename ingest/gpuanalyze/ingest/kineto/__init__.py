@@ -1,0 +1,1 @@
+"""The PyTorch profiler (Kineto, Chrome trace JSON) importer: a bounded streaming parse into the timeline."""
