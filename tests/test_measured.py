@@ -1,5 +1,5 @@
 """A CPU run's sampled profiler windows measure the matmul share bf16 autocast speeds up, which its precision
-projection used to assume (rules/measured.py); the projection then says it measured it, and its range narrows.
+projection used to assume (rules/cpu_precision.py); the projection then says it measured it, and its range narrows.
 A batch or micro-batch projection takes its model's own constant with or without them."""
 
 import pytest
