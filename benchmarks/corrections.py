@@ -178,7 +178,7 @@ CORRECTIONS: dict[str, Toggle] = {
         f"{RULES}.workers", "main_process_share", lambda ctx: 0.0
     ),
     "without profiled windows' per-call bound": _without(f"{RULES}.measured", "per_call_share", lambda ctx, w: None),
-    "without profiled windows' matmul share": _without(f"{RULES}.measured", "matmul_share", lambda ctx, c: None),
+    "without profiled windows' matmul share": _without(f"{RULES}.cpu_precision", "matmul_share", lambda ctx, c: None),
     "with the removal residue put back (removed)": _with_residue,
     "without sample replay (op and collate growth)": _without(f"{RULES}.measured", "_op_ms_at", lambda ctx, k: None),
     "without collate replay (fetch_collate_growth)": _without(f"{RULES}.measured", "_collate_at", lambda ctx, k: None),

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import analyzer
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.judge import widened
-from analyzer.analysis.rules import measured
+from analyzer.analysis.rules import cpu_precision
 
 COVERAGE = 0.80
 
@@ -51,12 +51,12 @@ def constants(values: dict[str, float]) -> Iterator[None]:
 @contextlib.contextmanager
 def without_windows() -> Iterator[None]:
     """The analysis with the profiled steps' shares ignored for the block: every projection on its constants."""
-    saved = measured.window_ms
-    measured.window_ms = lambda ctx, field: None
+    saved = cpu_precision.window_ms
+    cpu_precision.window_ms = lambda ctx, field: None
     try:
         yield
     finally:
-        measured.window_ms = saved
+        cpu_precision.window_ms = saved
 
 
 def reproject(pair: Any, values: dict[str, float]) -> tuple[float, float | None, float | None] | None:

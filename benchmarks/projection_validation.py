@@ -33,7 +33,7 @@ projected with constants fitted without both families); each mode prints MODEL_E
 out-of-sample scores), and --load both the value of both modes' pairs pooled (thresholds.MODEL_ERROR).
 
 The CPU loops are recorded with sampled profiler windows (3 steps at a third and two thirds of the run):
-the projections measure the matmul share and bound the per-call share from them (rules/measured.py).
+the precision projection measures the matmul share from them (rules/cpu_precision.py).
 Each mode also prints the same pairs projected as if the traces had no profiled steps (every share its
 model's constant), in sample and leave-one-family-out: the same measurements, so the two differ by the
 measured shares alone. --no-windows records without them.

@@ -1,5 +1,5 @@
-"""A CPU run's sampled window measures, per step, the time in matmul ops (nested ones counted once), the op time
-outside the optimizer, and the per-call dispatch part of it (ingest/cpu_ops.py)."""
+"""A CPU run's sampled window measures, per step, the time in matmul ops (nested ones counted once) and the op time
+outside the optimizer (ingest/cpu_ops.py)."""
 
 import numpy as np
 import pytest
@@ -36,25 +36,13 @@ def _step(dispatch_us: float, per_sample_us: float, samples: int, gap_us: float)
     return ev
 
 
-def test_the_window_separates_matmul_dispatch_and_per_sample_work():
+def test_the_window_separates_matmul_and_op_time_outside_the_optimizer():
     ops = _ops(_step(dispatch_us=5.0, per_sample_us=2.0, samples=32, gap_us=20.0))
     f = cpu_op_fields(ops, 0.0, 1e6)
     assert f["cpu_matmul_ms"] == pytest.approx(10 * (5.0 + 64.0) / 1e3)
     assert f["cpu_op_ms"] == pytest.approx(10 * 5.0 / 1e3 + 10 * (69.0 + 5.0) / 1e3)  # the optimizer's ops left out
-    # each of the 30 ops (the nested addmm too) pays one dispatch of 5 us
-    assert f["cpu_dispatch_ms"] == pytest.approx(30 * 5.0 / 1e3)
-    # what grows with the samples is recovered: 10 matmuls x 32 samples x 2 us
-    assert f["cpu_op_ms"] - f["cpu_dispatch_ms"] == pytest.approx(10 * 64.0 / 1e3)
+    assert "cpu_dispatch_ms" not in f  # no longer written
     assert f["cpu_softmax_ms"] == 0.0 and f["cpu_bmm_ms"] == 0.0
-
-
-def test_the_per_sample_part_scales_with_the_samples_and_dispatch_does_not():
-    small = cpu_op_fields(_ops(_step(dispatch_us=4.0, per_sample_us=1.5, samples=2, gap_us=10.0)), 0.0, 1e6)
-    large = cpu_op_fields(_ops(_step(dispatch_us=4.0, per_sample_us=1.5, samples=16, gap_us=10.0)), 0.0, 1e6)
-    assert small["cpu_dispatch_ms"] == pytest.approx(large["cpu_dispatch_ms"])
-    grow_small = small["cpu_op_ms"] - small["cpu_dispatch_ms"]
-    grow_large = large["cpu_op_ms"] - large["cpu_dispatch_ms"]
-    assert grow_large / grow_small == pytest.approx(8.0)
 
 
 def test_only_ops_that_started_in_the_step_count():

@@ -87,16 +87,16 @@ def test_constants_are_restored_after_the_block():
 
 
 def test_without_windows_the_profiled_steps_measure_nothing_and_it_is_restored(monkeypatch):
-    from analyzer.analysis.rules import measured
+    from analyzer.analysis.rules import cpu_precision
 
     class _Ctx:
         gpu = False
 
-    before = measured.window_ms
+    before = cpu_precision.window_ms
     with pytest.raises(RuntimeError), L.without_windows():
-        assert measured.window_ms(_Ctx(), "cpu_op_ms") is None
+        assert cpu_precision.window_ms(_Ctx(), "cpu_op_ms") is None
         raise RuntimeError
-    assert measured.window_ms is before
+    assert cpu_precision.window_ms is before
 
 
 def test_the_conformal_error_is_the_calibrated_rank_of_the_scores_and_never_shrinks_a_range():

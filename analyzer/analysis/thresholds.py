@@ -240,7 +240,7 @@ FLOAT64_SPEEDUP = 2.0
 #: Dense CPU training loops spend most of forward + backward in GEMM (oneDNN/MKL); benchmarks/
 #: projection_validation.py measured bf16 1.9-4.4x faster on AVX512_BF16, all beyond the 2x fast end.
 CPU_MATMUL_UNMEASURED = 0.75
-#: Uncertainty of the matmul share measured from a CPU run's sampled profiler windows (rules/measured.py): a few
+#: Uncertainty of the matmul share measured from a CPU run's sampled profiler windows (rules/cpu_precision.py): a few
 #: profiled steps against the steady steps' forward + backward. Ours, not fitted to the validation pairs.
 CPU_MATMUL_SLACK = 0.1
 #: On a CPU run's profiled steps, softmax and batched matmuls with no fused attention op taking at least this

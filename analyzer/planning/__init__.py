@@ -1,1 +1,1 @@
-"""Planning on top of a verdict: cost per run, compare runs or servers, GPU what-ifs, training memory, MFU."""
+"""Planning on top of a verdict: cost per run, compare runs or servers, projection checks, MFU."""

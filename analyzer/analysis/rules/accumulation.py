@@ -6,12 +6,9 @@ per-call part (the DataLoader's call, launching or dispatching the ops, Python b
 part that grows with the micro-batch's samples. The same samples per optimizer step in ``A / k``
 micro-batches ``k`` times larger keep the per-sample part and divide the per-call part by ``k``; the
 optimizer step and the rest of the step stay. A smaller batch within the run (analysis.batch_split)
-measures the per-call share, else the sampled CPU profiler windows bound it from below (rules.measured:
-Python between the ops and their dispatch are per call; the range runs from that to all of it, the point
-in the middle); without either the range
-spans all of it growing with the samples (no saving: the slow end) to none of it (the fast end), the
-point at MICRO_UNMEASURED_FIXED (this model's own constant). The learning rate stays: the samples per
-optimizer step do not change.
+measures the per-call share; without it the range spans all of it growing with the samples (no saving:
+the slow end) to none of it (the fast end), the point at MICRO_UNMEASURED_FIXED (this model's own
+constant). The learning rate stays: the samples per optimizer step do not change.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
-from analyzer.analysis.rules.measured import per_call_range, per_call_share
 from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
 from gpuanalyze.ingest.trace import schema as S
 
@@ -64,8 +60,7 @@ def per_micro_ms(ctx: Context) -> float:
 
 def per_call(ctx: Context, work: float) -> tuple[float, float, float, str | None]:
     """(point, low, high) of the per-call share of ``work`` (ms per step of fetch + forward + backward), and what
-    measured it: a smaller batch in the run, else the sampled CPU windows' lower bound (rules.measured), else None
-    (the point MICRO_UNMEASURED_FIXED, the range 0 to 1)."""
+    measured it: a smaller batch in the run, else None (the point MICRO_UNMEASURED_FIXED, the range 0 to 1)."""
     split = ctx.m.batch_split
     if split is not None:
         f, lo, hi = fixed_share_range(split.fixed_fraction)
@@ -78,10 +73,6 @@ def per_call(ctx: Context, work: float) -> tuple[float, float, float, str | None
                 f"({split.fixed_ms:.2f} ms + {split.per_sample_ms:.3f} ms/sample)"
             ),
         )
-    window = per_call_share(ctx, work)
-    if window is not None:
-        f, lo, hi = per_call_range(window)
-        return f, lo, hi, f"the profiled steps measure at least {lo:.0%} of it as per call ({window.basis})"
     f, lo, hi = fixed_share_range(None, T.MICRO_UNMEASURED_FIXED)
     return f, lo, hi, None
 
@@ -99,7 +90,7 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
     f, lo_f, hi_f, basis = per_call(ctx, work)
     if basis is None:
         basis = (
-            f"nothing in the run measures the per-call share (no smaller batch, no sampled CPU window): the point "
+            f"nothing in the run measures the per-call share (no smaller batch in the run): the point "
             f"takes {f:.0%} (MICRO_UNMEASURED_FIXED), the range spans none of it ({at(0.0):.2f} ms) to all of it "
             f"({at(1.0):.2f} ms)"
         )

@@ -15,17 +15,17 @@ holds 8 doubles or 16 singles), so float32 matmuls run FLOAT64_SPEEDUP times the
 float64, the model and its inputs are converted (``model.float()``).
 
 A share f of forward + backward is matmul: measured from the trace's sampled profiler windows where it has them
-(rules.measured.matmul_share), the range f +- CPU_MATMUL_SLACK; without them the range spans all of it (the fast
+(matmul_share), the range f +- CPU_MATMUL_SLACK; without them the range spans all of it (the fast
 end) to none of it (no gain, the slow end), the point at CPU_MATMUL_UNMEASURED (this model's own constant).
 """
 
 from __future__ import annotations
 
 from analyzer.analysis import thresholds as T
+from analyzer.analysis.aggregate import clamp
 from analyzer.analysis.findings import Evidence, Projection
 from analyzer.analysis.fixes import PrecisionFix
 from analyzer.analysis.rerun import rerun_command
-from analyzer.analysis.rules.measured import Measured, matmul_share, window_ms
 from analyzer.analysis.rules.rule import Context, Detection, bounded
 from gpuanalyze.ingest.trace import schema as S
 
@@ -38,13 +38,35 @@ def compute_ms(ctx: Context) -> float:
     return (m.mean_ms.get(S.FORWARD_MS) or 0.0) + (m.mean_ms.get(S.BACKWARD_MS) or 0.0)
 
 
-def matmul_range(ctx: Context) -> tuple[float, float, float, Measured | None]:
-    """(point, low, high) of the matmul share f of forward + backward, and its measurement (None: the constant)."""
+def window_ms(ctx: Context, field: str) -> tuple[float, int] | None:
+    """(ms per step of a KernelStats CPU field, sampled steps): its share of the sampled steps' wall time times
+    the mean step (a profiled step runs slower, and the host's speed moves between the window and the rest:
+    the share carries over, the milliseconds do not); None when no sampled CPU window recorded ATen op time
+    (a GPU run, or a CPU run recorded without kernel windows: ingest/cpu_ops.py)."""
+    km = ctx.m.kernels
+    if ctx.gpu or km is None or km.steps <= 0 or km.wall_ms <= 0 or km.totals_ms.get("cpu_op_ms", 0.0) <= 0:
+        return None
+    return km.totals_ms.get(field, 0.0) / km.wall_ms * ctx.wall, km.steps
+
+
+def matmul_share(ctx: Context, compute: float) -> tuple[float, str] | None:
+    """Share of ``compute`` (mean forward + backward ms per step) in matmul/convolution ops, and what measured it."""
+    got = window_ms(ctx, "cpu_matmul_ms")
+    if got is None or compute <= 0:
+        return None
+    mm, steps = got
+    return clamp(
+        mm / compute
+    ), f"matmul/convolution ops {mm:.2f} ms of the mean step (their share of {steps} profiled steps)"
+
+
+def matmul_range(ctx: Context) -> tuple[float, float, float, str | None]:
+    """(point, low, high) of the matmul share f of forward + backward, and what measured it (None: the constant)."""
     got = matmul_share(ctx, compute_ms(ctx))
     if got is None:
         return T.CPU_MATMUL_UNMEASURED, 0.0, 1.0, None
-    f = got.share
-    return f, max(0.0, f - T.CPU_MATMUL_SLACK), min(1.0, f + T.CPU_MATMUL_SLACK), got
+    f = got[0]
+    return f, max(0.0, f - T.CPU_MATMUL_SLACK), min(1.0, f + T.CPU_MATMUL_SLACK), got[1]
 
 
 def native_bf16(ctx: Context) -> str | None:
@@ -128,14 +150,14 @@ def _rate(ctx: Context) -> str:
     return f"matmuls under bf16 autocast run up to {speedups(ctx)[1]:g}x the products per instruction"
 
 
-def _basis(got: Measured | None) -> str:
+def _basis(got: str | None) -> str:
     """Where the matmul share came from, in words."""
     if got is None:
         return (
             f"not measured (no sampled CPU profiler window in the trace): the constant CPU_MATMUL_UNMEASURED "
             f"{T.CPU_MATMUL_UNMEASURED:.0%}, the range 0 to 1"
         )
-    return f"measured: {got.basis} (+-{T.CPU_MATMUL_SLACK:.0%})"
+    return f"measured: {got} (+-{T.CPU_MATMUL_SLACK:.0%})"
 
 
 def project(ctx: Context) -> Projection:

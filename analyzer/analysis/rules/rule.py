@@ -328,7 +328,7 @@ def fixed_share_range(
     measured: float | None, unmeasured: float = T.BATCH_UNMEASURED_FIXED
 ) -> tuple[float, float, float]:
     """The share of per-call work a batch change assumes, and its range: a measured share (a smaller batch in
-    the run, or the sampled CPU windows: rules.measured.per_call_share) plus or minus BATCH_SPLIT_SLACK, else
+    the run) plus or minus BATCH_SPLIT_SLACK, else
     the model's own ``unmeasured`` point (the batch model's BATCH_UNMEASURED_FIXED, the micro-batch model's
     MICRO_UNMEASURED_FIXED) over the whole of [0, 1]."""
     if measured is None:

@@ -6,11 +6,8 @@ On a CPU run the "kernels" are the ATen ops themselves, timed on the host (``cpu
 - ``cpu_bmm_ms`` / ``cpu_softmax_ms`` / ``cpu_sdpa_ms``: batched matmuls, softmax and fused attention, the
   pattern of attention written by hand (matmul, softmax, matmul) against scaled_dot_product_attention;
 - ``cpu_op_ms``: the union of every op outside the optimizer's step (time inside ATen: the work itself plus
-  each op's dispatch); the rest of the step is Python and framework code between the ops;
-- ``cpu_dispatch_ms``: every op outside the optimizer (nested ones too: each is dispatched) charged its
-  own time (less its children's) up to the step's DISPATCH_QUANTILE own time (the cheapest ops are almost
-  all dispatch: argument checks, the dispatcher, allocating the output), the per-call part of the op
-  time that does not grow with the data.
+  each op's dispatch); the rest of the step is Python and framework code between the ops.
+KernelStats ``cpu_dispatch_ms`` is no longer written (older traces still read).
 """
 
 from __future__ import annotations
@@ -37,28 +34,13 @@ BMM_OPS = ("aten::bmm", "aten::baddbmm")
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_softmax_backward_data")
 SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product")
 OPTIMIZER_PREFIX = ("Optimizer.",)
-#: The op-duration quantile of a step's outermost ops taken as one op's dispatch cost.
-DISPATCH_QUANTILE = 0.1
-FIELDS = ("cpu_matmul_ms", "cpu_bmm_ms", "cpu_softmax_ms", "cpu_sdpa_ms", "cpu_op_ms", "cpu_dispatch_ms")
+FIELDS = ("cpu_matmul_ms", "cpu_bmm_ms", "cpu_softmax_ms", "cpu_sdpa_ms", "cpu_op_ms")
 
 
 def _exact(ops: HostOps, names: tuple[str, ...]) -> np.ndarray:
     """Which ops are named exactly one of ``names`` (aten::mm, not aten::mm_backward)."""
     wanted = set(names)
     return np.array([n in wanted for n in ops.names], dtype=bool)[ops.name]
-
-
-def self_times(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Each op's own time (its duration less its direct children's) of ops sorted by thread, then start."""
-    own = end - start
-    stack: list[int] = []
-    for i in range(start.size):
-        while stack and (tid[stack[-1]] != tid[i] or start[i] >= end[stack[-1]]):
-            stack.pop()
-        if stack:
-            own[stack[-1]] -= min(end[i], end[stack[-1]]) - start[i]
-        stack.append(i)
-    return np.maximum(own, 0.0)
 
 
 def cpu_op_fields(ops: HostOps, lo: float, hi: float) -> dict[str, float]:
@@ -80,10 +62,6 @@ def cpu_op_fields(ops: HostOps, lo: float, hi: float) -> dict[str, float]:
     for o in np.flatnonzero(optim & outer):
         in_optimizer |= (tid == tid[o]) & (start >= start[o]) & (end <= end[o])
     work = ~in_optimizer
-    own = np.zeros(idx.size)
-    own[order] = self_times(start[order], end[order], tid[order])
-    floor = float(np.quantile(own[work], DISPATCH_QUANTILE)) if work.any() else 0.0
-    op_ms = union_length(start[work], end[work]) / 1e3
 
     def union(mask: np.ndarray) -> float:
         return union_length(start[mask], end[mask]) / 1e3
@@ -93,6 +71,5 @@ def cpu_op_fields(ops: HostOps, lo: float, hi: float) -> dict[str, float]:
         "cpu_bmm_ms": union(_exact(sub, BMM_OPS) & work),
         "cpu_softmax_ms": union(_exact(sub, SOFTMAX_OPS) & work),
         "cpu_sdpa_ms": union(sub.named(SDPA_OPS) & work),
-        "cpu_op_ms": op_ms,
-        "cpu_dispatch_ms": min(op_ms, float(np.minimum(own[work], floor).sum()) / 1e3),
+        "cpu_op_ms": union(work),
     }

@@ -216,7 +216,7 @@ class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
     cpu_op_ms: _Ms = 0.0
     """CPU runs: host time inside ATen ops outside the optimizer's step (the rest is Python between the ops)."""
     cpu_dispatch_ms: _Ms = 0.0
-    """CPU runs: the per-call part of cpu_op_ms: each op's own time up to the step's cheapest-decile own time."""
+    """Written by older recorders (a per-call part of cpu_op_ms); no longer written or read, kept so they read."""
     owner_frames: Annotated[tuple[OwnerFrame, ...], msgspec.Meta(max_length=64)] = ()
     """The user frames that held the GPU idle in the step, by owner, most idle first (captures with Python stacks
     or record_function ranges; empty otherwise)."""
