@@ -174,7 +174,7 @@ def test_every_command_from_an_empty_home(tmp_path):
         ("env",),
         ("run", "--print-env"),
         ("run", "--out", "{out}", "--", PY, "-c", "pass"),
-        ("bench", "memory", "--backend", "cpu", "--quick"),
+        ("bench", "matmul", "--backend", "cpu", "--quick"),
     )
     case = Case("empty_home", "home", runs, commands)
     results, _rss, stderr = _run(case, tmp_path, env)

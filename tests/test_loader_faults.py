@@ -232,7 +232,7 @@ def test_kill_9_leaves_no_worker_and_the_next_run_removes_the_segment(tmp_path, 
         # dead owners' segments, as below): put the dead owner's segment back to test the sweep
         segment.write_bytes(b"\0" * 4096)
     monkeypatch.setenv("GPUANALYZE_CEILINGS", str(tmp_path / "ceilings.json"))
-    result = runner.invoke(app, ["bench", "launch", "--backend", "cpu", "--quick"])
+    result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick"])
     assert result.exit_code == 0, result.output
     assert not segment.exists()
     assert "removed 1 shared-memory segment(s)" in " ".join(result.output.split())
