@@ -19,12 +19,16 @@ import statistics
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import analyzer
 from analyzer.analysis import judge
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.left_out import cause_part, owned_left_out_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.leave_one_family_out import constants
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +65,6 @@ def _patch_everywhere(owner: Any, name: str, value: Any) -> contextlib.AbstractC
 
 def _holds(module: Any, name: str, value: Any) -> bool:
     return getattr(module, "__name__", "").startswith("analyzer.") and getattr(module, name, None) is value
-
-
-@contextlib.contextmanager
-def _constants(**values: float) -> Iterator[None]:
-    saved = {k: getattr(T, k) for k in values}
-    try:
-        for k, v in values.items():
-            setattr(T, k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(T, k, v)
 
 
 def _back_without_outlier_share(f: Any, delta: float, full: Any, steady: Any) -> float:
@@ -129,7 +121,7 @@ def _without(module: str, name: str, value: Any) -> Toggle:
 
 
 def _without_constants(**values: float) -> Toggle:
-    return lambda: _constants(**values) if all(hasattr(T, k) for k in values) else None
+    return lambda: constants(values) if all(hasattr(T, k) for k in values) else None
 
 
 def _raw_cpu_share(ctx: Any) -> float | None:
