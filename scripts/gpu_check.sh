@@ -3,14 +3,14 @@
 # numbers for comparison, and GPU sample traces. Writes into $OUT (default ./gpu_out).
 # Usage on a GPU machine from the repo root: bash scripts/gpu_check.sh
 #   PARTS="tests memory bench-cupy torch traces overhead" selects steps (default: all);
-#   BENCH_CUPY=all|matmul|allreduce|dataloader selects the cupy benchmarks.
+#   BENCH_CUPY=all|matmul|allreduce selects the cupy benchmarks.
 set -u
 PARTS=${PARTS:-"tests memory bench-cupy torch traces overhead"}
 BENCH_CUPY=${BENCH_CUPY:-all}
 want() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=0 GPUANALYZE_CEILINGS=/tmp/gpuanalyze-ceilings.json
+export PYTHONUNBUFFERED=1 GPUANALYZE_CEILINGS=/tmp/gpuanalyze-ceilings.json
 if [ -d .whl ] && ! python3 -c "import polars" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
@@ -20,7 +20,7 @@ step() { echo; echo "=== $1 ($(date +%T))"; }
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/nvidia-smi.csv"
-python3 -c "import torch, cupy, numba; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cupy', cupy.__version__, 'numba', numba.__version__)"
+python3 -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cupy', cupy.__version__)"
 python3 -m analyzer env
 
 if want tests; then step "GPU tests"
@@ -66,7 +66,7 @@ if want traces; then step "GPU sample traces"
 mkdir -p "$OUT/traces"
 timeout 200 python3 sample_traces/record.py --device cuda --prefix h200 --out-dir "$OUT/traces" --steps 60
 for f in "$OUT"/traces/h200_*.arrow; do python3 -m analyzer "$f" --json > "${f%.arrow}.json"; python3 -c "
-import json; d=json.load(open('${f%.arrow}.json')); print('$f', d['bottleneck'], d['confidence'], d['gpu_utilization'], d['step_time_ms'], d['breakdown_ms'])"; done
+import json; d=json.load(open('${f%.arrow}.json')); print('$f', d['bottleneck'], d['confidence'], d['gpu_utilization'], d['step_time_mean_ms'], d['breakdown_ms'])"; done
 tar -C "$OUT" -czf "$OUT/traces.tar.gz" traces && rm -r "$OUT/traces"
 fi
 

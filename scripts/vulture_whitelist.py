@@ -60,7 +60,6 @@ load_ceilings  # API: analyze(trace, ceilings=load_ceilings(path)) (analyzer/mac
 measured_unix_s  # unused variable (analyzer/machine/ceilings_store.py:83)
 datasheet_tflops  # unused variable (analyzer/planning/mfu.py:22)
 ppid  # unused variable (analyzer/record/host_readers.py:113)
-_._writer  # unused property (analyzer/record/profiler.py:114)
 exc_type  # unused variable (analyzer/record/profiler.py:133)
 output  # unused variable (analyzer/record/profiler.py:261)
 _._repr_html_  # unused method (analyzer/render/html_report.py:194)

@@ -36,20 +36,18 @@ def test_bench_all_cpu_quick_json(ceilings_path, tmp_path):
     for r in data["results"]:
         assert {"benchmark", "backend", "value", "unit", "variant", "repeats", "min", "median", "max"} <= r.keys()
         by.setdefault(r["benchmark"], []).append(r)
-    assert {"matmul", "allreduce", "dataloader"} <= by.keys()
+    assert {"matmul", "allreduce"} <= by.keys()
     gloo2 = [r for r in by["allreduce"] if r["world_size"] == 2 and r["variant"].startswith("gloo")]
     assert gloo2 and all(r["busbw_gbps"] > 0 and r["busbw_gbps"] == pytest.approx(r["algbw_gbps"]) for r in gloo2)
     assert all(r["busbw_gbps"] == 0 for r in by["allreduce"] if r["world_size"] == 1)
     assert all(r["min"] <= r["value"] <= r["max"] for r in data["results"]), "min..max in the value's unit"
-    pipeline = next(r for r in by["dataloader"] if r["variant"] == "pipeline")
-    assert pipeline["value"] > 0 and pipeline["capped_by"] in ("producer", "link", "consumer")
     assert json.loads(out.read_text())["results"] == data["results"]
     fp = data["fingerprint"]
     assert fp["backend"] == "cpu" and fp["host"] == this_host() and fp["device"] == data["device"]
     saved = json.loads(ceilings_path.read_text())["machines"]
     assert list(saved) == [f"{this_host()}/cpu/{data['device']}"]
     suites = next(iter(saved.values()))["suites"]
-    assert set(suites) == {"matmul", "allreduce", "dataloader"}
+    assert set(suites) == {"matmul", "allreduce"}
     assert sum(len(s["results"]) for s in suites.values()) == len(data["results"])
 
 
@@ -121,7 +119,7 @@ def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path
         return SuiteRun(measured_unix_s=1, quick=True, fingerprint=fp, results=[
             msgspec.Raw(msgspec.json.encode({"benchmark": benchmark, "value": 1.0, "suite": "x"}))])  # fmt: skip
 
-    merge_runs(ceilings_path, {"matmul": run(mine, "matmul"), "dataloader": run(mine, "dataloader")}, mine)
+    merge_runs(ceilings_path, {"matmul": run(mine, "matmul"), "allreduce": run(mine, "allreduce")}, mine)
     merge_runs(ceilings_path, {"matmul": run(other, "matmul")}, other)
     result = runner.invoke(app, ["bench", "matmul", "--backend", "cpu", "--quick"])
     assert result.exit_code == 0, result.output
@@ -130,9 +128,9 @@ def test_bench_merges_into_the_saved_file_and_says_where(ceilings_path, tmp_path
     assert f"  {ceilings_path}" in result.output.splitlines()
     machines = json.loads(ceilings_path.read_text())["machines"]
     assert set(machines) == {mine.key, other.key}
-    assert set(machines[mine.key]["suites"]) == {"matmul", "dataloader"}
+    assert set(machines[mine.key]["suites"]) == {"matmul", "allreduce"}
     assert machines[mine.key]["suites"]["matmul"]["results"][0]["value"] != 1.0  # replaced by the new run
-    assert machines[mine.key]["suites"]["dataloader"]["results"][0]["value"] == 1.0  # kept
+    assert machines[mine.key]["suites"]["allreduce"]["results"][0]["value"] == 1.0  # kept
     assert machines[other.key]["suites"]["matmul"]["results"][0]["value"] == 1.0  # the other machine kept
 
 
@@ -178,49 +176,39 @@ def test_bench_matmul_renders_a_table(ceilings_path):
     assert "matmul" in result.output and "fp32" in result.output
 
 
-def _ceilings(path, loader_rate, *, host="test-host", fingerprint=True, **more):
+def _ceilings(path, tflops, *, host="test-host", fingerprint=True, **more):
     """A `bench --json` style file measured on ``host``'s CPU (no fingerprint: an older file)."""
     fp = {"backend": "cpu", "device": "CPU: test x4", "host": host} if fingerprint else None
-    result = {
-        "benchmark": "dataloader",
-        "variant": "pipeline",
-        "value": loader_rate,
-        "unit": "samples/s",
-        "suite": "dataloader",
-    }
+    result = {"benchmark": "matmul", "variant": "fp32", "dtype": "float32", "value": tflops, "suite": "matmul"}
     path.write_text(
         json.dumps({"backend": "cpu", "device": "CPU: test x4", "fingerprint": fp, "results": [result], **more})
     )
     return path
 
 
-def _loader_bound_trace(trace_factory, host="test-host"):
+def _cpu_trace(trace_factory, host="test-host"):
     return trace_factory(
         [make_row(i, wall=20.0, data=10.0, samples=32) for i in range(20)], run={"host": host, "device": "cpu"}
     )
 
 
-def _loader_evidence(data):
-    return {e["metric"]: e for e in data["findings"][0]["evidence"]}.get("achieved_samples_per_s")
-
-
-def test_findings_quote_the_measured_loader_ceiling(trace_factory, ceilings_path):
-    trace = _loader_bound_trace(trace_factory)
-    _ceilings(ceilings_path, 9000.0)
-    result = runner.invoke(app, [str(trace), "--json"])
+def test_a_trace_gets_the_ceilings_of_the_machine_it_ran_on(trace_factory, ceilings_path):
+    _ceilings(ceilings_path, 2.0)
+    result = runner.invoke(app, [str(_cpu_trace(trace_factory)), "--json"])
+    assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    ev = _loader_evidence(data)
-    assert ev["value"] == pytest.approx(1600.0)
-    assert ev["threshold"] == 9000.0
-    assert "CPU: test x4" in ev["source"]
     assert data["ceilings"] == str(ceilings_path)
+    assert not any("not used" in note for note in data["notes"]), data["notes"]
 
 
-def test_evidence_from_a_cached_ceiling_says_where_and_when_it_was_measured(trace_factory, ceilings_path):
-    trace = _loader_bound_trace(trace_factory)
-    _ceilings(ceilings_path, 9000.0, created_unix_s=1_796_000_000)
-    ev = _loader_evidence(json.loads(runner.invoke(app, [str(trace), "--json"]).output))
-    assert f"measured by `gpuanalyze bench dataloader` on CPU: test x4, 2026-11-30 ({ceilings_path})" in ev["source"]
+def test_a_cached_ceiling_says_where_and_when_it_was_measured(ceilings_path):
+    from analyzer.machine.ceilings import ceilings_for
+    from gpuanalyze.ingest.trace.runinfo import RunInfo
+
+    _ceilings(ceilings_path, 2.0, created_unix_s=1_796_000_000)
+    c, note = ceilings_for(RunInfo(host="test-host", device="cpu"), None)
+    assert note is None and c is not None and c.matmul_tflops == {"float32": 2.0}
+    assert c.source("matmul") == f"`gpuanalyze bench matmul` on CPU: test x4, 2026-11-30 ({ceilings_path})"
 
 
 @pytest.mark.parametrize(("explicit", "host", "fingerprint", "why"), [
@@ -231,15 +219,12 @@ def test_evidence_from_a_cached_ceiling_says_where_and_when_it_was_measured(trac
 def test_ceilings_of_another_machine_are_not_applied_and_a_note_says_why(
     trace_factory, ceilings_path, tmp_path, explicit, host, fingerprint, why
 ):
-    trace = _loader_bound_trace(trace_factory)
-    path = _ceilings(
-        tmp_path / "theirs.json" if explicit else ceilings_path, 9000.0, host=host, fingerprint=fingerprint
-    )
+    trace = _cpu_trace(trace_factory)
+    path = _ceilings(tmp_path / "theirs.json" if explicit else ceilings_path, 2.0, host=host, fingerprint=fingerprint)
     result = runner.invoke(app, [str(trace), "--json", *(["--ceilings", str(path)] if explicit else [])])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["ceilings"] is None
-    assert _loader_evidence(data) is None or _loader_evidence(data)["threshold"] != 9000.0
     assert any(why in note and "not used" in note for note in data["notes"]), data["notes"]
 
 

@@ -41,8 +41,8 @@ def _save(path: Path, fp: Fingerprint, **suites: list[dict]) -> None:
     merge_runs(path, {name: _run(fp, *rs) for name, rs in suites.items()}, fp)
 
 
-def _loader(value: float) -> dict:
-    return _result("dataloader", value, variant="pipeline", suite="dataloader")
+def _busbw(value: float) -> dict:
+    return _result("allreduce", value, suite="allreduce")
 
 
 def _gpu_run(host: str | None = "node-a", gpu: str = "NVIDIA H200") -> RunInfo:
@@ -60,26 +60,26 @@ def store(tmp_path, monkeypatch) -> Path:
 
 
 def test_a_partial_run_replaces_only_its_suites_and_other_machines_stay(store):
-    _save(store, H200_A, dataloader=[_loader(1000.0)], matmul=[_result("matmul", 700.0, dtype="bfloat16")])
-    _save(store, LAPTOP, dataloader=[_loader(50.0)])
-    _save(store, H200_A, dataloader=[_loader(1200.0)])  # `bench dataloader` again on node-a
+    _save(store, H200_A, allreduce=[_busbw(1000.0)], matmul=[_result("matmul", 700.0, dtype="bfloat16")])
+    _save(store, LAPTOP, allreduce=[_busbw(50.0)])
+    _save(store, H200_A, allreduce=[_busbw(1200.0)])  # `bench allreduce` again on node-a
     data = json.loads(store.read_text())
     assert data["format"] == "gpuanalyze-ceilings" and data["version"] == 2
     assert set(data["machines"]) == {"node-a/cupy/NVIDIA H200", "laptop/cpu/CPU: x86_64 x8"}
     node_a = data["machines"]["node-a/cupy/NVIDIA H200"]["suites"]
-    assert set(node_a) == {"dataloader", "matmul"}
-    assert [r["value"] for r in node_a["dataloader"]["results"]] == [1200.0]
+    assert set(node_a) == {"allreduce", "matmul"}
+    assert [r["value"] for r in node_a["allreduce"]["results"]] == [1200.0]
     assert node_a["matmul"]["results"][0]["value"] == 700.0
     c, note = ceilings_for(_gpu_run(), None)
     assert note is None and c is not None
-    assert c.loader_samples_per_s == 1200.0 and c.matmul_tflops == {"bfloat16": 700.0}
+    assert c.busbw_gbps == 1200.0 and c.matmul_tflops == {"bfloat16": 700.0}
 
 
 def test_results_pass_through_a_merge_verbatim(store):
-    extra = {**_loader(10.0), "capped_by": "producer", "sample_shape": [3, 64, 64]}
-    _save(store, H200_A, dataloader=[extra])
+    extra = {**_busbw(10.0), "capped_by": "producer", "sample_shape": [3, 64, 64]}
+    _save(store, H200_A, allreduce=[extra])
     _save(store, H200_B, launch=[_result("launch_overhead", 2.0)])
-    kept = json.loads(store.read_text())["machines"]["node-a/cupy/NVIDIA H200"]["suites"]["dataloader"]["results"]
+    kept = json.loads(store.read_text())["machines"]["node-a/cupy/NVIDIA H200"]["suites"]["allreduce"]["results"]
     assert kept == [extra]
 
 
@@ -172,7 +172,7 @@ def test_a_newer_format_is_refused_by_version(store):
 
 
 def test_an_old_single_machine_file_is_kept_side_by_side(store):
-    store.write_text(json.dumps({"backend": "cpu", "device": "old", "results": [_loader(5.0)]}))
+    store.write_text(json.dumps({"backend": "cpu", "device": "old", "results": [_busbw(5.0)]}))
     _save(store, H200_A, launch=[_result("launch_overhead", 1.0)])
     machines = json.loads(store.read_text())["machines"]
     assert sorted(machines) == ["?/cpu/old", "node-a/cupy/NVIDIA H200"]
@@ -202,7 +202,7 @@ def test_nothing_saved_yet_is_no_ceilings_and_no_note(store):
 
 
 def test_another_gpu_model_gets_a_note_naming_both(store):
-    _save(store, LAPTOP, dataloader=[_loader(50.0)])
+    _save(store, LAPTOP, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(_gpu_run(), None)
     assert c is None and note is not None and "\n" not in note
     assert "CPU: x86_64 x8 (cpu) on host laptop" in note and "NVIDIA H200 on host node-a" in note
@@ -210,43 +210,43 @@ def test_another_gpu_model_gets_a_note_naming_both(store):
 
 
 def test_the_same_gpu_on_another_host_is_not_applied(store):
-    _save(store, H200_B, dataloader=[_loader(50.0)])
+    _save(store, H200_B, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(_gpu_run("node-a"), None)
     assert c is None and "host node-b" in note and "host node-a" in note
 
 
 def test_an_explicit_file_from_another_machine_gets_the_same_note(store, tmp_path):
     other = tmp_path / "theirs.json"
-    _save(other, H200_B, dataloader=[_loader(50.0)])
+    _save(other, H200_B, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(_gpu_run("node-a"), other)
     assert c is None and str(other) in note and "not used" in note
 
 
 def test_host_names_compare_by_first_label_and_gpu_names_ignore_case(store):
-    _save(store, H200_A, dataloader=[_loader(50.0)])
+    _save(store, H200_A, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(RunInfo(host="NODE-A.cluster.example", gpu_name="nvidia  h200"), None)
-    assert note is None and c is not None and c.loader_samples_per_s == 50.0 and c.host == "node-a"
+    assert note is None and c is not None and c.busbw_gbps == 50.0 and c.host == "node-a"
 
 
 def test_a_trace_without_host_matches_on_the_gpu_model_with_a_note(store):
-    _save(store, H200_A, dataloader=[_loader(50.0)])
+    _save(store, H200_A, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(_gpu_run(None), None)
     assert c is not None and "GPU model (NVIDIA H200) only" in note
 
 
 def test_a_trace_without_host_and_two_hosts_of_its_gpu_gets_none(store):
-    _save(store, H200_A, dataloader=[_loader(50.0)])
-    _save(store, H200_B, dataloader=[_loader(60.0)])
+    _save(store, H200_A, allreduce=[_busbw(50.0)])
+    _save(store, H200_B, allreduce=[_busbw(60.0)])
     c, note = ceilings_for(_gpu_run(None), None)
     assert c is None and "2 hosts" in note
 
 
 def test_cpu_traces_use_cpu_ceilings_of_their_host_only(store):
     gpu_host = Fingerprint(backend="cupy", device="NVIDIA H200", host="laptop")
-    _save(store, gpu_host, dataloader=[_loader(900.0)])
-    _save(store, LAPTOP, dataloader=[_loader(50.0)])
+    _save(store, gpu_host, allreduce=[_busbw(900.0)])
+    _save(store, LAPTOP, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(RunInfo(host="laptop", device="cpu"), None)
-    assert note is None and c is not None and c.loader_samples_per_s == 50.0 and c.backends == ("cpu",)
+    assert note is None and c is not None and c.busbw_gbps == 50.0 and c.backends == ("cpu",)
     c, note = ceilings_for(RunInfo(device="cpu"), None)
     assert c is None and "does not record its host" in note
 
@@ -261,13 +261,13 @@ def test_cupy_and_numba_entries_of_one_gpu_combine_to_the_best(store):
 
 
 def test_other_accelerators_get_a_note(store):
-    _save(store, H200_A, dataloader=[_loader(50.0)])
+    _save(store, H200_A, allreduce=[_busbw(50.0)])
     c, note = ceilings_for(RunInfo(host="node-a", device="mtia"), None)
     assert c is None and "mtia" in note
 
 
 def test_files_without_fingerprint_are_an_unknown_machine(store):
-    store.write_text(json.dumps({"backend": "cpu", "device": "test-host", "results": [_loader(9000.0)]}))
+    store.write_text(json.dumps({"backend": "cpu", "device": "test-host", "results": [_busbw(9000.0)]}))
     for explicit in (None, store):
         c, note = ceilings_for(RunInfo(host="test-host", device="cpu"), explicit)
         assert c is None and "no machine fingerprint" in note
@@ -281,12 +281,12 @@ def test_a_bench_json_report_with_its_fingerprint_is_a_ceilings_file(tmp_path):
                 "backend": "cupy",
                 "device": "NVIDIA H200",
                 "fingerprint": msgspec.to_builtins(H200_A),
-                "results": [_loader(77.0)],
+                "results": [_busbw(77.0)],
             }
         )
     )
     c, note = ceilings_for(_gpu_run(), report)
-    assert note is None and c is not None and c.loader_samples_per_s == 77.0
+    assert note is None and c is not None and c.busbw_gbps == 77.0
 
 
 def test_a_missing_or_damaged_explicit_file_is_an_error_but_a_damaged_default_is_a_note(store, tmp_path):
@@ -301,9 +301,9 @@ def test_a_missing_or_damaged_explicit_file_is_an_error_but_a_damaged_default_is
 
 
 def test_load_ceilings_keeps_working(store):
-    _save(store, H200_A, dataloader=[_loader(50.0)])
-    assert C.load_ceilings(store).loader_samples_per_s == 50.0
-    _save(store, LAPTOP, dataloader=[_loader(5.0)])
+    _save(store, H200_A, allreduce=[_busbw(50.0)])
+    assert C.load_ceilings(store).busbw_gbps == 50.0
+    _save(store, LAPTOP, allreduce=[_busbw(5.0)])
     with pytest.raises(GpuAnalyzeError, match="2 machines"):
         C.load_ceilings(store)
 
@@ -312,10 +312,10 @@ def test_load_ceilings_keeps_working(store):
 
 
 def test_a_ceiling_the_run_already_beats_is_no_limit():
-    c = Ceilings(path="p", device="d", loader_samples_per_s=6125.0, busbw_gbps=None, matmul_tflops={"bfloat16": 700.0})
-    assert c.beaten("loader", 140400.0) and c.limit("loader", 140400.0) is None
-    assert not c.beaten("loader", 1600.0) and c.limit("loader", 1600.0) == 6125.0
-    assert not c.beaten("busbw", 5.0) and c.limit("busbw", 5.0) is None  # nothing measured
+    c = Ceilings(path="p", device="d", busbw_gbps=6125.0, matmul_tflops={"bfloat16": 700.0})
+    assert c.beaten("busbw", 140400.0) and c.limit("busbw", 140400.0) is None
+    assert not c.beaten("busbw", 1600.0) and c.limit("busbw", 1600.0) == 6125.0
+    assert not c.beaten("matmul:float8", 5.0) and c.limit("matmul:float8", 5.0) is None  # nothing measured
     assert c.value("matmul:bfloat16") == 700.0 and c.value("matmul:float8") is None
     with pytest.raises(ValueError, match="unknown ceiling kind"):
         c.value("flops")

@@ -79,7 +79,10 @@ def test_kernel_evidence_and_ceilings(tmp_path):
                 "backend": "cupy",
                 "device": "NVIDIA H100 80GB HBM3",  # measured on the trace's GPU
                 "fingerprint": {"backend": "cupy", "device": "NVIDIA H100 80GB HBM3", "host": "node-a"},
-                "results": [{"benchmark": "dataloader", "variant": "pipeline", "value": 1e5}],
+                "results": [
+                    {"benchmark": "matmul", "variant": v, "dtype": d, "value": x}
+                    for v, d, x in (("fp32", "float32", 51.2), ("bf16", "bfloat16", 768.0))
+                ],
             }
         )
     )
@@ -87,8 +90,8 @@ def test_kernel_evidence_and_ceilings(tmp_path):
     result = runner.invoke(app, ["report", str(path), "-o", str(out), "--ceilings", str(ceilings)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert {"gpu", "kernels"} <= charts(page) and 'id="ceilings"' in page
-    assert "sgemm_kernel" in page and "measured ceiling" in page
+    assert {"gpu", "kernels"} <= charts(page)
+    assert "sgemm_kernel" in page and "measured matmul bf16/fp32 = 15.0x by `gpuanalyze bench matmul`" in page
 
 
 def test_large_run_stays_small():

@@ -44,19 +44,6 @@ def _report() -> BenchReport:
             _r("allreduce", f"nccl {mode}", 356.77, "GB/s busbw", dtype="float32", size_bytes=256 * M, world_size=8)
             for mode in ("out-of-place", "in-place")
         ],
-        "dataloader": [
-            _r(
-                "dataloader",
-                s,
-                v,
-                "samples/s",
-                spread=(v, v),
-                dtype="float32",
-                size_bytes=3 * M,
-                params={"capped_by": "link"},
-            )
-            for s, v in (("producer", 123456.7), ("link", 1234567.8), ("consumer", 9876543.2), ("pipeline", 120345.6))
-        ],
     }
     return BenchReport(
         "cupy",
@@ -66,7 +53,7 @@ def _report() -> BenchReport:
         tuple(SuiteOutcome(name, tuple(rows)) for name, rows in suites.items()),
         {},
         123.4,
-        ("removed 1 shared-memory segment(s) left in /dev/shm by a killed bench run",),
+        ("a note the suite left",),
     )
 
 
@@ -87,21 +74,21 @@ def test_every_value_is_shown_whole_at_any_width(width):
     assert max(len(line) for line in text.splitlines()) <= width
     for r in _report().results:
         assert _whole(num(r.value), text), (num(r.value), width)
-    for header in ("matmul", "all-reduce", "data loader"):
+    for header in ("matmul", "all-reduce"):
         assert header in text
 
 
 def test_at_80_columns_every_column_is_kept():
     text = _render(80)
-    for token in ("1,481", "78%", "busbw GB/s", "ranks", "nccl out-of-place", "1,234,568", "bf16", "384 MiB"):
+    for token in ("1,481", "78%", "busbw GB/s", "ranks", "nccl out-of-place", "bf16", "384 MiB"):
         assert token in text, token
     assert _whole(f"{short(51.2 * 0.98)}..{short(51.2 * 1.01)}", text)  # min..max of the fp32 matmul
-    assert "capped by the link stage" in text and "removed 1 shared-memory segment(s)" in text
+    assert "a note the suite left" in text
 
 
 def test_a_narrow_table_drops_the_spread_before_anything_else():
     text = _render(60)
-    assert "min..max" not in text.split("all-reduce")[1].split("synthetic")[0]
+    assert "min..max" not in text.split("all-reduce")[1]
     assert "busbw GB/s" in text and "ranks" in text
 
 

@@ -264,48 +264,6 @@ def test_data_fix_is_bounded_by_gpu_busy(trace_factory):
     assert f.share == pytest.approx(0.6) and f.projection.step_ms == pytest.approx(8.0)
 
 
-def test_data_fix_is_bounded_by_the_measured_loader_ceiling(trace_factory, tmp_path):
-    import json
-
-    from analyzer.machine.ceilings import load_ceilings
-
-    path = tmp_path / "c.json"
-    path.write_text(
-        json.dumps(
-            {
-                "backend": "cpu",
-                "device": "x",
-                "results": [{"benchmark": "dataloader", "variant": "pipeline", "value": 3200.0}],
-            }
-        )
-    )
-    rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)
-    f = _find(analyze(trace_factory(rows), ReadOptions(ceilings=load_ceilings(path))), "data_loading")
-    assert f.projection.step_ms == pytest.approx(10.0)  # 32 samples at 3200/s
-    assert any(e.metric == "achieved_samples_per_s" and e.passed for e in f.evidence)
-
-
-def test_a_ceiling_the_run_already_beats_is_contrary_evidence_not_a_limit(trace_factory, tmp_path):
-    import json
-
-    from analyzer.machine.ceilings import load_ceilings
-
-    path = tmp_path / "c.json"
-    path.write_text(
-        json.dumps(
-            {
-                "backend": "cpu",
-                "device": "x",
-                "results": [{"benchmark": "dataloader", "variant": "pipeline", "value": 100.0}],
-            }
-        )
-    )
-    rows = _rows(wall=20.0, data=15.0, fwd=2.0, bwd=2.5, opt=0.5, samples=32)  # 1600 samples/s > 100
-    f = _find(analyze(trace_factory(rows), ReadOptions(ceilings=load_ceilings(path))), "data_loading")
-    assert f.projection.step_ms == pytest.approx(5.0)  # the beaten ceiling is no limit
-    assert [e.metric for e in f.contrary] == ["achieved_samples_per_s"]
-
-
 def test_findings_are_ranked_by_the_time_their_fix_saves(trace_factory):
     # data wait 40% (moderate confidence fix saves 8 ms) beats unexplained idle (a 2x batch saves less)
     rows = _gpu_rows(wall=20.0, busy=8.0, data=8.0, peak=10 * GB)

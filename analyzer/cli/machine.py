@@ -24,7 +24,7 @@ def env_cmd() -> None:
 
 @app.command("bench")
 def bench_cmd(
-    which: Annotated[str, typer.Argument(help="matmul, allreduce, dataloader or all.")] = "all",
+    which: Annotated[str, typer.Argument(help="matmul, allreduce or all.")] = "all",
     backend: Annotated[str, typer.Option(help="auto, cupy or cpu.")] = "auto",
     quick: Annotated[bool, typer.Option("--quick", help="Smaller sizes and fewer repeats.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,

@@ -24,7 +24,7 @@ from analyzer.machine.ceilings_store import (
 if TYPE_CHECKING:
     from gpuanalyze.ingest.trace.runinfo import RunInfo
 
-KINDS = ("loader", "busbw", "matmul:<dtype>")
+KINDS = ("busbw", "matmul:<dtype>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,6 @@ class Ceilings:
 
     path: str
     device: str
-    loader_samples_per_s: float | None
     busbw_gbps: float | None
     matmul_tflops: dict[str, float]
     host: str | None = None
@@ -49,9 +48,7 @@ class Ceilings:
         return f"`gpuanalyze bench {suite}` on {self.device}, {day} ({self.path})"
 
     def value(self, kind: str) -> float | None:
-        """The ceiling of ``kind``: 'loader' (samples/s), 'busbw' (GB/s), 'matmul:<dtype>' (TFLOP/s)."""
-        if kind == "loader":
-            return self.loader_samples_per_s
+        """The ceiling of ``kind``: 'busbw' (GB/s), 'matmul:<dtype>' (TFLOP/s)."""
         if kind == "busbw":
             return self.busbw_gbps
         if kind.startswith("matmul:"):
@@ -85,7 +82,6 @@ def _ceilings(path: Path, machines: list[StoredMachine]) -> Ceilings:
     return Ceilings(
         path=str(path),
         device=first.device,
-        loader_samples_per_s=best("dataloader", "pipeline"),
         busbw_gbps=best("allreduce"),
         matmul_tflops=matmul,
         host=first.host,

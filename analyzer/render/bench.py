@@ -33,7 +33,6 @@ def datasheet_peak(r: BenchResult, spec: GpuSpec | None) -> float | None:
 _TITLE = {
     "matmul": "matmul",
     "allreduce": "all-reduce",
-    "dataloader": "synthetic data loader",
 }
 _UNIT = {"GB/s busbw": "busbw GB/s"}
 _DTYPE = {"float32": "fp32", "float64": "fp64", "float16": "fp16", "bfloat16": "bf16", "float8": "fp8"}
@@ -170,9 +169,6 @@ def render_bench(report: BenchReport) -> RenderableType:
         parts.append(Text(clean(f"skipped  {s}"), style="yellow"))
     for f in report.failed:
         parts.append(Text(clean(f"FAILED   {f}"), style="red"))
-    loader = [r for r in report.results if r.benchmark == "dataloader"]
-    if loader:
-        parts.append(Text(clean(f"data loader: capped by the {loader[0].params['capped_by']} stage")))
     for note in report.notes:
         parts.append(Text(clean(note), style="dim"))
     parts.append(Text(f"{len(report.results)} results in {report.seconds:.1f} s", style="dim"))

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 #: Evidence metrics that compare an achieved number with a ceiling measured by `gpuanalyze bench`.
 CEILING_METRICS = {
-    "achieved_samples_per_s": "input pipeline: samples/s vs `bench dataloader`",
     "allreduce_busbw_gbps": "gradient all-reduce: bus GB/s vs `bench allreduce`",
 }
 _BAD_STATES = {"exception", "interrupted", "incomplete", "disk_full", "profiler_error"}

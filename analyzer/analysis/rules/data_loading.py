@@ -169,19 +169,6 @@ class DataLoading(Rule):
                 why = "the wait is shorter than what a worker's hand-over adds; it must get shorter at its source"
             saves = plan.step_ms <= ctx.wall * (1 - T.WORKER_MIN_GAIN.value)
             ev.append(worst_case(ctx, plan) if not gain and saves else worker_gain(ctx, plan, why, expect_gain=gain))
-        c = ctx.ceilings
-        if c is not None and c.loader_samples_per_s and ctx.m.samples_per_s:
-            ev.append(
-                Evidence(
-                    "achieved_samples_per_s",
-                    ctx.m.samples_per_s,
-                    c.loader_samples_per_s,
-                    "<",
-                    "samples/s",
-                    f"synthetic input pipeline measured by {c.source('dataloader')}: "
-                    "what this host's workers and link can deliver; a run already faster is not limited by it",
-                )
-            )
         return tuple(ev)
 
     def project(self, ctx: Context, d: Detection) -> Projection | None:
@@ -200,13 +187,6 @@ class DataLoading(Rule):
         limits = {"the compute path": compute}
         if ctx.gpu:
             limits["GPU-busy time"] = ctx.busy
-        c = ctx.ceilings
-        if c is not None and c.loader_samples_per_s and ctx.m.batch_samples:
-            achieved = ctx.m.samples_per_s or 0.0
-            if achieved < c.loader_samples_per_s:
-                limits["the loader at the measured synthetic ceiling"] = (
-                    1e3 * ctx.m.batch_samples / c.loader_samples_per_s
-                )
         plan = worker_plan(ctx, data)
         base = f"step {ctx.wall:.2f} ms, of which data wait {data:.2f} ms"
         if helps(plan, ctx.wall):

@@ -15,7 +15,6 @@ from analyzer.errors import GpuAnalyzeError, Skip
 from analyzer.machine.ceilings_store import Fingerprint, SuiteRun, merge_runs, this_host
 from gpuanalyze.kernels.allreduce import run_allreduce
 from gpuanalyze.kernels.backend import Backend, availability, select
-from gpuanalyze.kernels.loader import run_loader, stale_segment_note
 from gpuanalyze.kernels.matmul import run_matmul
 from gpuanalyze.kernels.result import BenchReport, BenchResult, SuiteOutcome
 
@@ -27,13 +26,12 @@ def _plain(fn: Callable[..., list[BenchResult]]) -> Callable[..., tuple[list[Ben
 SUITES: dict[str, Callable[..., tuple[list[BenchResult], list[str]]]] = {
     "matmul": lambda backend, quick: run_matmul(backend, quick=quick),
     "allreduce": _plain(run_allreduce),
-    "dataloader": _plain(run_loader),
 }
 CHOICES = (*SUITES, "all")
 #: Seconds each suite took on the cpu backend (quick, full) on this project's 2-core VM beside other work (load
 #: 8-10), 2026-12-06: each suite's function timed alone (allreduce again without our ring, at load 2.6: 4.3 and
 #: 16.8 s). GPU backends were not timed on this project's machines.
-CPU_SECONDS = dict(matmul=(5, 92), allreduce=(5, 17), dataloader=(20, 15))
+CPU_SECONDS = dict(matmul=(5, 92), allreduce=(5, 17))
 
 
 def _expected(names: list[str], backend: Backend, quick: bool) -> str:
@@ -85,7 +83,7 @@ def run_bench(
     if which not in CHOICES:
         raise GpuAnalyzeError(f"unknown benchmark {which!r}; choose one of {', '.join(CHOICES)}")
     backend = select(backend_name)
-    notes = [n for n in (stale_segment_note(),) if n]
+    notes: list[str] = []
     names = list(SUITES) if which == "all" else [which]
     outcomes: list[SuiteOutcome] = []
     say = progress or (lambda _line: None)
