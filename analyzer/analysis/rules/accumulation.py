@@ -16,7 +16,7 @@ from __future__ import annotations
 from analyzer.analysis import thresholds as T
 from analyzer.analysis.findings import Projection
 from analyzer.analysis.fixes import MicroBatchFix
-from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range
+from analyzer.analysis.rules.rule import Context, bounded, fixed_share_range, unmeasured_range
 from gpuanalyze.ingest.trace import schema as S
 
 
@@ -88,12 +88,7 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
         return wall - work * f * (1.0 - 1.0 / k)
 
     f, lo_f, hi_f, basis = per_call(ctx, work)
-    if basis is None:
-        basis = (
-            f"nothing in the run measures the per-call share (no smaller batch in the run): the point "
-            f"takes {f:.0%} (MICRO_UNMEASURED_FIXED), the range spans none of it ({at(0.0):.2f} ms) to all of it "
-            f"({at(1.0):.2f} ms)"
-        )
+    basis = basis or unmeasured_range(at, f, "the per-call share", "none of it", "all of it")
     each = f"{micro} sample(s)" if micro else "its samples"
     fix = MicroBatchFix(micro_batch=(micro or 1) * k, accumulate=a // k)
     rule = (

@@ -26,7 +26,16 @@ from analyzer.analysis.rules.accumulation import (
 )
 from analyzer.analysis.rules.data_loading import fetch_is_a_step_cost, other_step_costs, worker_gain
 from analyzer.analysis.rules.host import preprocessing_share
-from analyzer.analysis.rules.rule import Context, Detection, FixRunsOn, Rule, bounded, fixed_share_range, gpu_only
+from analyzer.analysis.rules.rule import (
+    Context,
+    Detection,
+    FixRunsOn,
+    Rule,
+    bounded,
+    fixed_share_range,
+    gpu_only,
+    unmeasured_range,
+)
 from analyzer.analysis.rules.workers import worker_plan
 from gpuanalyze.ingest.trace import schema as S
 
@@ -110,12 +119,9 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
         return rest - work * f + (fixed + work * f) / k
 
     f, lo_f, hi_f, basis = _fixed_share(ctx, work)
-    if basis is None:
-        basis = (
-            f"no smaller batch in the run measures how the {work:.2f} ms compute grows: the point takes "
-            f"{f:.0%} of it as fixed, the range spans all of it growing with the batch ({at(0.0):.2f} ms) "
-            f"to none of it ({at(1.0):.2f} ms)"
-        )
+    basis = basis or unmeasured_range(
+        at, f, f"the fixed share of the {work:.2f} ms compute", "all of it growing with the batch", "none of it"
+    )
     step = at(f)
     rule = (
         f"{why}: {fixed:.2f} ms per step ({fixed_what}) does not grow with the batch; of the other {rest:.2f} ms, "

@@ -39,34 +39,13 @@ class BenchResult:
         return d
 
 
-def rate_result(
-    *,
-    benchmark: str,
-    backend: str,
-    device: str,
-    variant: str,
-    unit: str,
-    work: float,
-    seconds: list[float],
-    **extra: Any,
-) -> BenchResult:
-    """Rates from repeat timings: work / time; min rate comes from the slowest repeat."""
+def rate_result(*, work: float, seconds: list[float], **fields: Any) -> BenchResult:
+    """Rates from repeat timings: work / time; min rate comes from the slowest repeat. ``fields``: the rest of
+    the result (benchmark, backend, device, variant, unit, ...)."""
     assert seconds and all(s > 0 for s in seconds)
     rates = sorted(work / s for s in seconds)
     med = statistics.median(rates)
-    return BenchResult(
-        benchmark=benchmark,
-        backend=backend,
-        device=device,
-        variant=variant,
-        value=med,
-        unit=unit,
-        repeats=len(seconds),
-        min=rates[0],
-        median=med,
-        max=rates[-1],
-        **extra,
-    )
+    return BenchResult(value=med, repeats=len(seconds), min=rates[0], median=med, max=rates[-1], **fields)
 
 
 def matmul_flops(m: int, n: int, k: int) -> int:
