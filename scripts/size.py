@@ -1,7 +1,7 @@
 """How big the house is: product lines, docs bytes and CLI options, against the limits of issue 38.
 
-`python scripts/size.py` prints the three numbers; with ``SIZE_GATE=enforce`` it exits 1 when one is past its
-limit (``SIZE_GATE=warn``, the default until the round's cuts land, only says so). `.ci/run` runs it.
+`python scripts/size.py` prints the three numbers and exits 1 when one is past its limit (``SIZE_GATE=warn``
+only says so). `.ci/run` runs it.
 
 - product lines: every line of analyzer/, ingest/ and kernels/ ``.py`` files, as
   ``find analyzer ingest kernels -name '*.py' | xargs cat | wc -l`` counts them;
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("analyzer", "ingest", "kernels")
-LIMITS = {"product lines": 33_200, "docs bytes": 204_800, "CLI options": 107}
+LIMITS = {"product lines": 33_200, "docs bytes": 200_000, "CLI options": 107}
 
 
 def product_lines(root: Path = ROOT) -> int:
@@ -56,7 +56,7 @@ def over(sizes: dict[str, int]) -> list[str]:
 
 
 def main() -> int:
-    gate = os.environ.get("SIZE_GATE", "warn")
+    gate = os.environ.get("SIZE_GATE", "enforce")
     if gate not in ("warn", "enforce"):
         print(f"size: SIZE_GATE must be warn or enforce, not {gate!r}", file=sys.stderr)
         return 2

@@ -43,10 +43,13 @@ def test_every_option_of_every_command_is_counted():
     assert "mcp" in counts and "--help" not in str(counts)
 
 
-@pytest.mark.parametrize(("gate", "code"), [("warn", 0), ("enforce", 1)])
-def test_past_a_limit_fails_only_when_enforced(gate, code, monkeypatch, capsys):
+@pytest.mark.parametrize(("gate", "code"), [("warn", 0), ("enforce", 1), (None, 1)])
+def test_past_a_limit_fails_unless_told_to_warn(gate, code, monkeypatch, capsys):
     size = _script()
-    monkeypatch.setenv("SIZE_GATE", gate)
+    if gate is None:
+        monkeypatch.delenv("SIZE_GATE", raising=False)  # the default enforces
+    else:
+        monkeypatch.setenv("SIZE_GATE", gate)
     monkeypatch.setattr(size, "LIMITS", {"product lines": 10**9, "docs bytes": 10**9, "CLI options": 1})
     assert size.main() == code
     out = capsys.readouterr()
