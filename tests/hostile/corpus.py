@@ -24,7 +24,7 @@ import pyarrow as pa
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
-from tests.conftest import make_row
+from tests.conftest import ROOT, make_row
 from tests.hostile.arrow_cases import add_cases
 from tests.kineto_fixtures import ev, two_step_trace
 
@@ -207,7 +207,8 @@ def build(d: Path) -> list[Case]:
         return p
 
     add("dev_zero.json", "memory", dev_zero)
-    add("dev_zero_config.json", "memory", dev_zero, ("memory", "--config", "{}"))
+    sample = str(ROOT / "sample_traces" / "cpu_healthy.arrow")
+    add("dev_zero_config.toml", "memory", dev_zero, ("compare", sample, sample, "--cost-config", "{}"))
     bomb = "(" * 100_000 + ")" * 100_000
     add(
         "literal_eval_bomb.json",
