@@ -19,7 +19,9 @@ def merge(start: np.ndarray, end: np.ndarray) -> Seg:
     if bool((start[1:] >= start[:-1]).all()):  # already in order (a stable sort would not move it): no copies
         return merge_sorted(start, end)
     order = np.argsort(start, kind="stable")
-    return merge_sorted(start[order], end[order])
+    start, end = start[order], end[order]  # the unsorted arrays go here where the caller passed temporaries
+    del order
+    return merge_sorted(start, end)
 
 
 def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
@@ -39,7 +41,9 @@ def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
 def segments(start: np.ndarray, end: np.ndarray) -> Seg:
     """The segments of intervals, empty ones left out."""
     keep = end > start
-    return merge(start[keep], end[keep])
+    start, end = start[keep], end[keep]  # union's concatenations go before the sort
+    del keep
+    return merge(start, end)
 
 
 def union(*sets: Seg) -> Seg:

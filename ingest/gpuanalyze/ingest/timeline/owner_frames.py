@@ -27,17 +27,23 @@ def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for m in (frames.tid == t for t in np.unique(frames.tid))
     ]
     if len(per) == 1:
-        return per[0][0], per[0][1], per[0][2]
-    bounds = np.unique(np.concatenate([np.concatenate(p[:2]) for p in per]))
-    began, name = np.full(bounds.size, -np.inf), np.full(bounds.size, -1, np.int64)
+        return per[0][:3]
+    bounds = np.concatenate([x for p in per for x in p[:2]])
+    bounds.sort()  # np.unique, in place: no copy of the bounds besides the distinct ones
+    bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
+    began, name = np.full(bounds.size, -np.inf), np.full(bounds.size, -1, np.int32)
     for a, b, n, first in (p for p in per if p[0].size):
-        i = np.maximum(np.searchsorted(a, bounds, side="right") - 1, 0)
+        i = np.searchsorted(a, bounds, side="right")
+        i -= 1
+        np.maximum(i, 0, out=i)
         newer = bounds >= a[i]  # in place: each gathered column is as long as the bounds
         newer &= bounds < b[i]
         newer &= first[i] > began
         began[newer], name[newer] = first[i[newer]], n[i[newer]]
-    keep = np.flatnonzero(name[:-1] >= 0)
-    return bounds[keep], bounds[keep + 1], name[keep]
+        del i, newer
+    del per, began  # the threads' frames are in bounds and name now: gone before the pieces are cut
+    keep = name[:-1] >= 0
+    return bounds[:-1][keep], bounds[1:][keep], name[:-1][keep]
 
 
 def _nested(
@@ -49,23 +55,39 @@ def _nested(
     m = start.size
     order = np.lexsort((-end, start))
     s, e, name = start[order], end[order], names[order]
+    del start, end, names, order  # the caller's copies for this thread: each temporary goes once used
     idx, step = np.arange(2 * m, dtype=np.int32) % max(m, 1), np.repeat(np.array([1, -1], np.int8), m)
     t = np.concatenate([s, e])
     ev = np.lexsort((idx * step, step, t))
     t, frame, step = t[ev], idx[ev], step[ev]
-    del ev, idx, order  # each temporary goes once used: millions of frames make each one tens of MB
-    depth, opens = np.cumsum(step, dtype=np.int64), np.flatnonzero(step > 0)
-    keys = depth[opens] * (2 * m + 1) + opens  # by depth, then position
+    del ev, idx  # millions of frames make each one tens of MB
+    depth, opens = np.cumsum(step, dtype=np.int32), np.flatnonzero(step > 0)
+    del step
+    keys = depth[opens].astype(np.int64) * (2 * m + 1) + opens  # by depth, then position
     by_key = np.argsort(keys, kind="stable")
     keys, opens = keys[by_key], opens[by_key]
-    j = np.searchsorted(keys, depth * (2 * m + 1) + np.arange(2 * m), side="right") - 1
-    at = frame[opens[np.maximum(j, 0)]]
-    ok = (j >= 0) & (keys[np.maximum(j, 0)] // (2 * m + 1) == depth) & (depth > 0) & (e[at] > t)
-    del j, keys, depth, frame, by_key
+    del by_key
+    j = depth.astype(np.int64)
+    j *= 2 * m + 1
+    j += np.arange(2 * m)
+    j = np.searchsorted(keys, j, side="right")
+    j -= 1
+    ok = j >= 0
+    np.maximum(j, 0, out=j)
+    at = frame[opens[j]]
+    del frame, opens
+    keys = keys[j]
+    del j
+    keys //= 2 * m + 1
+    ok &= keys == depth
+    del keys
+    ok &= depth > 0
+    ok &= e[at] > t
+    del depth
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
-    sel = np.flatnonzero(ok)
-    return t[sel], np.minimum(t[sel + 1], e[at[sel]]), name[at[sel]], s[at[sel]]
+    at = at[ok]
+    return t[ok], np.minimum(t[1:][ok[:-1]], e[at]), name[at], s[at]
 
 
 class OwnerFrames:
@@ -74,11 +96,18 @@ class OwnerFrames:
     def __init__(self, frames: HostOps, by_owner: dict[str, Clipper]) -> None:
         self.names = frames.names
         s, e, name = innermost(frames)
-        parts = [(*pairs((c.s, c.e), (s, e)), i) for i, c in enumerate(by_owner[o] for o in IDLE_OWNERS)]
-        order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")  # disjoint owners: disjoint pieces
-        self.start, self.end = (np.concatenate([p[j] for p in parts])[order] for j in (0, 1))
-        owner = np.repeat(np.arange(len(parts), dtype=np.int64), [p[0].size for p in parts])[order]
-        self.key = owner * len(self.names) + name[np.concatenate([p[2] for p in parts])[order]]
+        parts = [pairs((c.s, c.e), (s, e)) for c in (by_owner[o] for o in IDLE_OWNERS)]
+        del s, e
+        start = np.concatenate([p[0] for p in parts])
+        order = np.argsort(start, kind="stable")  # disjoint owners: disjoint pieces
+        self.start = start[order]
+        del start
+        self.end = np.concatenate([p[1] for p in parts])[order]
+        owner = np.repeat(np.arange(len(parts), dtype=np.int64), [p[0].size for p in parts])
+        owner *= len(self.names)
+        owner += name[np.concatenate([p[2] for p in parts])]
+        del parts
+        self.key = owner[order]
 
     def window(self, lo: float, hi: float) -> tuple[OwnerFrame, ...]:
         """The MAX_PER_OWNER frames that held each owner's idle time in [lo, hi) the longest, most first."""
