@@ -19,7 +19,8 @@ def merge(start: np.ndarray, end: np.ndarray) -> Seg:
     if bool((start[1:] >= start[:-1]).all()):  # already in order (a stable sort would not move it): no copies
         return merge_sorted(start, end)
     order = np.argsort(start, kind="stable")
-    start, end = start[order], end[order]  # the unsorted arrays go here where the caller passed temporaries
+    start = start[order]  # the unsorted arrays go as their sorted copies come, where the caller passed temporaries
+    end = end[order]
     del order
     return merge_sorted(start, end)
 
@@ -41,13 +42,15 @@ def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
 def segments(start: np.ndarray, end: np.ndarray) -> Seg:
     """The segments of intervals, empty ones left out."""
     keep = end > start
-    start, end = start[keep], end[keep]  # union's concatenations go before the sort
-    del keep
-    return merge(start, end)
+    return merge(start[keep], end[keep])
 
 
 def union(*sets: Seg) -> Seg:
-    return segments(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+    keep = [s[1] > s[0] for s in sets]  # ``segments`` of the concatenation, without a copy of it before the kept one
+    return merge(
+        np.concatenate([s[0][k] for s, k in zip(sets, keep, strict=True)]),
+        np.concatenate([s[1][k] for s, k in zip(sets, keep, strict=True)]),
+    )
 
 
 def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:

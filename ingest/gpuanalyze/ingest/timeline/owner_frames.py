@@ -80,7 +80,9 @@ def _nested(
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
     at = at[ok]
-    return t[ok], np.minimum(t[1:][ok[:-1]], e[at]), name[at], s[at]
+    first, stop, name = s[at], e[at], name[at]
+    del s, e, at
+    return t[ok], np.minimum(stop, t[1:][ok[:-1]], out=stop), name, first
 
 
 class OwnerFrames:
