@@ -62,12 +62,9 @@ def _nested(
     t, frame, step = t[ev], idx[ev], step[ev]
     del ev, idx
     depth, opens = np.cumsum(step, dtype=np.int32), np.flatnonzero(step > 0)
-    del step
     keys = depth[opens].astype(np.int64) * (2 * m + 1) + opens  # by depth, then position
     by_key = np.argsort(keys, kind="stable")
-    keys = keys[by_key]
-    opens = opens[by_key]
-    del by_key
+    keys, opens = keys[by_key], opens[by_key]
     at, ok = np.empty(2 * m, np.int32), np.empty(2 * m, bool)
     for lo in range(0, 2 * m, CHUNK):  # the frame last opened at each event's depth
         d = depth[lo : lo + CHUNK]
@@ -75,7 +72,7 @@ def _nested(
         jj = np.maximum(j, 0)
         at[lo : lo + d.size] = frame[opens[jj]]
         ok[lo : lo + d.size] = (j >= 0) & (keys[jj] // (2 * m + 1) == d) & (d > 0)
-    del depth, keys, opens, frame
+    del depth, keys, opens, frame, by_key
     ok &= e[at] > t
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
