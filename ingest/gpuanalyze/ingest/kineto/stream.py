@@ -197,8 +197,6 @@ class EventStream:
         if c is None:
             raise TraceError(f"{self.name}: file is empty")
         if c == ord("["):
-            self.pos += 1
-            self.events_found = True
             yield from self._array()
             self._end_of_document()
             return
@@ -225,8 +223,6 @@ class EventStream:
                 seen_events = True
                 if self._peek() != ord("["):
                     raise self._not_a_trace("traceEvents is not a list")
-                self.pos += 1
-                self.events_found = True
                 yield from self._array()
             else:
                 self._outside_value(key)
@@ -258,7 +254,9 @@ class EventStream:
     # ---- the events array -------------------------------------------------------------------
 
     def _array(self) -> Iterator[list[Any]]:
-        """Batches of the array whose '[' was just consumed; returns with pos past its ']'."""
+        """Batches of the events array at pos (its '['); returns with pos past its ']'."""
+        self.pos += 1
+        self.events_found = True
         while True:
             c = self._peek()
             if c is None:

@@ -17,8 +17,7 @@ from gpuanalyze.ingest.trace.schema import IDLE_OWNERS, OwnerFrame
 
 #: Frames named per owner in a step's KernelStats.owner_frames (12 owners: within the schema's 64).
 MAX_PER_OWNER = 3
-#: Events (or bounds) a step of the sweeps handles at once: its temporaries stay ~1 MiB, where whole columns at a
-#: time made 221k frames (the 631 MB benchmark trace) hold 10 columns of 3.5 MB at the import's peak.
+#: Events a sweep takes at once: ~1 MiB of temporaries, not 10 of 3.5 MB (221k frames: benchmarks/import_memory.py).
 CHUNK = 1 << 16
 
 
@@ -69,17 +68,14 @@ def _nested(
     for lo in range(0, 2 * m, CHUNK):  # the frame last opened at each event's depth
         d = depth[lo : lo + CHUNK]
         j = np.searchsorted(keys, d.astype(np.int64) * (2 * m + 1) + np.arange(lo, lo + d.size), side="right") - 1
-        jj = np.maximum(j, 0)
-        at[lo : lo + d.size] = frame[opens[jj]]
-        ok[lo : lo + d.size] = (j >= 0) & (keys[jj] // (2 * m + 1) == d) & (d > 0)
+        at[lo : lo + d.size] = frame[opens[np.maximum(j, 0)]]
+        ok[lo : lo + d.size] = (j >= 0) & (keys[np.maximum(j, 0)] // (2 * m + 1) == d) & (d > 0)
     del depth, keys, opens, frame, by_key
     ok &= e[at] > t
     ok[-1:] = False
     ok[:-1] &= t[1:] > t[:-1]
     at = at[ok]
-    first, stop, name = s[at], e[at], name[at]
-    del s, e, at
-    return t[ok], np.minimum(stop, t[1:][ok[:-1]], out=stop), name, first
+    return t[ok], np.minimum(t[1:][ok[:-1]], e[at]), name[at], s[at]
 
 
 class OwnerFrames:
@@ -88,20 +84,12 @@ class OwnerFrames:
     def __init__(self, frames: HostOps, by_owner: dict[str, Clipper]) -> None:
         self.names = frames.names
         s, e, name = innermost(frames)
-        cols: list[list[np.ndarray]] = [[], [], []]  # each owner's pieces: start, end, owner and frame name as one key
-        for i, c in enumerate(by_owner[o] for o in IDLE_OWNERS):
-            ps, pe, at = pairs((c.s, c.e), (s, e))
-            for col, x in zip(cols, (ps, pe, name[at] + np.int64(i * len(self.names))), strict=True):
-                col.append(x)
-        del s, e, name, ps, pe, at
-        start = np.concatenate(cols[0])
-        cols[0] = []  # one column of the pieces at a time: 459k pieces in the benchmark's trace
-        order = np.argsort(start, kind="stable")  # disjoint owners: disjoint pieces
-        self.start = start[order]
-        del start
-        self.end = np.concatenate(cols[1])[order]
-        cols[1] = []
-        self.key = np.concatenate(cols[2])[order]
+        parts = (pairs((c.s, c.e), (s, e)) for c in (by_owner[o] for o in IDLE_OWNERS))
+        cols = [list(col) for col in zip(*parts, strict=True)]  # each owner's pieces: starts, ends, frame pieces
+        del s, e
+        cols[2] = [name[at] + np.int64(i * len(self.names)) for i, at in enumerate(cols[2])]  # owner and name: one key
+        order = np.argsort(np.concatenate(cols[0]), kind="stable")  # disjoint owners: disjoint pieces
+        self.start, self.end, self.key = (np.concatenate(cols.pop(0))[order] for _ in range(3))  # a column at a time
 
     def window(self, lo: float, hi: float) -> tuple[OwnerFrame, ...]:
         """The MAX_PER_OWNER frames that held each owner's idle time in [lo, hi) the longest, most first."""
