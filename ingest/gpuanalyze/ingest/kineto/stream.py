@@ -112,12 +112,6 @@ class EventStream:
             if not self._fill():
                 return None
 
-    def _expect(self, what: bytes) -> None:
-        c = self._peek()
-        if c is None or c not in what:
-            raise self._invalid("unexpected end of data" if c is None else f"unexpected {chr(c)!r}")
-        self.pos += 1
-
     def _invalid(self, why: str) -> TraceError:
         return TraceError(f"{self.name}: not valid JSON (truncated or corrupt: {why})")
 
@@ -216,7 +210,9 @@ class EventStream:
                 key = msgspec.json.decode(self.buf[start:end], type=str)
             except msgspec.DecodeError as exc:
                 raise self._invalid("bad key") from exc
-            self._expect(b":")
+            if (c := self._peek()) != ord(":"):
+                raise self._invalid("unexpected end of data" if c is None else f"unexpected {chr(c)!r}")
+            self.pos += 1
             if key == "traceEvents":
                 if seen_events:
                     raise self._not_a_trace("traceEvents appears twice")

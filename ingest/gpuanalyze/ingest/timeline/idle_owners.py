@@ -248,11 +248,7 @@ def _gap_kinds(
     queued = (L >= 0) & (a >= L)
     late = (a < L) & (b > L)
     host = (np.where(late, np.minimum(L, b), b)[~queued], a[~queued])
-    return (
-        segments(host[1], host[0]),
-        segments(L[late], b[late]),
-        segments(a[queued], b[queued]),
-    )
+    return segments(host[1], host[0]), segments(L[late], b[late]), segments(a[queued], b[queued])
 
 
 def _behaviour_blocking(k: Timeline, enqueued: np.ndarray, busy: Seg) -> Seg:

@@ -14,8 +14,6 @@ EMPTY: Seg = (np.empty(0), np.empty(0))
 
 def merge(start: np.ndarray, end: np.ndarray) -> Seg:
     """The union of intervals as disjoint, sorted (start, end) arrays."""
-    if start.size == 0:
-        return start, end
     if bool((start[1:] >= start[:-1]).all()):  # already in order (a stable sort would not move it): no copies
         return merge_sorted(start, end)
     order = np.argsort(start, kind="stable")
@@ -95,8 +93,7 @@ def pairs(a: Seg, b: Seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def intersect(a: Seg, b: Seg) -> Seg:
     """The intersection of two sets of segments."""
-    s, e, _ = pairs(a, b)
-    return s, e
+    return pairs(a, b)[:2]
 
 
 def minus(a: Seg, b: Seg) -> Seg:

@@ -17,8 +17,7 @@ from gpuanalyze.ingest.trace.schema import IDLE_OWNERS, OwnerFrame
 
 #: Frames named per owner in a step's KernelStats.owner_frames (12 owners: within the schema's 64).
 MAX_PER_OWNER = 3
-#: Events a sweep takes at once: ~1 MiB of temporaries, not 10 of 3.5 MB (221k frames: benchmarks/import_memory.py).
-CHUNK = 1 << 16
+CHUNK = 1 << 16  # events a sweep takes at once: ~1 MiB of temporaries, not 10 x 3.5 MB (221k frames: import_memory.py)
 
 
 def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -29,7 +28,7 @@ def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for m in (frames.tid == t for t in np.unique(frames.tid))
     ]
     if len(per) == 1:
-        return per[0][:3]
+        return per[0][0], per[0][1], per[0][2]
     bounds = np.concatenate([x for p in per for x in p[:2]])
     bounds.sort()  # np.unique in place: no other copy of the bounds
     bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
@@ -45,9 +44,7 @@ def innermost(frames: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return bounds[:-1][keep], bounds[1:][keep], name[:-1][keep]
 
 
-def _nested(
-    start: np.ndarray, end: np.ndarray, names: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _nested(start: np.ndarray, end: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, ...]:
     """(start, end, name id, the frame's own start) of a thread's innermost frame at each instant: Python calls nest,
     so in time order of the frames' starts and ends (ends first at equal times, outer frames open first and close
     last) the frame at each depth is the last one opened at that depth, while it has not ended."""

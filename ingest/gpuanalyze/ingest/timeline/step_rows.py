@@ -273,7 +273,6 @@ def import_kineto(
     mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
-    del launch, mask, computation
     return_freed_memory()
     try:
         run = msgspec.convert(
