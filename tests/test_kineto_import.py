@@ -185,7 +185,7 @@ def test_idle_split_adds_up_to_htas_idle_time(rel):
     # exact: every kernel is in a step here, so the steps' idle is the whole GPU timeline's idle
     kernels = StepKernels(k)
     windows = windows_of(k)[0]
-    if sum(kernels.indices(lo, hi).size for _, lo, hi in windows) < k.gpu.size:
+    if sum(kernels.indices(lo, hi).size for _, lo, hi in windows) < k.gpu.start.size:
         # a step-less trace cut into its iterations: what ran before the first is in no step; the whole-trace
         # breakdown is still HTA's
         assert not k.steps and len(windows) > 1
@@ -197,7 +197,7 @@ def test_idle_split_adds_up_to_htas_idle_time(rel):
     # against HTA: the steps HTA analyses (it drops the last, partial step, except on this MI300X trace,
     # where it takes the last step's start from the GPU-side annotation), over HTA's span
     kept = idle if len(idle) == 1 or "mi300" in rel else idle[:-1]
-    mask = np.ones(k.gpu.size, bool) if "mi300" in rel else hta_gpu_mask(k)
+    mask = np.ones(k.gpu.start.size, bool) if "mi300" in rel else hta_gpu_mask(k)
     span = (k.gpu.end[mask].max() - k.gpu.start[mask].min()) / 1e3
     assert 100 * sum(kept) / span == pytest.approx(HTA_IDLE[rel], abs=1.0)
 

@@ -310,4 +310,4 @@ def test_large_ranks_are_read_one_at_a_time_and_small_ones_together(tmp_path, mo
             assert first.rank == 0 and set(events.calls) == read_with_rank_0  # rank 1's rows read yet, or not
             second = next(ranks)
             assert second.rank == 1 and 11 in events.calls
-            assert first.gpu.size == second.gpu.size == 6
+            assert first.gpu.start.size == second.gpu.start.size == 6

@@ -105,7 +105,7 @@ def test_whitespace_and_multi_member_gzip(tmp_path, tiny_chunks):
     _same(path)
     plain = tmp_path / "p.json"
     plain.write_bytes(text)
-    assert parse_kineto(path).gpu.size == parse_kineto(plain).gpu.size
+    assert parse_kineto(path).gpu.start.size == parse_kineto(plain).gpu.start.size
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,8 @@ def test_a_mistyped_event_costs_that_event_and_a_note(tmp_path, monkeypatch, chu
     assert [n for n in got.notes if "skipped" in n] == [
         next(n for n in got.notes if n.startswith("skipped 2 event(s) with a field of the wrong type"))
     ]
-    assert got.gpu.size == clean.gpu.size and got.cpu.size == clean.cpu.size and len(got.steps) == len(clean.steps)
+    assert got.gpu.start.size == clean.gpu.start.size and got.cpu.start.size == clean.cpu.start.size
+    assert len(got.steps) == len(clean.steps)
 
 
 def test_gzip_ratio_guard_and_max_bytes_override(tmp_path):
@@ -157,7 +158,7 @@ def test_gzip_ratio_guard_and_max_bytes_override(tmp_path):
     small = ReadLimits(gzip_ratio=5, min_allowance=1000)
     with pytest.raises(TraceError, match="--max-bytes"):
         parse_kineto(path, small)
-    assert parse_kineto(path, ReadLimits(gzip_ratio=5, min_allowance=1000, max_bytes=len(raw))).gpu.size == 20000
+    assert parse_kineto(path, ReadLimits(gzip_ratio=5, min_allowance=1000, max_bytes=len(raw))).gpu.start.size == 20000
     with pytest.raises(TraceError, match="--max-bytes limit"):
         parse_kineto(path, ReadLimits(max_bytes=len(raw) // 2))
     plain = tmp_path / "plain.json"

@@ -112,12 +112,6 @@ class EventStream:
             if not self._fill():
                 return None
 
-    def _expect(self, what: bytes) -> None:
-        c = self._peek()
-        if c is None or c not in what:
-            raise self._invalid("unexpected end of data" if c is None else f"unexpected {chr(c)!r}")
-        self.pos += 1
-
     def _invalid(self, why: str) -> TraceError:
         return TraceError(f"{self.name}: not valid JSON (truncated or corrupt: {why})")
 
@@ -197,8 +191,6 @@ class EventStream:
         if c is None:
             raise TraceError(f"{self.name}: file is empty")
         if c == ord("["):
-            self.pos += 1
-            self.events_found = True
             yield from self._array()
             self._end_of_document()
             return
@@ -218,15 +210,15 @@ class EventStream:
                 key = msgspec.json.decode(self.buf[start:end], type=str)
             except msgspec.DecodeError as exc:
                 raise self._invalid("bad key") from exc
-            self._expect(b":")
+            if (c := self._peek()) != ord(":"):
+                raise self._invalid("unexpected end of data" if c is None else f"unexpected {chr(c)!r}")
+            self.pos += 1
             if key == "traceEvents":
                 if seen_events:
                     raise self._not_a_trace("traceEvents appears twice")
                 seen_events = True
                 if self._peek() != ord("["):
                     raise self._not_a_trace("traceEvents is not a list")
-                self.pos += 1
-                self.events_found = True
                 yield from self._array()
             else:
                 self._outside_value(key)
@@ -258,7 +250,9 @@ class EventStream:
     # ---- the events array -------------------------------------------------------------------
 
     def _array(self) -> Iterator[list[Any]]:
-        """Batches of the array whose '[' was just consumed; returns with pos past its ']'."""
+        """Batches of the events array at pos (its '['); returns with pos past its ']'."""
+        self.pos += 1
+        self.events_found = True
         while True:
             c = self._peek()
             if c is None:

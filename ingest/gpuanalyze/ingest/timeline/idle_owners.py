@@ -248,11 +248,7 @@ def _gap_kinds(
     queued = (L >= 0) & (a >= L)
     late = (a < L) & (b > L)
     host = (np.where(late, np.minimum(L, b), b)[~queued], a[~queued])
-    return (
-        segments(host[1], host[0]),
-        segments(L[late], b[late]),
-        segments(a[queued], b[queued]),
-    )
+    return segments(host[1], host[0]), segments(L[late], b[late]), segments(a[queued], b[queued])
 
 
 def _behaviour_blocking(k: Timeline, enqueued: np.ndarray, busy: Seg) -> Seg:
@@ -289,7 +285,7 @@ def _ops_by_launch(k: Timeline, enqueue: np.ndarray) -> tuple[Seg, Seg]:
     rt = k.runtime
     known_tid = k.runtime_tid.size == rt.start.size
     calls = np.flatnonzero(enqueue)
-    yes_s, yes_e, no_s, no_e = [], [], [], []
+    yes, no = [EMPTY], [EMPTY]  # segments of the outermost ops that launched device work, and of those that did not
     for tid in np.unique(ops.tid):
         sel = np.flatnonzero(ops.tid == tid)
         order = sel[np.lexsort((-ops.end[sel], ops.start[sel]))]
@@ -299,8 +295,6 @@ def _ops_by_launch(k: Timeline, enqueue: np.ndarray) -> tuple[Seg, Seg]:
         mine = calls[k.runtime_tid[calls] == tid] if known_tid else calls
         cs = np.sort(rt.start[mine])
         n = np.searchsorted(cs, e, side="left") - np.searchsorted(cs, s, side="left")
-        yes_s.append(s[n > 0])
-        yes_e.append(e[n > 0])
-        no_s.append(s[n == 0])
-        no_e.append(e[n == 0])
-    return segments(np.concatenate(yes_s), np.concatenate(yes_e)), segments(np.concatenate(no_s), np.concatenate(no_e))
+        yes.append((s[n > 0], e[n > 0]))
+        no.append((s[n == 0], e[n == 0]))
+    return union(*yes), union(*no)

@@ -14,12 +14,13 @@ EMPTY: Seg = (np.empty(0), np.empty(0))
 
 def merge(start: np.ndarray, end: np.ndarray) -> Seg:
     """The union of intervals as disjoint, sorted (start, end) arrays."""
-    if start.size == 0:
-        return start, end
     if bool((start[1:] >= start[:-1]).all()):  # already in order (a stable sort would not move it): no copies
         return merge_sorted(start, end)
     order = np.argsort(start, kind="stable")
-    return merge_sorted(start[order], end[order])
+    start = start[order]  # the unsorted arrays go as their sorted copies come, where the caller passed temporaries
+    end = end[order]
+    del order
+    return merge_sorted(start, end)
 
 
 def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
@@ -43,7 +44,11 @@ def segments(start: np.ndarray, end: np.ndarray) -> Seg:
 
 
 def union(*sets: Seg) -> Seg:
-    return segments(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+    keep = [s[1] > s[0] for s in sets]  # ``segments`` of the concatenation, without a copy of it before the kept one
+    return merge(
+        np.concatenate([s[0][k] for s, k in zip(sets, keep, strict=True)]),
+        np.concatenate([s[1][k] for s, k in zip(sets, keep, strict=True)]),
+    )
 
 
 def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -88,8 +93,7 @@ def pairs(a: Seg, b: Seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def intersect(a: Seg, b: Seg) -> Seg:
     """The intersection of two sets of segments."""
-    s, e, _ = pairs(a, b)
-    return s, e
+    return pairs(a, b)[:2]
 
 
 def minus(a: Seg, b: Seg) -> Seg:

@@ -130,6 +130,7 @@ class StepKernels:
             if start.size
             else None
         )
+        del call_kind, is_sync, sync, by_start, start_sorted  # the owners have what they need of them
         self.frames = OwnerFrames(k.frames, self.owners.by_owner) if self.owners and k.frames.start.size else None
         self._b_idle = (
             self.owners.sync_owned_ms(self._b_start, self._b_start + self._b_dur)

@@ -63,10 +63,6 @@ class Intervals:
         start = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.empty(0)
         return cls(start, start + (np.frombuffer(dur, dtype=np.float64) if len(dur) else np.empty(0)))
 
-    @property
-    def size(self) -> int:
-        return int(self.start.size)
-
 
 @dataclass(frozen=True, slots=True)
 class GpuKind:

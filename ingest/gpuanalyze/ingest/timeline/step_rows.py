@@ -269,10 +269,10 @@ def import_kineto(
     rows = [src.row(step, lo, end) for step, lo, end in windows]
     if has_gpu:
         notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
+    del src, kernels  # the rows are made: what made them goes before the summary and the frame
     mask = hta_gpu_mask(k, launch[0])
     computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
     summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
-    del src, kernels, launch, mask, computation  # the rows are made: what made them goes before the frame comes
     return_freed_memory()
     try:
         run = msgspec.convert(
