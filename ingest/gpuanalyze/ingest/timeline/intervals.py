@@ -46,18 +46,21 @@ def union(*sets: Seg) -> Seg:
     return segments(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Which intervals (sorted by start, the longer of two starting together first) no earlier one contains."""
+def outermost(start: np.ndarray, end: np.ndarray, reach: bool = False) -> np.ndarray:
+    """Which intervals (sorted by start, the longer of two starting together first) no earlier one contains;
+    ``reach``: and those that end after every earlier one (without the rest, the same are outermost, and the first
+    start and last end are the same)."""
     out = np.ones(start.size, dtype=bool)
     if start.size > 1:
-        out[1:] = start[1:] >= np.maximum.accumulate(end)[:-1]
+        before = np.maximum.accumulate(end)[:-1]
+        out[1:] = (start[1:] >= before) | (reach & (end[1:] > before))
     return out
 
 
-def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray, reach: bool = False) -> np.ndarray:
     """``outermost`` within each thread, of intervals sorted by thread, then as ``outermost`` wants them."""
     cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
-    parts = [outermost(s, e) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
+    parts = [outermost(s, e, reach) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
     return np.concatenate(parts) if start.size else np.ones(0, dtype=bool)
 
 
