@@ -175,6 +175,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
     read and converted one at a time, so the peak is one rank's events and their conversion."""
     limits = limits or ReadLimits()
     out = []
+    return_freed_memory()
     with sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
         skipped = _layout(db, path)

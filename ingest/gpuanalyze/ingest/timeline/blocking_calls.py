@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuanalyze.ingest.timeline.intervals import outermost_by_thread
 from gpuanalyze.ingest.timeline.name_table import HostIntervals, NamedEvents, NameTable
-from gpuanalyze.ingest.timeline.runtime_calls import NAMED_OPS
+from gpuanalyze.ingest.timeline.runtime_calls import COLLECTIVE_OPS, SCALAR_READ_OPS
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
@@ -63,8 +63,7 @@ class BlockingCalls(NamedEvents):
 
 @dataclass(frozen=True, slots=True)
 class HostOps(HostIntervals):
-    """CPU ops (``cpu_op`` events) with their thread and interned name: nested ones too on a trace without device
-    activity (cpu_ops.py reads them all), else only those CallSites.ops keeps with ``nested=False``."""
+    """CPU ops (``cpu_op`` events; nested ones where ``CallSites.ops`` keeps them) with their thread and name."""
 
     DTYPES = (np.float64, np.float64, np.int64, np.int32)
     tid: np.ndarray
@@ -151,8 +150,7 @@ class CallSites:
 
     def ops(self, role: int = OP, nested: bool = True) -> HostOps:
         """The kept CPU ops (or events of another role), for the idle-owner pass; ``nested=False``: only those that
-        change what it reads of ops on a device's trace (``outermost`` with ``reach``, and NAMED_OPS), a third of an
-        emit_nvtx capture's ops."""
+        change what it reads of a device trace's ops (``outermost`` with ``reach``, and the ops it reads by name)."""
         if not self.e_ts:
             return HostOps.empty()
         op = np.frombuffer(self.e_caller, dtype=np.int8) == role
@@ -161,7 +159,7 @@ class CallSites:
         if not nested:
             order = np.flatnonzero(op)
             order = order[np.lexsort((-e[order], s[order], tid[order]))]
-            keep = np.array([n.startswith(NAMED_OPS) for n in self._names.names], dtype=bool)[name]
+            keep = np.array([n.startswith(SCALAR_READ_OPS + COLLECTIVE_OPS) for n in self._names.names], bool)[name]
             keep[order] |= outermost_by_thread(s[order], e[order], tid[order], reach=True)
             op &= keep
         return HostOps(s[op], e[op], tid[op], name[op], tuple(self._names.names))

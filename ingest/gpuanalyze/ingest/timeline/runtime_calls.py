@@ -75,5 +75,3 @@ def call_facts(name: str) -> tuple[int, bool, bool, bool]:
 SCALAR_READ_OPS = ("aten::_local_scalar_dense", "aten::item")
 #: CPU ops of a collective (c10d's ops, NCCL/Gloo annotations): host time in them is time waiting on other ranks.
 COLLECTIVE_OPS = ("c10d::", "nccl:", "gloo:", "record_param_comms")
-#: CPU ops read by name (idle_owners.py, capture_windows.py): kept on a device's trace even where nested.
-NAMED_OPS = SCALAR_READ_OPS + COLLECTIVE_OPS
