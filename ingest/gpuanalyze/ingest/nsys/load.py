@@ -28,7 +28,7 @@ from gpuanalyze.ingest.nsys.events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
 from gpuanalyze.ingest.nsys.meta import NsysMeta, read_meta
 from gpuanalyze.ingest.nsys.notes import merge_rank_notes
 from gpuanalyze.ingest.timeline.model import Timeline
-from gpuanalyze.ingest.timeline.step_rows import import_kineto, return_freed_memory
+from gpuanalyze.ingest.timeline.step_rows import gc_paused, import_kineto, return_freed_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.reader import Trace
@@ -176,7 +176,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
     limits = limits or ReadLimits()
     out = []
     return_freed_memory()
-    with sqlite_of(path) as export, NsysDb(export) as db:
+    with gc_paused(), sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
         skipped = _layout(db, path)
         events = NsysEvents(db, meta, limits, step_range, name=str(path))
