@@ -240,8 +240,7 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        (gc.enable if was else gc.disable)()
 
 
 def import_kineto(
