@@ -1,6 +1,7 @@
 """Nsight Systems SQLite exports import to the same trace rows as a Kineto trace: synthetic exports to the
 documented schema, across the versions' table and column sets."""
 
+import gc
 import json
 import os
 import sqlite3
@@ -131,6 +132,22 @@ def test_profiler_steps_win_over_our_own(tmp_path):
 def test_one_trace_per_rank_before_they_are_merged(tmp_path):
     ranks = load_nsys_ranks(build_export(tmp_path / "r.sqlite", Export(pids=(9, 3))))
     assert [r.run.rank for r in ranks] == [0, 1] and [r.frame.height for r in ranks] == [3, 3]
+
+
+def test_the_import_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    path = build_export(tmp_path / "r.sqlite", Export(pids=(1, 2)))
+    assert gc.isenabled()
+    load_nsys_ranks(path)
+    assert gc.isenabled()
+    with pytest.raises(TraceError, match="no NVTX range named 'nope'"):
+        load_nsys_ranks(path, step_range="nope")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        load_nsys_ranks(path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_import_never_writes_to_the_export(tmp_path):

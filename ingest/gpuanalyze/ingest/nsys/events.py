@@ -134,11 +134,6 @@ class NsysEvents:
         self._device_names = device_names(db, self._strings)
         self._range_facts = Interned(lambda key: range_facts(key, step_range))
 
-    def _waits_of(self, key: int | None) -> np.ndarray | None:
-        if key is not None:
-            return self.syncs.get(key)
-        return self.syncs[next(iter(self.syncs))] if len(self.syncs) == 1 else None
-
     def _gpu_processes(self) -> tuple[dict[int, int | None], Counter[int]]:
         """pid -> lowest CUDA device of its GPU rows, in rank order; and each pid's GPU rows."""
         seen: dict[int, int | None] = {}
@@ -247,12 +242,9 @@ class NsysEvents:
                 self._add(p, [Event("X", "cuda_runtime", call, start / 1e3, (end - start) / 1e3, None, None)])
         self._sync_only_ranks = ranks
 
-    def _loop_threads(self) -> dict[int, int]:
-        """pid -> the thread that made most of its runtime calls (of the ranks kept)."""
-        return {p: c.most_common(1)[0][0] for p, c in self.calls.items() if c and (p in self.sinks or not self.ranked)}
-
     def _host(self) -> None:
-        loop = self.loop = self._loop_threads()
+        kept = {p: c for p, c in self.calls.items() if c and (p in self.sinks or not self.ranked)}
+        loop = self.loop = {p: c.most_common(1)[0][0] for p, c in kept.items()}  # the thread making most calls
         ranks = {k: v for k, v in self.sinks.items() if k is not None}
         self.os_waits = osrt_waits(self.db, loop, ranks)
         pids = [p for p in self.sinks if p is not None] or list(loop)
@@ -390,7 +382,8 @@ class NsysEvents:
 
     def _begin(self, keys: list[int | None]) -> None:
         """Read ranks ``keys`` next ([None]: the whole capture, without GPU rows)."""
-        self.sinks = {key: RowSink(self.path, self.limits, self._waits_of(key)) for key in keys}
+        only = next(iter(self.syncs.values())) if len(self.syncs) == 1 else None  # a capture's one process, unranked
+        self.sinks = {k: RowSink(self.path, self.limits, only if k is None else self.syncs.get(k)) for k in keys}
         self.steps = {key: Steps() for key in keys}
         self.op_ranges = Counter()
         self.calls = {}

@@ -28,7 +28,7 @@ from gpuanalyze.ingest.nsys.events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
 from gpuanalyze.ingest.nsys.meta import NsysMeta, read_meta
 from gpuanalyze.ingest.nsys.notes import merge_rank_notes
 from gpuanalyze.ingest.timeline.model import Timeline
-from gpuanalyze.ingest.timeline.step_rows import import_kineto, return_freed_memory
+from gpuanalyze.ingest.timeline.step_rows import gc_paused, import_kineto, return_freed_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.reader import Trace
@@ -154,13 +154,6 @@ def no_gpu_reason(db: NsysDb, nvtx: Counter[str]) -> str:
     )
 
 
-def _on_utc(trace: Trace, epoch_ns: int | None) -> Trace:
-    if epoch_ns is None:
-        return trace
-    frame = trace.frame.with_columns((pl.col(S.START_UNIX_NS) + epoch_ns).alias(S.START_UNIX_NS))
-    return dataclasses.replace(trace, frame=frame)
-
-
 def _session(db: NsysDb, k: Timeline) -> tuple[float, float] | None:
     """The capture session as (0, its duration) in us, where the export records it and it holds every event."""
     rows = db.small("SELECT duration FROM ANALYSIS_DETAILS", limit=1) if db.has("ANALYSIS_DETAILS", "duration") else []
@@ -175,7 +168,8 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
     read and converted one at a time, so the peak is one rank's events and their conversion."""
     limits = limits or ReadLimits()
     out = []
-    with sqlite_of(path) as export, NsysDb(export) as db:
+    return_freed_memory()
+    with gc_paused(), sqlite_of(path) as export, NsysDb(export) as db:
         meta = read_meta(db)
         skipped = _layout(db, path)
         events = NsysEvents(db, meta, limits, step_range, name=str(path))
@@ -193,9 +187,9 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
         for k in events.traces():
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes], span=_session(db, k))
             no_device = None if events.ranked else no_gpu_reason(db, events.nvtx_names)
-            out.append(
-                _on_utc(import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device), meta.epoch_ns)
-            )
+            got = import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device)
+            utc = (pl.col(S.START_UNIX_NS) + (meta.epoch_ns or 0)).alias(S.START_UNIX_NS)  # on UTC (nsys/meta.py)
+            out.append(dataclasses.replace(got, frame=got.frame.with_columns(utc)))
             del k
             return_freed_memory()
         backend = events.backend

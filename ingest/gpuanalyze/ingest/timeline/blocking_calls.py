@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuanalyze.ingest.timeline.intervals import outermost_by_thread
 from gpuanalyze.ingest.timeline.name_table import HostIntervals, NamedEvents, NameTable
+from gpuanalyze.ingest.timeline.runtime_calls import COLLECTIVE_OPS, SCALAR_READ_OPS
 
 #: Stack entries looked at per call when the events around it do not nest.
 _PROBE = 8
@@ -61,7 +63,7 @@ class BlockingCalls(NamedEvents):
 
 @dataclass(frozen=True, slots=True)
 class HostOps(HostIntervals):
-    """CPU ops (``cpu_op`` events, nested ones too) with their thread and interned name."""
+    """CPU ops (``cpu_op`` events; nested ones where ``CallSites.ops`` keeps them) with their thread and name."""
 
     DTYPES = (np.float64, np.float64, np.int64, np.int32)
     tid: np.ndarray
@@ -146,18 +148,21 @@ class CallSites:
         self._reset()
         self.dropped = True
 
-    def ops(self, role: int = OP) -> HostOps:
-        """The kept CPU ops (or events of another role), for the idle-owner pass."""
+    def ops(self, role: int = OP, nested: bool = True) -> HostOps:
+        """The kept CPU ops (or events of another role), for the idle-owner pass; ``nested=False``: only those that
+        change what it reads of a device trace's ops (``outermost`` with ``reach``, and the ops it reads by name)."""
         if not self.e_ts:
             return HostOps.empty()
         op = np.frombuffer(self.e_caller, dtype=np.int8) == role
-        return HostOps(
-            np.frombuffer(self.e_ts, dtype=np.float64)[op],
-            np.frombuffer(self.e_end, dtype=np.float64)[op],
-            np.frombuffer(self.e_tid, dtype=np.int64)[op],
-            np.frombuffer(self.e_name, dtype=np.int32)[op],
-            tuple(self._names.names),
-        )
+        s, e = np.frombuffer(self.e_ts, dtype=np.float64), np.frombuffer(self.e_end, dtype=np.float64)
+        tid, name = np.frombuffer(self.e_tid, dtype=np.int64), np.frombuffer(self.e_name, dtype=np.int32)
+        if not nested:
+            order = np.flatnonzero(op)
+            order = order[np.lexsort((-e[order], s[order], tid[order]))]
+            keep = np.array([n.startswith(SCALAR_READ_OPS + COLLECTIVE_OPS) for n in self._names.names], bool)[name]
+            keep[order] |= outermost_by_thread(s[order], e[order], tid[order], reach=True)
+            op &= keep
+        return HostOps(s[op], e[op], tid[op], name[op], tuple(self._names.names))
 
     def attribute(self, r_start: np.ndarray, r_end: np.ndarray) -> BlockingCalls:
         """Each kept call with the outermost CPU op and the innermost caller around it."""

@@ -40,7 +40,7 @@ def merge_sorted(s: np.ndarray, e: np.ndarray) -> Seg:
 def segments(start: np.ndarray, end: np.ndarray) -> Seg:
     """The segments of intervals, empty ones left out."""
     keep = end > start
-    return merge(start[keep], end[keep])
+    return merge(start, end) if keep.all() else merge(start[keep], end[keep])
 
 
 def union(*sets: Seg) -> Seg:
@@ -51,18 +51,20 @@ def union(*sets: Seg) -> Seg:
     )
 
 
-def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Which intervals (sorted by start, the longer of two starting together first) no earlier one contains."""
+def outermost(start: np.ndarray, end: np.ndarray, reach: bool = False) -> np.ndarray:
+    """Which intervals (sorted by start, the longer of two starting together first) no earlier one contains; ``reach``:
+    and those ending after every earlier one (the rest change neither which are outermost nor the first and last)."""
     out = np.ones(start.size, dtype=bool)
     if start.size > 1:
-        out[1:] = start[1:] >= np.maximum.accumulate(end)[:-1]
+        before = np.maximum.accumulate(end)[:-1]
+        out[1:] = (start[1:] >= before) | (reach & (end[1:] > before))
     return out
 
 
-def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def outermost_by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray, reach: bool = False) -> np.ndarray:
     """``outermost`` within each thread, of intervals sorted by thread, then as ``outermost`` wants them."""
     cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
-    parts = [outermost(s, e) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
+    parts = [outermost(s, e, reach) for s, e in zip(np.split(start, cut), np.split(end, cut), strict=True)]
     return np.concatenate(parts) if start.size else np.ones(0, dtype=bool)
 
 
@@ -77,16 +79,17 @@ def pairs(a: Seg, b: Seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if a[0].size == 0 or b[0].size == 0:
         return none
     i = np.searchsorted(b[1], a[0], side="right")  # first b segment ending after each a starts
-    j = np.searchsorted(b[0], a[1], side="left")  # b segments starting before each a ends
-    n = np.maximum(j - i, 0)
+    n = np.maximum(np.searchsorted(b[0], a[1], side="left") - i, 0)  # b segments starting before each a ends, less i
     if not n.any():
         return none
     ai = np.repeat(np.arange(a[0].size), n)
     bi = np.arange(int(n.sum()))  # b's index of each pair: i of its a segment, then on, in place
     bi -= np.repeat(np.cumsum(n) - n - i, n)
-    s = np.maximum(a[0][ai], b[0][bi])
-    e = np.minimum(a[1][ai], b[1][bi])
+    del i, n  # in place from here: one pair per gap of a capture
+    s, e = a[0][ai], a[1][ai]
     del ai
+    np.maximum(s, b[0][bi], out=s)
+    np.minimum(e, b[1][bi], out=e)
     keep = e > s
     return s[keep], e[keep], bi[keep]
 

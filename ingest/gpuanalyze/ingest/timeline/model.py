@@ -408,7 +408,7 @@ class TimelineSink:
             startup=self.startup.finish(min(self.g_ts) if self.g_ts else None),
             runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
             runtime_tid=_ints(self.r_tid),
-            host_ops=self.sites.ops(),
+            host_ops=self.sites.ops(nested=not self.g_ts),
             enqueue_calls=self.enqueue_calls,
             frames=self.sites.frames(),
             memory=self.memory.finish(),

@@ -32,7 +32,9 @@ step's.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -219,12 +221,26 @@ def _device_notes(k: Timeline, no_device: str | None) -> tuple[list[str], dict[s
 
 def return_freed_memory() -> None:
     """Hand the C heap's freed pages back (glibc's ``malloc_trim``; elsewhere nothing): what parsing or a conversion
-    freed otherwise stays resident under what comes next (glibc serves numpy's arrays from its heap)."""
+    freed otherwise stays resident under what comes next; arrays past 256 KiB get their own mapping, unmapped when
+    freed (a fixed M_MMAP_THRESHOLD: glibc's own rises to each mapped block freed, up to 32 MiB, mallopt(3))."""
     try:  # the symbols this process already has loaded (find_library would run ldconfig)
-        trim = ctypes.CDLL(None).malloc_trim
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 1 << 18)  # M_MMAP_THRESHOLD (malloc.h)
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
         return
-    trim(0)
+    libc.malloc_trim(0)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic collector off for a bulk import (on again after, if it was): it would walk every object held,
+    dozens of times, for ~10% of the CPU time; an import's objects are rows and arrays, not reference cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def import_kineto(
