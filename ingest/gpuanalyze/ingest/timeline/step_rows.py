@@ -221,14 +221,14 @@ def _device_notes(k: Timeline, no_device: str | None) -> tuple[list[str], dict[s
 
 def return_freed_memory() -> None:
     """Hand the C heap's freed pages back (glibc's ``malloc_trim``; elsewhere nothing): what parsing or a conversion
-    freed otherwise stays resident under what comes next; arrays past 256 KiB get their own mapping, unmapped when
-    freed (a fixed M_MMAP_THRESHOLD: glibc's own rises to each mapped block freed, up to 32 MiB, mallopt(3))."""
+    freed otherwise stays resident under what comes next (glibc serves numpy's arrays from its heap). The mmap
+    threshold is left as it is: fixing it (mallopt) saved 46 MiB at 1 GB, but it is process-wide and lasting, and
+    ``analyze`` may run in a user's process."""
     try:  # the symbols this process already has loaded (find_library would run ldconfig)
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 1 << 18)  # M_MMAP_THRESHOLD (malloc.h)
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
         return
-    libc.malloc_trim(0)
+    trim(0)
 
 
 @contextmanager
