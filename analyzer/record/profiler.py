@@ -42,6 +42,7 @@ from analyzer.record.trace_output import TraceOutput
 from analyzer.record.windows import KernelWindows
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.runinfo import EndInfo
+from gpuanalyze.ingest.trace.writer import TraceWriter
 
 _clock = time.perf_counter_ns
 _getframe = sys._getframe
@@ -115,6 +116,10 @@ class Profiler:
     @property
     def steps_recorded(self) -> int:
         return self._output.rows
+
+    @property
+    def _writer(self) -> TraceWriter | None:
+        return self._output.writer
 
     # -- public API ------------------------------------------------------------------------------
     def __enter__(self) -> Profiler:

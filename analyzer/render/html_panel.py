@@ -6,7 +6,6 @@ Every string from a trace, a config or a path goes through ``analyzer.render.saf
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from analyzer.analysis.findings import Evidence, Finding
 from analyzer.analysis.kernel_metrics import gpu_breakdown
@@ -17,9 +16,6 @@ from analyzer.render.chart_data import Distribution
 from analyzer.render.safe import html as h
 from analyzer.render.safe import shorten
 from gpuanalyze.ingest.trace import schema as S
-
-if TYPE_CHECKING:
-    pass
 
 #: Evidence metrics that compare an achieved number with a ceiling measured by `gpuanalyze bench`.
 CEILING_METRICS = {

@@ -88,7 +88,9 @@ def micro_projection(ctx: Context, a: int, k: int) -> Projection:
         return wall - work * f * (1.0 - 1.0 / k)
 
     f, lo_f, hi_f, basis = per_call(ctx, work)
-    basis = basis or unmeasured_range(at, f, "the per-call share", "none of it", "all of it")
+    basis = basis or unmeasured_range(
+        at, f"{f:.0%} (MICRO_UNMEASURED_FIXED)", "the per-call share", "none of it", "all of it"
+    )
     each = f"{micro} sample(s)" if micro else "its samples"
     fix = MicroBatchFix(micro_batch=(micro or 1) * k, accumulate=a // k)
     rule = (

@@ -120,7 +120,11 @@ def batch_projection(ctx: Context, k: float, why: str) -> Projection:
 
     f, lo_f, hi_f, basis = _fixed_share(ctx, work)
     basis = basis or unmeasured_range(
-        at, f, f"the fixed share of the {work:.2f} ms compute", "all of it growing with the batch", "none of it"
+        at,
+        f"{f:.0%} (BATCH_UNMEASURED_FIXED)",
+        f"the fixed share of the {work:.2f} ms compute",
+        "all of it growing with the batch",
+        "none of it",
     )
     step = at(f)
     rule = (

@@ -337,11 +337,11 @@ def fixed_share_range(
     return measured, max(0.0, measured - T.BATCH_SPLIT_SLACK), min(1.0, measured + T.BATCH_SPLIT_SLACK)
 
 
-def unmeasured_range(at: Callable[[float], float], f: float, what: str, zero: str, one: str) -> str:
-    """The words for a share nothing in the run measures (no smaller batch in it): the model's point ``f`` and
-    the range from ``at(0)`` (``zero``: none of the work is per call) to ``at(1)`` (``one``: all of it)."""
+def unmeasured_range(at: Callable[[float], float], point: str, what: str, zero: str, one: str) -> str:
+    """The words for a share nothing in the run measures (no smaller batch in it): the model's ``point`` and the
+    range from ``at(0)`` (``zero``: none of the work is per call) to ``at(1)`` (``one``: all of it)."""
     return (
-        f"nothing in the run measures {what} (no smaller batch in the run): the point takes {f:.0%}, the range "
+        f"nothing in the run measures {what} (no smaller batch in the run): the point takes {point}, the range "
         f"spans {zero} ({at(0.0):.2f} ms) to {one} ({at(1.0):.2f} ms)"
     )
 
