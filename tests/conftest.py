@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+import typer.main
+import typer.testing
 
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
@@ -17,6 +19,21 @@ from gpuanalyze.ingest.trace.writer import TraceWriter, WriterOptions
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 SHARED = ROOT.parent / "shared"
+
+
+@functools.cache
+def _click_command(app: typer.Typer, commands: int) -> Any:
+    return typer.main.get_command(app)
+
+
+def _built_once(app: typer.Typer) -> Any:
+    """typer's CliRunner builds the click command from the app at every invoke: 12 ms of CPU for the app with every
+    command, ~450 invokes a run. Built once per app and number of registered commands instead; a click command
+    keeps nothing of one invocation for the next (each has its own Context)."""
+    return _click_command(app, len(app.registered_commands) + len(app.registered_groups))
+
+
+typer.testing._get_command = _built_once
 
 
 @functools.cache
@@ -34,6 +51,14 @@ def shared_kineto(path: Path) -> Any:
     from gpuanalyze.ingest.kineto.parse import load_kineto
 
     return load_kineto(path)
+
+
+@functools.cache
+def shared_timeline(path: Path) -> Any:
+    """``parse_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
+    from gpuanalyze.ingest.kineto.parse import parse_kineto
+
+    return parse_kineto(path)
 
 
 def make_row(
