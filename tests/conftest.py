@@ -46,19 +46,20 @@ def shared_report(path: Path) -> Any:
 
 
 @functools.cache
-def shared_kineto(path: Path) -> Any:
-    """``load_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
-    from gpuanalyze.ingest.kineto.parse import load_kineto
-
-    return load_kineto(path)
-
-
-@functools.cache
 def shared_timeline(path: Path) -> Any:
     """``parse_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
     from gpuanalyze.ingest.kineto.parse import parse_kineto
 
     return parse_kineto(path)
+
+
+@functools.cache
+def shared_kineto(path: Path) -> Any:
+    """``load_kineto`` of a real trace under ../shared (the import of its shared_timeline), once per test process
+    (as shared_report)."""
+    from gpuanalyze.ingest.timeline.step_rows import import_kineto
+
+    return import_kineto(shared_timeline(path))
 
 
 def make_row(
