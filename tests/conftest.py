@@ -36,27 +36,68 @@ def _built_once(app: typer.Typer) -> Any:
 typer.testing._get_command = _built_once
 
 
-@functools.cache
+#: Where the xdist workers of this run share their loads of the real traces (set in each worker; None: one process).
+_SHARED_LOADS: dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_loads_of_the_run(tmp_path_factory):
+    """Beside the workers' base temporary directories: the run's own (pytest removes it with them)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _SHARED_LOADS["dir"] = tmp_path_factory.getbasetemp().parent / "shared-loads"
+    yield
+
+
+def _once_per_run(load: Any) -> Any:
+    """``load(path)`` of a real trace under ../shared once per test process, and under xdist once per run: the
+    first worker to need it pickles it for the others (a lock per trace), which read it. The truth table, memory,
+    idle-owner and start-up tests read the same traces; loading them in both workers was ~5 s of CPU a run. What
+    is loaded is treated as immutable."""
+
+    @functools.cache
+    def cached(path: Path) -> Any:
+        folder = _SHARED_LOADS.get("dir")
+        if folder is None:
+            return load(path)
+        import fcntl
+        import hashlib
+        import pickle
+
+        folder.mkdir(exist_ok=True)
+        name = folder / f"{load.__name__}-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
+        with open(name.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            saved = name.with_suffix(".pickle")
+            if saved.exists():
+                return pickle.loads(saved.read_bytes())
+            value = load(path)
+            saved.with_suffix(".part").write_bytes(pickle.dumps(value))
+            saved.with_suffix(".part").replace(saved)
+            return value
+
+    cached.__doc__ = load.__doc__
+    return cached
+
+
+@_once_per_run
 def shared_report(path: Path) -> Any:
-    """``analyze`` of a real trace under ../shared, once per test process: the truth table, memory and start-up
-    tests read the same files (a real trace's import is 1-8 s; its report is immutable)."""
+    """``analyze`` of a real trace under ../shared (a real trace's import is 0.1-0.4 s of CPU)."""
     from analyzer.api import analyze
 
     return analyze(path)
 
 
-@functools.cache
+@_once_per_run
 def shared_timeline(path: Path) -> Any:
-    """``parse_kineto`` of a real trace under ../shared, once per test process (as shared_report)."""
+    """``parse_kineto`` of a real trace under ../shared."""
     from gpuanalyze.ingest.kineto.parse import parse_kineto
 
     return parse_kineto(path)
 
 
-@functools.cache
+@_once_per_run
 def shared_kineto(path: Path) -> Any:
-    """``load_kineto`` of a real trace under ../shared (the import of its shared_timeline), once per test process
-    (as shared_report)."""
+    """``load_kineto`` of a real trace under ../shared: the import of its shared_timeline."""
     from gpuanalyze.ingest.timeline.step_rows import import_kineto
 
     return import_kineto(shared_timeline(path))
