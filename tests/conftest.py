@@ -49,10 +49,11 @@ def _shared_loads_of_the_run(tmp_path_factory):
 
 
 def _once_per_run(load: Any) -> Any:
-    """``load(path)`` of a real trace under ../shared once per test process, and under xdist once per run: the
-    first worker to need it pickles it for the others (a lock per trace), which read it. The truth table, memory,
-    idle-owner and start-up tests read the same traces; loading them in both workers was ~5 s of CPU a run. What
-    is loaded is treated as immutable."""
+    """``load(path)`` of a real trace under ../shared once per test process, and under xdist mostly once per run:
+    the first worker to need it pickles it for the others, which read it; a worker never waits for another (on a
+    loaded host the waiting worker's CPU went to other work), it loads a trace the other is loading itself. The
+    truth table, memory, idle-owner and start-up tests read the same traces. What is loaded is treated as
+    immutable."""
 
     @functools.cache
     def cached(path: Path) -> Any:
@@ -65,9 +66,14 @@ def _once_per_run(load: Any) -> Any:
 
         folder.mkdir(exist_ok=True)
         name = folder / f"{load.__name__}-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
+        saved = name.with_suffix(".pickle")
+        if saved.exists():  # written whole, then renamed
+            return pickle.loads(saved.read_bytes())
         with open(name.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            saved = name.with_suffix(".pickle")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the file closes
+            except BlockingIOError:  # the other worker is loading it: load it here too rather than wait
+                return load(path)
             if saved.exists():
                 return pickle.loads(saved.read_bytes())
             value = load(path)
