@@ -1,5 +1,6 @@
 """`gpuanalyze bench` on the cpu backend, end to end, and the ceilings it feeds into analysis."""
 
+import dataclasses
 import json
 import os
 
@@ -13,6 +14,27 @@ from tests.conftest import make_row
 from tests.test_output_schema import validate
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def small_cpu_matmul(request, monkeypatch):
+    """The cpu backend's matmul on 128x128 matrices, its plan (dtypes, tolerances, timer, runs) as it is: these tests
+    check what `bench` does around a measurement (files, merges, output); the quick pass's 1024x1024 matmuls cost
+    ~1 s of CPU per run. The slow test here, tests/test_kernels_cpu.py and tests/test_render_bench.py measure at the
+    real size."""
+    if request.node.get_closest_marker("slow"):
+        return
+    from gpuanalyze.kernels import matmul
+
+    plan = matmul._plan
+
+    def small(backend, quick):
+        real = plan(backend, quick)
+        if backend.name != "cpu":
+            return real
+        return dataclasses.replace(real, n=128, make=lambda dtype: matmul._NumpyMatmul(128, dtype))
+
+    monkeypatch.setattr(matmul, "_plan", small)
 
 
 @pytest.fixture

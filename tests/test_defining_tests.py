@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.api import analyze
 from tests import mechanism_fixtures as F
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_report
 from tests.kineto_fixtures import write
 
 EXTERNAL = SHARED / "external_traces"
@@ -28,7 +28,7 @@ def test_gaps_between_kernels_launched_ahead_are_queued_not_batch_size(tmp_path)
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 def test_host_overhead_whose_idle_is_not_host_wait_is_untraced_host_work_with_what_to_record():
-    r = analyze(EXTERNAL / "hta/trace_compare/base/base.json.gz")
+    r = shared_report(EXTERNAL / "hta/trace_compare/base/base.json.gz")
     # before: batch_size/host_overhead with idle_from_launch_or_host_wait 0.0001 failing >= 0.5; then unknown: the
     # idle is in gaps no host call covers, host work the trace does not show
     assert (r.bottleneck, r.findings[0].cause) == ("host", "untraced")

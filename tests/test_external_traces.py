@@ -1,5 +1,6 @@
 """Real profiler traces recorded by others (../shared/external_traces); skipped when absent."""
 
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -27,15 +28,21 @@ HTA = {
 runner = CliRunner()
 
 
+@functools.cache
+def _printed(rel: str) -> str:
+    """`gpuanalyze TRACE --json`, run once per trace and test process (three tests read the same reports)."""
+    result = runner.invoke(app, [str(TRACES / rel), "--json"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def _all():
     return sorted(p.relative_to(TRACES).as_posix() for p in TRACES.rglob("*.json.gz")) if TRACES.is_dir() else []
 
 
 @pytest.mark.parametrize("rel", _all())
 def test_every_external_trace_imports_and_analyses(rel):
-    result = runner.invoke(app, [str(TRACES / rel), "--json"])
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(_printed(rel))
     assert data["bottleneck"] in BOTTLENECKS
     validate(data, "Report")  # the shipped JSON Schema (docs/json.md)
     if "cpu_only" in rel:
@@ -46,7 +53,7 @@ def test_every_external_trace_imports_and_analyses(rel):
 
 @pytest.mark.parametrize("rel", sorted(HTA))
 def test_gpu_breakdown_matches_hta_within_one_point(rel):
-    data = json.loads(runner.invoke(app, [str(TRACES / rel), "--json"]).output)
+    data = json.loads(_printed(rel))
     idle, compute, non_compute = HTA[rel]
     assert data["gpu"]["idle_pct"] == pytest.approx(idle, abs=1.0)
     assert data["gpu"]["compute_pct"] == pytest.approx(compute, abs=1.0)
@@ -54,7 +61,7 @@ def test_gpu_breakdown_matches_hta_within_one_point(rel):
 
 
 def test_distributed_info_gives_rank_and_world():
-    data = json.loads(runner.invoke(app, [str(TRACES / "trace_filter/sampled_rank-1.json.gz"), "--json"]).output)
+    data = json.loads(_printed("trace_filter/sampled_rank-1.json.gz"))
     assert data["run"]["rank"] == 1 and data["run"]["world_size"] == 128
 
 
@@ -63,7 +70,7 @@ def test_import_writes_an_arrow_trace(tmp_path):
     src = TRACES / "nccl_parser_config/nccl_data.json.gz"
     result = runner.invoke(app, ["import", str(src), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    direct = json.loads(runner.invoke(app, [str(src), "--json"]).output)
+    direct = json.loads(_printed("nccl_parser_config/nccl_data.json.gz"))
     again = json.loads(runner.invoke(app, [str(out), "--json"]).output)
     assert again["bottleneck"] == direct["bottleneck"] and again["gpu"] == direct["gpu"]
     assert again["steps"] == direct["steps"]

@@ -18,7 +18,7 @@ from gpuanalyze.ingest.timeline.runtime_calls import BLOCKING, OTHER, call_class
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from gpuanalyze.ingest.trace import schema as S
 from tests.capture_fixtures import DEVICE, HTOD, PAGEABLE, Nsys, launch
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto
 from tests.kineto_fixtures import ev, write
 from tests.mechanism_fixtures import _doc
 
@@ -183,7 +183,7 @@ def test_owners_add_up_to_each_steps_idle_time(tmp_path_factory, raw):
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 @pytest.mark.parametrize("path", sorted(EXTERNAL.rglob("*.json.gz")) if EXTERNAL.is_dir() else [], ids=lambda p: p.name)
 def test_every_idle_interval_of_every_real_trace_has_an_owner(path):
-    trace = import_kineto(parse_kineto(path))
+    trace = shared_kineto(path)
     for text in trace.frame.get_column(S.KERNEL_STATS).to_list():
         if not text:
             continue

@@ -10,7 +10,7 @@ import pytest
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto
 from tests.kineto_fixtures import ev, write
 
 A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "totalGlobalMem": 40 * 10**9, "computeMajor": 8, "computeMinor": 0}]
@@ -107,7 +107,7 @@ def test_real_step_less_traces_find_the_loop_their_kernels_repeat():
     path = SHARED / "external_traces" / "param" / "rtx2080ti_resnet_kineto.json.gz"
     if not path.exists():
         pytest.skip("../shared is not here")
-    trace = import_kineto(parse_kineto(path))
+    trace = shared_kineto(path)
     assert trace.frame.height == 30
     from gpuanalyze.ingest.trace import schema as S
 

@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
-from gpuanalyze.ingest.kineto.parse import load_kineto, parse_kineto
+from gpuanalyze.ingest.kineto.parse import load_kineto
 from gpuanalyze.ingest.timeline.capture_windows import windows_of
 from gpuanalyze.ingest.timeline.intervals import merge
 from gpuanalyze.ingest.timeline.kernel_stats import StepKernels
-from gpuanalyze.ingest.timeline.step_rows import hta_gpu_mask, import_kineto
+from gpuanalyze.ingest.timeline.step_rows import hta_gpu_mask
 from gpuanalyze.ingest.trace import schema as S
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto, shared_timeline
 from tests.kineto_fixtures import ev, two_step_trace, write
 
 TRACES = SHARED / "external_traces"
@@ -93,7 +93,7 @@ def test_resnet_data_wait_matches_the_tensorboard_definition():
     def spans(pred):
         return sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if pred(e))
 
-    windows = windows_of(parse_kineto(path))[0]  # the 30 iterations found in its top-level ops
+    windows = windows_of(shared_timeline(path))[0]  # the 30 iterations found in its top-level ops
     lo, hi = windows[0][1], windows[-1][2]
 
     def clip(s):
@@ -111,7 +111,7 @@ def test_resnet_data_wait_matches_the_tensorboard_definition():
         in_loader = ((li[:, 0] <= mid) & (mid < li[:, 1])).any()
         if in_loader and not ((bi[:, 0] <= mid) & (mid < bi[:, 1])).any():
             expected += b - a
-    trace = load_kineto(path)
+    trace = shared_kineto(path)
     assert sum(_col(trace, S.DATA_WAIT_MS)) == pytest.approx(expected / 1e3, rel=1e-9)
     assert sum(_col(trace, S.DATA_WAIT_MS)) < 0.85 * 8204.993  # the loader's wall time, which the old importer reported
 
@@ -179,8 +179,8 @@ HTA_IDLE = {
 @needs_traces
 @pytest.mark.parametrize("rel", sorted(HTA_IDLE))
 def test_idle_split_adds_up_to_htas_idle_time(rel):
-    k = parse_kineto(TRACES / rel)
-    trace = import_kineto(k)
+    k = shared_timeline(TRACES / rel)
+    trace = shared_kineto(TRACES / rel)
     idle = _idle_ms(trace)
     # exact: every kernel is in a step here, so the steps' idle is the whole GPU timeline's idle
     kernels = StepKernels(k)

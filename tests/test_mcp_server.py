@@ -5,6 +5,7 @@ tests/test_tool_worker.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -19,8 +20,10 @@ from tests.conftest import ROOT, SAMPLES, make_row, write_trace
 from tests.hostile import corpus as hostile
 from tests.kineto_fixtures import two_step_trace, write
 
-mcp = pytest.importorskip("mcp")
-anyio = pytest.importorskip("anyio")
+#: The SDK is imported by the tests that use it (~0.8 s of CPU), not by every test process that collects this module.
+pytestmark = pytest.mark.skipif(
+    not (importlib.util.find_spec("mcp") and importlib.util.find_spec("anyio")), reason="needs the mcp extra"
+)
 
 #: Most seconds one call may take on a loaded machine (load 8+ on 2 cores) before the test calls it a hang.
 CALL_S = 120
@@ -28,6 +31,9 @@ CALL_S = 120
 
 def serve(root: Path, body: Callable[[Any], Awaitable[None]], tmp: Path, **env: str) -> None:
     """Start `python -m analyzer mcp ROOT` with HOME and TMPDIR under ``tmp``, and run ``body(client)``."""
+    import anyio
+    import mcp
+
     for d in ("home", "tmp"):
         (tmp / d).mkdir(exist_ok=True)
     env = {"HOME": str(tmp / "home"), "TMPDIR": str(tmp / "tmp"), **env}
@@ -43,6 +49,8 @@ def serve(root: Path, body: Callable[[Any], Awaitable[None]], tmp: Path, **env: 
 
 
 async def call(client: Any, tool: str, **args: Any) -> tuple[bool, str]:
+    import anyio
+
     with anyio.fail_after(CALL_S):
         result = await client.call_tool(tool, args)
     return result.is_error, result.content[0].text
@@ -160,6 +168,7 @@ def test_a_hostile_trace_is_an_error_result_and_the_next_call_is_answered(tmp_pa
     serve(root, body, tmp_path)
 
 
+@pytest.mark.slow  # a server of its own (~1.7 s of CPU); the bound's cut is tests/test_tool_worker.py's, in-process
 def test_a_result_over_the_size_bound_is_cut_to_valid_json_that_says_so(samples, tmp_path):
     async def body(client):
         error, text = await call(client, "analyze_trace", path="h200_small_batch.arrow")

@@ -1,6 +1,7 @@
 """Real Nsight Systems exports made by others (../shared/nsys_traces, README: provenance and an engineer's
 reading of each); skipped when absent. Each imports, or is refused with one line."""
 
+import functools
 import json
 
 import pytest
@@ -25,9 +26,15 @@ GPUS = {
 
 
 def _json(name):
+    return json.loads(_printed(name))
+
+
+@functools.cache
+def _printed(name):
+    """`gpuanalyze EXPORT --json`, run once per export and test process (ten tests read the same reports)."""
     result = runner.invoke(app, [str(NSYS / name), "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return result.output
 
 
 def _setup(data):

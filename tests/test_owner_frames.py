@@ -13,7 +13,7 @@ from gpuanalyze.ingest.timeline.blocking_calls import CALLER, is_user_frame, rol
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from gpuanalyze.ingest.trace import schema as S
 from tests.capture_fixtures import kineto, launch
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto
 from tests.kineto_fixtures import ev, write
 
 EXTERNAL = SHARED / "external_traces"
@@ -91,7 +91,7 @@ def test_without_python_stacks_record_function_ranges_name_the_code(tmp_path):
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 @pytest.mark.parametrize("name", STACKS)
 def test_every_shared_trace_with_stacks_names_a_frame_for_its_top_owner(name):
-    trace = import_kineto(parse_kineto(EXTERNAL / "tracelens" / f"{name}.json.gz"))
+    trace = shared_kineto(EXTERNAL / "tracelens" / f"{name}.json.gz")
     stats = [S.decode_kernel_stats(x) for x in trace.frame.get_column(S.KERNEL_STATS).to_list() if x]
     owned = {o: sum(getattr(s, S.owner_field(o)) for s in stats) for o in S.IDLE_OWNERS}
     top = max(owned, key=lambda o: owned[o])

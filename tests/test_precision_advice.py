@@ -10,7 +10,7 @@ import pytest
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
 from tests import mechanism_fixtures as F
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_report
 from tests.kineto_fixtures import write
 
 EXTERNAL = SHARED / "external_traces"
@@ -66,7 +66,7 @@ def test_capability_from_the_name_when_the_trace_lacks_it_and_never_for_amd():
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 def test_v100_trace_gets_fp16_autocast_with_a_grad_scaler():
-    r = analyze(EXTERNAL / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    r = shared_report(EXTERNAL / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
     advice = _advice(r)
     assert "torch.float16" in advice and "GradScaler" in advice
     assert "bfloat16" not in advice and "allow_tf32" not in advice

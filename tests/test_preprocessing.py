@@ -10,7 +10,7 @@ import pytest
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
 from tests import mechanism_fixtures as F
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_kineto, shared_timeline
 from tests.kineto_fixtures import write
 
 EXTERNAL = SHARED / "external_traces"
@@ -59,11 +59,11 @@ def test_work_running_after_its_steps_host_window_still_belongs_to_its_step():
     step's host window; each event launched in a step is counted in that step's kernel statistics."""
     import msgspec
 
-    from gpuanalyze.ingest.timeline.step_rows import import_kineto
     from gpuanalyze.ingest.trace import schema as S
 
-    k = parse_kineto(EXTERNAL / "tracelens/mi300_resnet_act_checkpoint.json.gz")
-    rows = import_kineto(k).frame.get_column(S.KERNEL_STATS).to_list()
+    path = EXTERNAL / "tracelens/mi300_resnet_act_checkpoint.json.gz"
+    k = shared_timeline(path)
+    rows = shared_kineto(path).frame.get_column(S.KERNEL_STATS).to_list()
     counted = sum(msgspec.json.decode(x, type=S.KernelStats).kernel_count for x in rows if x)
     assert counted == k.gpu.start.size
     last_host_end = max(end for _, _, end in k.steps)
