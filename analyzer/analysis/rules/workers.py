@@ -172,18 +172,29 @@ def _plan(ctx: Context, data_ms: float, workers: int | None) -> WorkerPlan | Non
             return _from_zero(ctx, data_ms, workers)
         # the fewest workers within WORKERS_ENOUGH of the best the free cores allow: more add processes,
         # memory and hand-over for nothing
-        plans = [_from_zero(ctx, data_ms, k) for k in range(1, max_workers(ctx) + 1)]
-        best = min(p.step_ms for p in plans)
-        return next(p for p in plans if p.step_ms <= best * (1 + T.WORKERS_ENOUGH))
+        # (the steps alone first: the stability bootstrap plans every resample, and the words cost 4x the numbers)
+        steps = {k: _zero_model(ctx, data_ms, k).step(ctx, True)[0] for k in range(1, max_workers(ctx) + 1)}
+        best = min(steps.values())
+        return _from_zero(ctx, data_ms, next(k for k, s in steps.items() if s <= best * (1 + T.WORKERS_ENOUGH)))
     return _more(ctx, data_ms, current, workers)
 
 
-def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
+def _zero_model(ctx: Context, data_ms: float, workers: int) -> _Model:
+    """The model of ``workers`` loading what a loop without workers waits ``data_ms`` for."""
     stays = data_ms * main_process_share(ctx)  # the sampler and the iterator: on the training process's path
-    compute = ctx.wall - data_ms + stays
     cpu = loader_cpu_share(ctx)
-    threads, most = compute_threads(ctx)
-    model = _Model(compute, data_ms - stays, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads)
+    threads = compute_threads(ctx)[0]
+    return _Model(
+        ctx.wall - data_ms + stays, data_ms - stays, 1.0 if cpu is None else cpu, workers, cores_free(ctx), threads
+    )
+
+
+def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
+    stays = data_ms * main_process_share(ctx)
+    cpu = loader_cpu_share(ctx)
+    most = compute_threads(ctx)[1]
+    model = _zero_model(ctx, data_ms, workers)
+    compute = model.compute
     data_ms -= stays
     step, loading, slowed = model.step(ctx, True)
     # The low end: the other work on the host yielding the job's cores to it
