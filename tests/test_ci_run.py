@@ -7,6 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 CI = (ROOT / ".ci" / "run").read_text()
@@ -25,6 +27,7 @@ def _run(busy: str) -> tuple[str, str]:
     return done.stdout, re.search(r"pid=(\S+)", done.stdout).group(1)
 
 
+@pytest.mark.slow  # spawns processes (the marker's definition, pyproject.toml)
 def test_ci_busy_runs_one_busy_loop_and_ends_it_by_its_pid():
     out, pid = _run("1")
     assert "while True: pass" in out  # running while the script ran

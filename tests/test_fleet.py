@@ -158,6 +158,7 @@ def dies_on_killme(job):
     return analyse_run(job)
 
 
+@pytest.mark.slow  # spawns processes (the marker's definition, pyproject.toml)
 def test_fleet_survives_a_killed_worker(tmp_path):
     from analyzer.fleet.fleet_options import FleetOptions
     from analyzer.fleet.triage import WORKER_DIED, triage

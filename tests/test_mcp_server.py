@@ -68,6 +68,7 @@ def samples(tmp_path):
     return root
 
 
+@pytest.mark.slow  # spawns processes (the marker's definition, pyproject.toml)
 def test_an_agent_sees_five_read_only_tools_that_say_what_they_return_and_when(samples, tmp_path):
     async def body(client):
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -178,6 +179,7 @@ def test_a_result_over_the_size_bound_is_cut_to_valid_json_that_says_so(samples,
     serve(samples, body, tmp_path, GPUANALYZE_MCP_MAX_KB="8")
 
 
+@pytest.mark.slow  # spawns processes (the marker's definition, pyproject.toml)
 def test_a_call_past_its_deadline_is_stopped_and_the_server_answers_on(samples, tmp_path):
     async def body(client):
         error, text = await call(client, "analyze_trace", path="h200_small_batch.arrow")

@@ -103,6 +103,7 @@ def test_number_formats():
     assert [short(v) for v in (12110.0, 2.5e6, 30.62)] == ["12.1k", "2.5M", "30.6"]
 
 
+@pytest.mark.slow  # spawns processes (the marker's definition, pyproject.toml)
 def test_bench_honours_width_and_columns():
     pytest.importorskip("torch")
     runner = CliRunner()
