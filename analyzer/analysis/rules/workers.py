@@ -190,12 +190,10 @@ def _zero_model(ctx: Context, data_ms: float, workers: int) -> _Model:
 
 
 def _from_zero(ctx: Context, data_ms: float, workers: int) -> WorkerPlan:
-    stays = data_ms * main_process_share(ctx)
+    model = _zero_model(ctx, data_ms, workers)
+    stays, data_ms, compute = data_ms - model.data, model.data, model.compute
     cpu = loader_cpu_share(ctx)
     most = compute_threads(ctx)[1]
-    model = _zero_model(ctx, data_ms, workers)
-    compute = model.compute
-    data_ms -= stays
     step, loading, slowed = model.step(ctx, True)
     # The low end: the other work on the host yielding the job's cores to it
     # (the scheduler shares cores among runnable threads; the measured free cores are the worst case).

@@ -184,11 +184,11 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
         notes = _notes(meta, events.ranked, len(events.keys)) + skipped
         if kind:
             notes.append(f"steps from {kind}")
+        utc = (pl.col(S.START_UNIX_NS) + (meta.epoch_ns or 0)).alias(S.START_UNIX_NS)  # on UTC (nsys/meta.py)
         for k in events.traces():
             k = dataclasses.replace(k, path=str(path), notes=[*notes, *k.notes], span=_session(db, k))
             no_device = None if events.ranked else no_gpu_reason(db, events.nvtx_names)
             got = import_kineto(k, source="nsys", no_steps=WINDOW_NOTE, no_device=no_device)
-            utc = (pl.col(S.START_UNIX_NS) + (meta.epoch_ns or 0)).alias(S.START_UNIX_NS)  # on UTC (nsys/meta.py)
             out.append(dataclasses.replace(got, frame=got.frame.with_columns(utc)))
             del k
             return_freed_memory()

@@ -240,7 +240,8 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        (gc.enable if was else gc.disable)()
+        if was:
+            gc.enable()
 
 
 def import_kineto(
