@@ -196,17 +196,17 @@ def _analyze_for_compare(
     nothing of the run is held twice. Anything else (a directory, a Kineto or Nsight file) is loaded
     once, in memory, and both come from that."""
     from analyzer.measure.file_rows import arrow_input, rows_of, trace_rank_rows
-    from analyzer.measure.free_memory import release
     from analyzer.planning.step_series import COLUMNS, step_series
     from gpuanalyze.ingest.sources import load_any
+    from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
 
     if arrow_input(trace):
         rows, tags = trace_rank_rows(trace, COLUMNS)
         steps = step_series(rows)
         del rows
-        release()  # the columns read for the series, before the analysis reads them again
+        return_freed_memory()  # the columns read for the series, before the analysis reads them again
         result = analyze(trace, ReadOptions(ceilings=ceilings, cost=cost))
-        release()  # what the rules and the bootstrap freed, before the next run is read
+        return_freed_memory()  # what the rules and the bootstrap freed, before the next run is read
         return result, steps, tags
     loaded = load_any(trace)
     result = analyze(loaded, ReadOptions(ceilings=ceilings, cost=cost))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,8 @@ from analyzer.analysis.owners import owned_consistency
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
 from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+from gpuanalyze.ingest.timeline.idle_owners import _calls_during, _take
+from gpuanalyze.ingest.timeline.intervals import intersect, minus, segments, union
 from gpuanalyze.ingest.timeline.runtime_calls import BLOCKING, OTHER, call_class
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from gpuanalyze.ingest.trace import schema as S
@@ -503,3 +506,27 @@ def test_a_driver_api_async_copy_from_pageable_memory_blocks(tmp_path):
     assert sum(s.idle_owner_launch_ms for s in stats) < 0.1
     assert all(s.memcpy_pageable_ms == pytest.approx(0.1) and s.memcpy_h2d_ms == pytest.approx(0.1) for s in stats)
     assert sum(s.sync_api_ms for s in stats) >= 3 * 27
+
+
+_spans = st.lists(st.tuples(st.integers(0, 80), st.integers(0, 12)), max_size=30)
+
+
+def _segs(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    s = np.array([a for a, _ in spans], dtype=np.float64)
+    return segments(s, s + np.array([d for _, d in spans], dtype=np.float64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(waiting=_spans, ops=_spans, calls=_spans)
+def test_launch_owner_taken_in_two_steps_equals_taking_the_union_at_once(waiting, ops, calls):
+    """The launch owner is taken from the ops that launched, then from the calls overlapping what is left (held and
+    merged alone): exactly what intersecting with their union took, and the same time left for the next owners."""
+    w, launching = _segs(waiting), _segs(ops)
+    cs = np.array([a for a, _ in calls], dtype=np.float64)
+    ce = cs + np.array([d for _, d in calls], dtype=np.float64)
+    everything = union(launching, segments(cs, ce))
+    owned: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    left = _take(owned, w, "launch", launching)
+    left = _take(owned, left, "launch", _calls_during(left, cs, ce))
+    for got, want in ((union(owned["launch"]), union(intersect(w, everything))), (left, minus(w, everything))):
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

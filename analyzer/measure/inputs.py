@@ -25,7 +25,7 @@ from analyzer.analysis.road import measured, rows_road, trace_road
 from analyzer.analysis.steady import SteadyState
 from analyzer.analysis.thresholds import WARMUP_MAX_STEPS
 from analyzer.errors import GpuAnalyzeError, MixedRunsError, TraceError
-from analyzer.measure import free_memory, storage
+from analyzer.measure import storage
 from analyzer.measure.chart_pass import ChartJob, chart_pass
 from analyzer.measure.engine import LocalEngine, RayEngine, make_engine
 from analyzer.measure.file_rows import file_columns, file_samples, rank_rows
@@ -33,6 +33,7 @@ from analyzer.measure.import_cache import cache_dir
 from analyzer.measure.rank_tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest.nsys.load import nsys_dir_hint
 from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
+from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.host_sample import HostSample
@@ -110,11 +111,11 @@ def measure(
 ) -> Measured:
     """Measure a trace file, a directory of rank files (local or a URL), or the rank files of a run;
     ``charts``: also what the report's charts draw (one more pass over the rank files). What the
-    passes freed is given back to the system at the end (free_memory: the next run starts low)."""
+    passes freed is given back to the system at the end (return_freed_memory: the next run starts low)."""
     try:
         return _measure(str(path), _How(engine, workers, limits or ReadLimits(), charts))
     finally:
-        free_memory.release()
+        return_freed_memory()
 
 
 def _measure(p: str, how: _How) -> Measured:

@@ -37,10 +37,10 @@ from analyzer.analysis.partial import (
 )
 from analyzer.analysis.quantiles import Bracket
 from analyzer.errors import GpuAnalyzeError
-from analyzer.measure import free_memory, storage
+from analyzer.measure import storage
 from analyzer.measure.file_rows import rank_rows
 from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
-from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, trace_writer
+from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, return_freed_memory, trace_writer
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns
@@ -200,7 +200,7 @@ def run_file(job: FileJob) -> FileResult:
         return FileResult(source=job.source, error=f"{job.source}: out of memory while reading it")
 
 
-#: File size from which the reduction gives what reading the file freed back (free_memory) when it
+#: File size from which the reduction gives what reading the file freed back (return_freed_memory) when it
 #: ends: a long file's decoded batches and columns are 0.1-0.3 GiB; thousands of tiny files skip it.
 RELEASE_BYTES = 4 << 20
 
@@ -239,7 +239,7 @@ def run_files(group: FileGroup) -> GroupResult:
             results.append(dataclasses.replace(res, partials=()))
             if job.size >= RELEASE_BYTES:
                 del res
-                free_memory.release()  # the file's decoded batches and columns, before the next file's
+                return_freed_memory()  # the file's decoded batches and columns, before the next file's
     return GroupResult(tuple(results), reduced)
 
 
@@ -367,11 +367,11 @@ class BracketJob:
 
 def answer_file(job: BracketJob) -> list[Answers]:
     """Every rank's answers (second quantile pass) of one .arrow file; the same rows as run_file. Only
-    files too long for exact sketches get here: what reading it freed is given back (free_memory)."""
+    files too long for exact sketches get here: what reading it freed is given back (return_freed_memory)."""
     try:
         return _answer_file(job)
     finally:
-        free_memory.release()
+        return_freed_memory()
 
 
 def _answer_file(job: BracketJob) -> list[Answers]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuanalyze.ingest.nsys.db import NsysDb
 from gpuanalyze.ingest.nsys.step_ranges import classify, is_op
-from gpuanalyze.ingest.timeline.blocking_calls import TID_LIMIT
+from gpuanalyze.ingest.timeline.blocking_calls import OP, TID_LIMIT, reaching, read_by_name
 from gpuanalyze.ingest.timeline.kernel_names import MAX_NAME_CHARS
 from gpuanalyze.ingest.timeline.model import TimelineSink, cpu_role
 from gpuanalyze.ingest.timeline.runtime_calls import BLOCKING, call_facts
@@ -188,11 +188,17 @@ class RowSink(TimelineSink):
             interned = np.zeros(len(facts.facts), np.int32)
             for d in distinct[np.argsort(first)].tolist():  # interned in the order the rows name them
                 interned[d] = own._names.id(facts.facts[d][0])
-            _extend(own.e_ts, ts[kept])
-            _extend(own.e_end, ts[kept] + dur[kept])
-            _extend(own.e_tid, self._tids([tid[i] for i in kept.tolist()]))
-            _extend(own.e_name, interned[ids[kept]])
-            _extend(own.e_caller, site[kept])
+            start, tids, names, role = ts[kept], self._tids([tid[i] for i in kept.tolist()]), ids[kept], site[kept]
+            end = start + dur[kept]
+            if self.g_ts:  # a device trace's ops inside an earlier op of the batch are never read: not held
+                keep = role != OP
+                op = ~keep
+                read = read_by_name([f[0] for f in facts.facts])[names[op]]
+                keep[op] = reaching(start[op], end[op], tids[op], read)
+                start, end, tids, names, role = start[keep], end[keep], tids[keep], names[keep], role[keep]
+            targets: tuple[array[Any], ...] = (own.e_ts, own.e_end, own.e_tid, own.e_name, own.e_caller)
+            for target, values in zip(targets, (start, end, tids, interned[names], role), strict=True):
+                _extend(target, values)
         for i in np.flatnonzero((mark == -1) & ok).tolist():  # a ProfilerStep (step_ranges.classify takes them first)
             self._step(facts.facts[ids[i]][0], (ts[i], dur[i]), self._threads.setdefault(tid[i], len(self._threads)))
         marked = np.flatnonzero((mark >= 0) & ok)

@@ -156,12 +156,11 @@ class CallSites:
         op = np.frombuffer(self.e_caller, dtype=np.int8) == role
         s, e = np.frombuffer(self.e_ts, dtype=np.float64), np.frombuffer(self.e_end, dtype=np.float64)
         tid, name = np.frombuffer(self.e_tid, dtype=np.int64), np.frombuffer(self.e_name, dtype=np.int32)
-        if not nested:
-            order = np.flatnonzero(op)
-            order = order[np.lexsort((-e[order], s[order], tid[order]))]
-            keep = np.array([n.startswith(SCALAR_READ_OPS + COLLECTIVE_OPS) for n in self._names.names], bool)[name]
-            keep[order] |= outermost_by_thread(s[order], e[order], tid[order], reach=True)
-            op &= keep
+        if not nested:  # in the order every pass sorts them by (thread, start, longer first): none sorts again
+            idx = np.flatnonzero(op)
+            order, keep = _reach(s[idx], e[idx], tid[idx], read_by_name(self._names.names)[name[idx]])
+            idx = idx[order[keep]]
+            return HostOps(s[idx], e[idx], tid[idx], name[idx], tuple(self._names.names))
         return HostOps(s[op], e[op], tid[op], name[op], tuple(self._names.names))
 
     def attribute(self, r_start: np.ndarray, r_end: np.ndarray) -> BlockingCalls:
@@ -188,6 +187,26 @@ class CallSites:
         return BlockingCalls(
             idx, np.frombuffer(self.c_name, dtype=np.int32).copy(), op, caller, tuple(self._names.names)
         )
+
+
+def read_by_name(names: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Which of ``names`` are ops the idle-owner pass reads by name (``.item()`` reads, collectives)."""
+    return np.array([n.startswith(SCALAR_READ_OPS + COLLECTIVE_OPS) for n in names], bool)
+
+
+def reaching(start: np.ndarray, end: np.ndarray, tid: np.ndarray, read: np.ndarray) -> np.ndarray:
+    """Which ops change what the idle-owner pass reads of a device trace's ops: per thread, those no earlier op
+    contains or that end after every earlier one (``outermost`` with ``reach``), and those ``read`` by name."""
+    order, keep = _reach(start, end, tid, read)
+    out = np.empty(start.size, bool)
+    out[order] = keep
+    return out
+
+
+def _reach(start: np.ndarray, end: np.ndarray, tid: np.ndarray, read: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reaching``, in the order of (thread, start, the longer first): that order, and which to keep in it."""
+    order = np.lexsort((-end, start, tid))
+    return order, read[order] | outermost_by_thread(start[order], end[order], tid[order], reach=True)
 
 
 def _near_calls(idx: np.ndarray, e: tuple[np.ndarray, ...], c_s: np.ndarray, c_tid: np.ndarray) -> np.ndarray:

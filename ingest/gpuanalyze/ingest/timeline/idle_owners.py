@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuanalyze.ingest.timeline.blocking_calls import HostOps
 from gpuanalyze.ingest.timeline.intervals import (
     EMPTY,
     Clipper,
@@ -114,17 +115,17 @@ class IdleOwners:
             _named_ops(k, SCALAR_READ_OPS),
         )
         waiting = intersect(remaining, host)
-        launching, quiet = _ops_by_launch(k, enqueued > NONE)
+        del host
         loader = k.cpu_mark == MARK_LOADER
-        for owner, segs in (
-            ("data_loader", segments(k.cpu.start[loader], k.cpu.end[loader])),
-            ("sync", block),
-            ("collective", _named_ops(k, COLLECTIVE_OPS)),
-            ("launch", union(launching, segments(rt.start, rt.end))),
-            ("cpu_ops", quiet),
-        ):
-            owned[owner] = intersect(waiting, segs)
-            waiting = minus(waiting, segs)
+        waiting = _take(owned, waiting, "data_loader", segments(k.cpu.start[loader], k.cpu.end[loader]))
+        waiting = _take(owned, waiting, "sync", block)
+        waiting = _take(owned, waiting, "collective", _named_ops(k, COLLECTIVE_OPS))
+        launching, quiet = _ops_by_launch(k, enqueued > NONE)
+        waiting = _take(owned, waiting, "launch", launching)
+        del launching  # each owner's segments go before the next are made
+        waiting = _take(owned, waiting, "launch", _calls_during(waiting, rt.start, rt.end))
+        waiting = _take(owned, waiting, "cpu_ops", quiet)
+        del quiet
         owned["host_idle"] = waiting
         latent = intersect(remaining, latency)
         owned["sync"] = union(owned["sync"], intersect(latent, block))
@@ -268,6 +269,24 @@ def _behaviour_blocking(k: Timeline, enqueued: np.ndarray, busy: Seg) -> Seg:
     return segments(rt.start[cand[ok]], rt.end[cand[ok]])
 
 
+def _take(owned: dict[str, Seg], waiting: Seg, owner: str, segs: Seg) -> Seg:
+    """``owner`` gets the part of ``waiting`` inside ``segs`` (with what it had); what is left of ``waiting``."""
+    got = intersect(waiting, segs)
+    owned[owner] = union(owned[owner], got) if owner in owned else got
+    return minus(waiting, segs)
+
+
+def _calls_during(waiting: Seg, start: np.ndarray, end: np.ndarray) -> Seg:
+    """The segments of the calls that overlap ``waiting``: inside it, the same as all calls' (the rest are never
+    merged, sorted or held)."""
+    if waiting[0].size == 0 or start.size == 0:
+        return EMPTY
+    i = np.minimum(np.searchsorted(waiting[1], start, side="right"), waiting[0].size - 1)  # the first ending after
+    keep = (waiting[0][i] < end) & (waiting[1][i] > start)
+    del i
+    return segments(start[keep], end[keep])
+
+
 def _named_ops(k: Timeline, prefixes: tuple[str, ...]) -> Seg:
     ops = k.host_ops
     if ops.start.size == 0:
@@ -285,16 +304,33 @@ def _ops_by_launch(k: Timeline, enqueue: np.ndarray) -> tuple[Seg, Seg]:
     rt = k.runtime
     known_tid = k.runtime_tid.size == rt.start.size
     calls = np.flatnonzero(enqueue)
-    yes, no = [EMPTY], [EMPTY]  # segments of the outermost ops that launched device work, and of those that did not
-    for tid in np.unique(ops.tid):
-        sel = np.flatnonzero(ops.tid == tid)
-        order = sel[np.lexsort((-ops.end[sel], ops.start[sel]))]
-        s, e = ops.start[order], ops.end[order]
-        top = outermost(s, e)
-        s, e = s[top], e[top]
-        mine = calls[k.runtime_tid[calls] == tid] if known_tid else calls
-        cs = np.sort(rt.start[mine])
-        n = np.searchsorted(cs, e, side="left") - np.searchsorted(cs, s, side="left")
-        yes.append((s[n > 0], e[n > 0]))
-        no.append((s[n == 0], e[n == 0]))
+    by_thread = bool((ops.tid[1:] >= ops.tid[:-1]).all())  # a device trace's ops come sorted (CallSites.ops)
+    parts = [  # per thread: the outermost ops that launched device work on it, and those that did not
+        _thread_ops(
+            ops,
+            slice(*np.searchsorted(ops.tid, (tid, tid + 1))) if by_thread else np.flatnonzero(ops.tid == tid),
+            rt.start[calls[k.runtime_tid[calls] == tid]] if known_tid else rt.start[calls],
+        )
+        for tid in np.unique(ops.tid)
+    ]
+    del calls
+    yes, no = [EMPTY, *(p[0] for p in parts)], [EMPTY, *(p[1] for p in parts)]
+    del parts
     return union(*yes), union(*no)
+
+
+def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray) -> tuple[Seg, Seg]:
+    """Of one thread's ops (``sel``), the outermost that launched device work (a start in ``calls``) and
+    those that did not (a function of its own: its temporaries go before the next thread's, and before the union)."""
+    s, e = ops.start[sel], ops.end[sel]
+    ahead, tie = s[1:] > s[:-1], s[1:] == s[:-1]
+    if not bool((ahead | (tie & (e[1:] <= e[:-1]))).all()):  # not yet by start, the longer first (a stable sort)
+        order = np.lexsort((-e, s))
+        s, e = s[order], e[order]
+        del order
+    del ahead, tie
+    top = outermost(s, e)
+    s, e = s[top], e[top]
+    calls = np.sort(calls)
+    n = np.searchsorted(calls, e, side="left") - np.searchsorted(calls, s, side="left")
+    return (s[n > 0], e[n > 0]), (s[n == 0], e[n == 0])
