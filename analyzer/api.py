@@ -198,7 +198,7 @@ def _analyze_for_compare(
     from analyzer.measure.file_rows import arrow_input, rows_of, trace_rank_rows
     from analyzer.planning.step_series import COLUMNS, step_series
     from gpuanalyze.ingest.sources import load_any
-    from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
+    from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 
     if arrow_input(trace):
         rows, tags = trace_rank_rows(trace, COLUMNS)

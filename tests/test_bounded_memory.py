@@ -284,7 +284,7 @@ _ARROW_FREED = """
 import sys
 sys.path[:0] = {paths!r}
 import pyarrow as pa
-from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 
 def rss():
     return next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmRSS")) / 1024

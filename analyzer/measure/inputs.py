@@ -33,7 +33,7 @@ from analyzer.measure.import_cache import cache_dir
 from analyzer.measure.rank_tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
 from gpuanalyze.ingest.nsys.load import nsys_dir_hint
 from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
-from gpuanalyze.ingest.timeline.step_rows import return_freed_memory
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.host_sample import HostSample

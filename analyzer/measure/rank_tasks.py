@@ -40,7 +40,8 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.measure import storage
 from analyzer.measure.file_rows import rank_rows
 from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
-from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, return_freed_memory, trace_writer
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
+from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, trace_writer
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.columns import READ, TraceColumns, frame_columns, load_columns, raw_columns

@@ -27,8 +27,9 @@ from gpuanalyze.ingest.nsys.db import NsysDb, is_sqlite_file
 from gpuanalyze.ingest.nsys.events import GPU_TABLES, VERSION_SUFFIX, NsysEvents
 from gpuanalyze.ingest.nsys.meta import NsysMeta, read_meta
 from gpuanalyze.ingest.nsys.notes import merge_rank_notes
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 from gpuanalyze.ingest.timeline.model import Timeline
-from gpuanalyze.ingest.timeline.step_rows import gc_paused, import_kineto, return_freed_memory
+from gpuanalyze.ingest.timeline.step_rows import gc_paused, import_kineto
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.reader import Trace

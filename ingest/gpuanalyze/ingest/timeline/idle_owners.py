@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuanalyze.ingest.timeline.blocking_calls import HostOps
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 from gpuanalyze.ingest.timeline.intervals import (
     EMPTY,
     Clipper,
@@ -108,6 +109,7 @@ class IdleOwners:
         for owner, segs in (("graph_capture", _capture(k, launched)), *_startup(k, enqueued, windows)):
             owned[owner] = intersect(remaining, segs)
             remaining = minus(remaining, segs)
+        return_freed_memory()  # what the start-up owners freed (free_memory.py), before the gaps' arrays
         host, latency, queued = _gap_kinds(k, launch[0], idle, by_start)
         block = union(
             segments(rt.start[blocking], rt.end[blocking]),
@@ -120,6 +122,7 @@ class IdleOwners:
         waiting = _take(owned, waiting, "data_loader", segments(k.cpu.start[loader], k.cpu.end[loader]))
         waiting = _take(owned, waiting, "sync", block)
         waiting = _take(owned, waiting, "collective", _named_ops(k, COLLECTIVE_OPS))
+        return_freed_memory()  # before the ops' pass, the largest of them
         launching, quiet = _ops_by_launch(k, enqueued > NONE)
         waiting = _take(owned, waiting, "launch", launching)
         del launching  # each owner's segments go before the next are made
@@ -166,7 +169,9 @@ def correlated(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def call_kinds(k: Timeline) -> np.ndarray:
     """Each runtime call's device work (an index into ``k.kinds``, by correlation id); -1 where it enqueued none."""
-    return np.append(k.gpu_kind, -1)[correlated(k.gpu_correlation, k.runtime_correlation)]
+    return np.append(k.gpu_kind, np.int32(-1)).astype(np.int32, copy=False)[
+        correlated(k.gpu_correlation, k.runtime_correlation)
+    ]
 
 
 def _capture(k: Timeline, launched: np.ndarray) -> Seg:
@@ -331,6 +336,10 @@ def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray) -> tup
     del ahead, tie
     top = outermost(s, e)
     s, e = s[top], e[top]
-    calls = np.sort(calls)
-    n = np.searchsorted(calls, e, side="left") - np.searchsorted(calls, s, side="left")
-    return (s[n > 0], e[n > 0]), (s[n == 0], e[n == 0])
+    del top
+    calls.sort()  # the caller's temporary, sorted where it is
+    n = np.searchsorted(calls, e, side="left")
+    n -= np.searchsorted(calls, s, side="left")
+    launched = n > 0
+    del n
+    return (s[launched], e[launched]), (s[~launched], e[~launched])

@@ -54,6 +54,8 @@ def segments(start: np.ndarray, end: np.ndarray) -> Seg:
 
 def union(*sets: Seg) -> Seg:
     """The union of sets of segments: their kept intervals written once, as pairs (``_merge_pairs``), and merged."""
+    if sum(1 for s in sets if s[0].size) <= 1:  # one set: no copy of it before its merge (a sorted one: none at all)
+        return next((segments(*s) for s in sets if s[0].size), EMPTY)
     keep = [s[1] > s[0] for s in sets]
     pairs = np.empty(sum(int(k.sum()) for k in keep), np.complex128)
     at = 0

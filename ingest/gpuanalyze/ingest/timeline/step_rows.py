@@ -31,7 +31,6 @@ step's.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ import pyarrow as pa
 
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.timeline.capture_windows import NO_STEPS_NOTE, outside_steps, windows_of
+from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 from gpuanalyze.ingest.timeline.intervals import Clipper, subtract, union_length
 from gpuanalyze.ingest.timeline.kernel_stats import StepKernels, hta_summary, launch_times
 from gpuanalyze.ingest.timeline.model import Timeline
@@ -217,20 +217,6 @@ def _device_notes(k: Timeline, no_device: str | None) -> tuple[list[str], dict[s
         )
         return [note], {"unrecorded_launches": k.enqueue_calls}
     return ["no GPU kernels in this trace (CPU-only): GPU rules are not evaluated"], {}
-
-
-def return_freed_memory() -> None:
-    """Hand the C heap's freed pages back (glibc's ``malloc_trim``; elsewhere nothing): what parsing or a conversion
-    freed otherwise stays resident under what comes next (glibc serves numpy's arrays from its heap). The mmap
-    threshold is left as it is: fixing it (mallopt) saved 46 MiB at 1 GB, but it is process-wide and lasting, and
-    ``analyze`` may run in a user's process. Arrow's pool (mimalloc) gives back what it holds free too: the step
-    tables of the ranks before are built in it, and what building them freed stays resident otherwise."""
-    pa.default_memory_pool().release_unused()
-    try:  # the symbols this process already has loaded (find_library would run ldconfig)
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
-        return
-    trim(0)
 
 
 @contextmanager
