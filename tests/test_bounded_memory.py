@@ -29,6 +29,7 @@ from analyzer.planning.step_series import COLUMNS, StepSeries, step_series
 from analyzer.render.json_report import report_dict
 from gpuanalyze.ingest.nsys.events import MAX_RANKS
 from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.timeline import free_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 from tests.conftest import make_row, write_trace
@@ -312,3 +313,13 @@ def test_memory_arrow_freed_is_given_back_before_the_next_rank():
     ).stdout.split()
     base, held, returned = (float(x) for x in out)
     assert returned - base < 0.5 * (held - base)  # most of what the table held left the process
+
+
+def test_memory_is_trimmed_between_passes_only_of_a_large_conversion(monkeypatch):
+    """A trim costs ~1 ms and the pages touched again: a small capture's conversion never pays it."""
+    calls = []
+    monkeypatch.setattr(free_memory, "return_freed_memory", lambda: calls.append(1))
+    free_memory.between_passes(free_memory.BETWEEN_PASSES_EVENTS - 1)
+    assert calls == []
+    free_memory.between_passes(free_memory.BETWEEN_PASSES_EVENTS)
+    assert calls == [1]

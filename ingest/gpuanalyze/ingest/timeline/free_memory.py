@@ -24,3 +24,15 @@ def return_freed_memory() -> None:
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
         return
     trim(0)
+
+
+#: A conversion of at least this many device events gives freed memory back between its passes: a trim costs ~1 ms
+#: and the pages it returned are touched again after it, so below this (arrays of a few MiB) it costs more than it
+#: returns (+2% of a 62 MB Kineto trace's import with 8k device events).
+BETWEEN_PASSES_EVENTS = 1 << 18
+
+
+def between_passes(events: int) -> None:
+    """``return_freed_memory`` between two passes of a conversion of ``events`` device events, when that many."""
+    if events >= BETWEEN_PASSES_EVENTS:
+        return_freed_memory()

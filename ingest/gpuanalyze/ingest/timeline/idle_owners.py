@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuanalyze.ingest.timeline.blocking_calls import HostOps
-from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
+from gpuanalyze.ingest.timeline.free_memory import between_passes
 from gpuanalyze.ingest.timeline.intervals import (
     EMPTY,
     Clipper,
@@ -109,7 +109,7 @@ class IdleOwners:
         for owner, segs in (("graph_capture", _capture(k, launched)), *_startup(k, enqueued, windows)):
             owned[owner] = intersect(remaining, segs)
             remaining = minus(remaining, segs)
-        return_freed_memory()  # what the start-up owners freed (free_memory.py), before the gaps' arrays
+        between_passes(k.gpu.start.size)  # what the start-up owners freed (free_memory.py), before the gaps' arrays
         host, latency, queued = _gap_kinds(k, launch[0], idle, by_start)
         block = union(
             segments(rt.start[blocking], rt.end[blocking]),
@@ -122,7 +122,7 @@ class IdleOwners:
         waiting = _take(owned, waiting, "data_loader", segments(k.cpu.start[loader], k.cpu.end[loader]))
         waiting = _take(owned, waiting, "sync", block)
         waiting = _take(owned, waiting, "collective", _named_ops(k, COLLECTIVE_OPS))
-        return_freed_memory()  # before the ops' pass, the largest of them
+        between_passes(k.gpu.start.size)  # before the ops' pass, the largest of them
         launching, quiet = _ops_by_launch(k, enqueued > NONE)
         waiting = _take(owned, waiting, "launch", launching)
         del launching  # each owner's segments go before the next are made

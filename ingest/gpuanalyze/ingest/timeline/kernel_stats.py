@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from gpuanalyze.ingest.timeline.cpu_ops import cpu_op_fields
-from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
+from gpuanalyze.ingest.timeline.free_memory import between_passes
 from gpuanalyze.ingest.timeline.idle_owners import IdleOwners, call_kinds, correlated
 from gpuanalyze.ingest.timeline.intervals import Clipper, merge, merge_sorted, union_length
 from gpuanalyze.ingest.timeline.model import Timeline
@@ -126,21 +126,21 @@ class StepKernels:
         self._gaps(by_start, start_sorted, launch, owner)
         del owner
         steps = k.steps if windows is None else windows
-        return_freed_memory()  # each pass starts on what the last one left, not on the holes of its temporaries
+        between_passes(start.size)  # each pass starts on what the last one left, not on the holes of its temporaries
         self.owners = (
             IdleOwners(k, (launch, launch_end, call_kind), sync, self.device_busy, (by_start, start_sorted), steps)
             if start.size
             else None
         )
         del call_kind, is_sync, sync, by_start, start_sorted  # the owners have what they need of them
-        return_freed_memory()
+        between_passes(start.size)
         self.frames = OwnerFrames(k.frames, self.owners.by_owner) if self.owners and k.frames.start.size else None
         self._b_idle = (
             self.owners.sync_owned_ms(self._b_start, self._b_start + self._b_dur)
             if self.owners is not None
             else np.zeros(self._b_start.size)
         )
-        return_freed_memory()
+        between_passes(start.size)
 
     def _gaps(self, by_start: np.ndarray, start_sorted: np.ndarray, launch: np.ndarray, owner: np.ndarray) -> None:
         """Idle gaps of the whole trace's GPU timeline, by class, sorted by the owner time of the kernel ending them."""
