@@ -319,9 +319,10 @@ def _ops_by_launch(k: Timeline, enqueue: np.ndarray) -> tuple[Seg, Seg]:
         for tid in np.unique(ops.tid)
     ]
     del calls
-    yes, no = [EMPTY, *(p[0] for p in parts)], [EMPTY, *(p[1] for p in parts)]
-    del parts
-    return union(*yes), union(*no)
+    launching = union(*(p[0] for p in parts))
+    quiet = [p[1] for p in parts]
+    del parts  # the launching ops' segments go before the others are merged
+    return launching, union(*quiet)
 
 
 def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray) -> tuple[Seg, Seg]:

@@ -60,8 +60,13 @@ class Intervals:
 
     @classmethod
     def from_arrays(cls, ts: array, dur: array) -> Intervals:
-        start = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.empty(0)
-        return cls(start, start + (np.frombuffer(dur, dtype=np.float64) if len(dur) else np.empty(0)))
+        """Of a sink's starts and durations, the durations made the ends where they are (a sink is finished once:
+        no array of ends beside them)."""
+        if not len(ts):
+            return cls(np.empty(0), np.empty(0))
+        start, end = np.frombuffer(ts, dtype=np.float64), np.frombuffer(dur, dtype=np.float64)
+        end += start
+        return cls(start, end)
 
 
 @dataclass(frozen=True, slots=True)
