@@ -107,8 +107,7 @@ class IdleOwners:
         owned: dict[str, Seg] = {}
         remaining = idle
         for owner, segs in (("graph_capture", _capture(k, launched)), *_startup(k, enqueued, windows)):
-            owned[owner] = intersect(remaining, segs)
-            remaining = minus(remaining, segs)
+            remaining = _take(owned, remaining, owner, segs)
         between_passes(k.gpu.start.size)  # what the start-up owners freed (free_memory.py), before the gaps' arrays
         host, latency, queued = _gap_kinds(k, launch[0], idle, by_start)
         block = union(
@@ -169,9 +168,7 @@ def correlated(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def call_kinds(k: Timeline) -> np.ndarray:
     """Each runtime call's device work (an index into ``k.kinds``, by correlation id); -1 where it enqueued none."""
-    return np.append(k.gpu_kind, np.int32(-1)).astype(np.int32, copy=False)[
-        correlated(k.gpu_correlation, k.runtime_correlation)
-    ]
+    return np.append(k.gpu_kind, np.int32(-1))[correlated(k.gpu_correlation, k.runtime_correlation)]
 
 
 def _capture(k: Timeline, launched: np.ndarray) -> Seg:
