@@ -15,8 +15,8 @@ from analyzer.analysis.owners import owned_consistency
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
 from gpuanalyze.ingest.nsys.load import load_nsys_ranks
-from gpuanalyze.ingest.timeline.idle_owners import _calls_during, _take
-from gpuanalyze.ingest.timeline.intervals import intersect, minus, segments, union
+from gpuanalyze.ingest.timeline.idle_owners import _during, _take, _take_quiet
+from gpuanalyze.ingest.timeline.intervals import intersect, merge_sorted, minus, outside, segments, union
 from gpuanalyze.ingest.timeline.runtime_calls import BLOCKING, OTHER, call_class
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from gpuanalyze.ingest.trace import schema as S
@@ -527,6 +527,46 @@ def test_launch_owner_taken_in_two_steps_equals_taking_the_union_at_once(waiting
     everything = union(launching, segments(cs, ce))
     owned: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     left = _take(owned, w, "launch", launching)
-    left = _take(owned, left, "launch", _calls_during(left, cs, ce))
+    left = _take(owned, left, "launch", _during(left, cs, ce))
     for got, want in ((union(owned["launch"]), union(intersect(w, everything))), (left, minus(w, everything))):
         assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def _raw(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    s = np.array(sorted(a for a, _ in spans), dtype=np.float64)
+    return s, s + np.array([d for _, d in sorted(spans)], dtype=np.float64)
+
+
+def _lists(seg: tuple[np.ndarray, np.ndarray]) -> tuple[list[float], list[float]]:
+    return seg[0].tolist(), seg[1].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    busy=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 3)), max_size=20),
+    threads=st.lists(st.tuples(_spans, _spans), min_size=1, max_size=3),
+    calls=_spans,
+)
+def test_owners_taken_thread_by_thread_are_the_owners_of_the_threads_union(busy, threads, calls):
+    """launch from each thread's launching ops that overlap what still waits, then the calls, then cpu_ops from each
+    thread's quiet ops: the very segments (cpu_ops and what is left, piece for piece; launch once merged) that taking
+    the union of every thread's ops at once gave. What waits has pieces that touch where a zero-length kernel ran."""
+    s, e = _raw(busy)
+    w = outside(0.0, 100.0, merge_sorted(s, e))  # zero-length busy segments split the idle into touching pieces
+    cs, ce = _raw(calls)
+    launching = [_segs(a) for a, _ in threads]
+    quiet = [_segs(b) for _, b in threads]
+    at_once: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    left = _take(at_once, w, "launch", union(*launching))
+    left = _take(at_once, left, "launch", _during(left, cs, ce))
+    left = _take(at_once, left, "cpu_ops", union(*quiet))
+    by_thread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    rest, held = w, []
+    for (a, b), (c, d) in zip(launching, quiet, strict=True):
+        rest = _take(by_thread, rest, "launch", _during(rest, a, b))
+        held.append(_during(rest, c, d))
+    rest = _take(by_thread, rest, "launch", _during(rest, cs, ce))
+    rest = _take_quiet(by_thread, rest, held)
+    assert _lists(union(by_thread["launch"])) == _lists(union(at_once["launch"]))
+    assert _lists(by_thread["cpu_ops"]) == _lists(at_once["cpu_ops"])
+    assert _lists(rest) == _lists(left)

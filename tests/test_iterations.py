@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from analyzer.api import analyze
 from gpuanalyze.ingest.kineto.parse import parse_kineto
+from gpuanalyze.ingest.timeline.blocking_calls import HostOps
+from gpuanalyze.ingest.timeline.iterations import detect_iterations
 from gpuanalyze.ingest.timeline.step_rows import import_kineto
 from tests.conftest import SHARED, shared_kineto
 from tests.kineto_fixtures import ev, write
@@ -113,3 +116,22 @@ def test_real_step_less_traces_find_the_loop_their_kernels_repeat():
 
     stats = [S.decode_kernel_stats(x) for x in trace.frame.get_column(S.KERNEL_STATS).to_list()]
     assert all(st is not None and st.kernel_count > 0 for st in stats)  # every iteration runs the model
+
+
+def test_ops_after_the_last_device_work_are_left_out_where_they_are_as_if_cut_away():
+    """``before`` reads only the ops that start before it (the teardown after the last device work) without copying
+    the ops: the same iterations as from a copy without the later ops, though a later thread spans longer and the
+    loop thread's own teardown ops would end the capture outside its loop."""
+    names = ("aten::to", "aten::linear", "aten::mse_loss", "Optimizer.step#SGD.step", "aten::save", "aten::close")
+    rows = [(i * 10.0 + j, i * 10.0 + j + 0.5, 7, j) for i in range(8) for j in range(4)]  # the loop thread, 8 x 4 ops
+    rows += [(90.0 + j, 90.5 + j, 7, 4 + j % 2) for j in range(6)]  # its teardown: ops no iteration has
+    rows += [(95.0, 400.0, 9, 5)]  # a thread that starts after the device's last work and spans longest
+    rows.sort(key=lambda r: (r[2], r[0]))
+    ops = HostOps(*(np.array([r[k] for r in rows], dtype=d) for k, d in enumerate(HostOps.DTYPES)), names)
+    exchanges = np.array([i * 10.0 + 0.1 for i in range(8)])  # each iteration's batch copy
+    early = ops.start < 80.0
+    cut = HostOps(ops.start[early], ops.end[early], ops.tid[early], ops.name[early], names)
+    got, want = detect_iterations(ops, exchanges, 80.0, before=80.0), detect_iterations(cut, exchanges, 80.0)
+    assert want is not None and len(want.windows) == 8 and want.anchor == "aten::to"
+    assert got == want
+    assert detect_iterations(ops, exchanges, 80.0) is None  # read whole, the capture ends outside the loop

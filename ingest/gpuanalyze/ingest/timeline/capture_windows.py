@@ -43,10 +43,11 @@ _CALL_NAMES = ("(other call)", "(blocking call)", "(capture begin)", "(capture e
 
 
 def windows_of(
-    k: Timeline, no_steps: str = NO_STEPS_NOTE, launch: np.ndarray | None = None
+    k: Timeline, no_steps: str = NO_STEPS_NOTE, launch: np.ndarray | None = None, kinds: np.ndarray | None = None
 ) -> tuple[Windows, list[str]]:
     """(step, start, end) of every step the capture is cut into, and a note on how (module docstring);
-    ``launch``: each device event's launch-call start (-1 without one; kernel_stats.launch_times)."""
+    ``launch``: each device event's launch-call start (-1 without one; kernel_stats.launch_times); ``kinds``: each
+    runtime call's device work (idle_owners.call_kinds), where already known."""
     if k.steps:
         return k.steps, []
     times = [a for a in (k.gpu.start, k.runtime.start, k.cpu.start) if a.size]
@@ -57,38 +58,33 @@ def windows_of(
         launch = launch_times(k)[0] if launch is None else launch
         first = np.where(launch >= 0, launch, k.gpu.start)
         lo, hi = float(first.min()), float(k.gpu.end.max())
-        ops = k.host_ops if k.host_ops.start.size else _runtime_ops(k, lo, hi)
-        ops = _before(ops, hi)
+        kinds = call_kinds(k) if kinds is None else kinds
+        ops = k.host_ops if k.host_ops.start.size else _runtime_ops(k, lo, hi, kinds)
+        before: float | None = hi  # the ops after the last device work are teardown
     else:
         lo, hi = min(float(a.min()) for a in times), max(float(a.max()) for a in ends)
-        ops = k.host_ops
-    found = detect_iterations(ops, _exchanges(k), hi) if ops.start.size else None
+        ops, before = k.host_ops, None
+    found = detect_iterations(ops, _exchanges(k, kinds), hi, before) if ops.start.size else None
     if found is not None:
         return found.windows, [found.note()]
     return [(0, lo, hi)], [no_steps]
 
 
-def _before(ops: HostOps, hi: float) -> HostOps:
-    """The ops that start before ``hi`` (the end of the last device work: after it is teardown)."""
-    sel = ops.start < hi
-    return ops if sel.all() else HostOps(ops.start[sel], ops.end[sel], ops.tid[sel], ops.name[sel], ops.names)
-
-
-def _runtime_ops(k: Timeline, lo: float, hi: float) -> HostOps:
+def _runtime_ops(k: Timeline, lo: float, hi: float, kinds: np.ndarray) -> HostOps:
     """The runtime calls that start in the device's life [lo, hi) as ops for iterations.py, named by the device work
     they enqueue (its name) or by their class: the sequence a loop repeats when the capture has no CPU ops."""
     rt = k.runtime
     sel = np.flatnonzero((rt.start >= lo) & (rt.start < hi))
     if sel.size == 0:
         return HostOps.empty()
-    kind = call_kinds(k)[sel]
+    kind = kinds[sel]
     cls = k.runtime_class[sel] if k.runtime_class.size else np.zeros(sel.size, np.int8)
     name = np.where(kind >= 0, kind, len(k.kinds) + cls.astype(np.int64)).astype(np.int32)
     tid = k.runtime_tid[sel] if k.runtime_tid.size == rt.start.size else np.zeros(sel.size, np.int64)
     return HostOps(rt.start[sel], rt.end[sel], tid, name, tuple(x.name for x in k.kinds) + _CALL_NAMES)
 
 
-def _exchanges(k: Timeline) -> np.ndarray:
+def _exchanges(k: Timeline, kinds: np.ndarray | None) -> np.ndarray:
     """Sorted host times that show an iteration of a loop (iterations.py): where the host hands the device input or
     takes a result back (DataLoader fetches, the launch of a host-to-device or device-to-host copy, blocking calls,
     scalar reads), or a training step's backward or optimizer step (a layer inside one forward pass has neither)."""
@@ -97,7 +93,7 @@ def _exchanges(k: Timeline) -> np.ndarray:
         parts.append(k.runtime.start[k.runtime_class == BLOCKING])
     if k.kinds and k.gpu.start.size:
         host_copy = np.array([x.memcpy in ("h2d", "d2h") for x in k.kinds], dtype=bool)
-        kind = call_kinds(k)
+        kind = call_kinds(k) if kinds is None else kinds
         parts.append(k.runtime.start[(kind >= 0) & host_copy[np.maximum(kind, 0)]])
     parts.append(k.host_ops.start[k.host_ops.named(SCALAR_READ_OPS)])
     return np.sort(np.concatenate(parts))

@@ -122,13 +122,11 @@ class IdleOwners:
         waiting = _take(owned, waiting, "sync", block)
         waiting = _take(owned, waiting, "collective", _named_ops(k, COLLECTIVE_OPS))
         between_passes(k.gpu.start.size)  # before the ops' pass, the largest of them
-        launching, quiet = _ops_by_launch(k, enqueued > NONE)
-        waiting = _take(owned, waiting, "launch", launching)
-        del launching  # each owner's segments go before the next are made
-        waiting = _take(owned, waiting, "launch", _calls_during(waiting, rt.start, rt.end))
-        waiting = _take(owned, waiting, "cpu_ops", quiet)
+        waiting, quiet = _take_launching(owned, waiting, k, enqueued > NONE)
+        waiting = _take(owned, waiting, "launch", _during(waiting, rt.start, rt.end))
+        owned["host_idle"] = _take_quiet(owned, waiting, quiet)
         del quiet
-        owned["host_idle"] = waiting
+        between_passes(k.gpu.start.size)  # what the ops' pass freed, before the gaps' last owners
         latent = intersect(remaining, latency)
         owned["sync"] = union(owned["sync"], intersect(latent, block))
         owned["launch"] = union(owned["launch"], minus(latent, block))
@@ -278,15 +276,21 @@ def _take(owned: dict[str, Seg], waiting: Seg, owner: str, segs: Seg) -> Seg:
     return minus(waiting, segs)
 
 
-def _calls_during(waiting: Seg, start: np.ndarray, end: np.ndarray) -> Seg:
-    """The segments of the calls that overlap ``waiting``: inside it, the same as all calls' (the rest are never
-    merged, sorted or held)."""
+def _during(waiting: Seg, start: np.ndarray, end: np.ndarray) -> Seg:
+    """The segments of the intervals (calls, ops) that overlap ``waiting``: inside it (or inside any part of it), the
+    same segments as all intervals' (the rest are never merged, sorted or held)."""
     if waiting[0].size == 0 or start.size == 0:
         return EMPTY
-    i = np.minimum(np.searchsorted(waiting[1], start, side="right"), waiting[0].size - 1)  # the first ending after
-    keep = (waiting[0][i] < end) & (waiting[1][i] > start)
-    del i
+    keep = _overlapping(waiting, start, end)
     return segments(start[keep], end[keep])
+
+
+def _overlapping(waiting: Seg, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which intervals overlap a segment of ``waiting`` (not empty)."""
+    i = np.minimum(np.searchsorted(waiting[1], start, side="right"), waiting[0].size - 1)  # the first ending after
+    keep = waiting[0][i] < end
+    keep &= waiting[1][i] > start
+    return keep
 
 
 def _named_ops(k: Timeline, prefixes: tuple[str, ...]) -> Seg:
@@ -297,34 +301,51 @@ def _named_ops(k: Timeline, prefixes: tuple[str, ...]) -> Seg:
     return segments(ops.start[sel], ops.end[sel])
 
 
-def _ops_by_launch(k: Timeline, enqueue: np.ndarray) -> tuple[Seg, Seg]:
-    """The outermost CPU ops on each thread that launched device work on that thread, and those that launched
-    none."""
+def _take_launching(owned: dict[str, Seg], waiting: Seg, k: Timeline, enqueue: np.ndarray) -> tuple[Seg, list[Seg]]:
+    """``launch`` takes its part of ``waiting`` from the outermost CPU ops of each thread that launched device work
+    on that thread, a thread at a time, and of those only the ops that overlap ``waiting`` (no union of every thread's
+    ops is held); what is left of ``waiting``, and each thread's outermost ops that launched none and overlap it
+    (merged) for ``_take_quiet``."""
     ops = k.host_ops
     if ops.start.size == 0:
-        return EMPTY, EMPTY
+        return waiting, []
     rt = k.runtime
     known_tid = k.runtime_tid.size == rt.start.size
-    calls = np.flatnonzero(enqueue)
     by_thread = bool((ops.tid[1:] >= ops.tid[:-1]).all())  # a device trace's ops come sorted (CallSites.ops)
-    parts = [  # per thread: the outermost ops that launched device work on it, and those that did not
-        _thread_ops(
+    quiet = []
+    for tid in np.unique(ops.tid).tolist():
+        launching, idle_ops = _thread_ops(
             ops,
             slice(*np.searchsorted(ops.tid, (tid, tid + 1))) if by_thread else np.flatnonzero(ops.tid == tid),
-            rt.start[calls[k.runtime_tid[calls] == tid]] if known_tid else rt.start[calls],
+            rt.start[enqueue & (k.runtime_tid == tid)] if known_tid else rt.start[enqueue],
+            waiting,
         )
-        for tid in np.unique(ops.tid)
-    ]
-    del calls
-    launching = union(*(p[0] for p in parts))
-    quiet = [p[1] for p in parts]
-    del parts  # the launching ops' segments go before the others are merged
-    return launching, union(*quiet)
+        waiting = _take(owned, waiting, "launch", launching)
+        del launching  # each thread's segments go before the next thread's are made
+        quiet.append(idle_ops)
+    return waiting, quiet
 
 
-def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray) -> tuple[Seg, Seg]:
-    """Of one thread's ops (``sel``), the outermost that launched device work (a start in ``calls``) and
-    those that did not (a function of its own: its temporaries go before the next thread's, and before the union)."""
+def _take_quiet(owned: dict[str, Seg], waiting: Seg, quiet: list[Seg]) -> Seg:
+    """``cpu_ops`` takes its part of ``waiting`` from each thread's quiet ops in turn; what is left. Taken thread by
+    thread, the part is the same set as taken from their union, but pieces of one segment of ``waiting`` may come
+    from two threads and touch: intersecting ``waiting`` with their merge gives the very segments the union's
+    intersection gives (pieces cut only where ``waiting``'s own segments end)."""
+    before, pieces = waiting, []
+    for segs in quiet:
+        pieces.append(intersect(waiting, segs))
+        waiting = minus(waiting, segs)
+    got = pieces[0] if len(pieces) == 1 else intersect(before, union(*pieces)) if pieces else EMPTY
+    owned["cpu_ops"] = union(owned["cpu_ops"], got) if "cpu_ops" in owned else got
+    return waiting
+
+
+def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray, waiting: Seg) -> tuple[Seg, Seg]:
+    """Of one thread's ops (``sel``), the segments of the outermost that launched device work (a start in ``calls``)
+    and of those that did not, of the ops that overlap ``waiting`` (what waits later is part of it); a function of its
+    own: its temporaries go before the next thread's."""
+    if waiting[0].size == 0:
+        return EMPTY, EMPTY
     s, e = ops.start[sel], ops.end[sel]
     ahead, tie = s[1:] > s[:-1], s[1:] == s[:-1]
     if not bool((ahead | (tie & (e[1:] <= e[:-1]))).all()):  # not yet by start, the longer first (a stable sort)
@@ -333,11 +354,15 @@ def _thread_ops(ops: HostOps, sel: np.ndarray | slice, calls: np.ndarray) -> tup
         del order
     del ahead, tie
     top = outermost(s, e)
-    s, e = s[top], e[top]
+    if not bool(top.all()):  # ops nested in others were mostly dropped as they were read (blocking_calls.reaching)
+        s, e = s[top], e[top]
     del top
     calls.sort()  # the caller's temporary, sorted where it is
     n = np.searchsorted(calls, e, side="left")
     n -= np.searchsorted(calls, s, side="left")
     launched = n > 0
     del n
-    return (s[launched], e[launched]), (s[~launched], e[~launched])
+    near = _overlapping(waiting, s, e)
+    quiet = near & ~launched
+    near &= launched
+    return segments(s[near], e[near]), segments(s[quiet], e[quiet])

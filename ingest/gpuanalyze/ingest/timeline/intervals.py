@@ -90,28 +90,48 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
 
 def pairs(a: Seg, b: Seg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The non-empty overlaps of segments ``a`` and ``b``: (start, end, index of the ``b`` segment of each)."""
+    return _overlaps(a, b, index=True)
+
+
+def intersect(a: Seg, b: Seg) -> Seg:
+    """The intersection of two sets of segments."""
+    s, e, _ = _overlaps(a, b, index=False)
+    return s, e
+
+
+def _overlaps(a: Seg, b: Seg, *, index: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``pairs``, with the ``b`` indices only where asked for (``intersect`` has no use for them). Indices are int32
+    where they fit, and each temporary goes once used: this runs on every gap of a capture at once."""
     none = (np.empty(0), np.empty(0), np.empty(0, np.int64))
     if a[0].size == 0 or b[0].size == 0:
         return none
     i = np.searchsorted(b[1], a[0], side="right")  # first b segment ending after each a starts
-    n = np.maximum(np.searchsorted(b[0], a[1], side="left") - i, 0)  # b segments starting before each a ends, less i
-    if not n.any():
+    n = np.searchsorted(b[0], a[1], side="left")  # b segments starting before each a ends, less i
+    n -= i
+    np.maximum(n, 0, out=n)
+    total = int(n.sum())
+    if total == 0:
         return none
-    ai = np.repeat(np.arange(a[0].size), n)
-    bi = np.arange(int(n.sum()))  # b's index of each pair: i of its a segment, then on, in place
-    bi -= np.repeat(np.cumsum(n) - n - i, n)
-    del i, n  # in place from here: one pair per gap of a capture
+    dtype = np.int32 if max(a[0].size, b[0].size, total) < 2**31 else np.int64
+    first = np.cumsum(n)  # b's index of each pair: i of its a segment, then on
+    first -= n
+    first -= i
+    del i
+    bi = np.arange(total, dtype=dtype)
+    np.subtract(bi, np.repeat(first.astype(dtype), n), out=bi)
+    del first
+    ai = np.repeat(np.arange(a[0].size, dtype=dtype), n)
+    del n
     s, e = a[0][ai], a[1][ai]
     del ai
     np.maximum(s, b[0][bi], out=s)
     np.minimum(e, b[1][bi], out=e)
     keep = e > s
-    return s[keep], e[keep], bi[keep]
-
-
-def intersect(a: Seg, b: Seg) -> Seg:
-    """The intersection of two sets of segments."""
-    return pairs(a, b)[:2]
+    if not index:
+        bi = none[2]
+    if bool(keep.all()):
+        return s, e, bi
+    return s[keep], e[keep], bi[keep] if index else bi
 
 
 def minus(a: Seg, b: Seg) -> Seg:

@@ -71,17 +71,24 @@ class Iterations:
         )
 
 
-def _outermost(ops: HostOps) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(start, end, name id) of the outermost ops of the thread whose ops span the longest time; None without ops."""
-    if ops.start.size == 0:
-        return None
+def _outermost(ops: HostOps, before: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(start, end, name id) of the outermost ops of the thread whose ops span the longest time, of the ops that start
+    before ``before`` (None: all); None without ops. The ops are selected where they are, not copied."""
+    early = None if before is None else ops.start < before
     best, span = None, -1.0
     for tid in np.unique(ops.tid).tolist():
         sel = ops.tid == tid
+        if early is not None:
+            sel &= early
+        if not sel.any():
+            continue
         s = float(ops.end[sel].max() - ops.start[sel].min())
         if s > span:
             best, span = tid, s
-    idx = np.flatnonzero(ops.tid == best)
+    if best is None:
+        return None
+    idx = np.flatnonzero(ops.tid == best) if early is None else np.flatnonzero((ops.tid == best) & early)
+    del early
     idx = idx[np.lexsort((-ops.end[idx], ops.start[idx]))]
     start, end = ops.start[idx], ops.end[idx]
     top = outermost(start, end)
@@ -135,12 +142,14 @@ def _score(names: np.ndarray, start: np.ndarray, exchanges: np.ndarray, anchor: 
     return int(sum(n for n, m in zip(lengths, match, strict=True) if m) + tail.size), at
 
 
-def detect_iterations(ops: HostOps, exchanges: np.ndarray, end_us: float) -> Iterations | None:
+def detect_iterations(
+    ops: HostOps, exchanges: np.ndarray, end_us: float, before: float | None = None
+) -> Iterations | None:
     """The iterations of a trace without step annotations (module docstring); None when no loop is found.
     ``exchanges``: sorted host times (us) where the host gives the device input or takes a result (a loader fetch,
     an H2D/D2H copy's launch, a blocking call, a scalar read); ``end_us``: where the last iteration ends (the end of
-    the trace's host activity)."""
-    top = _outermost(ops)
+    the trace's host activity); ``before``: only the ops that start before it are read (None: all)."""
+    top = _outermost(ops, before)
     if top is None:
         return None
     start, _, names = top

@@ -90,9 +90,10 @@ class StepKernels:
         k: Timeline,
         windows: list[tuple[int, float, float]] | None = None,
         launches: tuple[np.ndarray, np.ndarray] | None = None,
+        kinds: np.ndarray | None = None,
     ) -> None:
         """``windows``: the (step, start, end) the trace is judged in (default: its ProfilerStep windows);
-        ``launches``: ``launch_times(k)`` where already known."""
+        ``launches``: ``launch_times(k)``, ``kinds``: ``call_kinds(k)``, where already known."""
         self.k = k
         start, end = k.gpu.start, k.gpu.end
         launch, launch_end = launches or launch_times(k)
@@ -108,7 +109,7 @@ class StepKernels:
         self.memcpy = kind_mem[k.gpu_kind] if k.kinds else np.empty(0, np.int8)
         self.pageable = kind_page[k.gpu_kind]
         rt = k.runtime
-        call_kind = call_kinds(k)
+        call_kind = call_kinds(k) if kinds is None else kinds
         # blocking: by API family, and asynchronous copies to or from pageable memory (the host waits in them: CUDA
         # runtime API, 'API synchronization behavior'; device-to-host returns once the copy is done)
         is_sync = k.runtime_sync | kind_page[call_kind]

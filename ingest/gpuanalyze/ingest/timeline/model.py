@@ -19,7 +19,7 @@ beyond 2**53) are skipped with a note; wrong types in the run metadata are one T
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -93,7 +93,7 @@ class Timeline:
     """Index into ``kinds`` of every device event."""
     kinds: tuple[GpuKind, ...]
     gpu_correlation: np.ndarray
-    """-1 where the event has none (or an id beyond int64)."""
+    """-1 where the event has none (or an id beyond int64); int32 where every id fits (``_ids``)."""
     runtime: Intervals
     """Runtime/driver API calls."""
     runtime_sync: np.ndarray
@@ -125,7 +125,8 @@ class Timeline:
     runtime_class: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
     """runtime_calls.call_class of every runtime call (empty: all OTHER)."""
     runtime_tid: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    """The host thread of every runtime call (blocking_calls.CallSites' ids; empty: unknown)."""
+    """The host thread of every runtime call (blocking_calls.CallSites' ids, as ``host_ops.tid`` and ``frames.tid``:
+    offsets from the lowest where they fit in int32, ``_thread_codes``; empty: unknown)."""
     host_ops: HostOps = field(default_factory=HostOps.empty)
     """CPU ops (``cpu_op`` events) with their threads and names: what the host did while the GPU idled."""
     enqueue_calls: int = 0
@@ -388,15 +389,19 @@ class TimelineSink:
                 "capability; no precision advice by GPU generation"
             )
             capabilities = None
+        blocking = self.sites.attribute(runtime.start, runtime.end)  # its sweep first, before the ops are made
+        runtime_tid, host_ops, frames = _thread_codes(
+            _ints(self.r_tid), self.sites.ops(nested=not self.g_ts), self.sites.frames()
+        )
         return Timeline(
             path=self.path,
             gpu=Intervals.from_arrays(self.g_ts, self.g_dur),
             gpu_kind=np.frombuffer(self.g_kind, dtype=np.int32) if self.g_kind else np.empty(0, np.int32),
             kinds=tuple(self.kinds),
-            gpu_correlation=_ints(self.g_corr),
+            gpu_correlation=_ids(self.g_corr),
             runtime=runtime,
             runtime_sync=np.frombuffer(self.r_sync, dtype=np.int8).astype(bool) if self.r_sync else np.empty(0, bool),
-            runtime_correlation=_ints(self.r_corr),
+            runtime_correlation=_ids(self.r_corr),
             cpu=Intervals.from_arrays(self.c_ts, self.c_dur),
             cpu_mark=np.frombuffer(self.c_mark, dtype=np.int8) if self.c_mark else np.empty(0, np.int8),
             steps=steps,
@@ -409,16 +414,41 @@ class TimelineSink:
             notes=notes,
             loader_workers=1 if MULTI_PROCESS_ITER in self.loader_iters else 0 if self.loader_iters else None,
             compute_capabilities=capabilities,
-            blocking=self.sites.attribute(runtime.start, runtime.end),
+            blocking=blocking,
             startup=self.startup.finish(min(self.g_ts) if self.g_ts else None),
             runtime_class=np.frombuffer(self.r_class, dtype=np.int8) if self.r_class else np.empty(0, np.int8),
-            runtime_tid=_ints(self.r_tid),
-            host_ops=self.sites.ops(nested=not self.g_ts),
+            runtime_tid=runtime_tid,
+            host_ops=host_ops,
             enqueue_calls=self.enqueue_calls,
-            frames=self.sites.frames(),
+            frames=frames,
             memory=self.memory.finish(),
         )
 
 
 def _ints(a: array) -> np.ndarray:
     return np.frombuffer(a, dtype=np.int64) if len(a) else np.empty(0, np.int64)
+
+
+def _thread_codes(runtime_tid: np.ndarray, ops: HostOps, frames: HostOps) -> tuple[np.ndarray, HostOps, HostOps]:
+    """The threads of runtime calls, ops and frames as int32 offsets from the lowest id where all fit (one process's
+    Nsight Systems globalTids differ only in their low 24 bits): the same order and equalities in half the bytes."""
+    arrays = [a for a in (runtime_tid, ops.tid, frames.tid) if a.size]
+    if not arrays:
+        return runtime_tid, ops, frames
+    lo = min(int(a.min()) for a in arrays)
+    if max(int(a.max()) for a in arrays) - lo >= 2**31:
+        return runtime_tid, ops, frames
+
+    def code(a: np.ndarray) -> np.ndarray:
+        return (a - lo).astype(np.int32) if a.size else a
+
+    return code(runtime_tid), replace(ops, tid=code(ops.tid)), replace(frames, tid=code(frames.tid))
+
+
+def _ids(a: array) -> np.ndarray:
+    """Correlation ids as int32 where every one fits (CUPTI's are 32-bit): half the bytes of the run's longest
+    arrays, the same values; int64 otherwise."""
+    ids = _ints(a)
+    if ids.size and int(ids.min()) >= -(2**31) and int(ids.max()) < 2**31:
+        return ids.astype(np.int32)
+    return ids

@@ -45,6 +45,7 @@ import pyarrow as pa
 from analyzer.errors import TraceError
 from gpuanalyze.ingest.timeline.capture_windows import NO_STEPS_NOTE, outside_steps, windows_of
 from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
+from gpuanalyze.ingest.timeline.idle_owners import call_kinds
 from gpuanalyze.ingest.timeline.intervals import Clipper, subtract, union_length
 from gpuanalyze.ingest.timeline.kernel_stats import StepKernels, hta_summary, launch_times
 from gpuanalyze.ingest.timeline.model import Timeline
@@ -246,7 +247,8 @@ def import_kineto(
     unrecorded_device); the kernel-level stats go into KERNEL_STATS."""
     return_freed_memory()
     launch = launch_times(k)
-    windows, notes = windows_of(k, no_steps, launch[0])
+    kinds = call_kinds(k)  # once, for the windows and the kernels
+    windows, notes = windows_of(k, no_steps, launch[0], kinds)
     notes = k.notes + notes
     has_gpu = k.gpu.start.size > 0
     device_notes, unrecorded = _device_notes(k, no_device)
@@ -256,8 +258,14 @@ def import_kineto(
         notes.append(
             f"phase times from gpuanalyze export annotations: {', '.join(p.removesuffix('_ms') for p in exported)}"
         )
-    kernels = StepKernels(k, windows, launch)
+    # what needs only the windows comes before the kernels' state is built, so its temporaries never sit on it
     setup, teardown = outside_steps(k, windows)
+    mask = hta_gpu_mask(k, launch[0])
+    computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
+    summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
+    del mask, computation
+    kernels = StepKernels(k, windows, launch, kinds)
+    del kinds
     src = _Sources(
         k=k,
         kernels=kernels,
@@ -274,10 +282,7 @@ def import_kineto(
     rows = [src.row(step, lo, end) for step, lo, end in windows]
     if has_gpu:
         notes += _after_last_step(k, src.device_busy, max(end for _, _, end in windows))
-    del src, kernels  # the rows are made: what made them goes before the summary and the frame
-    mask = hta_gpu_mask(k, launch[0])
-    computation = np.array([x.hta_computation for x in k.kinds], dtype=bool)[k.gpu_kind] if k.kinds else mask
-    summary = hta_summary(k.gpu.start[mask], k.gpu.end[mask], computation[mask])
+    del src, kernels, launch  # the rows are made: what made them goes before the frame
     return_freed_memory()
     try:
         run = msgspec.convert(
