@@ -92,6 +92,28 @@ def repeat_nsys(src: Path, dst: Path, k: int) -> Path:
     return dst
 
 
+def one_process(path: Path) -> list[int]:
+    """Every process with GPU work relabelled, in place, onto the lowest one's pid (``globalPid`` and the pid bits
+    of ``globalTid``; OS thread ids are unique, so the threads stay apart): the same capture, read as one process
+    holding every event. Returns the pids that were merged."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = OFF")
+    pid = "((globalPid >> 24) & 16777215)"
+    pids = sorted(r[0] for r in conn.execute(f"SELECT DISTINCT {pid} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    if len(pids) > 1:
+        into, others = pids[0] << 24, ", ".join(str(p) for p in pids[1:])
+        for t, cols in _timed_tables(conn).items():
+            for c in ("globalPid", "globalTid"):
+                if c in cols:
+                    conn.execute(
+                        f"UPDATE {_quote(t)} SET {c} = ({c} & ~(16777215 << 24)) | {into} "
+                        f"WHERE (({c} >> 24) & 16777215) IN ({others})"
+                    )
+    conn.commit()
+    conn.close()
+    return pids
+
+
 def _read_json(src: Path) -> dict[str, Any]:
     raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
     doc = msgspec.json.decode(raw)

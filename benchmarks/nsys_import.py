@@ -3,6 +3,7 @@
     python benchmarks/nsys_import.py                  # the shared 2-rank export repeated to ~1 GB (k_copies.py)
     python benchmarks/nsys_import.py --k 100          # x100 (241 MB)
     python benchmarks/nsys_import.py --source EXPORT.sqlite --k 1
+    python benchmarks/nsys_import.py --one-process    # the same ~1 GB as one process: the most one conversion holds
 
 The export is built in a temporary directory (its size printed; deleted afterwards unless --keep) from --source
 repeated --k times (default: as many copies as make --size). Each side runs in a fresh process, alternating,
@@ -136,9 +137,12 @@ def main() -> None:
     parser.add_argument("--size", type=float, default=1e9, help="bytes the copies should reach (default 1e9)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", type=Path, default=None, help="keep the export at this path (reused if there)")
+    parser.add_argument(
+        "--one-process", action="store_true", help="relabel every rank onto one process first: all events in one"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from benchmarks.k_copies import repeat_nsys
+    from benchmarks.k_copies import one_process, repeat_nsys
 
     k = args.k or max(1, math.ceil(args.size / args.source.stat().st_size))
     tmp = None
@@ -152,6 +156,8 @@ def main() -> None:
             if free < 1.5 * k * args.source.stat().st_size:
                 raise SystemExit(f"{path.parent}: {free / 1e9:.1f} GB free, too little for {k} copies")
             repeat_nsys(args.source, path, k) if k > 1 else shutil.copyfile(args.source, path)
+            if args.one_process:
+                print(f"processes {one_process(path)} relabelled as one")
         print(f"{path}: {path.stat().st_size / 1e6:,.0f} MB, {k} copies of {args.source.name} | load {load()}")
         compare(path, args.repeats)
         verdicts(args.source, path)

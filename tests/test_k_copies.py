@@ -12,7 +12,8 @@ import msgspec
 import pytest
 
 from analyzer.api import analyze
-from benchmarks.k_copies import repeat_kineto, repeat_nsys
+from benchmarks.k_copies import one_process, repeat_kineto, repeat_nsys
+from gpuanalyze.ingest.nsys.load import load_nsys_ranks
 from gpuanalyze.ingest.timeline import iterations
 from tests.conftest import SHARED
 from tests.kineto_fixtures import loader_bound_trace, write
@@ -88,6 +89,23 @@ def test_the_shared_two_rank_export_repeated_keeps_its_verdict_and_step_time(tmp
     assert {r.bottleneck for r in got.values()} == {got[1].bottleneck}
     for k in KS:
         assert got[k].metrics.step_mean_ms == pytest.approx(got[1].metrics.step_mean_ms, rel=0.05)
+
+
+def test_ranks_relabelled_as_one_process_are_read_as_one_with_every_thread(tmp_path):
+    """The benchmark's worst case for one conversion (nsys_import.py --one-process): every rank's rows under one pid,
+    its threads kept apart, read as one trace."""
+    path = build_export(tmp_path / "two.sqlite", Export(pids=(100, 101), steps=6, step_name=None))
+    count = "SELECT count(*), count(DISTINCT (globalPid >> 24) & 16777215) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    threads = "SELECT count(DISTINCT globalTid), count(DISTINCT globalTid >> 24) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    with sqlite3.connect(path) as conn:
+        (kernels, pids), (tids, _) = conn.execute(count).fetchone(), conn.execute(threads).fetchone()
+    assert pids == 2 and len(load_nsys_ranks(path)) == 2
+    assert one_process(path) == [100, 101]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(count).fetchone() == (kernels, 1)
+        assert conn.execute(threads).fetchone() == (tids, 1)
+    (merged,) = load_nsys_ranks(path)
+    assert merged.run.world_size == 1 and merged.frame.height > 0
 
 
 @pytest.mark.slow
