@@ -121,7 +121,7 @@ CORPUS: dict[str, tuple[Callable[[Path], Path], int, str]] = {
         0,
         "have no trace here",
     ),
-    "empty_directory": (lambda d: _dir(d / "run", []), 2, "no .arrow or profiler"),
+    "empty_directory": (lambda d: _dir(d / "run", []), 2, "no .arrow, profiler .json(.gz) or Nsight Systems"),
     "huge_single_line": (lambda d: _put(d / "h.json", b"x" * (20 * 2**20)), 2, "not valid JSON"),
 }
 

@@ -53,3 +53,35 @@ def test_imported_kernel_evidence_reaches_the_report(tmp_path):
     assert result.exit_code == 0 and "GPU kernels" in result.output and "volta_sgemm" in result.output
     data = json.loads(runner.invoke(app, [str(src), "--json"]).output)
     assert set(data["gpu"]) == {"busy_pct", "idle_pct", "compute_pct", "non_compute_pct"}
+
+
+def test_an_import_says_what_it_said_when_read_back_from_its_file(tmp_path):
+    """An import's notes are stored with its rows (gpuanalyze.notes): the .arrow, or a cached import, reports what
+    the import of the capture itself reported."""
+    from tests.nsys_fixtures import Export, build_export
+
+    src = build_export(tmp_path / "cap.sqlite", Export(steps=3))
+    out = tmp_path / "cap.arrow"
+    assert runner.invoke(app, ["import", str(src), "-o", str(out)]).exit_code == 0
+    direct = json.loads(runner.invoke(app, [str(src), "--json"]).output)["notes"]
+    stored = json.loads(runner.invoke(app, [str(out), "--json"]).output)["notes"]
+    assert any(n.startswith("imported from Nsight Systems") for n in direct) and stored == direct
+
+
+def test_stored_notes_that_are_not_a_list_of_text_are_dropped_with_one_note(tmp_path):
+    import pyarrow as pa
+
+    from gpuanalyze.ingest.trace import schema as S
+    from gpuanalyze.ingest.trace.reader import load_trace
+
+    src = write(tmp_path / "t.json", two_step_trace())
+    out = tmp_path / "t.arrow"
+    assert runner.invoke(app, ["import", str(src), "-o", str(out)]).exit_code == 0
+    table = pa.ipc.open_stream(out.read_bytes()).read_all()
+    for bad, said in ((b'{"a": 1}', "not a list"), (b'["kept", 7, "also kept"]', "dropped 1 stored note")):
+        meta = {**(table.schema.metadata or {}), S.META_NOTES: bad}
+        with pa.OSFile(str(out), "wb") as fh, pa.ipc.new_stream(fh, table.schema.with_metadata(meta)) as w:
+            w.write_table(table)
+        notes = load_trace(out).notes
+        assert any(said in n for n in notes)
+        assert ("kept" in notes and "also kept" in notes) == (said != "not a list")

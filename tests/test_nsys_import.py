@@ -245,10 +245,12 @@ def test_nvtx_marks_are_not_ranges(tmp_path):
     assert _col(load_any(path), S.STEP) == [0, 2]
 
 
-def test_a_directory_of_exports_points_to_fleet(tmp_path):
+def test_a_directory_of_one_export_is_a_run_of_one_rank(tmp_path):
     build_export(tmp_path / "a.sqlite")
-    result = runner.invoke(app, [str(tmp_path)])
-    assert result.exit_code == 2 and "gpuanalyze FILE.sqlite, or fleet DIR" in result.output
+    result = runner.invoke(app, [str(tmp_path), "--json"])
+    data = json.loads(result.output)
+    assert result.exit_code == 0 and data["ranks"] == 1 and data["steps"] == 3
+    assert any("1 Nsight Systems capture(s) read as rank 0," in n for n in data["notes"])
 
 
 def test_an_nvtx_text_that_looks_like_a_string_id_is_its_own_name(tmp_path):

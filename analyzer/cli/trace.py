@@ -18,8 +18,9 @@ def import_cmd(
     trace: Annotated[
         str,
         typer.Argument(
-            help="A PyTorch profiler (Kineto) trace (.json or .json.gz), a directory of them, or an Nsight Systems "
-            "capture (.sqlite export; .nsys-rep/.qdrep with nsys on PATH)."
+            help="A PyTorch profiler (Kineto) trace (.json or .json.gz), an Nsight Systems capture (.sqlite export; "
+            ".nsys-rep/.qdrep with nsys on PATH), or a directory of them (one rank a file; nsys captures ranked by "
+            "name)."
         ),
     ],
     out: Annotated[

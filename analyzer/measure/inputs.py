@@ -31,8 +31,16 @@ from analyzer.measure.engine import LocalEngine, RayEngine, make_engine
 from analyzer.measure.file_rows import file_columns, file_samples, rank_rows
 from analyzer.measure.import_cache import cache_dir
 from analyzer.measure.rank_tasks import BracketJob, FileGroup, FileJob, FileResult, answer_file, run_file, run_files
-from gpuanalyze.ingest.nsys.load import nsys_dir_hint
-from gpuanalyze.ingest.sources import is_json_trace, load_file, missing_ranks_note, rank_siblings, run_of
+from gpuanalyze.ingest.nsys.load import REPORT_SUFFIXES, SQLITE_SUFFIXES, is_capture_name, rank_note, rank_order
+from gpuanalyze.ingest.sources import (
+    NO_TRACES,
+    in_directory,
+    is_json_trace,
+    load_file,
+    missing_ranks_note,
+    rank_siblings,
+    run_of,
+)
 from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
@@ -187,9 +195,11 @@ def _measure_dir(path: str, how: _How) -> Measured:
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
     files = [e for e in entries if e.regular and _candidate(e.name)]
     if not files:
-        hint = nsys_dir_hint([e.name for e in entries])
-        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory{hint}")
-    cache, tmp = cache_dir(path) if any(is_json_trace(Path(e.name)) for e in files) else (None, None)
+        raise TraceError(f"{path}: {NO_TRACES}")
+    captures = sum(1 for e in files if is_capture_name(e.name))
+    notes += [rank_note(captures)] if captures else []
+    imported = any(is_json_trace(Path(e.name)) or is_capture_name(e.name) for e in files)
+    cache, tmp = cache_dir(path) if imported else (None, None)
     try:
         return _measure_files(path, files, how, cache=cache, notes=notes)
     finally:
@@ -198,11 +208,11 @@ def _measure_dir(path: str, how: _How) -> Measured:
 
 
 def _candidate(name: str) -> bool:
-    return name.endswith(".arrow") or is_json_trace(Path(name))
+    return in_directory(name)
 
 
 def _stem(name: str) -> str:
-    for suffix in (".json.gz", ".json"):
+    for suffix in (".json.gz", ".json", *SQLITE_SUFFIXES, *REPORT_SUFFIXES):
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
@@ -221,16 +231,17 @@ def file_jobs(
 ) -> list[FileJob]:
     jobs = []
     outs: dict[str, str] = {}
+    ranks = rank_order([e.name for e in files if is_capture_name(e.name)])  # Nsight Systems: one rank a file
     for e in files:
         kineto = is_json_trace(Path(e.name))
-        out = storage.join(cache, _stem(e.name) + ".arrow") if kineto and cache is not None else None
+        imports = kineto or e.name in ranks
+        out = storage.join(cache, _stem(e.name) + ".arrow") if imports and cache is not None else None
         if out is not None and out in outs:
             raise GpuAnalyzeError(f"{outs[out]} and {e.name} would both import to {_name(out)}; keep one of them")
         if out is not None:
             outs[out] = e.name
-        jobs.append(
-            FileJob(e.path, kineto, out, e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip, without, is_cache)
-        )
+        common = (e.size, e.mtime_ns, limits.max_bytes, force, reduce, skip, without, is_cache)
+        jobs.append(FileJob(e.path, kineto, out, *common, rank=ranks.get(e.name), world=len(ranks)))
     return jobs
 
 
@@ -421,10 +432,11 @@ def import_dir(
     limits: ReadLimits | None = None,
     force: bool = False,
 ) -> tuple[list[FileResult], list[str]]:
-    """`gpuanalyze import DIR -o OUTDIR`: every Kineto file of ``source`` to OUTDIR/<name>.arrow, in
+    """`gpuanalyze import DIR -o OUTDIR`: every Kineto file and per-rank Nsight Systems capture of ``source`` to
+    OUTDIR/<name>.arrow, in
     parallel, reusing up-to-date outputs. Returns the results and the notes (skipped files)."""
     _check_out_dir(out)
-    files, notes = _kineto_files(source)
+    files, notes = _import_files(source)
     jobs = file_jobs(files, out, limits or ReadLimits(), skip=0, reduce=False, force=force)
     if not force:
         _refuse_foreign_outputs(jobs)
@@ -448,26 +460,27 @@ def _check_out_dir(out: str) -> None:
     raise GpuAnalyzeError(f"{out}: no such directory (create it first; gpuanalyze does not create directories)")
 
 
-def _kineto_files(source: str) -> tuple[list[storage.Entry], list[str]]:
-    """The regular Kineto files of ``source``, and notes on the ones that are not regular files."""
-    entries = [e for e in storage.list_dir(source) if is_json_trace(Path(e.name))]
+def _import_files(source: str) -> tuple[list[storage.Entry], list[str]]:
+    """The regular Kineto and Nsight Systems files of ``source``, and notes on the ones that are not regular files
+    and on how the captures are ranked."""
+    entries = [e for e in storage.list_dir(source) if is_json_trace(Path(e.name)) or is_capture_name(e.name)]
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular]
     files = [e for e in entries if e.regular]
     if not files:
-        hint = nsys_dir_hint([e.name for e in storage.list_dir(source)])
-        raise TraceError(f"{source}: no profiler .json(.gz) traces in this directory{hint}")
-    return files, notes
+        raise TraceError(f"{source}: no profiler .json(.gz) or Nsight Systems traces in this directory")
+    captures = sum(1 for e in files if is_capture_name(e.name))
+    return files, notes + ([rank_note(captures)] if captures else [])
 
 
 def _refuse_foreign_outputs(jobs: list[FileJob]) -> None:
     """Refuse, before writing anything, to overwrite an output that is not an import of its source."""
-    from analyzer.measure.rank_tasks import provenance, recorded_provenance
+    from analyzer.measure.rank_tasks import job_provenance, recorded_provenance
 
     stale = []
     for j in jobs:
         if j.out is None or not storage.exists(j.out):
             continue
-        if recorded_provenance(j.out) != provenance(_name(j.source), j.size, j.mtime_ns):
+        if recorded_provenance(j.out) != job_provenance(j):
             stale.append(j.out)
     if stale:
         shown = ", ".join(_name(s) for s in stale[:3]) + (" ..." if len(stale) > 3 else "")

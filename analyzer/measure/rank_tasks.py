@@ -40,7 +40,10 @@ from analyzer.errors import GpuAnalyzeError
 from analyzer.measure import storage
 from analyzer.measure.file_rows import rank_rows
 from gpuanalyze.ingest.kineto.parse import parse_kineto_stream
+from gpuanalyze.ingest.nsys.load import as_rank
+from gpuanalyze.ingest.sources import load_nsys
 from gpuanalyze.ingest.timeline.free_memory import return_freed_memory
+from gpuanalyze.ingest.timeline.model import Timeline
 from gpuanalyze.ingest.timeline.step_rows import IMPORTER_VERSION, import_kineto, trace_writer
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
@@ -59,11 +62,16 @@ def source_name(source: str) -> str:
     return source.rstrip("/").rsplit("/", 1)[-1] if storage.is_url(source) else Path(source).name
 
 
-def provenance(name: str, size: int, mtime_ns: int) -> str:
-    return json.dumps(
-        {"source": name, "size": size, "mtime_ns": mtime_ns, "importer": IMPORTER_VERSION, "format": S.FORMAT_VERSION},
-        sort_keys=True,
-    )
+def provenance(name: str, size: int, mtime_ns: int, rank: tuple[int, int] | None = None) -> str:
+    """What an import was made from; ``rank``: an Nsight Systems capture's (rank, world) in its directory, which
+    another file added or renamed there changes (the import is then redone)."""
+    made = {"source": name, "size": size, "mtime_ns": mtime_ns, "importer": IMPORTER_VERSION}
+    return json.dumps({**made, "format": S.FORMAT_VERSION, **({"rank": list(rank)} if rank else {})}, sort_keys=True)
+
+
+def job_provenance(job: FileJob) -> str:
+    rank = None if job.rank is None else (job.rank, job.world)
+    return provenance(source_name(job.source), job.size, job.mtime_ns, rank)
 
 
 def recorded_provenance(path: str) -> str | None:
@@ -107,6 +115,15 @@ class FileJob:
     cache: bool = False
     """``out`` is the import cache: written without an fsync (a torn entry is redone: its end
     marker or provenance is missing), a per-file cost thousands of tiny files would pay."""
+    rank: int | None = None
+    """A directory's Nsight Systems capture, imported to ``out`` as this rank (nsys/load.py rank_order)."""
+    world: int = 0
+    """How many such captures the directory holds (the run's world size)."""
+
+    @property
+    def imports(self) -> bool:
+        """A Kineto trace or an Nsight Systems capture: imported, not read as it is."""
+        return self.kineto or self.rank is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,23 +159,31 @@ class FileResult:
 
 
 def _import(job: FileJob) -> tuple[Trace, bool, bool]:
-    """(trace, reused, imported) of a Kineto job."""
-    prov = provenance(source_name(job.source), job.size, job.mtime_ns)
+    """(trace, reused, imported) of a Kineto or Nsight Systems job."""
+    prov = job_provenance(job)
     if job.out is not None and _up_to_date(job, prov):
         with storage.local_copy(job.out) as local:
             return load_trace(local), True, False
     limits = ReadLimits(max_bytes=job.max_bytes)
-    if storage.is_url(job.source):
-        with storage.local_copy(job.source) as local, open(local, "rb") as fh:
-            kt = parse_kineto_stream(fh, job.source, job.size or None, limits)
+    if job.rank is not None:
+        with storage.local_copy(job.source) as local:
+            trace = as_rank(load_nsys(Path(local), limits), job.rank, job.world)
+        trace = dataclasses.replace(trace, tags={**trace.tags, PROVENANCE: prov})
     else:
-        from gpuanalyze.ingest.kineto.parse import parse_kineto
-
-        kt = parse_kineto(job.source, limits)
-    trace = import_kineto(kt, tags={PROVENANCE: prov})
+        trace = import_kineto(_parse(job, limits), tags={PROVENANCE: prov})
     if job.out is not None:
         storage.write(job.out, trace_writer(trace), force=job.force, durable=not job.cache)
     return trace, False, True
+
+
+def _parse(job: FileJob, limits: ReadLimits) -> Timeline:
+    """A Kineto job's timeline, streamed from a URL's local copy or parsed from its path."""
+    if storage.is_url(job.source):
+        with storage.local_copy(job.source) as local, open(local, "rb") as fh:
+            return parse_kineto_stream(fh, job.source, job.size or None, limits)
+    from gpuanalyze.ingest.kineto.parse import parse_kineto
+
+    return parse_kineto(job.source, limits)
 
 
 def _up_to_date(job: FileJob, prov: str) -> bool:
@@ -167,12 +192,12 @@ def _up_to_date(job: FileJob, prov: str) -> bool:
 
 
 def _reused_columns(job: FileJob) -> FileResult | None:
-    """A Kineto job whose import is up to date and local, read as the plain .arrow it is (the
+    """An importing job whose import is up to date and local, read as the plain .arrow it is (the
     column reader, without polars: the fixed cost of thousands of tiny files); None otherwise."""
     if job.out is None or storage.is_url(job.out) or not storage.is_regular(job.out):
         return None
     cols = load_columns(job.out)  # the provenance is read from the same schema, not opened again
-    if cols is None or cols.tags.get(PROVENANCE) != provenance(source_name(job.source), job.size, job.mtime_ns):
+    if cols is None or cols.tags.get(PROVENANCE) != job_provenance(job):
         return None
     return dataclasses.replace(_from_columns(job, cols, job.out), reused=True)
 
@@ -180,7 +205,7 @@ def _reused_columns(job: FileJob) -> FileResult | None:
 def run_file(job: FileJob) -> FileResult:
     """Import and/or reduce one file; errors come back in ``FileResult.error``."""
     try:
-        if job.kineto:
+        if job.imports:
             reused_cols = _reused_columns(job)
             if reused_cols is not None:
                 return reused_cols
@@ -246,7 +271,7 @@ def run_files(group: FileGroup) -> GroupResult:
 
 def _plain(job: FileJob) -> bool:
     """A local .arrow trace (what load_columns reads)."""
-    return not job.kineto and not storage.is_url(job.source)
+    return not job.imports and not storage.is_url(job.source)
 
 
 def _reduced(

@@ -15,7 +15,7 @@ import polars as pl
 
 from analyzer.errors import MixedRunsError, TraceError
 from gpuanalyze.ingest.kineto.parse import load_kineto
-from gpuanalyze.ingest.nsys.load import is_nsys_path, load_nsys_ranks
+from gpuanalyze.ingest.nsys.load import as_rank, is_capture_name, is_nsys_path, load_nsys_ranks, rank_note, rank_order
 from gpuanalyze.ingest.trace import schema as S
 from gpuanalyze.ingest.trace.byte_source import ReadLimits
 from gpuanalyze.ingest.trace.ipc_guard import IpcReader
@@ -26,6 +26,15 @@ from gpuanalyze.ingest.trace.runinfo import GpuSummary, RunInfo, read_run
 def is_json_trace(path: Path) -> bool:
     name = path.name.lower()
     return name.endswith(".json") or name.endswith(".json.gz")
+
+
+NO_TRACES = "no .arrow, profiler .json(.gz) or Nsight Systems (.sqlite, .nsys-rep) traces in this directory"
+
+
+def in_directory(name: str) -> bool:
+    """A file name a directory's traces go by: gpuanalyze .arrow, Kineto JSON, Nsight Systems captures (one per
+    rank: nsys/load.py rank_order)."""
+    return name.endswith(".arrow") or is_json_trace(Path(name)) or is_capture_name(name)
 
 
 _RANK_FILE = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")
@@ -140,13 +149,17 @@ def load_nsys(path: Path, limits: ReadLimits | None = None, step_range: str | No
 
 
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
-    files = sorted(p for p in path.iterdir() if (is_json_trace(p) or p.suffix == ".arrow") and not p.is_dir())
+    files = sorted(p for p in path.iterdir() if in_directory(p.name) and not p.is_dir())
     if not files:
-        raise TraceError(f"{path}: no .arrow or profiler .json(.gz) traces in this directory")
+        raise TraceError(f"{path}: {NO_TRACES}")
+    ranks = rank_order([f.name for f in files if is_capture_name(f.name) and f.is_file()])  # as storage.list_dir
     traces, skipped = [], []
     for f in files:
         try:
-            traces.append(load_kineto(f, limits) if is_json_trace(f) else load_trace(f))
+            if f.name in ranks:
+                traces.append(as_rank(load_nsys(f, limits), ranks[f.name], len(ranks)))
+            else:
+                traces.append(load_kineto(f, limits) if is_json_trace(f) else load_trace(f))
         except TraceError as exc:
             skipped.append((f, exc))
         except OSError as exc:  # e.g. PermissionError
@@ -155,6 +168,7 @@ def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
         raise skipped[0][1]
     merged = _merge(path, traces)
     notes = [f"skipped {f.name}: {str(exc).removeprefix(str(f) + ': ')}" for f, exc in skipped]
+    notes += [rank_note(len(ranks))] if ranks else []
     return dataclasses.replace(merged, notes=tuple(dict.fromkeys([*notes, *merged.notes])))
 
 

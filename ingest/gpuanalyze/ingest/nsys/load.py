@@ -11,6 +11,7 @@ length, so a whole-process capture's set-up and teardown hold what was not recor
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,11 +53,39 @@ def is_nsys_path(path: Path) -> bool:
     return not name.endswith((".arrow", ".json", ".json.gz", ".gz")) and is_sqlite_file(path)
 
 
-def nsys_dir_hint(names: list[str]) -> str:
-    """What to say of a directory with Nsight Systems exports and no other traces ('' without exports)."""
-    if not any(n.lower().endswith(SQLITE_SUFFIXES + REPORT_SUFFIXES) for n in names):
-        return ""
-    return " (Nsight Systems exports are read one per run: gpuanalyze FILE.sqlite, or fleet DIR)"
+def is_capture_name(name: str) -> bool:
+    """A file name an Nsight Systems capture goes by in a directory: an export or a report (what it holds is
+    checked when it is read)."""
+    return name.lower().endswith(SQLITE_SUFFIXES + REPORT_SUFFIXES)
+
+
+def rank_order(names: list[str]) -> dict[str, int]:
+    """The rank of each per-rank Nsight Systems capture of a directory (``nsys profile -o report.%q{RANK}`` writes
+    one per process): their names in natural order, numbers read as numbers (report.2 before report.10)."""
+    key = [[int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)] for n in names]
+    return {names[i]: rank for rank, i in enumerate(sorted(range(len(names)), key=lambda i: (key[i], names[i])))}
+
+
+def rank_note(n: int) -> str:
+    """What the report says of a directory's Nsight Systems captures (``rank_order``)."""
+    ranks = "rank 0" if n == 1 else f"ranks 0-{n - 1}"
+    return (
+        f"{n} Nsight Systems capture(s) read as {ranks}, one per file, in the natural order of their names "
+        "(report.2 before report.10): nsys records no rank"
+    )
+
+
+def as_rank(trace: Trace, rank: int, world: int) -> Trace:
+    """A directory's per-rank capture as rank ``rank`` of ``world``; a TraceError when it holds several processes with
+    GPU work (a capture of its own run, read alone)."""
+    held = trace.frame.get_column(S.RANK).n_unique()
+    if held > 1:
+        raise TraceError(
+            f"{trace.path}: {held} processes ran GPU work in this capture; a directory's Nsight Systems captures are "
+            f"read as one rank each (analyse it alone: gpuanalyze {trace.path.name})"
+        )
+    frame = trace.frame.with_columns(pl.lit(rank, dtype=pl.Int32).alias(S.RANK))
+    return dataclasses.replace(trace, frame=frame, run=msgspec.structs.replace(trace.run, rank=rank, world_size=world))
 
 
 def _export_command(report: Path, out: Path) -> list[str]:

@@ -59,7 +59,7 @@ from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 IMPORTED = EndInfo(status="imported")
 #: Bumped whenever the same Kineto file would import to different rows: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "11"
+IMPORTER_VERSION = "12"
 
 
 def hta_gpu_mask(k: Timeline, launch: np.ndarray | None = None) -> np.ndarray:
@@ -335,7 +335,7 @@ def _after_last_step(k: Timeline, busy: Clipper, last_end: float) -> list[str]:
 
 def trace_writer(trace: Trace) -> Callable[[BinaryIO], None]:
     """Writes ``trace`` as a gpuanalyze .arrow stream (with the 'imported' end marker) to a binary file."""
-    schema = S.arrow_schema(trace.run, trace.tags)
+    schema = S.arrow_schema(trace.run, trace.tags, trace.notes)
     table = trace.frame.to_arrow().select(list(S.COLUMNS)).cast(schema)
 
     def write(fh: BinaryIO) -> None:

@@ -117,6 +117,8 @@ def _stream(path: Path, open_reader: Callable[[], IpcReader], live: bool, keep: 
     notes: list[str] = []
     run = _meta(path, meta, S.META_RUN, runinfo.read_run, RunInfo(), notes)
     tags: dict[str, str] = _meta(path, meta, S.META_TAGS, runinfo.read_tags, dict[str, str](), notes)
+    stored: tuple[str, ...] = _meta(path, meta, S.META_NOTES, runinfo.read_notes, tuple[str, ...](), notes)
+    notes[:0] = stored  # an import's own notes, first
     handed = [0]
 
     def hand(batch: pa.RecordBatch) -> None:

@@ -178,7 +178,7 @@ _END_DECODER = msgspec.json.Decoder(EndInfo)
 _TAGS_DECODER = msgspec.json.Decoder(dict[_Name, _Text])
 
 
-def encode(value: RunInfo | EndInfo | dict[str, str]) -> bytes:
+def encode(value: RunInfo | EndInfo | dict[str, str] | list[str]) -> bytes:
     return msgspec.json.encode(value)
 
 
@@ -203,6 +203,21 @@ def read_tags(raw: bytes) -> tuple[dict[str, str], list[str]]:
         return {}, [f"tags metadata is {_kind(value)}, not an object of names to values; ignored"]
     kept = {k: v for k, v in value.items() if _fits(k, 256) and _fits(v, 4096)}
     return kept, [f"dropped {len(value) - len(kept)} tag(s) whose name or value is not short text"]
+
+
+#: Most notes, and characters a note, read back from a trace's metadata.
+MAX_NOTES, MAX_NOTE_CHARS = 256, 4096
+
+
+def read_notes(raw: bytes) -> tuple[tuple[str, ...], list[str]]:
+    """An import's notes (schema.META_NOTES), those that are not short text dropped (one note); DecodeError when
+    not JSON."""
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, list):
+        return (), [f"notes metadata is {_kind(value)}, not a list of notes; ignored"]
+    kept = tuple(v for v in value[:MAX_NOTES] if _fits(v, MAX_NOTE_CHARS))
+    dropped = len(value) - len(kept)
+    return kept, [f"dropped {dropped} stored note(s) that are not short text"] if dropped else []
 
 
 def _lenient(raw: bytes, decoder: msgspec.json.Decoder[_S], cls: type[_S], what: str) -> tuple[_S, list[str]]:

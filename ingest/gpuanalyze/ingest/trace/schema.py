@@ -283,18 +283,22 @@ META_VERSION = b"gpuanalyze.version"
 META_RUN = b"gpuanalyze.run"
 """JSON of a ``runinfo.RunInfo``."""
 META_TAGS = b"gpuanalyze.tags"
+META_NOTES = b"gpuanalyze.notes"
+"""What an importer said of its input (a list of strings): read back with the rows, so an import reused from a
+cache or a file says what the import said."""
 """JSON object of user tags (strings to strings)."""
 #: Custom metadata key of the final, empty record batch written on a clean close (JSON of ``runinfo.EndInfo``).
 END_KEY = b"gpuanalyze.end"
 
 
-def arrow_schema(run: RunInfo, tags: dict[str, str] | None = None) -> pa.Schema:
-    """The Arrow schema of a trace, with version, run info and user tags as metadata."""
+def arrow_schema(run: RunInfo, tags: dict[str, str] | None = None, notes: tuple[str, ...] = ()) -> pa.Schema:
+    """The Arrow schema of a trace, with version, run info, user tags and (an import's) notes as metadata."""
     meta = {
         META_FORMAT: FORMAT_NAME.encode(),
         META_VERSION: FORMAT_VERSION.encode(),
         META_RUN: encode(run),
         META_TAGS: encode(tags or {}),
+        **({META_NOTES: encode(list(notes))} if notes else {}),
     }
     return pa.schema(list(FIELDS), metadata=meta)
 

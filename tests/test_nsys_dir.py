@@ -1,0 +1,107 @@
+"""A directory of per-rank Nsight Systems captures (``nsys profile -o report.%q{RANK}``: one export per process) is
+the ranks of one run: ranked in the natural order of the file names (nsys records no rank), imported once each into
+the cache or `import -o`, analysed out of core like Kineto rank files, locally or on Ray."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.measure.inputs import measure
+from gpuanalyze.ingest.nsys.load import rank_order
+from gpuanalyze.ingest.sources import load_any
+from gpuanalyze.ingest.trace.reader import load_trace
+from tests.nsys_fixtures import Export, build_export
+
+runner = CliRunner()
+#: file -> steps: report.10 is rank 2 (after report.2), whatever the directory listing's order
+CAPTURES = {"report.1.sqlite": 4, "report.10.sqlite": 6, "report.2.sqlite": 5}
+
+
+def _captures(d, captures=CAPTURES):
+    d.mkdir(exist_ok=True)
+    for name, steps in captures.items():
+        build_export(d / name, Export(pids=(100 + steps,), steps=steps))
+    return d
+
+
+def test_captures_are_ranked_by_the_natural_order_of_their_names():
+    assert rank_order(["r.10.sqlite", "r.2.sqlite", "r.1.sqlite"]) == {
+        "r.1.sqlite": 0,
+        "r.2.sqlite": 1,
+        "r.10.sqlite": 2,
+    }
+    assert rank_order(["b.sqlite", "a.nsys-rep"]) == {"a.nsys-rep": 0, "b.sqlite": 1}
+
+
+def test_a_directory_of_per_rank_captures_is_one_run_in_memory_and_out_of_core(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _captures(tmp_path / "run")
+    trace = load_any(d)
+    steps = {r: n for r, n in trace.frame.group_by("rank").len().iter_rows()}
+    assert steps == {0: 4, 1: 5, 2: 6} and trace.run.world_size == 3
+    assert any("3 Nsight Systems capture(s) read as ranks 0-2" in n for n in trace.notes)
+    got = measure(d)
+    assert got.metrics.accounting.rows == 15 and got.run.world_size == 3
+    assert any("natural order" in n for n in got.notes)
+    data = json.loads(runner.invoke(app, [str(d), "--json"]).output)
+    assert data["ranks"] == 3 and data["steps"] == 15
+
+
+def test_import_dir_writes_each_capture_as_its_rank(tmp_path):
+    d, out = _captures(tmp_path / "run"), tmp_path / "out"
+    out.mkdir()
+    result = runner.invoke(app, ["import", str(d), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    runs = {p.name: load_trace(p) for p in sorted(out.iterdir())}
+    assert {n: (t.run.rank, t.run.world_size, t.frame.height) for n, t in runs.items()} == {
+        "report.1.arrow": (0, 3, 4),
+        "report.2.arrow": (1, 3, 5),
+        "report.10.arrow": (2, 3, 6),
+    }
+    again = runner.invoke(app, ["import", str(d), "-o", str(out)])
+    assert again.exit_code == 0 and again.output.count("reused (up to date)") == 3
+
+
+def test_a_capture_added_renumbers_the_ranks_and_their_imports_are_redone(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _captures(tmp_path / "run")
+    assert measure(d).metrics.accounting.rows == 15
+    build_export(d / "report.0.sqlite", Export(pids=(99,), steps=3))  # rank 0 now: the others move up one
+    got = measure(d)  # the cached imports hold the old ranks: redone, not merged as duplicate ranks
+    assert got.metrics.accounting.rows == 18 and got.run.world_size == 4
+
+
+def test_a_capture_of_several_processes_in_a_directory_is_skipped_and_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _captures(tmp_path / "run", {"report.0.sqlite": 4, "report.1.sqlite": 5})
+    build_export(d / "node.sqlite", Export(pids=(200, 201), steps=3))
+    got = measure(d)
+    assert got.metrics.accounting.rows == 9
+    assert any(n.startswith("skipped node.sqlite: 2 processes ran GPU work") for n in got.notes)
+    result = runner.invoke(app, [str(d)])
+    assert result.exit_code == 0 and "gpuanalyze" in result.output
+
+
+@pytest.mark.slow
+def test_per_rank_captures_give_the_local_answer_on_ray(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _captures(tmp_path / "run")
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many types when it cannot start
+        pytest.skip(f"Ray cannot start here: {exc}")
+    try:
+        local = measure(d, workers=2)
+        os.environ.pop("RAY_ADDRESS", None)
+        remote = measure(d, engine="ray", workers=2)
+    finally:
+        ray.shutdown()
+    assert remote.metrics.accounting.rows == local.metrics.accounting.rows == 15
+    assert remote.metrics.share == local.metrics.share and remote.run == local.run and remote.notes == local.notes
