@@ -433,8 +433,8 @@ def import_dir(
     force: bool = False,
 ) -> tuple[list[FileResult], list[str]]:
     """`gpuanalyze import DIR -o OUTDIR`: every Kineto file and per-rank Nsight Systems capture of ``source`` to
-    OUTDIR/<name>.arrow, in
-    parallel, reusing up-to-date outputs. Returns the results and the notes (skipped files)."""
+    OUTDIR/<name>.arrow, in parallel, reusing up-to-date outputs. Returns the results and the notes (skipped files,
+    how the captures are ranked)."""
     _check_out_dir(out)
     files, notes = _import_files(source)
     jobs = file_jobs(files, out, limits or ReadLimits(), skip=0, reduce=False, force=force)
