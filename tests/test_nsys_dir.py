@@ -7,15 +7,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import sqlite3
 
 import pytest
 from typer.testing import CliRunner
 
+from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.measure.inputs import measure
 from gpuanalyze.ingest.nsys.load import rank_order
 from gpuanalyze.ingest.sources import load_any
 from gpuanalyze.ingest.trace.reader import load_trace
+from tests.conftest import SHARED
 from tests.nsys_fixtures import Export, build_export
 
 runner = CliRunner()
@@ -105,3 +109,35 @@ def test_per_rank_captures_give_the_local_answer_on_ray(tmp_path, monkeypatch):
         ray.shutdown()
     assert remote.metrics.accounting.rows == local.metrics.accounting.rows == 15
     assert remote.metrics.share == local.metrics.share and remote.run == local.run and remote.notes == local.notes
+
+
+def _one_process(src, dst, pid):
+    """``src`` with every row of the other processes deleted: the capture ``pid`` alone would have made."""
+    shutil.copyfile(src, dst)
+    with sqlite3.connect(dst) as conn:
+        for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for c in {r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')} & {"globalPid", "globalTid"}:
+                other = f"typeof({c}) = 'integer' AND (({c} >> 24) & 16777215) != ?"
+                conn.execute(f'DELETE FROM "{t}" WHERE {other}', (pid,))
+    return dst
+
+
+@pytest.mark.skipif(not (SHARED / "nsys_traces").is_dir(), reason="../shared/nsys_traces is not here")
+def test_a_real_two_rank_capture_split_per_rank_gives_the_same_answer(tmp_path, monkeypatch):
+    """The shared 2-GPU training capture, and the same capture cut into the two per-rank captures its processes
+    would have written (`nsys profile -o report.%q{RANK}`): the same ranks, step rows and verdict."""
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    src = SHARED / "nsys_traces" / "nsysai_mfu_train_2gpu_before.sqlite"
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for rank, pid in enumerate((144, 145)):  # its processes, in the rank order of their devices
+        _one_process(src, d / f"report.{rank}.sqlite", pid)
+    whole, split = load_any(src), load_any(d)
+    cols = [c for c in whole.frame.columns if c != "start_unix_ns"]
+    assert split.frame.select(cols).equals(whole.frame.select(cols)) and split.run.world_size == 2
+    a, b = analyze(src), analyze(d)
+    assert (a.bottleneck, a.metrics.step_mean_ms, a.metrics.steps) == (
+        b.bottleneck,
+        b.metrics.step_mean_ms,
+        b.metrics.steps,
+    )
