@@ -35,6 +35,7 @@ from gpuanalyze.ingest.nsys.load import REPORT_SUFFIXES, SQLITE_SUFFIXES, is_cap
 from gpuanalyze.ingest.sources import (
     NO_TRACES,
     in_directory,
+    is_imported,
     is_json_trace,
     load_file,
     missing_ranks_note,
@@ -192,14 +193,12 @@ def _load_one(path: Path, limits: ReadLimits) -> Trace:
 
 def _measure_dir(path: str, how: _How) -> Measured:
     entries = storage.list_dir(path)
-    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and _candidate(e.name)]
-    files = [e for e in entries if e.regular and _candidate(e.name)]
+    notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular and in_directory(e.name)]
+    files = [e for e in entries if e.regular and in_directory(e.name)]
     if not files:
         raise TraceError(f"{path}: {NO_TRACES}")
-    captures = sum(1 for e in files if is_capture_name(e.name))
-    notes += [rank_note(captures)] if captures else []
-    imported = any(is_json_trace(Path(e.name)) or is_capture_name(e.name) for e in files)
-    cache, tmp = cache_dir(path) if imported else (None, None)
+    notes += _ranked(files)
+    cache, tmp = cache_dir(path) if any(is_imported(e.name) for e in files) else (None, None)
     try:
         return _measure_files(path, files, how, cache=cache, notes=notes)
     finally:
@@ -207,8 +206,10 @@ def _measure_dir(path: str, how: _How) -> Measured:
             tmp.cleanup()
 
 
-def _candidate(name: str) -> bool:
-    return in_directory(name)
+def _ranked(files: list[storage.Entry]) -> list[str]:
+    """The note on how a directory's Nsight Systems captures are ranked (none without any)."""
+    captures = sum(1 for e in files if is_capture_name(e.name))
+    return [rank_note(captures)] if captures else []
 
 
 def _stem(name: str) -> str:
@@ -463,13 +464,12 @@ def _check_out_dir(out: str) -> None:
 def _import_files(source: str) -> tuple[list[storage.Entry], list[str]]:
     """The regular Kineto and Nsight Systems files of ``source``, and notes on the ones that are not regular files
     and on how the captures are ranked."""
-    entries = [e for e in storage.list_dir(source) if is_json_trace(Path(e.name)) or is_capture_name(e.name)]
+    entries = [e for e in storage.list_dir(source) if is_imported(e.name)]
     notes = [f"skipped {e.name}: not a regular file" for e in entries if not e.regular]
     files = [e for e in entries if e.regular]
     if not files:
         raise TraceError(f"{source}: no profiler .json(.gz) or Nsight Systems traces in this directory")
-    captures = sum(1 for e in files if is_capture_name(e.name))
-    return files, notes + ([rank_note(captures)] if captures else [])
+    return files, notes + _ranked(files)
 
 
 def _refuse_foreign_outputs(jobs: list[FileJob]) -> None:

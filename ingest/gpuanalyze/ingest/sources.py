@@ -31,10 +31,15 @@ def is_json_trace(path: Path) -> bool:
 NO_TRACES = "no .arrow, profiler .json(.gz) or Nsight Systems (.sqlite, .nsys-rep) traces in this directory"
 
 
+def is_imported(name: str) -> bool:
+    """A file name of a directory's traces that are imported (not read as they are): Kineto JSON, Nsight Systems
+    captures (one per rank: nsys/load.py rank_order)."""
+    return is_json_trace(Path(name)) or is_capture_name(name)
+
+
 def in_directory(name: str) -> bool:
-    """A file name a directory's traces go by: gpuanalyze .arrow, Kineto JSON, Nsight Systems captures (one per
-    rank: nsys/load.py rank_order)."""
-    return name.endswith(".arrow") or is_json_trace(Path(name)) or is_capture_name(name)
+    """A file name a directory's traces go by: gpuanalyze .arrow, or one imported (``is_imported``)."""
+    return name.endswith(".arrow") or is_imported(name)
 
 
 _RANK_FILE = re.compile(r"^(?P<stem>.+)\.rank\d+(?:-\d+)?$")

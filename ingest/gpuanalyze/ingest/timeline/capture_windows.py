@@ -91,10 +91,9 @@ def _exchanges(k: Timeline, kinds: np.ndarray | None) -> np.ndarray:
     parts = [k.cpu.start[np.isin(k.cpu_mark, (MARK_LOADER, MARK_BACKWARD, MARK_OPTIMIZER))]]
     if k.runtime_class.size:
         parts.append(k.runtime.start[k.runtime_class == BLOCKING])
-    if k.kinds and k.gpu.start.size:
+    if kinds is not None and k.kinds:  # ``kinds``: each runtime call's device work, where the capture has any
         host_copy = np.array([x.memcpy in ("h2d", "d2h") for x in k.kinds], dtype=bool)
-        kind = call_kinds(k) if kinds is None else kinds
-        parts.append(k.runtime.start[(kind >= 0) & host_copy[np.maximum(kind, 0)]])
+        parts.append(k.runtime.start[(kinds >= 0) & host_copy[np.maximum(kinds, 0)]])
     parts.append(k.host_ops.start[k.host_ops.named(SCALAR_READ_OPS)])
     return np.sort(np.concatenate(parts))
 

@@ -271,9 +271,12 @@ def _behaviour_blocking(k: Timeline, enqueued: np.ndarray, busy: Seg) -> Seg:
 
 def _take(owned: dict[str, Seg], waiting: Seg, owner: str, segs: Seg) -> Seg:
     """``owner`` gets the part of ``waiting`` inside ``segs`` (with what it had); what is left of ``waiting``."""
-    got = intersect(waiting, segs)
-    owned[owner] = union(owned[owner], got) if owner in owned else got
+    _give(owned, owner, intersect(waiting, segs))
     return minus(waiting, segs)
+
+
+def _give(owned: dict[str, Seg], owner: str, got: Seg) -> None:
+    owned[owner] = union(owned[owner], got) if owner in owned else got
 
 
 def _during(waiting: Seg, start: np.ndarray, end: np.ndarray) -> Seg:
@@ -335,8 +338,7 @@ def _take_quiet(owned: dict[str, Seg], waiting: Seg, quiet: list[Seg]) -> Seg:
     for segs in quiet:
         pieces.append(intersect(waiting, segs))
         waiting = minus(waiting, segs)
-    got = pieces[0] if len(pieces) == 1 else intersect(before, union(*pieces)) if pieces else EMPTY
-    owned["cpu_ops"] = union(owned["cpu_ops"], got) if "cpu_ops" in owned else got
+    _give(owned, "cpu_ops", pieces[0] if len(pieces) == 1 else intersect(before, union(*pieces)) if pieces else EMPTY)
     return waiting
 
 

@@ -75,11 +75,13 @@ def _outermost(ops: HostOps, before: float | None = None) -> tuple[np.ndarray, n
     """(start, end, name id) of the outermost ops of the thread whose ops span the longest time, of the ops that start
     before ``before`` (None: all); None without ops. The ops are selected where they are, not copied."""
     early = None if before is None else ops.start < before
+
+    def of(tid: int) -> np.ndarray:
+        return ops.tid == tid if early is None else (ops.tid == tid) & early
+
     best, span = None, -1.0
     for tid in np.unique(ops.tid).tolist():
-        sel = ops.tid == tid
-        if early is not None:
-            sel &= early
+        sel = of(tid)
         if not sel.any():
             continue
         s = float(ops.end[sel].max() - ops.start[sel].min())
@@ -87,8 +89,7 @@ def _outermost(ops: HostOps, before: float | None = None) -> tuple[np.ndarray, n
             best, span = tid, s
     if best is None:
         return None
-    idx = np.flatnonzero(ops.tid == best) if early is None else np.flatnonzero((ops.tid == best) & early)
-    del early
+    idx = np.flatnonzero(of(best))
     idx = idx[np.lexsort((-ops.end[idx], ops.start[idx]))]
     start, end = ops.start[idx], ops.end[idx]
     top = outermost(start, end)
