@@ -53,6 +53,9 @@ class Export:
     visible_devices: bool = False
     """Every rank's kernels on its device 0 (CUDA_VISIBLE_DEVICES per rank), GPU ids mapped by
     TARGET_INFO_CUDA_DEVICE; TARGET_INFO_GPU names GPU 1 'NVIDIA H200'."""
+    env: tuple[str, ...] = ()
+    """The profiled process's environment (META_DATA_CAPTURE ``PROCESS_0:ENVIRONMENT_VARIABLE`` rows, as nsys writes
+    them: ``RANK="1"``)."""
     strings: dict[str, int] = field(default_factory=dict)
 
 
@@ -79,7 +82,8 @@ def _schema(e: Export, cur: sqlite3.Cursor) -> None:
         cur.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', ?)", (version,))
         cur.executemany(
             "INSERT INTO META_DATA_CAPTURE VALUES (?, ?)",
-            [("PROCESS_0:COMMAND", "python"), ("PROCESS_0:ARGUMENT_0", "train.py")],
+            [("PROCESS_0:COMMAND", "python"), ("PROCESS_0:ARGUMENT_0", "train.py")]
+            + [("PROCESS_0:ENVIRONMENT_VARIABLE", v) for v in e.env],
         )
     if e.enums:
         cur.execute("CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER, name TEXT, label TEXT)")

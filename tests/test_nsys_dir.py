@@ -1,6 +1,7 @@
 """A directory of per-rank Nsight Systems captures (``nsys profile -o report.%q{RANK}``: one export per process) is
-the ranks of one run: ranked in the natural order of the file names (nsys records no rank), imported once each into
-the cache or `import -o`, analysed out of core like Kineto rank files, locally or on Ray."""
+the ranks of one run: each the RANK its process ran with where the capture recorded it, else ranked in the natural
+order of the file names, imported once each into the cache or `import -o`, analysed out of core like Kineto rank
+files, locally or on Ray."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from typer.testing import CliRunner
 from analyzer.api import analyze
 from analyzer.cli import app
 from analyzer.measure.inputs import measure
+from gpuanalyze.ingest.nsys.db import NsysDb
 from gpuanalyze.ingest.nsys.load import rank_order
+from gpuanalyze.ingest.nsys.meta import read_meta
 from gpuanalyze.ingest.sources import load_any
 from gpuanalyze.ingest.trace.reader import load_trace
 from tests.conftest import SHARED
@@ -49,7 +52,7 @@ def test_a_directory_of_per_rank_captures_is_one_run_in_memory_and_out_of_core(t
     trace = load_any(d)
     steps = {r: n for r, n in trace.frame.group_by("rank").len().iter_rows()}
     assert steps == {0: 4, 1: 5, 2: 6} and trace.run.world_size == 3
-    assert any("3 Nsight Systems capture(s) read as ranks 0-2" in n for n in trace.notes)
+    assert any("3 Nsight Systems capture(s), one rank each" in n for n in trace.notes)
     got = measure(d)
     assert got.metrics.accounting.rows == 15 and got.run.world_size == 3
     assert any("natural order" in n for n in got.notes)
@@ -90,6 +93,74 @@ def test_a_capture_of_several_processes_in_a_directory_is_skipped_and_named(tmp_
     assert any(n.startswith("skipped node.sqlite: 2 processes ran GPU work") for n in got.notes)
     result = runner.invoke(app, [str(d)])
     assert result.exit_code == 0 and "gpuanalyze" in result.output
+
+
+def _placed(d, places, world):
+    """Captures named against their rank order, each run with RANK and WORLD_SIZE (torchrun's environment)."""
+    d.mkdir(exist_ok=True)
+    for name, rank in places.items():
+        env = (f'RANK="{rank}"', "HF_TOKEN=hf_secretvalue", f'WORLD_SIZE="{world}"')
+        build_export(d / name, Export(pids=(300 + rank,), steps=3 + rank, env=env))
+    return d
+
+
+@pytest.mark.parametrize(
+    ("env", "place"),
+    [
+        (('RANK="3"', 'WORLD_SIZE="8"'), (3, 8)),
+        (("RANK=0", "WORLD_SIZE=1"), (0, 1)),
+        (('RANK="8"', 'WORLD_SIZE="8"'), None),  # not a rank of that world
+        (('RANK="3"',), None),
+        (("rank=3", "WORLD_SIZE=8"), None),
+        (('RANK="x"', 'WORLD_SIZE="8"'), None),
+        ((), None),
+    ],
+)
+def test_a_capture_s_place_is_read_from_its_process_environment(tmp_path, env, place):
+    path = build_export(tmp_path / "r.sqlite", Export(env=env))
+    with NsysDb(path) as db:
+        assert read_meta(db).place == place
+
+
+def test_per_rank_captures_are_the_rank_their_process_ran_as_and_secrets_stay_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _placed(tmp_path / "run", {"a.sqlite": 2, "b.sqlite": 0, "c.sqlite": 1}, world=3)  # names against ranks
+    trace = load_any(d)
+    steps = {r: n for r, n in trace.frame.group_by("rank").len().iter_rows()}
+    assert steps == {0: 3, 1: 4, 2: 5} and trace.run.world_size == 3
+    got = measure(d)
+    assert got.metrics.accounting.rows == 12 and got.run.world_size == 3
+    out = tmp_path / "out"
+    out.mkdir()
+    assert runner.invoke(app, ["import", str(d), "-o", str(out)]).exit_code == 0
+    assert {p.name: load_trace(p).run.rank for p in out.iterdir()} == {"a.arrow": 2, "b.arrow": 0, "c.arrow": 1}
+    result = runner.invoke(app, [str(d), "--json"])
+    assert result.exit_code == 0 and "secretvalue" not in result.output + repr(trace.notes) + repr(got.notes)
+
+
+def test_a_rank_without_its_capture_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _placed(tmp_path / "run", {"report.0.sqlite": 0, "report.2.sqlite": 2}, world=3)
+    missing = "1 of 3 rank(s) have no trace here (ranks 1)"
+    assert any(missing in n for n in load_any(d).notes) and any(missing in n for n in measure(d).notes)
+    alone = load_any(d / "report.2.sqlite")  # one rank's capture analysed alone is still that rank of its job
+    assert alone.frame.get_column("rank").unique().to_list() == [2] and alone.run.world_size == 3
+    assert any("rank 2 of 3: the RANK and WORLD_SIZE its process ran with" in n for n in alone.notes)
+
+
+def test_two_captures_of_one_rank_are_two_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUANALYZE_CACHE", str(tmp_path / "cache"))
+    d = _placed(tmp_path / "run", {"report.0.sqlite": 0}, world=2)
+    _placed(d, {"old.report.0.sqlite": 0}, world=2)
+    result = runner.invoke(app, [str(d)], terminal_width=80)
+    assert result.exit_code != 0 and "rank 0 appears in both" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_capture_of_several_processes_keeps_their_device_order_whatever_its_environment(tmp_path):
+    path = build_export(tmp_path / "node.sqlite", Export(pids=(200, 201), env=('RANK="5"', 'WORLD_SIZE="8"')))
+    trace = load_any(path)
+    assert sorted(trace.frame.get_column("rank").unique().to_list()) == [0, 1] and trace.run.world_size == 2
 
 
 @pytest.mark.slow

@@ -107,6 +107,8 @@ class NsysEvents:
         self.devices, rows = self._gpu_processes()
         self.ranked = bool(self.devices)
         self.keys: list[int | None] = list(self.devices) if self.ranked else [None]
+        self.place = meta.place if len(self.keys) == 1 else None
+        """(rank, world size) of a one-process capture from its process's environment (nsys/meta.py)."""
         self.groups = _groups(self.keys, rows)
         self.syncs = read_syncs(db)
         self.sinks: dict[int | None, RowSink] = {}
@@ -434,7 +436,8 @@ class NsysEvents:
         """The Kineto metadata of rank ``key``: its place in the job and its GPU's properties, where known."""
         if any("nccl" in k.name.lower() for k in sink.kinds):
             self.backend = "nccl"
-        dist: dict[str, object] = {"rank": self.keys.index(key), "world_size": len(self.keys)}
+        rank, world = self.place or (self.keys.index(key), len(self.keys))
+        dist: dict[str, object] = {"rank": rank, "world_size": world}
         if self.backend:
             dist["backend"] = self.backend
         meta = {"distributedInfo": msgspec.json.encode(dist)}

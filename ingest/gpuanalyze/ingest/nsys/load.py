@@ -67,23 +67,26 @@ def rank_order(names: list[str]) -> dict[str, int]:
 
 
 def rank_note(n: int) -> str:
-    """What the report says of a directory's Nsight Systems captures (``rank_order``)."""
+    """What the report says of a directory's Nsight Systems captures (``rank_order``, ``as_rank``)."""
     ranks = "rank 0" if n == 1 else f"ranks 0-{n - 1}"
     return (
-        f"{n} Nsight Systems capture(s) read as {ranks}, one per file, in the natural order of their names "
-        "(report.2 before report.10): nsys records no rank"
+        f"{n} Nsight Systems capture(s), one rank each: the RANK its process ran with (torchrun sets it), else "
+        f"{ranks} in the natural order of their names (report.2 before report.10)"
     )
 
 
 def as_rank(trace: Trace, rank: int, world: int) -> Trace:
-    """A directory's per-rank capture as rank ``rank`` of ``world``; a TraceError when it holds several processes with
-    GPU work (a capture of its own run, read alone)."""
+    """A directory's per-rank capture as rank ``rank`` of ``world``, unless its process's environment named its place
+    (nsys/meta.py: the import's world size is then that); a TraceError when it holds several processes with GPU
+    work (a capture of its own run, read alone)."""
     held = trace.frame.get_column(S.RANK).n_unique()
     if held > 1:
         raise TraceError(
             f"{trace.path}: {held} processes ran GPU work in this capture; a directory's Nsight Systems captures are "
             f"read as one rank each (analyse it alone: gpuanalyze {trace.path.name})"
         )
+    if (trace.run.world_size or 1) > 1:
+        return trace
     frame = trace.frame.with_columns(pl.lit(rank, dtype=pl.Int32).alias(S.RANK))
     return dataclasses.replace(trace, frame=frame, run=msgspec.structs.replace(trace.run, rank=rank, world_size=world))
 
@@ -152,6 +155,8 @@ def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
         )
     if ranked and world > 1:
         notes.append(f"{world} processes with GPU activity in one capture: analysed as ranks 0-{world - 1}")
+    elif meta.place:
+        notes.append(f"rank {meta.place[0]} of {meta.place[1]}: the RANK and WORLD_SIZE its process ran with")
     if not meta.gpus:
         notes.append("the export has no TARGET_INFO_GPU table: GPU model and memory unknown")
     return notes

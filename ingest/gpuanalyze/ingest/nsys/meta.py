@@ -9,12 +9,16 @@ the GPUs, and where its clock sits in UTC.
   pid, and numMultiprocessors in some) maps a process's CUDA device number (its kernels' ``deviceId``) to the
   GPU's ``id`` (a rank with ``CUDA_VISIBLE_DEVICES=3`` sees GPU 3 as device 0), and gives the SM count where
   ``TARGET_INFO_GPU`` is missing;
+- place in the job: ``RANK`` and ``WORLD_SIZE`` in the profiled process's environment (its
+  ``PROCESS_0:ENVIRONMENT_VARIABLE`` rows; torchrun sets both for ``torchrun ... nsys profile -o report.%q{RANK}
+  python train.py``); no other variable is read;
 - clock: ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` is UTC at the session's start; its ``systemClockNs``
   (2025 on) is the same instant on the event clock; older exports count events from the session's start.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from gpuanalyze.ingest.nsys.db import NsysDb
@@ -23,6 +27,9 @@ from gpuanalyze.ingest.trace.redact import redact_argv
 _META_TABLES = ("META_DATA_EXPORT", "META_DATA_CAPTURE", "EXPORT_META_DATA")
 _MAX_ARGS = 64
 _MAX_GPUS = 256
+#: Most ranks a process's WORLD_SIZE is believed for (a larger one is not a world size).
+MAX_WORLD = 1 << 20
+_PLACE = re.compile(r'(RANK|WORLD_SIZE)="?(\d{1,9})"?')
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,8 @@ class NsysMeta:
     """Add to an event's timestamp (ns) for UTC nanoseconds since 1970; None when the export has no start time."""
     cuda_devices: dict[tuple[int, int], tuple[int | None, int | None]] = field(default_factory=dict)
     """(pid, CUDA device number) -> (GPU id, SM count) from TARGET_INFO_CUDA_DEVICE."""
+    place: tuple[int, int] | None = None
+    """(RANK, WORLD_SIZE) the profiled process ran with, where both are set and 0 <= RANK < WORLD_SIZE."""
 
 
 def _int(value: object, hi: int = 1 << 62) -> int | None:
@@ -140,6 +149,22 @@ def _epoch(db: NsysDb) -> int | None:
     return None if utc is None or at is None else utc - at
 
 
+def _place(db: NsysDb) -> tuple[int, int] | None:
+    """(RANK, WORLD_SIZE) of the profiled process's environment; only those two variables are read."""
+    got: dict[str, int] = {}
+    for table in _META_TABLES:
+        if db.has(table, "name", "value"):
+            sql = (
+                f"SELECT substr(value, 1, 32) FROM {table} WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE' "
+                "AND (value LIKE 'RANK=%' OR value LIKE 'WORLD_SIZE=%')"
+            )
+            for (value,) in db.small(sql, limit=16):
+                if isinstance(value, str) and (m := _PLACE.fullmatch(value)):
+                    got[m[1]] = int(m[2])
+    rank, world = got.get("RANK"), got.get("WORLD_SIZE")
+    return (rank, world) if rank is not None and world is not None and rank < world <= MAX_WORLD else None
+
+
 def read_meta(db: NsysDb) -> NsysMeta:
     pairs = _pairs(db)
     return NsysMeta(
@@ -148,6 +173,7 @@ def read_meta(db: NsysDb) -> NsysMeta:
         gpus=_gpus(db),
         epoch_ns=_epoch(db),
         cuda_devices=_cuda_devices(db),
+        place=_place(db),
     )
 
 
