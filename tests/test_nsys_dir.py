@@ -143,9 +143,12 @@ def test_a_rank_without_its_capture_is_reported(tmp_path, monkeypatch):
     d = _placed(tmp_path / "run", {"report.0.sqlite": 0, "report.2.sqlite": 2}, world=3)
     missing = "1 of 3 rank(s) have no trace here (ranks 1)"
     assert any(missing in n for n in load_any(d).notes) and any(missing in n for n in measure(d).notes)
-    alone = load_any(d / "report.2.sqlite")  # one rank's capture analysed alone is still that rank of its job
+    alone = load_any(d / "report.2.sqlite")  # one rank's capture alone is still that rank, as a Kineto rank file is
     assert alone.frame.get_column("rank").unique().to_list() == [2] and alone.run.world_size == 3
-    assert any("rank 2 of 3: the RANK and WORLD_SIZE its process ran with" in n for n in alone.notes)
+    assert any("rank and world size: the RANK and WORLD_SIZE its process ran with" in n for n in alone.notes)
+    assert not any("no trace here" in n for n in alone.notes)  # said of the directory, once
+    for notes in (load_any(d).notes, measure(d).notes):  # each said once, however many ranks
+        assert sum("no trace here" in n for n in notes) == 1 and sum("WORLD_SIZE" in n for n in notes) == 1
 
 
 def test_two_captures_of_one_rank_are_two_runs(tmp_path, monkeypatch):

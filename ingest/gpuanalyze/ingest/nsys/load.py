@@ -156,7 +156,7 @@ def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
     if ranked and world > 1:
         notes.append(f"{world} processes with GPU activity in one capture: analysed as ranks 0-{world - 1}")
     elif meta.place:
-        notes.append(f"rank {meta.place[0]} of {meta.place[1]}: the RANK and WORLD_SIZE its process ran with")
+        notes.append("rank and world size: the RANK and WORLD_SIZE its process ran with (recorded by nsys)")
     if not meta.gpus:
         notes.append("the export has no TARGET_INFO_GPU table: GPU model and memory unknown")
     return notes
