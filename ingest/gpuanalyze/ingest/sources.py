@@ -151,7 +151,7 @@ def load_files(path: Path, files: list[Path]) -> Trace:
 def load_nsys(path: Path, limits: ReadLimits | None = None, step_range: str | None = None) -> Trace:
     """An Nsight Systems capture as one Trace, its ranks merged (nsys/load.py); a capture of one rank of a larger job
     is that rank, as a Kineto rank file is (which ranks are missing is said of a directory, not of each file)."""
-    return _merge(path, load_nsys_ranks(path, limits, step_range), whole=False)
+    return _merge(path, load_nsys_ranks(path, limits, step_range), say_missing=False)
 
 
 def _load_dir(path: Path, limits: ReadLimits | None) -> Trace:
@@ -221,7 +221,7 @@ def run_of(runs: list[RunInfo], ranks: int) -> RunInfo:
     return first
 
 
-def _merge(path: Path, traces: list[Trace], *, whole: bool = True) -> Trace:
+def _merge(path: Path, traces: list[Trace], *, say_missing: bool = True) -> Trace:
     by_rank: dict[int, Path] = {}
     for t in traces:
         for rank in t.frame.get_column(S.RANK).unique().to_list():
@@ -232,7 +232,7 @@ def _merge(path: Path, traces: list[Trace], *, whole: bool = True) -> Trace:
     if len(worlds) > 1:
         raise MixedRunsError(path, f"traces disagree on the world size ({sorted(worlds)})")
     notes = [n for t in traces for n in t.notes]
-    note = missing_ranks_note(worlds.pop() if worlds else len(by_rank), set(by_rank)) if whole else None
+    note = missing_ranks_note(worlds.pop() if worlds else len(by_rank), set(by_rank)) if say_missing else None
     if note:
         notes.insert(0, note)
     ordered = sorted(traces, key=lambda t: int(t.run.rank_or_zero))

@@ -145,7 +145,7 @@ def _layout(db: NsysDb, path: Path) -> list[str]:
     return [f"skipped tables of an unknown layout ({shown})"]
 
 
-def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
+def _notes(meta: NsysMeta, ranked: bool, world: int, placed: bool) -> list[str]:
     version = f"Nsight Systems {meta.version}" if meta.version else "an Nsight Systems export of unknown version"
     notes = [f"imported from {version}" + (f" (command: {meta.command[:200]})" if meta.command else "")]
     if not meta.version:
@@ -155,7 +155,7 @@ def _notes(meta: NsysMeta, ranked: bool, world: int) -> list[str]:
         )
     if ranked and world > 1:
         notes.append(f"{world} processes with GPU activity in one capture: analysed as ranks 0-{world - 1}")
-    elif meta.place:
+    if placed:  # NsysEvents.place: a one-process capture whose environment named its place
         notes.append("rank and world size: the RANK and WORLD_SIZE its process ran with (recorded by nsys)")
     if not meta.gpus:
         notes.append("the export has no TARGET_INFO_GPU table: GPU model and memory unknown")
@@ -216,7 +216,7 @@ def load_nsys_ranks(path: Path, limits: ReadLimits | None = None, step_range: st
                 "(capture with nsys profile -t cuda,nvtx,osrt)"
             )
         kind = events.step_kind()
-        notes = _notes(meta, events.ranked, len(events.keys)) + skipped
+        notes = _notes(meta, events.ranked, len(events.keys), events.place is not None) + skipped
         if kind:
             notes.append(f"steps from {kind}")
         utc = (pl.col(S.START_UNIX_NS) + (meta.epoch_ns or 0)).alias(S.START_UNIX_NS)  # on UTC (nsys/meta.py)
