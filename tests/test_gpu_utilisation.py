@@ -45,6 +45,15 @@ def test_utilisation_leaves_work_after_the_last_step_out_of_both_bounds(tmp_path
     assert any("after the last step's window" in n for n in r.notes), r.notes
 
 
+@pytest.mark.parametrize(("tail_us", "said"), [(52.0, False), (60.0, True)])
+def test_work_after_the_last_step_is_said_only_where_it_reads_above_zero(tmp_path, tail_us, said):
+    # the tail kernel starts 50 us before the last window ends: 2 us after it would read "0.00 ms", 10 us "0.01 ms"
+    r = analyze(write(tmp_path / "t.json", F.tail_trace(tail_us=tail_us)))
+    notes = [n for n in r.notes if "after the last step's window" in n]
+    assert bool(notes) is said, r.notes
+    assert all(not n.startswith("0.00 ms") for n in notes)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_traces is absent")
 def test_external_v100_utilisation_matches_an_interval_sweep_of_its_steps():

@@ -57,9 +57,9 @@ from gpuanalyze.ingest.trace.row_rules import clean_rows, normalise_frame
 from gpuanalyze.ingest.trace.runinfo import EndInfo, RunInfo
 
 IMPORTED = EndInfo(status="imported")
-#: Bumped whenever the same Kineto file would import to different rows: an import made by an older
+#: Bumped whenever the same Kineto file would import to different rows or notes: an import made by an older
 #: importer is then redone rather than reused (sources.py, the import cache).
-IMPORTER_VERSION = "12"
+IMPORTER_VERSION = "13"
 
 
 def hta_gpu_mask(k: Timeline, launch: np.ndarray | None = None) -> np.ndarray:
@@ -323,8 +323,9 @@ def import_kineto(
 
 
 def _after_last_step(k: Timeline, busy: Clipper, last_end: float) -> list[str]:
-    """A note on device work that runs after the last step's window (not in any step's utilisation)."""
-    tail = busy.length(last_end, float(k.gpu.end.max())) / 1e3 if k.gpu.end.size else 0.0
+    """A note on device work that runs after the last step's window (not in any step's utilisation); none where it
+    would read 0.00 ms (a few us of a last kernel's end)."""
+    tail = round(busy.length(last_end, float(k.gpu.end.max())) / 1e3, 2) if k.gpu.end.size else 0.0
     if tail <= 0:
         return []
     return [
