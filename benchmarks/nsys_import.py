@@ -4,6 +4,7 @@
     python benchmarks/nsys_import.py --k 100          # x100 (241 MB)
     python benchmarks/nsys_import.py --source EXPORT.sqlite --k 1
     python benchmarks/nsys_import.py --one-process    # the same ~1 GB as one process: the most one conversion holds
+    python benchmarks/nsys_import.py --steps          # with a ProfilerStep range per iteration (step ranges)
 
 The export is built in a temporary directory (its size printed; deleted afterwards unless --keep) from --source
 repeated --k times (default: as many copies as make --size). Each side runs in a fresh process, alternating,
@@ -130,6 +131,48 @@ def compare(path: Path, repeats: int) -> None:
     print(f"  goals: CPU <= 2x the floor: {'met' if ratio <= 2 else 'NOT met'}; peak RSS <= 600 MiB: {goal}")
 
 
+def with_steps(src: Path, dst: Path) -> Path:
+    """``dst``: ``src`` with a ``ProfilerStep#`` NVTX range on each rank's loop thread (the thread with the most
+    runtime calls) per step its import finds (iterations, for the shared exports): a capture with step ranges."""
+    import logging
+    import sqlite3
+
+    from gpuanalyze.ingest.nsys.db import NsysDb
+    from gpuanalyze.ingest.nsys.events import NsysEvents
+    from gpuanalyze.ingest.nsys.load import load_nsys_ranks
+    from gpuanalyze.ingest.nsys.meta import read_meta
+    from gpuanalyze.ingest.trace.byte_source import ReadLimits
+
+    logging.disable(logging.WARNING)
+    with NsysDb(src) as db:
+        epoch, keys = read_meta(db).epoch_ns or 0, NsysEvents(db, read_meta(db), ReadLimits(), None).keys
+    shutil.copyfile(src, dst)
+    conn = sqlite3.connect(dst)
+    for key, trace in zip(keys, load_nsys_ranks(src), strict=True):
+        pid = "((globalTid >> 24) & 16777215)"
+        sql = f"SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {pid} = ? GROUP BY 1 ORDER BY count(*) DESC"
+        (tid,) = conn.execute(sql, (key,)).fetchone()
+        f = trace.frame
+        rows = [
+            (round(t - epoch), round(t - epoch + w * 1e6), 59, "ProfilerStep#", tid)
+            for t, w in zip(f["start_unix_ns"].to_list(), f["wall_ms"].to_list(), strict=True)
+        ]
+        conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?,?,?,?,?)", rows)
+    conn.commit()
+    conn.close()
+    return dst
+
+
+def number_steps(path: Path) -> None:
+    """Number the copies' ProfilerStep ranges in order (a repeated number is a restarted step)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE NVTX_EVENTS SET text = 'ProfilerStep#' || rowid WHERE text = 'ProfilerStep#'")
+    conn.commit()
+    conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=SOURCE)
@@ -139,6 +182,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="keep the export at this path (reused if there)")
     parser.add_argument(
         "--one-process", action="store_true", help="relabel every rank onto one process first: all events in one"
+    )
+    parser.add_argument(
+        "--steps", action="store_true", help="a ProfilerStep NVTX range per iteration the source's import finds"
     )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -155,7 +201,11 @@ def main() -> None:
             free = shutil.disk_usage(path.parent).free
             if free < 1.5 * k * args.source.stat().st_size:
                 raise SystemExit(f"{path.parent}: {free / 1e9:.1f} GB free, too little for {k} copies")
-            repeat_nsys(args.source, path, k) if k > 1 else shutil.copyfile(args.source, path)
+            source = with_steps(args.source, path.with_suffix(".steps.sqlite")) if args.steps else args.source
+            repeat_nsys(source, path, k) if k > 1 else shutil.copyfile(source, path)
+            if args.steps:
+                source.unlink()
+                number_steps(path)
             if args.one_process:
                 print(f"processes {one_process(path)} relabelled as one")
         print(f"{path}: {path.stat().st_size / 1e6:,.0f} MB, {k} copies of {args.source.name} | load {load()}")

@@ -69,14 +69,20 @@ class Interned(dict[Any, int]):
         super().__init__()
         self.make = make
         self.facts: list[tuple[Any, ...]] = []
+        self._tables: dict[int, np.ndarray] = {}
 
     def __missing__(self, key: Any) -> int:
         self.facts.append(self.make(key))
         got = self[key] = len(self.facts) - 1
         return got
 
-    def table(self, i: int, dtype: Any) -> np.ndarray:  # field i of every key's facts, by id
-        return np.array([f[i] for f in self.facts], dtype=dtype)
+    def table(self, i: int, dtype: Any) -> np.ndarray:
+        """Field i of every key's facts, by id (made for the keys added since the last call only: a capture's
+        ProfilerStep#N ranges are a name each)."""
+        got = self._tables.get(i, np.empty(0, dtype))
+        if got.size < len(self.facts):
+            got = self._tables[i] = np.append(got, np.array([f[i] for f in self.facts[got.size :]], dtype=dtype))
+        return got
 
 
 def strings(db: NsysDb) -> Cached:
@@ -96,11 +102,13 @@ def strings(db: NsysDb) -> Cached:
 
 def range_facts(key: tuple[str, bool], step_range: str | None) -> tuple[Any, ...]:
     """Of an NVTX range's (name, emit_nvtx seq): name, an op, a step, its (kind, number), a JIT compiler's, then
-    TimelineSink's role of it as a CPU event (phase mark, call-site role, start-up work)."""
+    TimelineSink's role of it as a CPU event (phase mark, call-site role, start-up work), and whether the idle-owner
+    pass reads it by name."""
     name, seq = key
     step, op = classify(name, step_range), is_op(name, seq)
     mark, site, startup = cpu_role(name, "cpu_op" if op else "user_annotation")
-    return name, op, step is not None, step, "nvrtc" in name.lower(), _NO_MARK if mark is None else mark, site, startup
+    nvrtc, read = "nvrtc" in name.lower(), bool(read_by_name((name,))[0])
+    return name, op, step is not None, step, nvrtc, _NO_MARK if mark is None else mark, site, startup, read
 
 
 class RowSink(TimelineSink):
@@ -193,7 +201,7 @@ class RowSink(TimelineSink):
             if self.g_ts:  # a device trace's ops inside an earlier op of the batch are never read: not held
                 keep = role != OP
                 op = ~keep
-                read = read_by_name([f[0] for f in facts.facts])[names[op]]
+                read = facts.table(8, bool)[names[op]]
                 keep[op] = reaching(start[op], end[op], tids[op], read)
                 start, end, tids, names, role = start[keep], end[keep], tids[keep], names[keep], role[keep]
             targets: tuple[array[Any], ...] = (own.e_ts, own.e_end, own.e_tid, own.e_name, own.e_caller)
