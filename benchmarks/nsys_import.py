@@ -24,9 +24,11 @@ time <= 2x the floor, peak RSS <= 600 MiB. Then the verdict and mean step time o
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -134,9 +136,6 @@ def compare(path: Path, repeats: int) -> None:
 def with_steps(src: Path, dst: Path) -> Path:
     """``dst``: ``src`` with a ``ProfilerStep#`` NVTX range on each rank's loop thread (the thread with the most
     runtime calls) per step its import finds (iterations, for the shared exports): a capture with step ranges."""
-    import logging
-    import sqlite3
-
     from gpuanalyze.ingest.nsys.db import NsysDb
     from gpuanalyze.ingest.nsys.events import NsysEvents
     from gpuanalyze.ingest.nsys.load import load_nsys_ranks
@@ -145,7 +144,8 @@ def with_steps(src: Path, dst: Path) -> Path:
 
     logging.disable(logging.WARNING)
     with NsysDb(src) as db:
-        epoch, keys = read_meta(db).epoch_ns or 0, NsysEvents(db, read_meta(db), ReadLimits(), None).keys
+        meta = read_meta(db)
+        epoch, keys = meta.epoch_ns or 0, NsysEvents(db, meta, ReadLimits(), None).keys
     shutil.copyfile(src, dst)
     conn = sqlite3.connect(dst)
     for key, trace in zip(keys, load_nsys_ranks(src), strict=True):
@@ -165,8 +165,6 @@ def with_steps(src: Path, dst: Path) -> Path:
 
 def number_steps(path: Path) -> None:
     """Number the copies' ProfilerStep ranges in order (a repeated number is a restarted step)."""
-    import sqlite3
-
     conn = sqlite3.connect(path)
     conn.execute("UPDATE NVTX_EVENTS SET text = 'ProfilerStep#' || rowid WHERE text = 'ProfilerStep#'")
     conn.commit()
