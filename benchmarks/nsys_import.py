@@ -5,6 +5,7 @@
     python benchmarks/nsys_import.py --source EXPORT.sqlite --k 1
     python benchmarks/nsys_import.py --one-process    # the same ~1 GB as one process: the most one conversion holds
     python benchmarks/nsys_import.py --steps          # with a ProfilerStep range per iteration (step ranges)
+    python benchmarks/nsys_import.py --against DIR    # also another checkout's importer, side by side
 
 The export is built in a temporary directory (its size printed; deleted afterwards unless --keep) from --source
 repeated --k times (default: as many copies as make --size). Each side runs in a fresh process, alternating,
@@ -13,7 +14,8 @@ repeated --k times (default: as many copies as make --size). Each side runs in a
 - gpuanalyze: ``gpuanalyze.ingest.sources.load_nsys`` (every table read, rows per rank and step);
 - floor: the standard library's sqlite3 iterating every row and column (``SELECT *``) of the kernel, runtime,
   memcpy, memset, synchronization, NVTX and StringIds tables, nothing kept ("read in full");
-- floor, its columns: the same tables, only the columns the importer reads (names as ids): the tighter floor.
+- floor, its columns: the same tables, only the columns the importer reads (names as ids): the tighter floor;
+- with ``--against DIR``: ``load_nsys`` of the checkout at DIR (a branch, main), its ratio to this one's printed.
 
 Prints wall and CPU seconds (the child's ``process_time``), peak RSS (VmHWM) and the load average around each run
 (the machine is shared: CPU time is the steadier number), then the ratios of the medians. Goals (issue #41, 1 GB):
@@ -90,8 +92,8 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run(mode: str, path: Path) -> tuple[float, float, float, int]:
-    code = _CHILD.format(root=str(ROOT), path=str(path), mode=mode, queries=MODES[mode])
+def run(mode: str, path: Path, root: Path = ROOT) -> tuple[float, float, float, int]:
+    code = _CHILD.format(root=str(root), path=str(path), mode=mode, queries=MODES[mode])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed on {path}:\n{out.stderr[-3000:]}")
@@ -110,12 +112,13 @@ def verdicts(source: Path, path: Path) -> None:
         print(f"  {p.name}: verdict {verdict}, mean step {float(mean):.2f} ms, {int(steps):,} steps analysed")
 
 
-def compare(path: Path, repeats: int) -> None:
-    results: dict[str, list[tuple[float, float, float, int]]] = {m: [] for m in MODES}
+def compare(path: Path, repeats: int, against: Path | None = None) -> None:
+    roots = {m: ROOT for m in MODES} | ({f"at {against.name}": against} if against else {})
+    results: dict[str, list[tuple[float, float, float, int]]] = {m: [] for m in roots}
     for i in range(repeats):
-        for mode in list(MODES) if i % 2 == 0 else list(MODES)[::-1]:
+        for mode in list(roots) if i % 2 == 0 else list(roots)[::-1]:
             before = load()
-            r = run(mode, path)
+            r = run(mode if mode in MODES else "gpuanalyze", path, roots[mode])
             results[mode].append(r)
             print(
                 f"  {mode:18s}: wall {r[0]:6.2f} s, CPU {r[1]:6.2f} s, peak RSS {r[2]:5.0f} MiB "
@@ -127,6 +130,13 @@ def compare(path: Path, repeats: int) -> None:
         print(
             f"  gpuanalyze / {floor}: wall {med['gpuanalyze'][0] / med[floor][0]:.2f}x, CPU "
             f"{med['gpuanalyze'][1] / med[floor][1]:.2f}x (medians of {repeats})"
+        )
+    if against:
+        other = f"at {against.name}"
+        print(
+            f"  gpuanalyze / gpuanalyze {other}: CPU {med['gpuanalyze'][1] / med[other][1]:.2f}x, peak RSS "
+            f"{peak['gpuanalyze']:.0f} / {peak[other]:.0f} MiB (rows {results['gpuanalyze'][0][3]:,} / "
+            f"{results[other][0][3]:,})"
         )
     goal = "met" if peak["gpuanalyze"] <= 600 else f"NOT met (by {peak['gpuanalyze'] - 600:.0f} MiB)"
     ratio = med["gpuanalyze"][1] / med["floor"][1]
@@ -184,6 +194,7 @@ def main() -> None:
     parser.add_argument(
         "--steps", action="store_true", help="a ProfilerStep NVTX range per iteration the source's import finds"
     )
+    parser.add_argument("--against", type=Path, default=None, help="another checkout whose importer runs beside")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from benchmarks.k_copies import one_process, repeat_nsys
@@ -207,7 +218,7 @@ def main() -> None:
             if args.one_process:
                 print(f"processes {one_process(path)} relabelled as one")
         print(f"{path}: {path.stat().st_size / 1e6:,.0f} MB, {k} copies of {args.source.name} | load {load()}")
-        compare(path, args.repeats)
+        compare(path, args.repeats, args.against)
         verdicts(args.source, path)
     finally:
         if tmp is not None:
