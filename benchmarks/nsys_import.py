@@ -113,7 +113,8 @@ def verdicts(source: Path, path: Path) -> None:
 
 
 def compare(path: Path, repeats: int, against: Path | None = None) -> None:
-    roots = {m: ROOT for m in MODES} | ({f"at {against.name}": against} if against else {})
+    other = f"at {against.name}" if against else ""
+    roots = {m: ROOT for m in MODES} | ({other: against} if against else {})
     results: dict[str, list[tuple[float, float, float, int]]] = {m: [] for m in roots}
     for i in range(repeats):
         for mode in list(roots) if i % 2 == 0 else list(roots)[::-1]:
@@ -132,7 +133,6 @@ def compare(path: Path, repeats: int, against: Path | None = None) -> None:
             f"{med['gpuanalyze'][1] / med[floor][1]:.2f}x (medians of {repeats})"
         )
     if against:
-        other = f"at {against.name}"
         print(
             f"  gpuanalyze / gpuanalyze {other}: CPU {med['gpuanalyze'][1] / med[other][1]:.2f}x, peak RSS "
             f"{peak['gpuanalyze']:.0f} / {peak[other]:.0f} MiB (rows {results['gpuanalyze'][0][3]:,} / "
@@ -196,6 +196,8 @@ def main() -> None:
     )
     parser.add_argument("--against", type=Path, default=None, help="another checkout whose importer runs beside")
     args = parser.parse_args()
+    if args.against is not None and not (args.against / "ingest" / "gpuanalyze").is_dir():
+        parser.error(f"--against {args.against}: not a gpuanalyze checkout (no ingest/gpuanalyze in it)")
     sys.path.insert(0, str(ROOT))
     from benchmarks.k_copies import one_process, repeat_nsys
 
